@@ -1,0 +1,185 @@
+"""The Python entry point: `convert(...)`, with keyword names equal to the CLI's long flags."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+import onnx
+
+from onnx2tf_alt.errors import ConversionError, InputError
+from onnx2tf_alt.graph import Graph, graph_from_model
+from onnx2tf_alt.layout import Plan, plan_layouts
+from onnx2tf_alt.loader import load_model
+from onnx2tf_alt.prepare import prepare_model
+from onnx2tf_alt.progress import Progress
+
+log = logging.getLogger("onnx2tf_alt")
+
+
+@dataclass
+class Converted:
+    """Everything a conversion produced in memory."""
+
+    result: object  # BuildResult
+    graph: Graph
+    plan: Plan
+    model: onnx.ModelProto
+
+
+def unsupported_nodes(graph: Graph) -> list:
+    from onnx2tf_alt.builder import failure_for
+    from onnx2tf_alt.registry import find_handler
+
+    return [
+        failure_for(node, graph, "unsupported op: no handler for this op type and opset")
+        for node in graph.nodes
+        if find_handler(node.op_type, node.domain, graph.opset_of(node.domain)) is None
+    ]
+
+
+def build(
+    input_onnx_file_path: str | None = None,
+    onnx_graph: onnx.ModelProto | None = None,
+    batch_size: int | None = None,
+    overwrite_input_shape: list[str] | None = None,
+    keep_ncw_or_nchw_or_ncdhw_input_names: list[str] | None = None,
+    keep_nwc_or_nhwc_or_ndhwc_input_names: list[str] | None = None,
+    show_progress: bool = False,
+) -> Converted:
+    """Load, prepare, plan and build the Keras model without writing any file."""
+    from onnx2tf_alt.builder import ModelBuilder
+    from onnx2tf_alt.registry import find_handler
+
+    model = load_model(input_onnx_file_path, onnx_graph)
+    model = prepare_model(model, batch_size, overwrite_input_shape)
+    graph = graph_from_model(model)
+    for flag, names in (
+        ("-k", keep_ncw_or_nchw_or_ncdhw_input_names),
+        ("-kt", keep_nwc_or_nhwc_or_ndhwc_input_names),
+    ):
+        unknown = sorted(set(names or []) - set(graph.inputs))
+        if unknown:
+            raise InputError(
+                f"{flag} names input(s) {unknown} that the model does not have; its inputs are "
+                f"{graph.inputs}."
+            )
+    missing = unsupported_nodes(graph)
+    if missing:
+        raise ConversionError(missing, headline=f"{len(missing)} node(s) have unsupported ops:")
+
+    def policy_of(node):
+        return find_handler(node.op_type, node.domain, graph.opset_of(node.domain)).layout
+
+    plan = plan_layouts(
+        graph,
+        policy_of,
+        keep_channel_first=frozenset(keep_ncw_or_nchw_or_ncdhw_input_names or []),
+        force_channel_last=frozenset(keep_nwc_or_nhwc_or_ndhwc_input_names or []),
+    )
+    progress = Progress(len(graph.nodes), enabled=show_progress)
+    result = ModelBuilder(graph, plan, progress).build()
+    return Converted(result=result, graph=graph, plan=plan, model=model)
+
+
+def _stem(input_onnx_file_path: str | None) -> str:
+    if not input_onnx_file_path:
+        return "model"
+    return os.path.splitext(os.path.basename(os.fspath(input_onnx_file_path)))[0]
+
+
+def write_outputs(
+    converted: Converted,
+    folder: str,
+    stem: str,
+    output_h5: bool,
+    output_keras_v3: bool,
+    output_tflite: bool = True,
+) -> list[str]:
+    """Write every requested format into `folder` (expected to be empty). Returns file names."""
+    from onnx2tf_alt.export.io_layout import save_io_layout
+    from onnx2tf_alt.export.keras_files import save_h5, save_keras_v3
+    from onnx2tf_alt.export.saved_model import save_saved_model
+    from onnx2tf_alt.export.tflite import tflite_bytes
+
+    result = converted.result
+    save_saved_model(result, folder)
+    written = ["saved_model.pb", "variables"]
+    if output_tflite:
+        for suffix, float16 in (("float32", False), ("float16", True)):
+            name = f"{stem}_{suffix}.tflite"
+            with open(os.path.join(folder, name), "wb") as f:
+                f.write(tflite_bytes(result, float16=float16))
+            written.append(name)
+    if output_h5:
+        save_h5(result, os.path.join(folder, f"{stem}.h5"))
+        written.append(f"{stem}.h5")
+    if output_keras_v3:
+        save_keras_v3(result, os.path.join(folder, f"{stem}.keras"))
+        written.append(f"{stem}.keras")
+    save_io_layout(result, converted.graph, os.path.join(folder, f"{stem}_io_layout.json"))
+    written.append(f"{stem}_io_layout.json")
+    return written
+
+
+def _move_into(tmp: str, folder: str) -> None:
+    os.makedirs(folder, exist_ok=True)
+    for entry in os.listdir(tmp):
+        target = os.path.join(folder, entry)
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        elif os.path.exists(target):
+            os.remove(target)
+        shutil.move(os.path.join(tmp, entry), target)
+
+
+def convert(
+    input_onnx_file_path: str | None = None,
+    onnx_graph: onnx.ModelProto | None = None,
+    output_folder_path: str = "saved_model",
+    output_signaturedefs: bool = False,
+    output_h5: bool = False,
+    output_keras_v3: bool = False,
+    batch_size: int | None = None,
+    overwrite_input_shape: list[str] | None = None,
+    keep_ncw_or_nchw_or_ncdhw_input_names: list[str] | None = None,
+    keep_nwc_or_nhwc_or_ndhwc_input_names: list[str] | None = None,
+    verbosity: str = "info",
+    non_verbose: bool = False,
+    output_tflite: bool = True,
+):
+    """Convert an ONNX model (path or ModelProto) and write its outputs; returns the Keras model.
+
+    Outputs go to a temporary folder beside `output_folder_path` and are moved into place
+    only when every one of them was written, so a failed run leaves nothing behind.
+    `output_signaturedefs` is accepted for onnx2tf compatibility: the saved_model and the
+    .tflite files always carry a `serving_default` signature.
+    """
+    del output_signaturedefs  # always on
+    from onnx2tf_alt.logs import configure_logging
+
+    configure_logging("error" if non_verbose else verbosity)
+    converted = build(
+        input_onnx_file_path=input_onnx_file_path,
+        onnx_graph=onnx_graph,
+        batch_size=batch_size,
+        overwrite_input_shape=overwrite_input_shape,
+        keep_ncw_or_nchw_or_ncdhw_input_names=keep_ncw_or_nchw_or_ncdhw_input_names,
+        keep_nwc_or_nhwc_or_ndhwc_input_names=keep_nwc_or_nhwc_or_ndhwc_input_names,
+        show_progress=not non_verbose,
+    )
+    folder = os.path.abspath(output_folder_path)
+    parent = os.path.dirname(folder)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".onnx2tf_alt_", dir=parent)
+    try:
+        stem = _stem(input_onnx_file_path)
+        written = write_outputs(converted, tmp, stem, output_h5, output_keras_v3, output_tflite)
+        _move_into(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("wrote %s to %s", ", ".join(written), folder)
+    return converted.result.model

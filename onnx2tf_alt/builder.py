@@ -1,0 +1,213 @@
+"""Build a tf_keras functional Model from the graph view, the layout plan and the handlers."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from onnx2tf_alt import perms as P
+from onnx2tf_alt.context import NodeContext, reshape
+from onnx2tf_alt.errors import ConversionError, NodeFailure
+from onnx2tf_alt.graph import Graph, Node
+from onnx2tf_alt.keras_layers import constant_weights
+from onnx2tf_alt.layout import Plan
+from onnx2tf_alt.perms import Perm
+from onnx2tf_alt.progress import Progress
+from onnx2tf_alt.registry import find_handler
+
+INLINE_CONSTANT_LIMIT = 1024  # elements; larger constants become layer weights
+
+
+@dataclass
+class Value:
+    """A converted ONNX value: a tensor in `perm`, or a numpy constant in ONNX order."""
+
+    perm: Perm
+    tensor: object = None
+    const: np.ndarray | None = None
+
+
+@dataclass
+class BuildResult:
+    model: tf_keras.Model
+    input_names: dict[str, str]  # ONNX name -> Keras / signature name
+    output_names: dict[str, str]
+    input_perms: dict[str, Perm]
+    output_perms: dict[str, Perm]
+    values: dict[str, Value] = field(default_factory=dict)
+
+
+def keras_name(onnx_name: str, taken: set[str]) -> str:
+    """A valid, unique TF name for an ONNX value name."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", onnx_name) or "value"
+    if not name[0].isalpha():
+        name = "v_" + name
+    base, k = name, 1
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    taken.add(name)
+    return name
+
+
+def failure_for(node: Node, graph: Graph, reason: str) -> NodeFailure:
+    return NodeFailure(
+        node_name=node.name,
+        op_type=node.op_type,
+        domain=node.domain,
+        opset=graph.opset_of(node.domain),
+        reason=reason,
+        input_shapes=[graph.shapes.get(n) if n else None for n in node.inputs],
+        input_dtypes=[str(graph.dtypes.get(n)) if n else None for n in node.inputs],
+        attributes={k: _printable(v) for k, v in node.attrs.items()},
+    )
+
+
+def _printable(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist() if value.size <= 16 else f"array{list(value.shape)}"
+    if isinstance(value, (list, tuple, int, float, str)):
+        return value
+    return type(value).__name__
+
+
+class ModelBuilder:
+    def __init__(self, graph: Graph, plan: Plan, progress: Progress | None = None):
+        self.graph = graph
+        self.plan = plan
+        self.progress = progress
+        self.values: dict[str, Value] = {
+            name: Value(perm=P.identity(a.ndim), const=a) for name, a in graph.constants.items()
+        }
+        self._transposed: dict[tuple[str, Perm, int], object] = {}
+        self._anchor = None
+
+    # --- value access used by NodeContext -----------------------------------------------
+    def constant_value(self, name: str) -> np.ndarray | None:
+        value = self.values.get(name)
+        return None if value is None else value.const
+
+    def materialize(self, array: np.ndarray):
+        if array.size > INLINE_CONSTANT_LIMIT and self._anchor is not None and array.dtype != bool:
+            return constant_weights(array, self._anchor)
+        return tf.constant(array)
+
+    def input_tensor(self, name: str, perm: Perm | None, align_rank: int):
+        """Value `name` as a tensor in `perm`, rank-aligned (leading 1s) when perm is longer."""
+        value = self.values[name]
+        if value.const is not None:
+            array = value.const
+            if perm is not None:
+                if array.ndim < len(perm):
+                    array = array.reshape((1,) * (len(perm) - array.ndim) + array.shape)
+                array = np.transpose(array, perm)
+            return self.materialize(np.ascontiguousarray(array))
+        if perm is None:
+            return value.tensor
+        key = (name, tuple(perm), 0)
+        if key not in self._transposed:
+            self._transposed[key] = self._relayout(name, value, tuple(perm))
+        return self._transposed[key]
+
+    def _relayout(self, name: str, value: Value, want: Perm):
+        tensor, have = value.tensor, value.perm
+        extra = len(want) - len(have)
+        if extra > 0:
+            for _ in range(extra):
+                tensor = tf.expand_dims(tensor, 0)
+            have = tuple(range(extra)) + tuple(a + extra for a in have)
+        if have == want:
+            return tensor
+        move = P.transpose_between(have, want)
+        phys = tuple(tensor.shape.as_list())
+        if P.moves_only_unit_axes(phys, move):
+            return reshape(tensor, [phys[a] for a in move])
+        return tf.transpose(tensor, move)
+
+    # --- the build -----------------------------------------------------------------------
+    def build(self, keep_names: bool = True) -> BuildResult:
+        graph, plan = self.graph, self.plan
+        taken: set[str] = set()
+        inputs, input_names = [], {}
+        for name in graph.inputs:
+            shape = graph.shapes.get(name)
+            if shape is None:
+                raise ConversionError(
+                    [], headline=f"model input '{name}' has no known rank; set it with -ois"
+                )
+            perm = plan.perms[name]
+            input_names[name] = keras_name(name, taken)
+            spec = tf.TensorSpec(P.physical_shape(shape, perm), _tf_dtype(graph.dtypes[name]))
+            tensor = tf_keras.Input(type_spec=spec, name=input_names[name])
+            inputs.append(tensor)
+            self.values[name] = Value(perm=perm, tensor=tensor)
+        self._anchor = inputs[0] if inputs else None
+
+        failures = []
+        for index, node in enumerate(graph.nodes):
+            if self.progress:
+                self.progress.step(node)
+            if any(n and n not in self.values for n in node.inputs):
+                continue  # an upstream node failed; it is reported already
+            try:
+                self._convert_node(node, plan.node_inputs[index])
+            except Exception as exc:  # noqa: BLE001 - reported per node, with the node
+                failures.append(failure_for(node, graph, f"{type(exc).__name__}: {exc}"))
+        if self.progress:
+            self.progress.close()
+        if failures:
+            raise ConversionError(failures)
+
+        outputs, output_names = {}, {}
+        for name in graph.outputs:
+            output_names[name] = keras_name(name, taken)
+            want = plan.output_perms[name]
+            value = self.values[name]
+            if value.const is not None:
+                tensor = constant_weights(np.ascontiguousarray(value.const), self._anchor)
+            else:
+                tensor = self.input_tensor(name, want, len(want))
+            if any(tensor is t for t in inputs):
+                tensor = tf.identity(tensor)
+            outputs[output_names[name]] = tensor
+        model = tf_keras.Model(inputs=inputs, outputs=outputs)
+        return BuildResult(
+            model=model,
+            input_names=input_names,
+            output_names=output_names,
+            input_perms={n: plan.perms[n] for n in graph.inputs},
+            output_perms=dict(plan.output_perms),
+            values=self.values,
+        )
+
+    def _convert_node(self, node: Node, wanted: list[Perm | None]) -> None:
+        graph = self.graph
+        opset = graph.opset_of(node.domain)
+        handler = find_handler(node.op_type, node.domain, opset)
+        out_perms = [self.plan.perms.get(o, ()) for o in node.outputs]
+        ctx = NodeContext(self, node, graph, wanted, out_perms, opset)
+        result = handler.fn(ctx)
+        results = list(result) if isinstance(result, (list, tuple)) else [result]
+        for name, perm, out in zip(node.outputs, out_perms, results):
+            if not name:
+                continue
+            if isinstance(out, np.ndarray) or np.isscalar(out):
+                array = np.asarray(out, dtype=graph.dtypes.get(name))
+                self.values[name] = Value(perm=P.identity(array.ndim), const=array)
+            else:
+                self.values[name] = Value(perm=perm, tensor=_as_dtype(out, graph.dtypes.get(name)))
+
+
+def _tf_dtype(dtype: np.dtype) -> tf.DType:
+    return tf.as_dtype(np.dtype(dtype))
+
+
+def _as_dtype(tensor, dtype):
+    """Outputs keep their ONNX dtype even where a TF kernel returns another one."""
+    if dtype is None:
+        return tensor
+    want = _tf_dtype(dtype)
+    return tensor if tensor.dtype == want else tf.cast(tensor, want)

@@ -1,0 +1,102 @@
+"""`onnx2tf-alt` command line; flag names follow onnx2tf wherever the feature matches."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from onnx2tf_alt.version import __version__
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="onnx2tf-alt",
+        description="Convert an ONNX model to saved_model, Keras and TFLite with channel-last ops.",
+    )
+    p.add_argument("-i", "--input_onnx_file_path", help="the .onnx model to convert")
+    p.add_argument("-o", "--output_folder_path", default="saved_model", help="output folder")
+    p.add_argument(
+        "-osd",
+        "--output_signaturedefs",
+        action="store_true",
+        help="accepted for onnx2tf compatibility; signatures are always written",
+    )
+    p.add_argument("-oh5", "--output_h5", action="store_true", help="also write <stem>.h5")
+    p.add_argument(
+        "-okv3", "--output_keras_v3", action="store_true", help="also write <stem>.keras"
+    )
+    p.add_argument("-b", "--batch_size", type=int, help="fix a symbolic batch dimension")
+    p.add_argument(
+        "-ois",
+        "--overwrite_input_shape",
+        nargs="+",
+        metavar="NAME:D1,D2,...",
+        help="fix input shapes, e.g. -ois input:1,3,224,224 mask:1,224",
+    )
+    p.add_argument(
+        "-k",
+        "--keep_ncw_or_nchw_or_ncdhw_input_names",
+        nargs="+",
+        metavar="NAME",
+        help="inputs that stay channel-first (ONNX layout)",
+    )
+    p.add_argument(
+        "-kt",
+        "--keep_nwc_or_nhwc_or_ndhwc_input_names",
+        nargs="+",
+        metavar="NAME",
+        help="inputs that become channel-last even if no conv reads them",
+    )
+    p.add_argument(
+        "-v",
+        "--verbosity",
+        choices=["debug", "info", "warn", "error"],
+        default="info",
+        help="log level (default: info)",
+    )
+    p.add_argument(
+        "-n", "--non_verbose", action="store_true", help="errors only, no progress bar"
+    )
+    p.add_argument("-V", "--version", action="version", version=f"onnx2tf-alt {__version__}")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from onnx2tf_alt.logs import configure_logging, quiet_native_stderr
+
+    verbosity = "error" if args.non_verbose else args.verbosity
+    if verbosity != "debug":
+        quiet_native_stderr()
+    configure_logging(verbosity)
+    if not args.input_onnx_file_path:
+        print("error: -i/--input_onnx_file_path is required (the .onnx model).", file=sys.stderr)
+        return 2
+    from onnx2tf_alt.api import convert
+    from onnx2tf_alt.errors import Onnx2TfError
+
+    try:
+        convert(**vars(args))
+    except Onnx2TfError as exc:
+        if verbosity == "debug":
+            logging.getLogger("onnx2tf_alt").exception("conversion failed")
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted; no output was written", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - a bug of ours: say so in one paragraph
+        if verbosity == "debug":
+            raise
+        print(
+            f"error: internal error ({type(exc).__name__}: {exc}). No output was written. "
+            "Re-run with -v debug for the traceback and report it.",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Errors the user can act on.
+
+`InputError` (exit code 2) is raised for problems with what the user gave us: a missing or
+malformed file, a bad flag value, an unknown input name. `ConversionError` (exit code 1) is
+raised when the model is valid ONNX but one or more nodes cannot be converted; it carries one
+`NodeFailure` per failing node so a single run reports all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class Onnx2TfError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+    exit_code = 1
+
+
+class InputError(Onnx2TfError):
+    """The user's input (file, flag, name) is unusable."""
+
+    exit_code = 2
+
+
+@dataclass
+class NodeFailure:
+    """One node that could not be converted, described well enough to file a bug."""
+
+    node_name: str
+    op_type: str
+    domain: str
+    opset: int
+    reason: str
+    input_shapes: list = field(default_factory=list)
+    input_dtypes: list = field(default_factory=list)
+    attributes: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        domain = self.domain or "ai.onnx"
+        io = ", ".join(f"{s} {d}" for s, d in zip(self.input_shapes, self.input_dtypes))
+        return (
+            f"node '{self.node_name}' ({domain}::{self.op_type}, opset {self.opset}; "
+            f"inputs: {io or 'none'}): {self.reason}"
+        )
+
+
+class ConversionError(Onnx2TfError):
+    """One or more nodes could not be converted; lists all of them."""
+
+    exit_code = 1
+
+    def __init__(self, failures: list[NodeFailure], headline: str | None = None):
+        self.failures = failures
+        lines = [headline or f"{len(failures)} node(s) could not be converted:"]
+        lines += [f"  - {f.describe()}" for f in failures]
+        unsupported = [f for f in failures if f.reason.startswith("unsupported")]
+        if unsupported:
+            lines.append(
+                "No handler exists for these op types in this opset. Replace them in the ONNX "
+                "graph (e.g. with onnx-graphsurgeon) or add a handler in ops/ (see README)."
+            )
+        super().__init__("\n".join(lines))

@@ -1,0 +1,1 @@
+"""Writers for every output format; each takes the built model and a target folder."""

@@ -1,0 +1,49 @@
+"""The one custom Keras layer of converted models: constants kept as layer weights.
+
+Large ONNX initializers (conv kernels, embedding tables, ...) become the weights of a
+`ConstantWeights` layer instead of literals inside op configs, so .h5 and .keras files
+store them as binary weights and their JSON configs stay small. The class is registered
+as serializable: importing onnx2tf_alt is all `tf_keras.models.load_model` needs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+
+@tf_keras.saving.register_keras_serializable(package="onnx2tf_alt")
+class ConstantWeights(tf_keras.layers.Layer):
+    """Holds one constant tensor as a non-trainable weight and returns it when called.
+
+    It is called on a model input only to anchor it in the functional graph; the input's
+    value is ignored.
+    """
+
+    def __init__(self, value_shape, value_dtype, **kwargs):
+        super().__init__(**kwargs)
+        self.value_shape = tuple(int(d) for d in value_shape)
+        self.value_dtype = str(value_dtype)
+        self.value = self.add_weight(
+            name="value",
+            shape=self.value_shape,
+            dtype=self.value_dtype,
+            trainable=False,
+            initializer="zeros",
+        )
+
+    def call(self, anchor):
+        return tf.identity(self.value)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(value_shape=list(self.value_shape), value_dtype=self.value_dtype)
+        return config
+
+
+def constant_weights(array: np.ndarray, anchor, name: str | None = None):
+    """A KerasTensor whose value is `array`, stored as a layer weight."""
+    layer = ConstantWeights(array.shape, array.dtype.name, name=name)
+    layer.set_weights([array])
+    return layer(anchor)

@@ -1,0 +1,270 @@
+"""The per-tensor layout plan.
+
+`plan_layouts` assigns every value a perm before any TensorFlow op exists. Each handler's
+layout policy says, given the perms its inputs already have, which perms it needs them in
+and which perms its outputs come out in. The builder then inserts a transpose exactly where
+a value's perm differs from what a consumer asked for (once per value and perm).
+
+Greedy and forward: channel-last native ops pull values into channel-last, agnostic and
+axis-remapping ops keep whatever layout arrives (remapping their axes), logical-only ops
+ask for identity. Model inputs that feed channel-last ops start channel-last, so a CNN
+has no transpose at all.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from onnx2tf_alt import perms as P
+from onnx2tf_alt.graph import Graph, Node
+from onnx2tf_alt.perms import Perm
+
+
+@dataclass
+class Decision:
+    """What a node needs: one perm per input (None: omitted or native) and per output."""
+
+    inputs: list[Perm | None]
+    outputs: list[Perm]
+
+
+class LayoutPolicy(Protocol):
+    def __call__(self, node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision: ...
+
+
+def _out_ranks(node: Node, graph: Graph) -> list[int]:
+    return [graph.rank(o) or 0 for o in node.outputs]
+
+
+def logical(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
+    """The safe default: everything in ONNX order."""
+    return Decision(
+        inputs=[None if p is None else P.identity(len(p)) for p in in_perms],
+        outputs=[P.identity(r) for r in _out_ranks(node, graph)],
+    )
+
+
+def channel_last(*data_inputs: int) -> LayoutPolicy:
+    """Inputs listed in `data_inputs` (default: 0) and all outputs channel-last."""
+    data = set(data_inputs or (0,))
+
+    def policy(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
+        wanted = []
+        for i, p in enumerate(in_perms):
+            if p is None:
+                wanted.append(None)
+            else:
+                wanted.append(P.channel_last(len(p)) if i in data else P.identity(len(p)))
+        return Decision(wanted, [P.channel_last(r) for r in _out_ranks(node, graph)])
+
+    policy.wants_channel_last = True
+    return policy
+
+
+def _common_perm(node: Node, graph: Graph, in_perms: list[Perm | None], rank: int) -> Perm:
+    """Most frequent perm among the non-constant full-rank inputs (first one wins ties)."""
+    votes = Counter()
+    first: dict[Perm, int] = {}
+    for i, (name, p) in enumerate(zip(node.inputs, in_perms)):
+        if p is None or len(p) != rank or graph.is_const(name):
+            continue
+        votes[p] += 1
+        first.setdefault(p, i)
+    if not votes:
+        return P.identity(rank)
+    return max(votes, key=lambda p: (votes[p], -first[p]))
+
+
+def agnostic(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
+    """Elementwise ops: every input in one common perm, rank-aligned for broadcasting.
+
+    Lower-rank inputs are aligned to the output rank (leading size-1 axes) by the builder
+    before being permuted; constants are permuted at conversion time.
+    """
+    ranks = _out_ranks(node, graph)
+    rank = max([len(p) for p in in_perms if p is not None] + ranks[:1] or [0])
+    common = _common_perm(node, graph, in_perms, rank)
+    wanted = [None if p is None else common for p in in_perms]
+    return Decision(wanted, [common if r == rank else P.identity(r) for r in ranks])
+
+
+def same_as_input(data_input: int = 0) -> LayoutPolicy:
+    """Axis-remapping ops whose outputs keep the data input's perm (Softmax, Concat, ...).
+
+    Every other non-omitted input of the same rank takes the same perm; lower-rank inputs
+    (axes, starts, ...) stay logical.
+    """
+
+    def policy(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
+        base = in_perms[data_input]
+        wanted = []
+        for p in in_perms:
+            if p is None:
+                wanted.append(None)
+            elif len(p) == len(base):
+                wanted.append(base)
+            else:
+                wanted.append(P.identity(len(p)))
+        outs = [base if r == len(base) else P.identity(r) for r in _out_ranks(node, graph)]
+        return Decision(wanted, outs)
+
+    return policy
+
+
+def derived(out_perm: Callable[[Node, Graph, Perm], Perm | None]) -> LayoutPolicy:
+    """Single-data-input ops whose output perm is a function of the input perm.
+
+    `out_perm` returns None when the op cannot run on this layout; then it runs logically.
+    """
+
+    def policy(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
+        base = in_perms[0]
+        result = out_perm(node, graph, base) if base is not None else None
+        if result is None:
+            return logical(node, graph, in_perms)
+        rest = [None if p is None else P.identity(len(p)) for p in in_perms[1:]]
+        return Decision([base, *rest], [result])
+
+    return policy
+
+
+def reshape_perm(in_shape, out_shape, in_perm: Perm) -> Perm | None:
+    """Perm under which a reshape can run directly on the physical tensor, or None.
+
+    The reshape is split into groups of input axes that map onto groups of output axes
+    (merges and splits). When every group's axes are adjacent and in order physically too,
+    the physical data is already in the order the reshape needs; the output perm follows
+    the groups' physical order. Size-1 axes carry no data and may go anywhere.
+    """
+    if in_shape is None or out_shape is None:
+        return None
+    groups = _reshape_groups(in_shape, out_shape)
+    if groups is None:
+        return None
+    phys_rank = {a: i for i, a in enumerate(a for a in in_perm if in_shape[a] != 1)}
+    for in_axes, _ in groups:
+        ranks = [phys_rank[a] for a in in_axes]
+        if ranks != list(range(ranks[0], ranks[0] + len(ranks))):
+            return None
+    groups.sort(key=lambda g: phys_rank[g[0][0]])
+    key = {}
+    for gi, (_, out_axes) in enumerate(groups):
+        for j, axis in enumerate(out_axes):
+            key[axis] = gi + j / (len(out_axes) + 1)
+    n = len(out_shape)
+    for axis in range(n - 1, -1, -1):
+        if axis not in key:
+            after = [key[a] for a in range(axis + 1, n) if a in key]
+            key[axis] = (min(after) if after else len(groups)) - 1e-3 * (n - axis)
+    return tuple(sorted(range(n), key=lambda a: key[a]))
+
+
+def _reshape_groups(in_shape, out_shape):
+    """Pairs (input axes, output axes) of equal element count, ignoring size-1 axes."""
+    ins = [a for a, d in enumerate(in_shape) if d != 1]
+    outs = [a for a, d in enumerate(out_shape) if d != 1]
+    groups, i, j = [], 0, 0
+    while i < len(ins) and j < len(outs):
+        gi, go = [ins[i]], [outs[j]]
+        din, dout = in_shape[ins[i]], out_shape[outs[j]]
+        i, j = i + 1, j + 1
+        if din is None or dout is None:
+            if din is not None or dout is not None:
+                return None
+            groups.append((gi, go))
+            continue
+        while din != dout:
+            if din < dout:
+                if i >= len(ins) or in_shape[ins[i]] is None:
+                    return None
+                din *= in_shape[ins[i]]
+                gi.append(ins[i])
+                i += 1
+            else:
+                if j >= len(outs) or out_shape[outs[j]] is None:
+                    return None
+                dout *= out_shape[outs[j]]
+                go.append(outs[j])
+                j += 1
+        groups.append((gi, go))
+    if i != len(ins) or j != len(outs):
+        return None
+    return groups
+
+
+@dataclass
+class Plan:
+    """Perm of every value, and what each node wants of its inputs."""
+
+    perms: dict[str, Perm] = field(default_factory=dict)
+    node_inputs: list[list[Perm | None]] = field(default_factory=list)
+    output_perms: dict[str, Perm] = field(default_factory=dict)
+
+    def transposes(self, graph: Graph) -> set[tuple[str, Perm]]:
+        """Distinct (value, perm) pairs the builder must materialize with a transpose."""
+        needed = set()
+        for node, wanted in zip(graph.nodes, self.node_inputs):
+            for name, perm in zip(node.inputs, wanted):
+                if perm is not None and name and not graph.is_const(name):
+                    if _differs(self.perms[name], perm):
+                        needed.add((name, perm))
+        for name, perm in self.output_perms.items():
+            if not graph.is_const(name) and _differs(self.perms[name], perm):
+                needed.add((name, perm))
+        return needed
+
+
+def _differs(have: Perm, want: Perm) -> bool:
+    return len(have) == len(want) and tuple(have) != tuple(want)
+
+
+def _feeds_channel_last(
+    name: str, graph: Graph, policy_of: Callable[[Node], LayoutPolicy], depth: int = 8
+) -> bool:
+    """Does this value reach a channel-last op's data input through agnostic ops only?"""
+    for node in graph.nodes:
+        if name not in node.inputs:
+            continue
+        policy = policy_of(node)
+        if getattr(policy, "wants_channel_last", False) and node.inputs.index(name) == 0:
+            return True
+        if policy is agnostic and depth > 0:
+            if any(_feeds_channel_last(o, graph, policy_of, depth - 1) for o in node.outputs):
+                return True
+    return False
+
+
+def plan_layouts(
+    graph: Graph,
+    policy_of: Callable[[Node], LayoutPolicy],
+    keep_channel_first: frozenset[str] = frozenset(),
+    force_channel_last: frozenset[str] = frozenset(),
+) -> Plan:
+    """Compute the layout of every value (a pure function of the graph and the policies)."""
+    plan = Plan()
+    for name, array in graph.constants.items():
+        plan.perms[name] = P.identity(array.ndim)
+    for name in graph.inputs:
+        rank = graph.rank(name) or 0
+        channel_last_input = 3 <= rank <= 5 and name not in keep_channel_first and (
+            name in force_channel_last or _feeds_channel_last(name, graph, policy_of)
+        )
+        plan.perms[name] = P.channel_last(rank) if channel_last_input else P.identity(rank)
+    for node in graph.nodes:
+        in_perms = [plan.perms.get(n) if n else None for n in node.inputs]
+        in_perms = [
+            P.identity(graph.rank(n) or 0) if p is None and n else p
+            for n, p in zip(node.inputs, in_perms)
+        ]
+        decision = policy_of(node)(node, graph, in_perms)
+        plan.node_inputs.append(decision.inputs)
+        for name, perm in zip(node.outputs, decision.outputs):
+            if name:
+                plan.perms[name] = perm
+    for name in graph.outputs:
+        perm = plan.perms.get(name, P.identity(graph.rank(name) or 0))
+        keep = P.is_identity(perm) or perm == P.channel_last(len(perm))
+        plan.output_perms[name] = perm if keep else P.identity(len(perm))
+    return plan

@@ -1,0 +1,227 @@
+"""Make a loaded model static and simple before planning: shapes, names, folded constants."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+from onnx2tf_alt.errors import InputError
+
+log = logging.getLogger("onnx2tf_alt")
+
+NONDETERMINISTIC_OPS = {
+    "RandomNormal",
+    "RandomNormalLike",
+    "RandomUniform",
+    "RandomUniformLike",
+    "Bernoulli",
+    "Multinomial",
+}
+MAX_FOLDED_ELEMENTS = 50_000_000
+
+
+def parse_shape_overrides(specs: list[str] | None) -> dict[str, list[int]]:
+    """`['input:1,3,224,224', 'mask:1,224']` -> {'input': [1, 3, 224, 224], ...}."""
+    overrides = {}
+    for spec in specs or []:
+        name, sep, dims = spec.rpartition(":")
+        try:
+            if not sep or not name:
+                raise ValueError
+            values = [int(d) for d in dims.split(",")]
+            if any(v <= 0 for v in values):
+                raise ValueError
+        except ValueError:
+            raise InputError(
+                f"Bad -ois/--overwrite_input_shape value '{spec}': expected NAME:D1,D2,... with "
+                "positive integers, e.g. 'input:1,3,224,224'."
+            ) from None
+        overrides[name] = values
+    return overrides
+
+
+def name_nodes(graph: onnx.GraphProto) -> None:
+    """Give every unnamed node a unique name (op type + index), recursing into subgraphs."""
+    taken = {n.name for n in graph.node if n.name}
+    for i, node in enumerate(graph.node):
+        if not node.name:
+            name, k = f"{node.op_type}_{i}", 1
+            while name in taken:
+                name, k = f"{node.op_type}_{i}_{k}", k + 1
+            node.name = name
+            taken.add(name)
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                name_nodes(sub)
+
+
+def set_input_shapes(
+    model: onnx.ModelProto, batch_size: int | None, overrides: dict[str, list[int]]
+) -> None:
+    """Fix symbolic input dims from -b / -ois; a symbol fixed once is fixed everywhere."""
+    initializers = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in initializers]
+    names = {i.name for i in inputs}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise InputError(
+            f"-ois names input(s) {unknown} that the model does not have; its inputs are "
+            f"{sorted(names)}."
+        )
+    symbols: dict[str, int] = {}
+    for info in inputs:
+        dims = info.type.tensor_type.shape.dim
+        if info.name in overrides:
+            wanted = overrides[info.name]
+            if len(wanted) != len(dims):
+                raise InputError(
+                    f"-ois gives {len(wanted)} dims for input '{info.name}', which has rank "
+                    f"{len(dims)}."
+                )
+            for dim, value in zip(dims, wanted):
+                if dim.HasField("dim_param"):
+                    symbols[dim.dim_param] = value
+                dim.dim_value = value
+        elif batch_size is not None and len(dims) > 0:
+            if dims[0].HasField("dim_param"):
+                symbols[dims[0].dim_param] = batch_size
+            dims[0].dim_value = batch_size
+    for info in inputs:
+        for dim in info.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param in symbols:
+                dim.dim_value = symbols[dim.dim_param]
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as exc:  # noqa: BLE001 - a partial inference still lets us convert
+        log.warning("ONNX shape inference failed (%s); continuing with known shapes", exc)
+        return model
+
+
+def _subgraph_names(graph: onnx.GraphProto) -> set[str]:
+    names = set()
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                names.update(i for n in sub.node for i in n.input)
+                names.update(_subgraph_names(sub))
+    return names
+
+
+def _static_shape(info: onnx.ValueInfoProto) -> list[int] | None:
+    if not info.type.HasField("tensor_type") or not info.type.tensor_type.HasField("shape"):
+        return None
+    dims = info.type.tensor_type.shape.dim
+    if all(d.HasField("dim_value") for d in dims):
+        return [d.dim_value for d in dims]
+    return None
+
+
+def fold_constants(model: onnx.ModelProto) -> bool:
+    """Evaluate nodes whose inputs are all known at conversion time; True if any folded.
+
+    Shape and Size of statically shaped values count as known, so shape subgraphs
+    (Shape -> Gather -> Concat -> Reshape) collapse into constant reshape targets.
+    """
+    graph = model.graph
+    known: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    infos = {i.name: i for i in list(graph.value_info) + list(graph.input) + list(graph.output)}
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    folded_nodes = []
+    for node in graph.node:
+        if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC_OPS:
+            continue
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            continue
+        values = _try_fold(node, known, infos, opset)
+        if values is None:
+            continue
+        known.update(values)
+        folded_nodes.append(node)
+    if not folded_nodes:
+        return False
+    folded_outputs = {o for n in folded_nodes for o in n.output}
+    remaining = [n for n in graph.node if n not in folded_nodes]
+    used = {i for n in remaining for i in n.input} | {o.name for o in graph.output}
+    used |= _subgraph_names(graph)
+    new_inits = [
+        numpy_helper.from_array(known[name], name)
+        for name in sorted(folded_outputs & used)
+    ]
+    keep_inits = [i for i in graph.initializer if i.name in used]
+    del graph.node[:]
+    graph.node.extend(remaining)
+    del graph.initializer[:]
+    graph.initializer.extend(keep_inits + new_inits)
+    folded_names = {i.name for i in new_inits}
+    kept_vi = [v for v in graph.value_info if v.name not in folded_names]
+    del graph.value_info[:]
+    graph.value_info.extend(kept_vi)
+    return True
+
+
+def _try_fold(node, known, infos, opset) -> dict[str, np.ndarray] | None:
+    if node.op_type in ("Shape", "Size") and node.input[0] not in known:
+        info = infos.get(node.input[0])
+        shape = _static_shape(info) if info is not None else None
+        if shape is None:
+            return None
+        if node.op_type == "Size":
+            return {node.output[0]: np.array(int(np.prod(shape)), dtype=np.int64)}
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        start, end = attrs.get("start", 0), attrs.get("end", None)
+        return {node.output[0]: np.array(shape[start:end], dtype=np.int64)}
+    if not all((not i) or i in known for i in node.input):
+        return None
+    if node.op_type == "Constant" or node.input:
+        return _evaluate(node, known, opset)
+    return None
+
+
+def _evaluate(node, known, opset) -> dict[str, np.ndarray] | None:
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        feeds = {i: known[i] for i in node.input if i}
+        graph = helper.make_graph(
+            [node],
+            "fold",
+            [helper.make_tensor_value_info(i, onnx.TensorProto.UNDEFINED, None) for i in feeds],
+            [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output if o],
+        )
+        outs = ReferenceEvaluator(graph, opsets={"": opset}).run(None, feeds)
+    except Exception as exc:  # noqa: BLE001 - folding is an optimization; convert it instead
+        log.debug("not folding %s (%s): %s", node.name, node.op_type, exc)
+        return None
+    result = {}
+    for name, value in zip(node.output, outs):
+        if not name:
+            continue
+        if not isinstance(value, np.ndarray) and not np.isscalar(value):
+            return None
+        value = np.asarray(value)
+        if value.size > MAX_FOLDED_ELEMENTS or value.dtype == object:
+            return None
+        result[name] = value
+    return result
+
+
+def prepare_model(
+    model: onnx.ModelProto,
+    batch_size: int | None = None,
+    overwrite_input_shape: list[str] | None = None,
+) -> onnx.ModelProto:
+    """Name nodes, fix input shapes, infer shapes and fold constants until nothing changes."""
+    name_nodes(model.graph)
+    set_input_shapes(model, batch_size, parse_shape_overrides(overwrite_input_shape))
+    model = infer_shapes(model)
+    for _ in range(8):
+        if not fold_constants(model):
+            break
+        model = infer_shapes(model)
+    return model

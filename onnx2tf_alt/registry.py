@@ -1,0 +1,85 @@
+"""The handler registry: one decorator per ONNX op type, versioned by opset.
+
+A handler registered `since=N` applies from opset N until a later registration for the same
+op overrides it, so only opsets where the ONNX spec changed behaviour need a new version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from onnx2tf_alt.layout import LayoutPolicy, logical
+
+
+@dataclass(frozen=True)
+class Handler:
+    op_type: str
+    domain: str
+    since: int
+    fn: Callable
+    layout: LayoutPolicy
+    limits: str = ""
+
+
+_REGISTRY: dict[tuple[str, str], list[Handler]] = {}
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def _domain_key(domain: str) -> str:
+    return "" if domain in DEFAULT_DOMAINS else domain
+
+
+def handler(
+    op_type: str,
+    *,
+    since: int = 1,
+    domain: str = "",
+    layout: LayoutPolicy = logical,
+    limits: str = "",
+) -> Callable:
+    """Register `fn(ctx)` as the converter of `op_type` from opset `since` on."""
+
+    def register(fn: Callable) -> Callable:
+        versions = _REGISTRY.setdefault((_domain_key(domain), op_type), [])
+        versions.append(Handler(op_type, _domain_key(domain), since, fn, layout, limits))
+        versions.sort(key=lambda h: h.since)
+        return fn
+
+    return register
+
+
+def find_handler(op_type: str, domain: str, opset: int) -> Handler | None:
+    """The handler version for this opset, or None when the op is not supported."""
+    _load_ops()
+    versions = _REGISTRY.get((_domain_key(domain), op_type), [])
+    chosen = None
+    for h in versions:
+        if h.since <= opset:
+            chosen = h
+    return chosen
+
+
+def all_handlers() -> dict[tuple[str, str], list[Handler]]:
+    _load_ops()
+    return dict(_REGISTRY)
+
+
+_loaded = False
+
+
+def _load_ops() -> None:
+    """Import every ops module once so their decorators run."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import importlib
+    import pkgutil
+
+    import onnx2tf_alt.ops as ops_pkg
+
+    for info in pkgutil.iter_modules(ops_pkg.__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"onnx2tf_alt.ops.{info.name}")

@@ -1,0 +1,1 @@
+"""Op handlers, one module per op family; each registers itself with `@handler`."""

@@ -1,0 +1,201 @@
+"""Build one-node (or small) ONNX models, convert them in memory, and compare
+onnxruntime with the TF model and the float32 TFLite model.
+
+Converted values come back in their physical layout; the harness maps them to ONNX order
+through the perms the converter reports (never by guessing axes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
+DEFAULT_OPSET = 18
+
+
+def tensor_info(name: str, array_or_dtype, shape=None) -> onnx.ValueInfoProto:
+    if isinstance(array_or_dtype, np.ndarray):
+        dtype, shape = array_or_dtype.dtype, array_or_dtype.shape if shape is None else shape
+    else:
+        dtype = np.dtype(array_or_dtype)
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(dtype), shape)
+
+
+def make_model(
+    nodes,
+    inputs: dict[str, np.ndarray],
+    outputs: list[str],
+    initializers: dict[str, np.ndarray] | None = None,
+    opset: int = DEFAULT_OPSET,
+    input_shapes: dict[str, list] | None = None,
+    extra_opsets: dict[str, int] | None = None,
+) -> onnx.ModelProto:
+    """A checked model whose output types and shapes come from inference (or onnxruntime)."""
+    input_shapes = input_shapes or {}
+    graph = helper.make_graph(
+        list(nodes),
+        "test",
+        [tensor_info(n, a, input_shapes.get(n)) for n, a in inputs.items()],
+        [helper.make_value_info(o, onnx.TypeProto()) for o in outputs],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in (initializers or {}).items()],
+    )
+    opsets = [helper.make_opsetid("", opset)]
+    opsets += [helper.make_opsetid(d, v) for d, v in (extra_opsets or {}).items()]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = min(model.ir_version, 10)
+    inferred = onnx.shape_inference.infer_shapes(model)
+    known = {v.name: v for v in inferred.graph.value_info}
+    known.update({v.name: v for v in inferred.graph.output})
+    missing = [o for o in outputs if not _has_full_type(known.get(o))]
+    if missing:
+        del model.graph.output[:]
+        model.graph.output.extend(tensor_info(o, np.float32) for o in outputs)
+        results = ort_run(model, inputs, check=False)
+        typed = []
+        for o, r in zip(outputs, results):
+            info = known.get(o)
+            typed.append(info if _has_full_type(info) and o not in missing else tensor_info(o, r))
+        del model.graph.output[:]
+        model.graph.output.extend(typed)
+    else:
+        del model.graph.output[:]
+        model.graph.output.extend(known[o] for o in outputs)
+    onnx.checker.check_model(model)
+    return model
+
+
+def _has_full_type(info) -> bool:
+    return (
+        info is not None
+        and info.type.HasField("tensor_type")
+        and info.type.tensor_type.elem_type != 0
+        and info.type.tensor_type.HasField("shape")
+    )
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], check: bool = True):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    names = [i.name for i in session.get_inputs()]
+    return session.run(None, {n: feeds[n] for n in names})
+
+
+def convert(model: onnx.ModelProto, **kwargs):
+    from onnx2tf_alt.api import build
+
+    return build(onnx_graph=model, **kwargs)
+
+
+def to_physical(converted, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    result = converted.result
+    return {
+        result.input_names[n]: np.transpose(feeds[n], result.input_perms[n])
+        for n in converted.graph.inputs
+    }
+
+
+def to_logical(converted, outputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    result = converted.result
+    logical = []
+    for name in converted.graph.outputs:
+        value = np.asarray(outputs[result.output_names[name]])
+        perm = result.output_perms[name]
+        logical.append(np.transpose(value, np.argsort(perm)) if value.ndim == len(perm) else value)
+    return logical
+
+
+def tf_run(converted, feeds):
+    outputs = converted.result.model(
+        [to_physical(converted, feeds)[converted.result.input_names[n]]
+         for n in converted.graph.inputs],
+        training=False,
+    )
+    return to_logical(converted, {k: v.numpy() for k, v in outputs.items()})
+
+
+def tflite_run(converted, feeds, tflite_model: bytes | None = None):
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt.export.tflite import tflite_bytes
+
+    content = tflite_model or tflite_bytes(converted.result)
+    interpreter = Interpreter(model_content=content)
+    runner = interpreter.get_signature_runner("serving_default")
+    outputs = runner(**to_physical(converted, feeds))
+    return to_logical(converted, outputs)
+
+
+def assert_close(actual, expected, tol: float = 1e-4, what: str = ""):
+    """max|err| <= tol * max(1, max|ref|) for floats; exact for integers and bools."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    if expected.dtype.kind in "fc":
+        finite = np.isfinite(expected)
+        assert np.array_equal(np.isfinite(actual), finite), f"{what}: non-finite mismatch"
+        if finite.any():
+            ref = np.abs(expected[finite]).max()
+            err = np.abs(actual[finite].astype(np.float64) - expected[finite]).max()
+            assert err <= tol * max(1.0, ref), f"{what}: max|err| {err:.3g} (ref max {ref:.3g})"
+        nan = np.isnan(expected)
+        assert np.array_equal(np.isnan(actual), nan), f"{what}: NaN mismatch"
+        assert np.array_equal(actual[~finite & ~nan], expected[~finite & ~nan]), f"{what}: inf"
+    else:
+        assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+        np.testing.assert_array_equal(actual, expected, err_msg=what)
+
+
+def check_model(
+    model: onnx.ModelProto,
+    feeds: dict[str, np.ndarray],
+    tol: float = 1e-4,
+    tflite: bool = True,
+    tflite_tol: float | None = None,
+    **convert_kwargs,
+):
+    """Convert and compare with onnxruntime through the TF model and the float32 TFLite."""
+    expected = ort_run(model, feeds)
+    converted = convert(model, **convert_kwargs)
+    for i, (a, e) in enumerate(zip(tf_run(converted, feeds), expected)):
+        assert_close(a, e, tol, f"TF output {i}")
+    if tflite:
+        for i, (a, e) in enumerate(zip(tflite_run(converted, feeds), expected)):
+            assert_close(a, e, tflite_tol or tol, f"TFLite output {i}")
+    return converted
+
+
+def check_node(
+    op_type: str,
+    inputs: dict[str, np.ndarray],
+    attrs: dict | None = None,
+    initializers: dict[str, np.ndarray] | None = None,
+    num_outputs: int = 1,
+    opset: int = DEFAULT_OPSET,
+    domain: str = "",
+    input_shapes: dict[str, list] | None = None,
+    **check_kwargs,
+):
+    """One node with runtime `inputs` and constant `initializers`, in the node's input order
+    given by dict order (inputs first, then initializers unless `input_order` is given)."""
+    order = check_kwargs.pop("input_order", None) or [*inputs, *(initializers or {})]
+    outputs = [f"out{i}" for i in range(num_outputs)]
+    node = helper.make_node(op_type, order, outputs, domain=domain or None, **(attrs or {}))
+    extra = {domain: 1} if domain else None
+    model = make_model([node], inputs, outputs, initializers, opset, input_shapes, extra)
+    return check_model(model, inputs, **check_kwargs)
+
+
+def count_tflite_ops(content: bytes) -> dict[str, int]:
+    """Census of builtin operator names in a .tflite flatbuffer."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=content)
+    counts: dict[str, int] = {}
+    for op in interpreter._get_ops_details():
+        counts[op["op_name"]] = counts.get(op["op_name"], 0) + 1
+    return counts
