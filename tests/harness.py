@@ -158,13 +158,20 @@ def check_model(
     tflite_tol: float | None = None,
     **convert_kwargs,
 ):
-    """Convert and compare with onnxruntime through the TF model and the float32 TFLite."""
+    """Convert and compare with onnxruntime through the TF model and the float32 TFLite.
+
+    Returns the conversion; with `tflite`, its float32 flatbuffer is in `.tflite`.
+    """
     expected = ort_run(model, feeds)
     converted = convert(model, **convert_kwargs)
     for i, (a, e) in enumerate(zip(tf_run(converted, feeds), expected)):
         assert_close(a, e, tol, f"TF output {i}")
     if tflite:
-        for i, (a, e) in enumerate(zip(tflite_run(converted, feeds), expected)):
+        from onnx2tf_alt.export.tflite import tflite_bytes
+
+        converted.tflite = tflite_bytes(converted.result)
+        outputs = tflite_run(converted, feeds, converted.tflite)
+        for i, (a, e) in enumerate(zip(outputs, expected)):
             assert_close(a, e, tflite_tol or tol, f"TFLite output {i}")
     return converted
 

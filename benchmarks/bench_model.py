@@ -1,0 +1,129 @@
+"""Convert ONNX models with the CLI and compare, side by side in one run, the float32 TFLite
+latency (ai-edge-litert, 1 and 2 threads, median of N runs) with onnxruntime's on the same
+input; also report conversion wall time, peak memory, max error and the TRANSPOSE count.
+
+    python benchmarks/bench_model.py model.onnx [more.onnx ...] [--runs 20] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+
+def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    inits = {i.name for i in model.graph.initializer}
+    feeds = {}
+    for info in model.graph.input:
+        if info.name in inits:
+            continue
+        t = info.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in t.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
+        if np.issubdtype(dtype, np.floating):
+            feeds[info.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[info.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            feeds[info.name] = rng.integers(0, 8, shape).astype(dtype)
+    return feeds
+
+
+def median_latency(fn, runs: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def convert(path: str, out: str) -> tuple[float, float]:
+    """Run the CLI in a child process; return (wall seconds, peak RSS MiB of the child)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "onnx2tf_alt", "-i", path, "-o", out, "-n"],
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return wall, max(peak, before) / 1024
+
+
+def bench(path: str, runs: int) -> dict:
+    from ai_edge_litert.interpreter import Interpreter
+
+    model = onnx.load(path)
+    feeds = random_feeds(model)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "out")
+        wall, peak_mib = convert(path, out)
+        layout = json.load(open(os.path.join(out, f"{stem}_io_layout.json")))
+        tflite_path = os.path.join(out, f"{stem}_float32.tflite")
+        row = {"model": stem, "convert_s": round(wall, 2), "convert_peak_mib": round(peak_mib)}
+        phys = {e["tf_name"]: np.transpose(feeds[e["onnx_name"]], e["perm"]) for e in layout["inputs"]}
+        for threads in (1, 2):
+            interpreter = Interpreter(model_path=tflite_path, num_threads=threads)
+            runner = interpreter.get_signature_runner("serving_default")
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+            tfl_ms = median_latency(lambda: runner(**phys), runs)
+            ort_ms = median_latency(lambda: session.run(None, feeds), runs)
+            row[f"tflite_ms_{threads}t"] = round(tfl_ms, 3)
+            row[f"ort_ms_{threads}t"] = round(ort_ms, 3)
+            row[f"ratio_{threads}t"] = round(tfl_ms / ort_ms, 2)
+        outputs = runner(**phys)
+        expected = session.run(None, feeds)
+        errors = []
+        for entry, ref in zip(layout["outputs"], expected):
+            got = np.transpose(outputs[entry["tf_name"]], np.argsort(entry["perm"]))
+            scale = max(1.0, float(np.abs(ref).max()))
+            errors.append(float(np.abs(got - ref).max()) / scale)
+        row["max_rel_err"] = float(f"{max(errors):.3g}")
+        ops = {}
+        for op in Interpreter(model_path=tflite_path)._get_ops_details():
+            ops[op["op_name"]] = ops.get(op["op_name"], 0) + 1
+        row["tflite_transposes"] = ops.get("TRANSPOSE", 0)
+        row["onnx_transposes"] = sum(n.op_type == "Transpose" for n in model.graph.node)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    rows = []
+    for path in args.models:
+        try:
+            rows.append(bench(path, args.runs))
+        except Exception as exc:  # noqa: BLE001 - one failing model must not hide the others
+            rows.append({"model": os.path.basename(path), "error": str(exc).strip()[-300:]})
+        print(json.dumps(rows[-1]), flush=True)
+    if args.json:
+        json.dump(rows, open(args.json, "w"), indent=2)
+
+
+if __name__ == "__main__":
+    main()
