@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 import onnx
 from google.protobuf.message import DecodeError
 
 from onnx2tf_alt.errors import InputError
+
+log = logging.getLogger("onnx2tf_alt")
 
 
 def load_model(path: str | os.PathLike | None = None, proto: onnx.ModelProto | None = None):
@@ -40,6 +43,9 @@ def load_model(path: str | os.PathLike | None = None, proto: onnx.ModelProto | N
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0]
+        if "deprecated" in first:  # e.g. GroupNormalization-18: still well-defined, convert it
+            log.warning("onnx.checker: %s", first)
+            return model
         raise InputError(
             f"{source} is not a valid ONNX model: {first}. Re-export it, or repair it with "
             "onnx tools before converting."

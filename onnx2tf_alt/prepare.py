@@ -96,11 +96,64 @@ def set_input_shapes(
 
 
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    try:
-        return shape_inference.infer_shapes(model, data_prop=True)
-    except Exception as exc:  # noqa: BLE001 - a partial inference still lets us convert
-        log.warning("ONNX shape inference failed (%s); continuing with known shapes", exc)
-        return model
+    for _ in range(4):
+        try:
+            model = shape_inference.infer_shapes(model, data_prop=True)
+        except Exception as exc:  # noqa: BLE001 - a partial inference still lets us convert
+            log.warning("ONNX shape inference failed (%s); continuing with known shapes", exc)
+            return model
+        if not fill_same_shape_gaps(model):
+            break
+    return model
+
+
+# Ops whose first output has the shape and dtype of their first input. Used where ONNX shape
+# inference leaves a value unknown (e.g. GroupNormalization-21 has no inference function).
+SAME_SHAPE_OPS = {
+    "GroupNormalization", "InstanceNormalization", "LayerNormalization", "BatchNormalization",
+    "LRN", "MeanVarianceNormalization", "LpNormalization", "Relu", "LeakyRelu", "PRelu", "Elu",
+    "Selu", "Celu", "Sigmoid", "HardSigmoid", "HardSwish", "Mish", "Tanh", "Softplus",
+    "Softsign", "Gelu", "Erf", "Clip", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs",
+    "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Softmax", "LogSoftmax", "Identity",
+    "Dropout", "ThresholdedRelu", "Shrink", "Hardmax",
+}
+
+
+def fill_same_shape_gaps(model: onnx.ModelProto) -> int:
+    """Give unknown outputs of shape-preserving ops their input's type (in graph order).
+
+    Returns how many values were filled, so inference can run again downstream of them.
+    """
+    filled = 0
+    graph = model.graph
+    infos = {v.name: v for v in [*graph.input, *graph.value_info, *graph.output]}
+    for init in graph.initializer:
+        infos.setdefault(init.name, helper.make_tensor_value_info(
+            init.name, init.data_type, list(init.dims)))
+    outputs = {o.name: o for o in graph.output}
+    for node in graph.node:
+        if node.op_type not in SAME_SHAPE_OPS or not node.input or not node.output:
+            continue
+        source, name = infos.get(node.input[0]), node.output[0]
+        if source is None or not _has_shape(source) or _has_shape(infos.get(name)):
+            continue
+        target = outputs.get(name)
+        if target is None:
+            target = graph.value_info.add()
+            target.name = name
+        target.type.CopyFrom(source.type)
+        infos[name] = target
+        filled += 1
+    return filled
+
+
+def _has_shape(info) -> bool:
+    return (
+        info is not None
+        and info.type.HasField("tensor_type")
+        and info.type.tensor_type.elem_type != 0
+        and info.type.tensor_type.HasField("shape")
+    )
 
 
 def _subgraph_names(graph: onnx.GraphProto) -> set[str]:

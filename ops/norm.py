@@ -1,0 +1,202 @@
+"""Normalization ops: BatchNormalization, InstanceNormalization, LayerNormalization,
+GroupNormalization, LRN, MeanVarianceNormalization, LpNormalization.
+
+Per-channel ops run channel-last (the channel is the last physical axis); the others run
+in their input's perm with the normalized axes mapped through it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from onnx2tf_alt import perms as P
+from onnx2tf_alt.graph import Graph, Node
+from onnx2tf_alt.layout import Decision, channel_last, same_as_input
+from onnx2tf_alt.perms import Perm
+from onnx2tf_alt.registry import handler
+
+
+def broadcast_like_data(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
+    """Input 0 keeps its perm; the other inputs broadcast against it, so they are
+    rank-aligned (leading size-1 axes) and given the same perm; outputs of its rank keep it.
+    """
+    base = in_perms[0]
+    wanted = [None if p is None else base for p in in_perms]
+    ranks = [graph.rank(o) or 0 for o in node.outputs]
+    return Decision(wanted, [base if r == len(base) else P.identity(r) for r in ranks])
+
+
+def _normalize(x, axes, epsilon):
+    """((x - mean) * inv_std, mean, inv_std) over physical `axes` (statistics keep dims)."""
+    mean = tf.reduce_mean(x, axes, keepdims=True)
+    centered = x - mean
+    inv_std = tf.math.rsqrt(tf.reduce_mean(tf.square(centered), axes, keepdims=True) + epsilon)
+    return centered * inv_std, mean, inv_std
+
+
+def _stashed(ctx, x):
+    """x in the precision of the statistics (stash_type=1: at least float32)."""
+    if ctx.attr("stash_type", 1) == 1 and x.dtype in (tf.float16, tf.bfloat16):
+        return tf.cast(x, tf.float32)
+    return x
+
+
+def _reshape_like(y, x):
+    """y reshaped to x's shape (read at run time when several dims are unknown)."""
+    shape = x.shape.as_list()
+    if shape.count(None) > 1:
+        return tf.reshape(y, tf.shape(x))
+    return tf.reshape(y, [-1 if d is None else d for d in shape])
+
+
+def _static_channels(ctx) -> int:
+    channels = ctx.shape(0)[1]
+    if channels is None:
+        raise NotImplementedError(f"{ctx.node.op_type} needs a static channel dimension")
+    return int(channels)
+
+
+def _channel_param(ctx, i: int, dtype):
+    """BatchNormalization parameter i in the physical layout of a channel-last input.
+
+    Parameters are (C,), or with spatial=0 (opset < 9) (C, D1, ..., Dn): the channel
+    axis moves last, as in the data.
+    """
+    value = ctx.const(i)
+    if value is not None:
+        return np.moveaxis(value.astype(np.float64), 0, -1)
+    tensor = tf.cast(ctx.x(i), dtype)
+    rank = ctx.rank(i)
+    return tensor if rank == 1 else tf.transpose(tensor, [*range(1, rank), 0])
+
+
+@handler(
+    "BatchNormalization",
+    since=7,
+    layout=channel_last(0),
+    limits="inference only: training_mode=1 and the running/saved statistics outputs are "
+    "not supported",
+)
+def batch_normalization(ctx):
+    if ctx.attr("training_mode", 0) or any(ctx.node.outputs[1:]):
+        raise NotImplementedError(
+            "BatchNormalization in training mode (training_mode=1 or statistics outputs) is "
+            "not supported; export the model in inference mode"
+        )
+    x = ctx.x(0)
+    epsilon = ctx.attr("epsilon", 1e-5)
+    scale, bias, mean, var = (_channel_param(ctx, i, x.dtype) for i in range(1, 5))
+    if all(isinstance(p, np.ndarray) for p in (scale, bias, mean, var)):
+        # Folded at conversion time: one MUL and one ADD, which TFLite fuses into a conv.
+        mul = scale / np.sqrt(var + epsilon)
+        add = bias - mean * mul
+        dtype = ctx.dtype(0)
+        return x * ctx.const_tensor(mul.astype(dtype)) + ctx.const_tensor(add.astype(dtype))
+    scale, bias, mean, var = (
+        ctx.const_tensor(p.astype(ctx.dtype(0))) if isinstance(p, np.ndarray) else p
+        for p in (scale, bias, mean, var)
+    )
+    mul = scale * tf.math.rsqrt(var + epsilon)
+    return x * mul + (bias - mean * mul)
+
+
+@handler("InstanceNormalization", since=6, layout=channel_last(0))
+def instance_normalization(ctx):
+    spatial = list(range(1, ctx.rank(0) - 1))
+    y, _, _ = _normalize(ctx.x(0), spatial, ctx.attr("epsilon", 1e-5))
+    return y * ctx.x(1) + ctx.x(2)
+
+
+@handler("LayerNormalization", since=17, layout=broadcast_like_data)
+def layer_normalization(ctx):
+    rank = ctx.rank(0)
+    axis = ctx.attr("axis", -1) % rank
+    x = ctx.x(0)
+    axes = ctx.axes(range(axis, rank))
+    y, mean, inv_std = _normalize(_stashed(ctx, x), axes, ctx.attr("epsilon", 1e-5))
+    y = tf.cast(y, x.dtype) * ctx.x(1)
+    if ctx.has(2):
+        y = y + ctx.x(2)
+    return [y, mean, inv_std]
+
+
+def _group_normalize(ctx, x):
+    """x (N, spatial..., C) normalized per instance and group, as (N, S, G, C/G)."""
+    groups = ctx.attr("num_groups")
+    channels = _static_channels(ctx)
+    n, *spatial, _ = x.shape.as_list()
+    inner = [groups, channels // groups]
+    if None not in spatial:
+        dims = [-1, int(np.prod(spatial)), *inner]
+    elif n is not None:
+        dims = [n, -1, *inner]
+    else:
+        dims = tf.concat([tf.shape(x)[:1], [-1, *inner]], axis=0)
+    y, _, _ = _normalize(tf.reshape(x, dims), [1, 3], ctx.attr("epsilon", 1e-5))
+    return y
+
+
+@handler("GroupNormalization", since=18, layout=channel_last(0),
+         limits="the channel dimension must be static")
+def group_normalization_18(ctx):
+    """Opset 18: scale and bias hold one value per group."""
+    x = ctx.x(0)
+    groups = ctx.attr("num_groups")
+    y = _group_normalize(ctx, x)
+    y = y * tf.reshape(ctx.x(1), [groups, 1]) + tf.reshape(ctx.x(2), [groups, 1])
+    return _reshape_like(y, x)
+
+
+@handler("GroupNormalization", since=21, layout=channel_last(0),
+         limits="the channel dimension must be static")
+def group_normalization_21(ctx):
+    """Opset 21: scale and bias hold one value per channel; statistics in stash_type."""
+    x = ctx.x(0)
+    y = _reshape_like(_group_normalize(ctx, _stashed(ctx, x)), x)
+    return tf.cast(y, x.dtype) * ctx.x(1) + ctx.x(2)
+
+
+@handler("LRN", since=1, layout=channel_last(0), limits="the channel dimension must be static "
+         "unless the input is 4-D and size is odd")
+def lrn(ctx):
+    size = ctx.attr("size")
+    alpha, beta, bias = ctx.attr("alpha", 1e-4), ctx.attr("beta", 0.75), ctx.attr("bias", 1.0)
+    x = ctx.x(0)
+    if size % 2 == 1 and ctx.rank(0) == 4:
+        # TF's window is symmetric and its alpha is not divided by the window size.
+        return tf.nn.local_response_normalization(
+            x, depth_radius=size // 2, bias=bias, alpha=alpha / size, beta=beta
+        )
+    # Even sizes have an asymmetric window (floor((size-1)/2) channels before, the rest
+    # after): sum the squares over it with a banded channel-mixing matrix.
+    channels = _static_channels(ctx)
+    before = (size - 1) // 2
+    offset = np.arange(channels)[:, None] - np.arange(channels)[None, :]  # in - out channel
+    band = ((offset >= -before) & (offset <= size - 1 - before)).astype(ctx.dtype(0))
+    square_sum = tf.linalg.matmul(tf.square(x), ctx.const_tensor(band))
+    return x / tf.pow(bias + (alpha / size) * square_sum, beta)
+
+
+@handler("MeanVarianceNormalization", since=9, layout=same_as_input(0))
+def mean_variance_normalization(ctx):
+    x = ctx.x(0)
+    axes = ctx.axes(ctx.attr("axes", [0, 2, 3]))
+    mean = tf.reduce_mean(x, axes, keepdims=True)
+    centered = x - mean
+    std = tf.sqrt(tf.reduce_mean(tf.square(centered), axes, keepdims=True))
+    return centered / (std + 1e-9)
+
+
+@handler("LpNormalization", since=1, layout=same_as_input(0), limits="p must be 1 or 2")
+def lp_normalization(ctx):
+    x = ctx.x(0)
+    axis = ctx.axis(ctx.attr("axis", -1))
+    p = ctx.attr("p", 2)
+    if p == 1:
+        norm = tf.reduce_sum(tf.abs(x), axis, keepdims=True)
+    elif p == 2:
+        norm = tf.sqrt(tf.reduce_sum(tf.square(x), axis, keepdims=True))
+    else:
+        raise NotImplementedError(f"LpNormalization with p={p} (ONNX allows only 1 and 2)")
+    return x / norm
