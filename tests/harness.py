@@ -206,3 +206,70 @@ def count_tflite_ops(content: bytes) -> dict[str, int]:
     for op in interpreter._get_ops_details():
         counts[op["op_name"]] = counts.get(op["op_name"], 0) + 1
     return counts
+
+
+def check_nodes(
+    nodes,
+    inputs: dict[str, np.ndarray],
+    initializers: dict[str, np.ndarray] | None = None,
+    opset: int = DEFAULT_OPSET,
+    outputs: list[str] | None = None,
+    tol: float = 1e-4,
+    tflite: bool = True,
+    **convert_kwargs,
+):
+    """Several nodes in one model, checked in one conversion (TF and float32 TFLite).
+
+    Every node output is a graph output unless `outputs` names them; a failure names the
+    output. Returns (converted, census of TFLite builtin ops or None).
+    """
+    nodes = list(nodes)
+    outputs = outputs or [o for n in nodes for o in n.output if o]
+    model = make_model(nodes, inputs, outputs, initializers, opset)
+    expected = ort_run(model, inputs)
+    converted = convert(model, **convert_kwargs)
+    for name, a, e in zip(outputs, tf_run(converted, inputs), expected):
+        assert_close(a, e, tol, f"TF {name}")
+    census = None
+    if tflite:
+        from onnx2tf_alt.export.tflite import tflite_bytes
+
+        content = tflite_bytes(converted.result)
+        for name, a, e in zip(outputs, tflite_run(converted, inputs, content), expected):
+            assert_close(a, e, tol, f"TFLite {name}")
+        census = count_tflite_ops(content)
+    return converted, census
+
+
+def check_both_layouts(
+    variants,
+    x: np.ndarray,
+    initializers: dict[str, np.ndarray] | None = None,
+    opset: int = DEFAULT_OPSET,
+    input_shape: list | None = None,
+    **check_kwargs,
+):
+    """Check the nodes `variants(src)` on two sources in one conversion: the model input
+    `x` kept in ONNX order, and `xc`, an identity 1x1 Conv of x that the plan keeps
+    channel-last, so that the op's axis remapping is exercised as well.
+
+    `variants(src)` returns nodes reading `src`; their outputs must embed `src` in their
+    names to be unique. `input_shape` may make dims of x symbolic (e.g. ["N", 3, 5, 7]).
+    x must be float, of rank 3 to 5.
+    """
+    channels = x.shape[1]
+    eye = np.eye(channels, dtype=x.dtype).reshape((channels, channels) + (1,) * (x.ndim - 2))
+    initializers = {**(initializers or {}), "w_identity_conv": eye}
+    nodes = [
+        helper.make_node("Conv", ["x", "w_identity_conv"], ["xc"]),
+        *variants("x"),
+        *variants("xc"),
+    ]
+    outputs = [o for n in nodes[1:] for o in n.output if o]
+    shapes = {"x": input_shape} if input_shape else None
+    model = make_model(nodes, {"x": x}, outputs, initializers, opset, shapes)
+    converted = check_model(
+        model, {"x": x}, keep_ncw_or_nchw_or_ncdhw_input_names=["x"], **check_kwargs
+    )
+    assert converted.plan.perms["xc"] != converted.plan.perms["x"], "xc is not channel-last"
+    return converted

@@ -1,0 +1,156 @@
+"""Reductions (Reduce*) and arg-reductions (ArgMax, ArgMin) on the input's own layout.
+
+These ops remap axes instead of transposing: they reduce over the physical axes that hold
+the requested logical axes. With keepdims=1 the output keeps the input's perm; with
+keepdims=0 it is the input's perm with the reduced axes dropped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from onnx2tf_alt import perms as P
+from onnx2tf_alt.layout import derived
+from onnx2tf_alt.registry import handler
+
+
+def _static_axes(node, const_of) -> list[int] | None:
+    """The node's `axes` (attribute, or constant input 1); [] when absent; None at run time.
+
+    `const_of(name)` returns a value's constant array, or None when it is computed.
+    """
+    if "axes" in node.attrs:
+        return list(node.attrs["axes"])
+    if len(node.inputs) < 2 or not node.inputs[1]:
+        return []
+    value = const_of(node.inputs[1])
+    return None if value is None else [int(a) for a in np.asarray(value).reshape(-1)]
+
+
+def _reduced_axes(node, axes: list[int], rank: int) -> list[int] | None:
+    """Logical axes actually reduced (sorted, non-negative); None for the no-op case."""
+    if not axes:
+        return None if node.attrs.get("noop_with_empty_axes", 0) else list(range(rank))
+    return sorted({a % rank for a in axes})
+
+
+def _reduce_out_perm(node, graph, in_perm):
+    axes = _static_axes(node, graph.constants.get)
+    if axes is None:
+        return None
+    reduced = _reduced_axes(node, axes, len(in_perm))
+    if reduced is None or node.attrs.get("keepdims", 1):
+        return in_perm
+    return P.drop_axes(in_perm, reduced)
+
+
+def _log_sum_exp(x, reduce):
+    """log(sum(exp(x))) shifted by the max, so large inputs do not overflow.
+
+    The shift is clamped to the lowest finite value so all -inf slices give -inf, not NaN.
+    """
+    m = tf.maximum(reduce(tf.reduce_max, x, True), x.dtype.min)
+    return tf.math.log(reduce(tf.reduce_sum, tf.exp(x - m))) + reduce(_squeeze_like, m)
+
+
+def _squeeze_like(t, axis, keepdims):
+    """A 'reduction' of size-1 axes: drops them unless keepdims."""
+    return t if keepdims else tf.squeeze(t, axis)
+
+
+def _max(x, reduce):
+    return reduce(tf.reduce_any if x.dtype == tf.bool else tf.reduce_max, x)
+
+
+def _min(x, reduce):
+    return reduce(tf.reduce_all if x.dtype == tf.bool else tf.reduce_min, x)
+
+
+# Each op as a formula over `reduce(fn, t[, keepdims])`; with noop_with_empty_axes and no
+# axes `reduce` returns t unchanged, which gives onnxruntime's results (x*x, |x|, log x, ...).
+REDUCTIONS = {
+    "ReduceSum": lambda x, r: r(tf.reduce_sum, x),
+    "ReduceMean": lambda x, r: r(tf.reduce_mean, x),
+    "ReduceMax": _max,
+    "ReduceMin": _min,
+    "ReduceProd": lambda x, r: r(tf.reduce_prod, x),
+    "ReduceL1": lambda x, r: r(tf.reduce_sum, tf.abs(x)),
+    "ReduceL2": lambda x, r: tf.sqrt(r(tf.reduce_sum, tf.square(x))),
+    "ReduceSumSquare": lambda x, r: r(tf.reduce_sum, tf.square(x)),
+    "ReduceLogSum": lambda x, r: tf.math.log(r(tf.reduce_sum, x)),
+    "ReduceLogSumExp": _log_sum_exp,
+}
+
+
+def _reducer(ctx):
+    """`reduce(fn, t, keep=None)`: fn over the node's physical axes, keeping the reduced
+    axes per `keep` (default: the keepdims attribute); t itself for the no-op case."""
+    keepdims = bool(ctx.attr("keepdims", 1))
+    axes = _static_axes(ctx.node, lambda _: ctx.const(1))
+    if axes is None:
+        if not keepdims or ctx.attr("noop_with_empty_axes", 0):
+            raise NotImplementedError("run-time axes need keepdims=1 and noop_with_empty_axes=0")
+        axis = _runtime_axes(ctx)
+    else:
+        reduced = _reduced_axes(ctx.node, axes, ctx.rank(0))
+        if reduced is None:
+            return lambda fn, t, keep=None: t
+        axis = ctx.axes(reduced)
+
+    def reduce(fn, t, keep=None):
+        return fn(t, axis=axis, keepdims=keepdims if keep is None else keep)
+
+    return reduce
+
+
+def _runtime_axes(ctx):
+    """Axes known only at run time (logical layout); an empty tensor means all axes."""
+    axes = tf.cast(tf.reshape(ctx.x(1), [-1]), tf.int32)
+    rank = ctx.rank(0)
+    all_axes = tf.range(rank)[: rank * tf.cast(tf.equal(tf.size(axes), 0), tf.int32)]
+    return tf.concat([axes, all_axes], axis=0)
+
+
+def _reduce(ctx):
+    return REDUCTIONS[ctx.node.op_type](ctx.x(0), _reducer(ctx))
+
+
+_AXES_INPUT_SINCE = {"ReduceSum": 13}
+for _op in REDUCTIONS:
+    handler(_op, since=1, layout=derived(_reduce_out_perm))(_reduce)
+    handler(
+        _op,
+        since=_AXES_INPUT_SINCE.get(_op, 18),
+        layout=derived(_reduce_out_perm),
+        limits="axes given at run time need keepdims=1 and noop_with_empty_axes=0",
+    )(_reduce)
+
+
+def _arg_out_perm(node, graph, in_perm):
+    if node.attrs.get("keepdims", 1):
+        return in_perm
+    return P.drop_axes(in_perm, [node.attrs.get("axis", 0) % len(in_perm)])
+
+
+def _arg_reduce(ctx, fn):
+    """fn (tf.math.argmax / argmin) on the physical axis; select_last_index by reversing."""
+    x = ctx.x(0)
+    axis = ctx.axis(ctx.attr("axis", 0))
+    if ctx.attr("select_last_index", 0):
+        size = x.shape[axis]
+        size = tf.shape(x, out_type=tf.int64)[axis] if size is None else size
+        y = size - 1 - fn(tf.reverse(x, [axis]), axis=axis, output_type=tf.int64)
+    else:
+        y = fn(x, axis=axis, output_type=tf.int64)
+    return tf.expand_dims(y, axis) if ctx.attr("keepdims", 1) else y
+
+
+@handler("ArgMax", since=1, layout=derived(_arg_out_perm))
+def arg_max(ctx):
+    return _arg_reduce(ctx, tf.math.argmax)
+
+
+@handler("ArgMin", since=1, layout=derived(_arg_out_perm))
+def arg_min(ctx):
+    return _arg_reduce(ctx, tf.math.argmin)
