@@ -104,7 +104,7 @@ class ModelBuilder:
                 if array.ndim < len(perm):
                     array = array.reshape((1,) * (len(perm) - array.ndim) + array.shape)
                 array = np.transpose(array, perm)
-            return self.materialize(np.ascontiguousarray(array))
+            return self.materialize(np.ascontiguousarray(array).reshape(array.shape))
         if perm is None:
             return value.tensor
         key = (name, tuple(perm), 0)

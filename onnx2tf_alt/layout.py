@@ -14,8 +14,9 @@ has no transpose at all.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 from onnx2tf_alt import perms as P
 from onnx2tf_alt.graph import Graph, Node
@@ -60,6 +61,7 @@ def channel_last(*data_inputs: int) -> LayoutPolicy:
         return Decision(wanted, [P.channel_last(r) for r in _out_ranks(node, graph)])
 
     policy.wants_channel_last = True
+    policy.__name__ = "channel_last"
     return policy
 
 
@@ -90,15 +92,20 @@ def agnostic(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
     return Decision(wanted, [common if r == rank else P.identity(r) for r in ranks])
 
 
-def same_as_input(data_input: int = 0) -> LayoutPolicy:
-    """Axis-remapping ops whose outputs keep the data input's perm (Softmax, Concat, ...).
+def same_as_input(data_input: int | None = 0) -> LayoutPolicy:
+    """Axis-remapping ops whose outputs keep the data input's perm (Softmax, Split, ...).
 
     Every other non-omitted input of the same rank takes the same perm; lower-rank inputs
-    (axes, starts, ...) stay logical.
+    (axes, starts, ...) stay logical. `data_input=None` (Concat) takes the most common perm
+    of the non-constant inputs of the highest rank instead of one input's.
     """
 
     def policy(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
-        base = in_perms[data_input]
+        if data_input is None:
+            rank = max(len(p) for p in in_perms if p is not None)
+            base = _common_perm(node, graph, in_perms, rank)
+        else:
+            base = in_perms[data_input]
         wanted = []
         for p in in_perms:
             if p is None:
@@ -110,6 +117,8 @@ def same_as_input(data_input: int = 0) -> LayoutPolicy:
         outs = [base if r == len(base) else P.identity(r) for r in _out_ranks(node, graph)]
         return Decision(wanted, outs)
 
+    policy.keeps_layout = True
+    policy.__name__ = "same_as_input"
     return policy
 
 
@@ -127,6 +136,7 @@ def derived(out_perm: Callable[[Node, Graph, Perm], Perm | None]) -> LayoutPolic
         rest = [None if p is None else P.identity(len(p)) for p in in_perms[1:]]
         return Decision([base, *rest], [result])
 
+    policy.__name__ = "derived"
     return policy
 
 
@@ -159,6 +169,44 @@ def reshape_perm(in_shape, out_shape, in_perm: Perm) -> Perm | None:
             after = [key[a] for a in range(axis + 1, n) if a in key]
             key[axis] = (min(after) if after else len(groups)) - 1e-3 * (n - axis)
     return tuple(sorted(range(n), key=lambda a: key[a]))
+
+
+def regrouped_reshape(in_shape, out_shape, in_perm: Perm) -> tuple[Perm, Perm] | None:
+    """(input perm to ask for, output perm) of a reshape, moving as little as possible.
+
+    When the reshape cannot run on the input as it lies, the input is reordered so that each
+    group of merged axes is adjacent and in order, while the groups keep their physical order
+    (one transpose, after which the output usually lands in a useful layout, e.g. NHWC after
+    a channel shuffle). None when the shapes do not allow planning.
+    """
+    out = reshape_perm(in_shape, out_shape, in_perm)
+    if out is not None:
+        return tuple(in_perm), out
+    groups = None if in_shape is None or out_shape is None else _reshape_groups(in_shape, out_shape)
+    if groups is None:
+        return None
+    phys = {a: i for i, a in enumerate(in_perm)}
+    groups.sort(key=lambda g: min(phys[a] for a in g[0]))
+    grouped = [a for g in groups for a in g[0]]
+    unit = [a for a in range(len(in_shape)) if a not in grouped]
+    need = tuple(unit + grouped)
+    out = reshape_perm(in_shape, out_shape, need)
+    return None if out is None else (need, out)
+
+
+def reshaping(shapes: Callable[[Node, Graph], tuple | None]) -> LayoutPolicy:
+    """Policy of Reshape-like ops: `shapes(node, graph)` gives (input shape, output shape)."""
+
+    def policy(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
+        found = shapes(node, graph)
+        planned = regrouped_reshape(*found, in_perms[0]) if found and in_perms[0] else None
+        if planned is None:
+            return logical(node, graph, in_perms)
+        rest = [None if p is None else P.identity(len(p)) for p in in_perms[1:]]
+        return Decision([planned[0], *rest], [planned[1]])
+
+    policy.__name__ = "reshaping"
+    return policy
 
 
 def _reshape_groups(in_shape, out_shape):
@@ -207,13 +255,18 @@ class Plan:
         needed = set()
         for node, wanted in zip(graph.nodes, self.node_inputs):
             for name, perm in zip(node.inputs, wanted):
-                if perm is not None and name and not graph.is_const(name):
-                    if _differs(self.perms[name], perm):
-                        needed.add((name, perm))
+                if _needs_transpose(graph, self.perms, name, perm):
+                    needed.add((name, perm))
         for name, perm in self.output_perms.items():
             if not graph.is_const(name) and _differs(self.perms[name], perm):
                 needed.add((name, perm))
         return needed
+
+
+def _needs_transpose(graph: Graph, perms: dict[str, Perm], name: str, want: Perm | None) -> bool:
+    if want is None or not name or graph.is_const(name):
+        return False
+    return _differs(perms[name], want)
 
 
 def _differs(have: Perm, want: Perm) -> bool:
@@ -223,16 +276,21 @@ def _differs(have: Perm, want: Perm) -> bool:
 def _feeds_channel_last(
     name: str, graph: Graph, policy_of: Callable[[Node], LayoutPolicy], depth: int = 8
 ) -> bool:
-    """Does this value reach a channel-last op's data input through agnostic ops only?"""
+    """Does this value reach a channel-last op's data input through ops that keep layouts?"""
     for node in graph.nodes:
         if name not in node.inputs:
             continue
         policy = policy_of(node)
-        if getattr(policy, "wants_channel_last", False) and node.inputs.index(name) == 0:
+        wants = getattr(policy, "wants_channel_last", False)
+        if callable(wants):  # a per-node predicate (node, graph) -> bool
+            wants = wants(node, graph)
+        if wants and node.inputs.index(name) == 0:
             return True
-        if policy is agnostic and depth > 0:
-            if any(_feeds_channel_last(o, graph, policy_of, depth - 1) for o in node.outputs):
-                return True
+        passes = policy is agnostic or getattr(policy, "keeps_layout", False)
+        if passes and depth > 0 and any(
+            _feeds_channel_last(o, graph, policy_of, depth - 1) for o in node.outputs
+        ):
+            return True
     return False
 
 

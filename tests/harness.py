@@ -273,3 +273,22 @@ def check_both_layouts(
     )
     assert converted.plan.perms["xc"] != converted.plan.perms["x"], "xc is not channel-last"
     return converted
+
+
+def assert_keras_reloads(converted, feeds: dict[str, np.ndarray], folder) -> None:
+    """The Keras model saved as .h5 and as .keras reloads and computes the same outputs."""
+    import os
+
+    import tf_keras
+
+    from onnx2tf_alt.export.keras_files import save_h5, save_keras_v3
+
+    physical = to_physical(converted, feeds)
+    inputs = [physical[converted.result.input_names[n]] for n in converted.graph.inputs]
+    expected = {k: v.numpy() for k, v in converted.result.model(inputs).items()}
+    for suffix, save in (("h5", save_h5), ("keras", save_keras_v3)):
+        path = os.path.join(str(folder), f"reload.{suffix}")
+        save(converted.result, path)
+        outputs = tf_keras.models.load_model(path)(inputs)
+        for name, value in expected.items():
+            np.testing.assert_array_equal(outputs[name].numpy(), value, err_msg=f"{suffix} {name}")

@@ -54,7 +54,7 @@ def test_written_files(converted):
         "cnn_io_layout.json",
     ]:
         assert expected in names
-    assert not any(n.startswith(".onnx2tf_alt_") for n in out.parent.iterdir())
+    assert not any(n.name.startswith(".onnx2tf_alt_") for n in out.parent.iterdir())
     assert layout["inputs"][0]["perm"] == [0, 2, 3, 1]
     assert layout["inputs"][0]["shape"] == [None, 16, 16, 3]
     assert layout["outputs"][0]["onnx_name"] == "logits"

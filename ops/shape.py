@@ -1,0 +1,275 @@
+"""Shape ops: reshapes, axis moves, shape queries and shape-made constants.
+
+Reshape, Flatten, Squeeze, Unsqueeze and Transpose run on the physical tensor: their output
+perm is derived from the input's, so they move no data (a Transpose is a perm change and
+emits no op at all). Shape and Size read the logical shape of a value in any layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from onnx2tf_alt import perms as P
+from onnx2tf_alt.graph import Graph, Node
+from onnx2tf_alt.layout import Decision, derived, reshaping, same_as_input
+from onnx2tf_alt.registry import handler
+
+
+def shape_tensor(ctx, i: int = 0, dtype=tf.int32):
+    """Logical (ONNX-order) shape of input i at run time, whatever its physical perm."""
+    return tf.gather(tf.shape(ctx.x(i), out_type=dtype), P.inverse(ctx.perm(i)))
+
+
+def scalar(ctx, i: int):
+    """Scalar input i as a 0-d tensor (a constant one is made here, keeping its rank 0)."""
+    value = ctx.const(i)
+    return ctx.x(i) if value is None else ctx.const_tensor(value)
+
+
+def reshape_to_output(ctx, runtime_target, out_shape=None):
+    """Input 0 reshaped, as it lies physically, to output 0's physical shape.
+
+    With at most one unknown output dim the target is static (-1 for the unknown), which
+    keeps a plain RESHAPE; otherwise `runtime_target()` gives the logical target shape as
+    an int32 tensor (-1 allowed) and it is permuted to the physical order. `out_shape`
+    overrides the inferred output shape where the caller knows more.
+    """
+    dims = P.physical_shape(out_shape or ctx.out_shape(0), ctx.out_perm(0))
+    if sum(d is None for d in dims) <= 1:
+        return tf.reshape(ctx.x(0), [-1 if d is None else int(d) for d in dims])
+    return tf.reshape(ctx.x(0), tf.gather(runtime_target(), ctx.out_perm(0)))
+
+
+def reads_shape_only(node: Node, graph: Graph, in_perms) -> Decision:
+    """Layout policy of ops that only read their input's shape: take it as it lies."""
+    return Decision(list(in_perms), [P.identity(graph.rank(o) or 0) for o in node.outputs])
+
+
+# --- Transpose ----------------------------------------------------------------------------
+def _transpose_perm(node: Node, graph: Graph, in_perm):
+    onnx_perm = node.attrs.get("perm") or list(range(len(in_perm)))[::-1]
+    return P.compose_transpose(in_perm, onnx_perm)
+
+
+@handler("Transpose", layout=derived(_transpose_perm))
+def transpose(ctx):
+    return ctx.x(0)  # the plan already gave the output the composed perm: no data moves
+
+
+# --- Reshape and Flatten -----------------------------------------------------------------
+def _reshape_shapes(node: Node, graph: Graph):
+    """(input shape, output shape) of a Reshape for planning it physically, or None.
+
+    Unknown dims are paired in order by reshape_perm, so each unknown output dim must carry
+    the symbol of the unknown input dim it pairs with; one leftover unknown output dim is
+    deduced from the element count (the shape inference leaves it open when the target
+    comes from a Shape of a value with a symbolic batch).
+    """
+    in_shape, out_shape = graph.shapes.get(node.inputs[0]), graph.shapes.get(node.outputs[0])
+    if in_shape is None or out_shape is None:
+        return None
+    in_symbols = graph.symbols.get(node.inputs[0], {})
+    out_symbols = graph.symbols.get(node.outputs[0], {})
+    in_unknown = [in_symbols.get(i) for i, d in enumerate(in_shape) if d is None]
+    if None in in_unknown or len(set(in_unknown)) != len(in_unknown):
+        return None
+    out = list(out_shape)
+    unknown = [j for j, d in enumerate(out) if d is None]
+    paired = [j for j in unknown if out_symbols.get(j) in in_unknown]
+    rest = [j for j in unknown if j not in paired]
+    if [out_symbols[j] for j in paired] != in_unknown or len(rest) > 1:
+        return None
+    if rest:
+        known_in = int(np.prod([d for d in in_shape if d is not None]))
+        known_out = int(np.prod([d for d in out if d is not None]))
+        if known_out == 0 or known_in % known_out:
+            return None
+        out[rest[0]] = known_in // known_out
+    return tuple(in_shape), tuple(out)
+
+
+def _flatten_shapes(node: Node, graph: Graph):
+    """Flatten's output dims are products of input prefixes/suffixes: in-order pairing holds."""
+    return graph.shapes.get(node.inputs[0]), graph.shapes.get(node.outputs[0])
+
+
+def _reshape(ctx, shape):
+    """ONNX Reshape to the logical target `shape()` (0 copies an input dim unless allowzero)."""
+
+    def target():
+        wanted = tf.cast(shape(), tf.int32)
+        if ctx.attr("allowzero", 0):
+            return wanted
+        n = min(len(ctx.shape(0)), len(ctx.out_shape(0)))
+        copies = tf.concat([shape_tensor(ctx)[:n], wanted[n:]], axis=0)
+        return tf.where(tf.equal(wanted, 0), copies, wanted)
+
+    shapes = _reshape_shapes(ctx.node, ctx.graph)
+    return reshape_to_output(ctx, target, shapes[1] if shapes else None)
+
+
+@handler("Reshape", layout=reshaping(_reshape_shapes), limits="shape attribute before opset 5")
+def reshape_v1(ctx):
+    return _reshape(ctx, lambda: tf.constant(ctx.attr("shape"), tf.int64))
+
+
+@handler("Reshape", since=5, layout=reshaping(_reshape_shapes), limits="allowzero from opset 14")
+def reshape(ctx):
+    return _reshape(ctx, lambda: ctx.x(1))
+
+
+@handler("Flatten", layout=reshaping(_flatten_shapes))
+def flatten(ctx):
+    axis = ctx.attr("axis", 1)
+    axis += len(ctx.shape(0)) if axis < 0 else 0
+
+    def target():
+        shape = shape_tensor(ctx)
+        return tf.stack([tf.reduce_prod(shape[:axis]), tf.reduce_prod(shape[axis:])])
+
+    return reshape_to_output(ctx, target)
+
+
+# --- Squeeze and Unsqueeze ---------------------------------------------------------------
+def _axes(node: Node, graph: Graph):
+    """The `axes` attribute (before opset 13) or constant input 1; None when not known."""
+    if "axes" in node.attrs:
+        return list(node.attrs["axes"])
+    if len(node.inputs) > 1 and node.inputs[1]:
+        value = graph.constants.get(node.inputs[1])
+        return None if value is None else [int(a) for a in value.reshape(-1)]
+    return []
+
+
+def _squeezed(node: Node, graph: Graph):
+    """Normalized logical axes a Squeeze removes (no axes: every size-1 axis)."""
+    shape = graph.shapes.get(node.inputs[0])
+    axes = _axes(node, graph)
+    if axes is None or shape is None:
+        return None
+    if not axes:
+        return [i for i, d in enumerate(shape) if d == 1]
+    return sorted(a % len(shape) for a in axes)
+
+
+def _inserted(node: Node, graph: Graph):
+    """Normalized output axes an Unsqueeze inserts."""
+    axes, rank = _axes(node, graph), graph.rank(node.outputs[0])
+    if not axes or rank is None:
+        return None
+    return sorted(a % rank for a in axes)
+
+
+def _squeeze_perm(node: Node, graph: Graph, in_perm):
+    axes = _squeezed(node, graph)
+    return None if axes is None else P.drop_axes(in_perm, axes)
+
+
+def _unsqueeze_perm(node: Node, graph: Graph, in_perm):
+    axes = _inserted(node, graph)
+    return None if axes is None else P.insert_axes(in_perm, axes)
+
+
+@handler("Squeeze", layout=derived(_squeeze_perm), limits="axes must be constant")
+def squeeze(ctx):
+    axes = _squeezed(ctx.node, ctx.graph)
+    if axes is None:
+        raise NotImplementedError("Squeeze with run-time axes is not supported")
+    kept = [a for a in range(len(ctx.shape(0))) if a not in axes]
+    return reshape_to_output(ctx, lambda: tf.gather(shape_tensor(ctx), kept))
+
+
+@handler("Unsqueeze", layout=derived(_unsqueeze_perm), limits="axes must be constant")
+def unsqueeze(ctx):
+    axes = _inserted(ctx.node, ctx.graph)
+    if axes is None:
+        raise NotImplementedError("Unsqueeze with run-time axes is not supported")
+    rank = len(ctx.shape(0))
+    kept = iter(range(rank))
+    picks = [rank if a in axes else next(kept) for a in range(rank + len(axes))]
+    return reshape_to_output(
+        ctx, lambda: tf.gather(tf.concat([shape_tensor(ctx), [1]], axis=0), picks)
+    )
+
+
+# --- Shape and Size ----------------------------------------------------------------------
+@handler("Shape", layout=reads_shape_only, limits="start/end from opset 15")
+def shape(ctx):
+    shape = ctx.shape(0)
+    picks = list(range(len(shape)))[ctx.attr("start", 0) : ctx.attr("end", None)]
+    if all(shape[a] is not None for a in picks):
+        return np.array([shape[a] for a in picks], dtype=np.int64)
+    return tf.gather(shape_tensor(ctx, 0, tf.int64), picks)
+
+
+@handler("Size", layout=reads_shape_only)
+def size(ctx):
+    shape = ctx.shape(0)
+    if all(d is not None for d in shape):
+        return np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
+    return tf.size(ctx.x(0), out_type=tf.int64)
+
+
+# --- Constants made from attributes or shapes --------------------------------------------
+_CONSTANT_ATTRS = {
+    "value": None,
+    "value_float": np.float32,
+    "value_floats": np.float32,
+    "value_int": np.int64,
+    "value_ints": np.int64,
+}
+
+
+@handler("Constant", limits="no sparse_value, no strings")
+def constant(ctx):
+    for name, dtype in _CONSTANT_ATTRS.items():
+        if name in ctx.node.attrs:
+            return np.asarray(ctx.attr(name), dtype=dtype)
+    raise NotImplementedError(f"Constant with attribute(s) {sorted(ctx.node.attrs)}")
+
+
+@handler("ConstantOfShape")
+def constant_of_shape(ctx):
+    value = np.asarray(ctx.attr("value", np.zeros(1, np.float32))).reshape(-1)
+    shape = ctx.const(0)
+    if shape is not None:
+        return np.full(tuple(int(d) for d in shape), value[0], dtype=value.dtype)
+    return tf.fill(tf.cast(ctx.x(0), tf.int32), tf.constant(value[0], dtype=value.dtype))
+
+
+@handler("Range")
+def range_(ctx):
+    start, limit, delta = (ctx.const(i) for i in range(3))
+    if start is not None and limit is not None and delta is not None:
+        count = max(int(np.ceil((limit - start) / delta)), 0)
+        return (start + np.arange(count) * delta).astype(start.dtype)
+    return tf.range(*(scalar(ctx, i) for i in range(3)))
+
+
+# --- Expand and Tile ---------------------------------------------------------------------
+def _expand_perm(node: Node, graph: Graph, in_perm):
+    """Keep the input's perm; new leading axes (rank growth) go first."""
+    rank = graph.rank(node.outputs[0])
+    if rank is None or rank < len(in_perm):
+        return None
+    extra = rank - len(in_perm)
+    return (*range(extra), *(a + extra for a in in_perm))
+
+
+@handler("Expand", since=8, layout=derived(_expand_perm))
+def expand(ctx):
+    dims = P.physical_shape(ctx.out_shape(0), ctx.out_perm(0))
+    if all(d is not None for d in dims):
+        return tf.broadcast_to(ctx.x(0), [int(d) for d in dims])
+    wanted = tf.cast(ctx.x(1), tf.int32)
+    logical = tf.broadcast_dynamic_shape(shape_tensor(ctx), wanted)
+    return tf.broadcast_to(ctx.x(0), tf.gather(logical, ctx.out_perm(0)))
+
+
+@handler("Tile", since=6, layout=same_as_input(0), limits="repeats input (opset 6+)")
+def tile(ctx):
+    repeats = ctx.const(1)
+    if repeats is not None:
+        return tf.tile(ctx.x(0), [int(repeats[a]) for a in ctx.perm(0)])
+    return tf.tile(ctx.x(0), tf.gather(tf.cast(ctx.x(1), tf.int32), ctx.perm(0)))

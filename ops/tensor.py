@@ -1,0 +1,216 @@
+"""Axis-remapping tensor ops: Concat, Split, Slice, Gather, Pad.
+
+They run in whatever perm their data arrives in and map ONNX axes to physical ones, so a
+channel-last tensor stays channel-last through them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from onnx2tf_alt import perms as P
+from onnx2tf_alt.graph import Graph, Node
+from onnx2tf_alt.layout import derived, same_as_input
+from onnx2tf_alt.registry import handler
+
+from .shape import scalar
+
+INT32_MAX = 2**31 - 1
+
+
+@handler("Concat", layout=same_as_input(None))
+def concat(ctx):
+    axis = ctx.axis(ctx.attr("axis", 1))
+    return tf.concat([ctx.x(i) for i in range(ctx.num_inputs)], axis=axis)
+
+
+# --- Split -------------------------------------------------------------------------------
+def _split_sizes(ctx, dim: int | None):
+    """Chunk sizes (list) or a chunk count (int, equal chunks) along the split axis."""
+    sizes = ctx.attr("split")
+    if sizes is None and ctx.has(1):
+        sizes = ctx.const(1)
+        if sizes is None:
+            raise NotImplementedError("Split with run-time split sizes is not supported")
+    if sizes is not None:
+        return [int(s) for s in sizes]
+    count = ctx.attr("num_outputs", len(ctx.node.outputs))
+    if dim is None:
+        return count
+    chunk = -(-dim // count)  # ceil: from opset 18 the last chunk may be smaller
+    return [chunk] * (count - 1) + [dim - chunk * (count - 1)]
+
+
+@handler("Split", layout=same_as_input(0),
+         limits="split sizes constant; uneven num_outputs needs a static dim")
+def split(ctx):
+    axis = ctx.attr("axis", 0)
+    sizes = _split_sizes(ctx, ctx.shape(0)[axis])
+    return tf.split(ctx.x(0), sizes, axis=ctx.axis(axis))
+
+
+# --- Slice -------------------------------------------------------------------------------
+def _clamp(index: int, dim: int, step: int, is_end: bool) -> int:
+    """ONNX Slice index normalization: negatives count from the end, then clamp."""
+    index = index + dim if index < 0 else index
+    if step > 0:
+        return min(max(index, 0), dim)
+    return min(max(index, -1 if is_end else 0), dim - 1)
+
+
+def _int32(value):
+    """A start or end (int or run-time scalar) clipped into int32, as TFLite needs."""
+    if isinstance(value, int):
+        return int(np.clip(value, -INT32_MAX, INT32_MAX))
+    return tf.cast(tf.clip_by_value(value, -INT32_MAX, INT32_MAX), tf.int32)
+
+
+def _slice(ctx, starts, ends, axes, steps):
+    """Input 0 sliced on logical `axes`; starts/ends hold ints or run-time scalars.
+
+    Static dims get ONNX's clamping in Python. Otherwise tf.strided_slice clamps like ONNX
+    except for a start before the first element with a negative step (ONNX: the first
+    element; TF: nothing), so such starts are raised to -dim.
+    """
+    x, rank = ctx.x(0), ctx.rank(0)
+    axes = range(len(starts)) if axes is None else [int(a) % rank for a in axes]
+    steps = [1] * len(starts) if steps is None else [int(s) for s in steps]
+    begin, end, strides = [0] * rank, [0] * rank, [1] * rank
+    begin_mask = end_mask = (1 << rank) - 1
+    for start, stop, axis, step in zip(starts, ends, axes, steps):
+        p, dim = ctx.axis(axis), ctx.shape(0)[axis]
+        strides[p] = step
+        begin_mask &= ~(1 << p)
+        end_mask &= ~(1 << p)
+        static = isinstance(start, int) and isinstance(stop, int)
+        if static and dim is not None:
+            start, stop = _clamp(start, dim, step, False), _clamp(stop, dim, step, True)
+            if stop == -1:
+                end_mask |= 1 << p  # through the first element, stepping backwards
+        else:
+            if isinstance(start, int) and abs(start) >= INT32_MAX and (start < 0) == (step > 0):
+                begin_mask |= 1 << p  # from the first element in the stepping direction
+            elif step < 0 and not (isinstance(start, int) and start >= 0):
+                size = dim if dim is not None else tf.shape(x)[p]
+                start = tf.maximum(_int32(start), -size)
+            if isinstance(stop, int) and abs(stop) >= INT32_MAX and (stop > 0) == (step > 0):
+                end_mask |= 1 << p  # through the last element in the stepping direction
+        begin[p], end[p] = _int32(start), _int32(stop)
+    if not all(isinstance(v, int) for v in begin + end):
+        begin, end = tf.stack(begin), tf.stack(end)
+    return tf.strided_slice(x, begin, end, strides, begin_mask, end_mask)
+
+
+@handler("Slice", layout=same_as_input(0), limits="starts/ends/axes attributes")
+def slice_v1(ctx):
+    starts, ends = [int(v) for v in ctx.attr("starts")], [int(v) for v in ctx.attr("ends")]
+    return _slice(ctx, starts, ends, ctx.attr("axes"), None)
+
+
+@handler("Slice", since=10, layout=same_as_input(0), limits="axes and steps constant")
+def slice_(ctx):
+    axes, steps = ctx.const(3), ctx.const(4)
+    if (ctx.has(3) and axes is None) or (ctx.has(4) and steps is None):
+        raise NotImplementedError("Slice with run-time axes or steps is not supported")
+    bounds = []
+    for i in (1, 2):
+        value = ctx.const(i)
+        if value is not None:
+            bounds.append([int(v) for v in value])
+        else:
+            bounds.append([ctx.x(i)[j] for j in range(ctx.shape(i)[0])])
+    return _slice(ctx, *bounds, axes, steps)
+
+
+# --- Gather ------------------------------------------------------------------------------
+def _gather_perm(node: Node, graph: Graph, in_perm):
+    """Scalar indices drop the axis, 1-D ones keep it in place; others run logically."""
+    axis = node.attrs.get("axis", 0) % len(in_perm)
+    rank = graph.rank(node.inputs[1])
+    if rank == 0:
+        return P.drop_axes(in_perm, [axis])
+    return tuple(in_perm) if rank == 1 else None
+
+
+@handler("Gather", layout=derived(_gather_perm))
+def gather(ctx):
+    axis = ctx.attr("axis", 0) % ctx.rank(0)
+    dim, phys_axis = ctx.shape(0)[axis], ctx.axis(axis)
+    indices = ctx.const(1)
+    if indices is not None and (dim is not None or (indices >= 0).all()):
+        indices = np.where(indices < 0, indices + (dim or 0), indices).astype(np.int32)
+        return tf.gather(ctx.x(0), ctx.const_tensor(indices), axis=phys_axis)
+    indices = ctx.x(1)
+    size = dim if dim is not None else tf.cast(tf.shape(ctx.x(0))[phys_axis], indices.dtype)
+    indices = tf.where(indices < 0, indices + size, indices)
+    return tf.gather(ctx.x(0), indices, axis=phys_axis)
+
+
+# --- Pad ---------------------------------------------------------------------------------
+def _gather_pad(x, axis: int, dim, before: int, after: int, mode: str):
+    """Edge or wrap padding (negative pads crop) along one physical axis, as a gather."""
+    if dim is None:
+        size = tf.shape(x)[axis]
+        positions = tf.range(-before, size + after)
+        index = tf.clip_by_value(positions, 0, size - 1) if mode == "edge" else positions % size
+    else:
+        positions = np.arange(-before, dim + after)
+        index = np.clip(positions, 0, dim - 1) if mode == "edge" else positions % dim
+        index = index.astype(np.int32)
+    return tf.gather(x, index, axis=axis)
+
+
+def _crop(x, pads):
+    """Remove the negative parts of physical (before, after) pads."""
+    if all(b >= 0 and a >= 0 for b, a in pads):
+        return x
+    return x[tuple(slice(max(-b, 0), a if a < 0 else None) for b, a in pads)]
+
+
+def _pad(ctx, pads, value, mode: str, axes=None):
+    """Pad input 0 by logical `pads` ([begins..., ends...] over `axes`, default all)."""
+    rank = ctx.rank(0)
+    axes = list(range(rank)) if axes is None else [int(a) % rank for a in axes]
+    logical = {a: (int(pads[j]), int(pads[j + len(axes)])) for j, a in enumerate(axes)}
+    phys = [logical.get(a, (0, 0)) for a in ctx.perm(0)]
+    x = ctx.x(0)
+    if mode in ("edge", "wrap"):
+        shape = ctx.phys_shape(0)
+        for p, (b, a) in enumerate(phys):
+            if b or a:
+                x = _gather_pad(x, p, shape[p], b, a, mode)
+        return x
+    grow = [[max(b, 0), max(a, 0)] for b, a in phys]
+    if mode == "reflect":
+        x = tf.pad(x, grow, mode="REFLECT")
+    else:
+        x = tf.pad(x, grow, constant_values=tf.cast(value, x.dtype))
+    return _crop(x, phys)
+
+
+@handler("Pad", layout=same_as_input(0), limits="pads attribute")
+def pad_v1(ctx):
+    pads = ctx.attr("pads", ctx.attr("paddings"))  # `paddings` in opset 1
+    return _pad(ctx, pads, ctx.attr("value", 0.0), ctx.attr("mode", "constant"))
+
+
+@handler("Pad", since=11, layout=same_as_input(0),
+         limits="pads and axes constant (run-time pads: constant/reflect, no axes)")
+def pad(ctx):
+    pads, axes = ctx.const(1), ctx.const(3)
+    if ctx.has(3) and axes is None:
+        raise NotImplementedError("Pad with run-time axes is not supported")
+    value = scalar(ctx, 2) if ctx.has(2) else 0
+    mode = ctx.attr("mode", "constant")
+    if pads is not None:
+        return _pad(ctx, pads, value, mode, axes)
+    if axes is not None or mode not in ("constant", "reflect"):
+        raise NotImplementedError(f"Pad ({mode}) with run-time pads and axes")
+    rank = ctx.rank(0)
+    pairs = [[a, a + rank] for a in ctx.perm(0)]  # physical (begin, end) positions in pads
+    paddings = tf.gather(tf.cast(ctx.x(1), tf.int32), pairs)
+    x = ctx.x(0)
+    if mode == "reflect":
+        return tf.pad(x, paddings, mode="REFLECT")
+    return tf.pad(x, paddings, constant_values=tf.cast(value, x.dtype))

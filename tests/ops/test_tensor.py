@@ -1,0 +1,326 @@
+"""Concat, Split, Slice, Gather, Pad (ops/tensor.py) against onnxruntime, TF and TFLite.
+
+Attribute variants of one op share a model (one conversion); check_both_layouts runs each
+on a value in ONNX order and on one kept channel-last.
+"""
+
+import numpy as np
+from harness import check_both_layouts, check_model, check_nodes, make_model
+from onnx import helper
+
+rng = np.random.default_rng(0)
+INT64_MAX = np.iinfo(np.int64).max
+INT64_MIN = np.iinfo(np.int64).min
+
+
+def data(*shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def ints(*values):
+    return np.array(values, np.int64)
+
+
+def node(op_type, inputs, outputs, **attrs):
+    outputs = [outputs] if isinstance(outputs, str) else outputs
+    return helper.make_node(op_type, inputs, outputs, **attrs)
+
+
+def conv_weights(out_ch, in_ch, k=3):
+    return rng.standard_normal((out_ch, in_ch, k, k)).astype(np.float32) * 0.3
+
+
+def check_between_convs(middle, inits=None, channels=4, out_channels=None):
+    """x -> Conv 'a' -> `middle` nodes (ending in 'm') -> Conv: no TRANSPOSE in the TFLite."""
+    nodes = [
+        node("Conv", ["x", "w1"], "a", pads=[1, 1, 1, 1]),
+        *middle,
+        node("Conv", ["m", "w2"], "y", pads=[1, 1, 1, 1]),
+    ]
+    inits = {"w1": conv_weights(channels, 3), "w2": conv_weights(2, out_channels or channels),
+             **(inits or {})}
+    converted, census = check_nodes(nodes, {"x": data(2, 3, 8, 6)}, inits, outputs=["y"])
+    assert census.get("TRANSPOSE", 0) == 0
+    return converted
+
+
+# --- Concat --------------------------------------------------------------------------------
+def test_concat():
+    inits = {f"c{a}": data(*[2 if i == a % 4 else s for i, s in enumerate((2, 3, 5, 7))])
+             for a in (0, 1, -1, 2)}
+    check_both_layouts(
+        lambda src: [node("Concat", [src, f"c{a}", src], f"{src}_{a}", axis=a)
+                     for a in (0, 1, -1, 2)],
+        data(2, 3, 5, 7), inits)
+
+
+def test_concat_dynamic_batch_and_opset11():
+    check_both_layouts(lambda src: [node("Concat", [src, "c", src], f"{src}_0", axis=1)],
+                       data(2, 3, 5, 7), {"c": data(2, 2, 5, 7)}, input_shape=["N", 3, 5, 7])
+    check_both_layouts(lambda src: [node("Concat", ["c", src], f"{src}_0", axis=-1)],
+                       data(2, 3, 5, 7), {"c": data(2, 3, 5, 2)}, opset=11)
+
+
+def test_concat_two_convs_has_no_transpose():
+    nodes = [
+        node("Conv", ["a", "wb"], "b", pads=[1, 1, 1, 1]),
+        node("Concat", ["a", "b"], "m", axis=1),
+    ]
+    check_between_convs(nodes, {"wb": conv_weights(3, 4)}, out_channels=7)
+
+
+def test_concat_constant_first_keeps_channel_last():
+    """The constant is input 0, but the plan follows the computed input's perm."""
+    nodes = [node("Concat", ["c", "a"], "m", axis=1)]
+    converted = check_between_convs(nodes, {"c": data(2, 2, 8, 6)}, out_channels=6)
+    assert not converted.plan.transposes(converted.graph)
+
+
+# --- Split ---------------------------------------------------------------------------------
+def outs(src, tag, count):
+    return [f"{src}_{tag}_{i}" for i in range(count)]
+
+
+def test_split_opset11_attribute():
+    cases = [(1, [1, 2]), (-1, [2, 2, 3]), (0, None), (2, [5])]
+    check_both_layouts(
+        lambda src: [node("Split", [src], outs(src, k, len(s) if s else 2), axis=a,
+                          **({"split": s} if s else {}))
+                     for k, (a, s) in enumerate(cases)],
+        data(2, 3, 5, 7), opset=11)
+
+
+def test_split_opset13_input():
+    cases = [(2, [1, 4]), (-1, [3, 1, 4]), (3, None)]
+    inits = {f"s{k}": ints(*s) for k, (_, s) in enumerate(cases) if s}
+    check_both_layouts(
+        lambda src: [node("Split", [src, f"s{k}"] if s else [src],
+                          outs(src, k, len(s) if s else 2), axis=a)
+                     for k, (a, s) in enumerate(cases)],
+        data(2, 3, 5, 8), inits, opset=13)
+
+
+def test_split_num_outputs_uneven():
+    cases = [(3, 3), (2, 2), (4, -1), (3, 1)]
+    check_both_layouts(
+        lambda src: [node("Split", [src], outs(src, k, n), axis=a, num_outputs=n)
+                     for k, (n, a) in enumerate(cases)],
+        data(2, 3, 5, 7))
+
+
+def test_split_dynamic_batch():
+    check_both_layouts(
+        lambda src: [node("Split", [src], outs(src, 0, 3), axis=1, num_outputs=3),
+                     node("Split", [src], outs(src, 1, 2), axis=-1, num_outputs=2)],
+        data(2, 3, 5, 7), input_shape=["N", 3, 5, 7])
+
+
+def test_split_between_convs_has_no_transpose():
+    nodes = [
+        node("Split", ["a", "s"], ["p", "q"], axis=1),
+        node("Conv", ["q", "wq"], "r", pads=[1, 1, 1, 1]),
+        node("Add", ["p", "r"], "m"),
+    ]
+    check_between_convs(nodes, {"s": ints(2, 3), "wq": conv_weights(2, 3)}, channels=5,
+                        out_channels=2)
+
+
+# --- Slice ---------------------------------------------------------------------------------
+SLICES = [
+    ([1], [3], [1], None),
+    ([0, 1], [INT64_MAX, -1], [2, 3], None),
+    ([-1], [INT64_MIN], [3], [-1]),
+    ([4, -2], [0, -100], [2, 1], [-2, -1]),
+    ([-100, 10], [100, -10], [1, 2], [3, -1]),
+    ([0, 0, 1], [2, 1, 5], [0, 1, 3], [1, 1, 2]),
+    ([-9, 7], [-9, -9], [2, 3], [-1, -2]),
+    ([1, 0], [2, -1], None, None),
+]
+
+
+def slice_inits():
+    inits = {}
+    for k, (starts, ends, axes, steps) in enumerate(SLICES):
+        inits.update({f"st{k}": ints(*starts), f"en{k}": ints(*ends)})
+        if axes is not None:
+            inits[f"ax{k}"] = ints(*axes)
+        if steps is not None:
+            inits[f"sp{k}"] = ints(*steps)
+    return inits
+
+
+def slice_nodes(src):
+    inits = slice_inits()
+    return [
+        node("Slice", [src, f"st{k}", f"en{k}"] + [n if n in inits else "" for n in
+                                                      (f"ax{k}", f"sp{k}")],
+             f"{src}_{k}")
+        for k in range(len(SLICES))
+    ]
+
+
+def test_slice():
+    check_both_layouts(slice_nodes, data(2, 3, 5, 7), slice_inits())
+
+
+def test_slice_opset9_attributes():
+    cases = [{"starts": [0, 2], "ends": [2, 100]},
+             {"starts": [1, -3], "ends": [100, -1], "axes": [1, -1]}]
+    check_both_layouts(
+        lambda src: [node("Slice", [src], f"{src}_{k}", **c) for k, c in enumerate(cases)],
+        data(2, 3, 5, 7), opset=9)
+
+
+def test_slice_dynamic_batch():
+    check_both_layouts(slice_nodes, data(3, 3, 5, 7), slice_inits(),
+                       input_shape=["N", 3, "H", 7])
+
+
+def test_slice_runtime_end():
+    """x[:, :, :S-1] where S is symbolic: the end comes from Shape at run time."""
+    def variants(src):
+        return [
+            node("Shape", [src], f"{src}_s", start=3),
+            node("Sub", [f"{src}_s", "one"], f"{src}_e"),
+            node("Slice", [src, "zero", f"{src}_e", "axis"], f"{src}_0"),
+        ]
+
+    check_both_layouts(variants, data(2, 3, 4, 6), {"one": ints(1), "zero": ints(0),
+                                                    "axis": ints(3)},
+                       input_shape=["N", 3, 4, "S"])
+
+
+def test_slice_channels_between_convs_has_no_transpose():
+    nodes = [node("Slice", ["a", "st", "en", "ax"], "m")]
+    check_between_convs(nodes, {"st": ints(1), "en": ints(4), "ax": ints(1)}, channels=5,
+                        out_channels=3)
+
+
+# --- Gather --------------------------------------------------------------------------------
+GATHERS = [(0, ints(1, 0, 1)), (1, ints(-1, 0)), (-1, ints(2)), (2, np.array(-2)),
+           (1, ints(0, 2, -1, 1).reshape(2, 2)), (3, np.array([[0], [6]], np.int32)),
+           (1, np.array(0))]
+
+
+def test_gather():
+    inits = {f"i{k}": idx for k, (_, idx) in enumerate(GATHERS)}
+    check_both_layouts(
+        lambda src: [node("Gather", [src, f"i{k}"], f"{src}_{k}", axis=a)
+                     for k, (a, _) in enumerate(GATHERS)],
+        data(2, 3, 5, 7), inits)
+
+
+def test_gather_runtime_indices_dynamic_dim():
+    x = data(3, 3, 5, 7)
+    feeds = {"x": x, "i": ints(-1, 2, -5), "j": ints(-1, 0)}
+    nodes = [node("Gather", ["x", "i"], "y", axis=2), node("Gather", ["x", "j"], "z", axis=0),
+             node("Gather", ["x", "k"], "w", axis=0)]
+    model = make_model(nodes, feeds, ["y", "z", "w"], {"k": ints(-2)},
+                       input_shapes={"x": ["N", 3, 5, 7]})
+    check_model(model, feeds)
+
+
+def test_gather_scalar_of_channel_last_keeps_layout():
+    """A scalar index on H drops the axis; the rest stays NHWC into a 1-D conv."""
+    nodes = [
+        node("Conv", ["x", "w1"], "a", pads=[1, 1, 1, 1]),
+        node("Gather", ["a", "i"], "g", axis=2),
+        node("Conv", ["g", "w3"], "y"),
+    ]
+    inits = {"w1": conv_weights(4, 3), "i": np.array(-3, np.int64), "w3": data(2, 4, 3)}
+    _, census = check_nodes(nodes, {"x": data(2, 3, 8, 6)}, inits, outputs=["y"])
+    assert census.get("TRANSPOSE", 0) == 0
+
+
+def test_gather_channels_between_convs_has_no_transpose():
+    nodes = [node("Gather", ["a", "i"], "m", axis=1)]
+    check_between_convs(nodes, {"i": ints(3, 0, -1)}, out_channels=3)
+
+
+def test_gather_embedding():
+    """An embedding lookup: run-time indices into a large constant table."""
+    nodes = [node("Gather", ["t", "i"], "y", axis=0)]
+    check_nodes(nodes, {"i": ints(0, 299, -1, 7).reshape(2, 2)}, {"t": data(300, 8)})
+
+
+# --- Pad -----------------------------------------------------------------------------------
+PADS = [("constant", [0, 1, 2, 0, 0, 2, 1, 3]), ("reflect", [0, 0, 2, 1, 0, 0, 1, 3]),
+        ("edge", [0, 1, 2, 3, 0, 2, 1, 0]), ("constant", [0, 0, -1, 2, 0, 0, 1, -3]),
+        ("edge", [0, 0, -2, 1, 0, 0, 2, -1]), ("reflect", [0, 1, -1, 0, 0, 0, 1, -2])]
+
+
+def pad_nodes(src, opset=18):
+    value = ["value"] if opset >= 11 else []
+    return [node("Pad", [src, f"p{k}", *value], f"{src}_{k}", mode=m)
+            for k, (m, _) in enumerate(PADS)]
+
+
+def test_pad():
+    inits = {f"p{k}": ints(*p) for k, (_, p) in enumerate(PADS)}
+    check_both_layouts(pad_nodes, data(2, 3, 5, 7), {**inits, "value": np.array(1.5, np.float32)})
+
+
+def test_pad_dynamic_batch():
+    inits = {f"p{k}": ints(*p) for k, (_, p) in enumerate(PADS)}
+    check_both_layouts(pad_nodes, data(2, 3, 5, 7), {**inits, "value": np.array(-1, np.float32)},
+                       input_shape=["N", 3, 5, "W"])
+
+
+def test_pad_wrap_opset19_and_axes():
+    inits = {"p": ints(0, 1, 2, 3, 0, 2, 1, 0), "pa": ints(1, 2, 3, 0), "ax": ints(-1, 1),
+             "v": np.array(-2.0, np.float32)}
+    check_both_layouts(
+        lambda src: [node("Pad", [src, "p"], f"{src}_wrap", mode="wrap"),
+                     node("Pad", [src, "pa", "v", "ax"], f"{src}_axes"),
+                     node("Pad", [src, "pa", "", "ax"], f"{src}_axes_edge", mode="edge")],
+        data(2, 3, 5, 7), inits, opset=19)
+
+
+def test_pad_opset2_attributes():
+    check_both_layouts(
+        lambda src: [node("Pad", [src], f"{src}_0", pads=[0, 1, 2, 1, 0, 1], value=0.5),
+                     node("Pad", [src], f"{src}_1", pads=[0, 0, 1, 0, 0, 2], mode="edge")],
+        data(2, 3, 5), opset=2)
+
+
+def test_pad_int_and_runtime_pads():
+    feeds = {"x": rng.integers(-5, 5, (2, 3, 5, 7)).astype(np.int32),
+             "f": data(2, 3, 5, 7), "p": ints(0, 1, 2, 0, 0, 2, 1, 3)}
+    nodes = [node("Pad", ["x", "p4"], "y"), node("Pad", ["f", "p"], "z", mode="reflect"),
+             node("Pad", ["f", "p", "v"], "w")]
+    inits = {"p4": ints(0, 0, 1, 1, 0, 0, 1, 1), "v": np.array(0.25, np.float32)}
+    model = make_model(nodes, feeds, ["y", "z", "w"], inits,
+                       input_shapes={"x": ["N", 3, 5, 7], "f": ["N", 3, 5, 7]})
+    check_model(model, feeds)
+
+
+def test_pad_between_convs_has_no_transpose():
+    nodes = [node("Pad", ["a", "pads"], "m", mode="reflect")]
+    check_between_convs(nodes, {"pads": ints(0, 0, 1, 2, 0, 0, 2, 1)})
+
+
+def test_pad_runtime_pads_channel_last():
+    """Pads computed at run time, applied to a channel-last value: mapped, not transposed."""
+    def variants(src):
+        return [node("Pad", [src, "p"], f"{src}_0"),
+                node("Pad", [src, "p"], f"{src}_1", mode="reflect")]
+
+    x = data(2, 3, 5, 7)
+    nodes = [node("Conv", ["x", "w"], "xc"), *variants("x"), *variants("xc")]
+    feeds = {"x": x, "p": ints(0, 1, 2, 0, 0, 2, 1, 3)}
+    model = make_model(nodes, feeds, ["x_0", "x_1", "xc_0", "xc_1"],
+                       {"w": np.eye(3, dtype=np.float32)[..., None, None]})
+    check_model(model, feeds, keep_ncw_or_nchw_or_ncdhw_input_names=["x"])
+
+
+def test_unit_axes_relayout_is_a_reshape():
+    """A logical read (2-D Gather indices) of an NHWC (N, C, 1, 1) value needs its axes in
+    ONNX order; only size-1 axes move, so the TFLite has a RESHAPE, not a TRANSPOSE."""
+    nodes = [
+        node("Conv", ["x", "w"], "a"),
+        node("Gather", ["a", "i"], "y", axis=1),
+    ]
+    inits = {"w": conv_weights(4, 3, 5), "i": ints(0, 3, 2, 1).reshape(2, 2)}
+    converted, census = check_nodes(nodes, {"x": data(2, 3, 5, 5)}, inits, outputs=["y"])
+    assert converted.plan.transposes(converted.graph) == {("a", (0, 1, 2, 3))}
+    assert census.get("TRANSPOSE", 0) == 0
