@@ -1,9 +1,14 @@
-"""Shared helpers for ops with kernels and spatial axes (conv, pool): attributes and padding."""
+"""Shared helpers for ops with kernels and spatial axes (conv, pool): attributes and padding.
+
+Spatial tensors here are channel-last, (N, spatial..., C); kernels and pads are per spatial
+axis in ONNX order.
+"""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -29,8 +34,7 @@ def onnx_pads(auto_pad, pads, spatial, kernel, strides, dilations):
                     raise ValueError("auto_pad SAME_LOWER needs static spatial dims; use -ois")
                 result.append(None)
                 continue
-            total = same_pad_total(size, k, s, d)
-            small, big = total // 2, total - total // 2
+            small, big = same_pads(size, k, s, d)
             result.append((small, big) if auto_pad == "SAME_UPPER" else (big, small))
         return result
     if auto_pad == "VALID" or not pads:
@@ -43,21 +47,68 @@ def same_pad_total(size: int, k: int, s: int, d: int) -> int:
     return max((out - 1) * s + (k - 1) * d + 1 - size, 0)
 
 
-def tf_padding(x, pads, kernel, strides, dilations, spatial, pad_value=0.0):
-    """Return (x, 'SAME'|'VALID'): x padded explicitly only when TF's SAME does not match.
+def same_pads(size: int, k: int, s: int, d: int) -> tuple[int, int]:
+    """TF SAME's (begin, end) pads: the odd one goes at the end (ONNX SAME_UPPER)."""
+    total = same_pad_total(size, k, s, d)
+    return total // 2, total - total // 2
 
-    x is channel-last (N, spatial..., C).
-    """
-    if all(p is None for p in pads):
-        return x, "SAME"
+
+def is_tf_same(pads, kernel, strides, dilations, spatial) -> bool:
+    """Do these pads equal what TF's SAME padding adds (None: SAME at run time)?"""
+    return all(
+        p is None or (size is not None and tuple(p) == same_pads(size, k, s, d))
+        for p, size, k, s, d in zip(pads, spatial, kernel, strides, dilations)
+    )
+
+
+def pad_spatial(x, pads, pad_value=0.0):
+    """tf.pad of the spatial axes of a channel-last tensor by [(begin, end)]."""
+    if all(tuple(p) == (0, 0) for p in pads):
+        return x
+    paddings = [[0, 0]] + [list(p) for p in pads] + [[0, 0]]
+    return tf.pad(x, paddings, constant_values=pad_value)
+
+
+def tf_padding(x, pads, kernel, strides, dilations, spatial, pad_value=0.0):
+    """Return (x, 'SAME'|'VALID'): x padded explicitly only when TF's SAME does not match."""
     if all(p == (0, 0) for p in pads):
         return x, "VALID"
-    if all(
-        size is not None
-        and p == (same_pad_total(size, k, s, d) // 2,
-                  same_pad_total(size, k, s, d) - same_pad_total(size, k, s, d) // 2)
-        for p, size, k, s, d in zip(pads, spatial, kernel, strides, dilations)
-    ):
+    if is_tf_same(pads, kernel, strides, dilations, spatial):
         return x, "SAME"
-    paddings = [[0, 0]] + [list(p) for p in pads] + [[0, 0]]
-    return tf.pad(x, paddings, constant_values=pad_value), "VALID"
+    return pad_spatial(x, pads, pad_value), "VALID"
+
+
+def dilate_kernel(w: np.ndarray, dilations) -> np.ndarray:
+    """ONNX-layout kernel (O, I, k...) with (d - 1) zeros between taps: exact, no dilation."""
+    if all(d == 1 for d in dilations):
+        return w
+    taps = [(k - 1) * d + 1 for k, d in zip(w.shape[2:], dilations)]
+    out = np.zeros(w.shape[:2] + tuple(taps), dtype=w.dtype)
+    out[(slice(None), slice(None), *(slice(None, None, d) for d in dilations))] = w
+    return out
+
+
+def pool_output_size(size: int, k: int, s: int, d: int, pads, ceil_mode: bool) -> int:
+    """Pooled length along one axis, as onnxruntime computes it.
+
+    With ceil_mode a last window that would start inside the end padding is dropped.
+    """
+    span = size + pads[0] + pads[1] - ((k - 1) * d + 1)
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (out - 1) * s >= size + pads[0]:
+        out -= 1
+    return out
+
+
+def taps_inside(out: int, k: int, s: int, d: int, begin: int, lo: int, hi: int) -> np.ndarray:
+    """For each of `out` windows, how many of its k taps fall in [lo, hi) of the input axis."""
+    pos = np.arange(out)[:, None] * s - begin + np.arange(k)[None, :] * d
+    return ((pos >= lo) & (pos < hi)).sum(axis=1)
+
+
+def outer(per_axis, ufunc=np.multiply) -> np.ndarray:
+    """Outer product (or sum, ...) of per-axis vectors: one value per output position."""
+    result = np.asarray(ufunc.identity)
+    for v in per_axis:
+        result = ufunc.outer(result, v)
+    return result

@@ -1,75 +1,170 @@
-"""Conv and ConvTranspose on channel-last tensors (1-D, 2-D, 3-D; groups; depthwise)."""
+"""Conv and ConvTranspose on channel-last tensors (1-D, 2-D, 3-D; groups; depthwise).
+
+1-D runs as 2-D with a unit height (TFLite has no 1-D conv). Kernels are constants moved to
+TF's layout at conversion time, so the TFLite model holds no TRANSPOSE.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+from onnx2tf_alt.ops._spatial import dilate_kernel, kernel_attrs, pad_spatial, tf_padding
 
 from onnx2tf_alt.layout import channel_last
 from onnx2tf_alt.registry import handler
-from onnx2tf_alt.ops._spatial import kernel_attrs, tf_padding
 
 
-def _conv_kernel_nd(x, kernel, strides, dilations, padding):
-    """tf.nn.convolution, with 1-D lifted to 2-D (TFLite has no 1-D conv)."""
+def _weights(ctx) -> np.ndarray:
+    w = ctx.const(1)
+    if w is None:
+        raise NotImplementedError(f"{ctx.node.op_type} with run-time weights is not supported")
+    dtype = ctx.out_dtype()
+    return w if dtype is None else w.astype(dtype)
+
+
+def _tf_kernel(w: np.ndarray) -> np.ndarray:
+    """ONNX (A, B, k...) -> TF (k..., B, A): Conv's (O, I) and ConvTranspose's (I, O) alike."""
+    return np.moveaxis(w, [0, 1], [-1, -2])
+
+
+def _lift_1d(x, w, *per_axis):
+    """1-D as 2-D: unit height on x and the kernel, and 1 prepended to per-axis lists."""
+    return (tf.expand_dims(x, 1), w[:, :, np.newaxis], *([1, *v] for v in per_axis))
+
+
+def _per_group(x, w: np.ndarray, groups: int, fn):
+    """fn(x_part, w_part) for each channel group, concatenated on the channel axis."""
+    if groups == 1:
+        return fn(x, w)
+    parts = zip(tf.split(x, groups, axis=-1), np.split(w, groups, axis=0))
+    return tf.concat([fn(xi, wi) for xi, wi in parts], axis=-1)
+
+
+def _conv(ctx, x, w, strides, dilations, padding):
+    """Dense conv (groups == 1) of channel-last x with an ONNX-layout kernel."""
     if len(strides) == 1:
-        y = tf.nn.convolution(
-            tf.expand_dims(x, 1),
-            kernel[np.newaxis] if isinstance(kernel, np.ndarray) else tf.expand_dims(kernel, 0),
-            strides=[1, strides[0]],
-            dilations=[1, dilations[0]],
-            padding=padding,
-        )
-        return tf.squeeze(y, 1)
-    return tf.nn.convolution(x, kernel, strides=strides, dilations=dilations, padding=padding)
+        x, w, strides, dilations = _lift_1d(x, w, strides, dilations)
+        return tf.squeeze(_conv(ctx, x, w, strides, dilations, padding), 1)
+    if len(strides) == 3:  # the TFLite converter mis-infers dilated Conv3D shapes
+        w, dilations = dilate_kernel(w, dilations), [1, 1, 1]
+    op = tf.nn.conv2d if len(strides) == 2 else tf.nn.conv3d
+    return op(x, ctx.const_tensor(_tf_kernel(w)), strides=[1, *strides, 1], padding=padding,
+              dilations=[1, *dilations, 1])
 
 
 def _depthwise(ctx, x, w, strides, dilations, padding):
-    """groups == in channels: one depthwise conv (kernel kh, kw, C, multiplier)."""
-    out_ch, _, *k = w.shape
-    channels = ctx.shape(0)[1]
-    mult = out_ch // channels
-    one_d = len(k) == 1
-    if one_d:
-        x = tf.expand_dims(x, 1)
-        w = w[:, :, np.newaxis, :]
-        strides, dilations = [1, strides[0]], [1, dilations[0]]
-    kernel = w.reshape(channels, mult, *w.shape[2:]).transpose(2, 3, 0, 1)
-    y = tf.nn.depthwise_conv2d(
-        x, ctx.const_tensor(kernel), strides=[1, *strides, 1], padding=padding,
-        dilations=dilations,
-    )
-    return tf.squeeze(y, 1) if one_d else y
+    """groups == in channels (1-D or 2-D): one depthwise conv with a channel multiplier."""
+    if len(strides) == 1:
+        x, w, strides, dilations = _lift_1d(x, w, strides, dilations)
+        return tf.squeeze(_depthwise(ctx, x, w, strides, dilations, padding), 1)
+    if max(strides) > 1 and max(dilations) > 1:  # TF allows dilation only with stride 1
+        w, dilations = dilate_kernel(w, dilations), [1, 1]
+    channels = x.shape[-1]
+    kernel = w.reshape(channels, -1, *w.shape[2:]).transpose(2, 3, 0, 1)
+    return tf.nn.depthwise_conv2d(x, ctx.const_tensor(kernel), strides=[1, *strides, 1],
+                                  padding=padding, dilations=dilations)
 
 
-@handler("Conv", layout=channel_last(0), limits="weights must be constant")
+def _bias(ctx, y):
+    return tf.nn.bias_add(y, ctx.x(2)) if ctx.has(2) else y
+
+
+@handler("Conv", layout=channel_last(0),
+         limits="constant weights; SAME_LOWER needs static spatial dims")
 def conv(ctx):
-    w = ctx.const(1)
-    if w is None:
-        raise NotImplementedError("Conv with run-time weights is not supported")
-    w = w.astype(ctx.out_dtype().name if ctx.out_dtype() is not None else w.dtype)
-    kernel_shape = list(ctx.attr("kernel_shape", w.shape[2:]))
-    strides, dilations, pads = kernel_attrs(ctx, kernel_shape)
+    w = _weights(ctx)
+    kernel = list(w.shape[2:])
+    strides, dilations, pads = kernel_attrs(ctx, kernel)
     spatial = ctx.shape(0)[2:]
-    x, padding = tf_padding(ctx.x(0), pads, kernel_shape, strides, dilations, spatial)
+    x, padding = tf_padding(ctx.x(0), pads, kernel, strides, dilations, spatial)
     groups = ctx.attr("group", 1)
-    channels = ctx.shape(0)[1]
-    if groups == 1:
-        kernel = ctx.const_tensor(np.moveaxis(w, [0, 1], [-1, -2]))
-        y = _conv_kernel_nd(x, kernel, strides, dilations, padding)
-    elif groups == channels and len(kernel_shape) <= 2:
-        y = _depthwise(ctx, x, w, strides, dilations, padding)
+    if groups > 1 and groups == ctx.shape(0)[1] and len(kernel) <= 2:
+        return _bias(ctx, _depthwise(ctx, x, w, strides, dilations, padding))
+    y = _per_group(x, w, groups, lambda xi, wi: _conv(ctx, xi, wi, strides, dilations, padding))
+    return _bias(ctx, y)
+
+
+def _transpose_crop(ctx, sizes, kernel, strides, output_padding):
+    """(begin, length) of the ONNX output within the full transposed-conv output, per axis.
+
+    `kernel` is the dilated extent; the full length is s * (in - 1) + k + output_padding.
+    output_shape or SAME auto_pad fix the length and imply the pads (odd one at the start
+    except for SAME_UPPER, as the spec and onnxruntime do).
+    """
+    n = len(kernel)
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    natural = [s * (size - 1) + k + extra
+               for size, k, s, extra in zip(sizes, kernel, strides, output_padding)]
+    output_shape = ctx.attr("output_shape")
+    if output_shape is None and auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        pads = ctx.attr("pads") if auto_pad == "NOTSET" else None
+        pads = list(zip(pads[:n], pads[n:])) if pads else [(0, 0)] * n
+        return [(b, full - b - e) for full, (b, e) in zip(natural, pads)]
+    if output_shape is not None:
+        wanted = list(output_shape)[-n:]
     else:
-        xs = tf.split(x, groups, axis=-1)
-        ws = np.split(w, groups, axis=0)
-        y = tf.concat(
-            [
-                _conv_kernel_nd(xi, ctx.const_tensor(np.moveaxis(wi, [0, 1], [-1, -2])),
-                                strides, dilations, padding)
-                for xi, wi in zip(xs, ws)
-            ],
-            axis=-1,
-        )
-    if ctx.has(2):
-        y = tf.nn.bias_add(y, ctx.x(2))
-    return y
+        wanted = [size * s for size, s in zip(sizes, strides)]
+    result = []
+    for full, out in zip(natural, wanted):
+        total = max(full - out, 0)
+        result.append((total // 2 if auto_pad == "SAME_UPPER" else total - total // 2, out))
+    return result
+
+
+def _conv_transpose(ctx, x, w, strides, lengths, padding):
+    """TF transposed conv (no dilation) of channel-last x to spatial `lengths`."""
+    if len(strides) == 1:
+        x, w, strides, lengths = _lift_1d(x, w, strides, lengths)
+        return tf.squeeze(_conv_transpose(ctx, x, w, strides, lengths, padding), 1)
+    dims = [*lengths, w.shape[1]]
+    shape = [x.shape[0], *dims] if x.shape[0] is not None else tf.stack([tf.shape(x)[0], *dims])
+    op = tf.nn.conv2d_transpose if len(strides) == 2 else tf.nn.conv3d_transpose
+    return op(x, ctx.const_tensor(_tf_kernel(w)), shape, strides=[1, *strides, 1],
+              padding=padding)
+
+
+@handler("ConvTranspose", layout=channel_last(0),
+         limits="constant weights; static spatial dims")
+def conv_transpose(ctx):
+    w = _weights(ctx)
+    n = w.ndim - 2
+    strides = list(ctx.attr("strides", [1] * n))
+    w = dilate_kernel(w, ctx.attr("dilations", [1] * n))  # TF and TFLite lack the dilation
+    kernel = list(w.shape[2:])
+    output_padding = list(ctx.attr("output_padding", [0] * n))
+    sizes = ctx.shape(0)[2:]
+    if any(size is None for size in sizes):
+        raise NotImplementedError("ConvTranspose needs static spatial dims; use -ois")
+    crop = _transpose_crop(ctx, sizes, kernel, strides, output_padding)
+    if all(_is_tf_same_crop(*axis) for axis in zip(sizes, kernel, strides, crop)):
+        padding, lengths = "SAME", [m for _, m in crop]
+    else:
+        padding, lengths = "VALID", _valid_lengths(sizes, kernel, strides, crop)
+    y = _per_group(ctx.x(0), w, ctx.attr("group", 1), lambda xi, wi: _conv_transpose(
+        ctx, xi, wi, strides, lengths, padding))
+    return _bias(ctx, y if padding == "SAME" else _crop(y, crop, lengths))
+
+
+def _is_tf_same_crop(size, k, s, crop) -> bool:
+    """Does TF's SAME transposed conv to this length start where the ONNX output does?"""
+    begin, length = crop
+    total = max((size - 1) * s + k - length, 0)
+    return (size - 1) * s < length <= size * s and begin == total // 2
+
+
+def _valid_lengths(sizes, kernel, strides, crop) -> list[int]:
+    """Lengths to ask of a VALID TF transposed conv: it allows full .. full + s - 1, where
+    full = s * (in - 1) + k (taps reach only the first `full`)."""
+    lengths = []
+    for size, k, s, (begin, length) in zip(sizes, kernel, strides, crop):
+        full = s * (size - 1) + k
+        lengths.append(min(max(begin + length, full), full + s - 1))
+    return lengths
+
+
+def _crop(y, crop, lengths):
+    """The ONNX output (begin, length per axis) out of a TF output of spatial `lengths`."""
+    y = pad_spatial(y, [(0, max(b + m - t, 0)) for (b, m), t in zip(crop, lengths)])
+    if all(b == 0 and m == t for (b, m), t in zip(crop, lengths)):
+        return y
+    return tf.slice(y, [0, *(b for b, _ in crop), 0], [-1, *(m for _, m in crop), -1])

@@ -1,0 +1,195 @@
+"""Conv and ConvTranspose against onnxruntime, through TF and the float32 TFLite.
+
+Each test puts one node per attribute combination into one model (one conversion), with
+outputs named after the attributes, so a failure names its combination.
+"""
+
+import numpy as np
+import pytest
+from harness import check_model, check_nodes, make_model
+from onnx import helper
+
+rng = np.random.default_rng(0)
+
+
+def randn(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def label(op, attrs) -> str:
+    return op + "(" + ", ".join(f"{k}={v}" for k, v in attrs.items()) + ")"
+
+
+def conv_node(op, x, i, out_ch, kernel, attrs, group=1, bias=True):
+    """(node, initializers) of a Conv (out_ch outputs) or ConvTranspose (out_ch per group)."""
+    in_ch = x.shape[1]
+    w = randn(out_ch, in_ch // group, *kernel) if op == "Conv" else randn(in_ch, out_ch, *kernel)
+    init = {f"w{i}": w}
+    if bias:
+        init[f"b{i}"] = randn(out_ch * (group if op == "ConvTranspose" else 1))
+    attrs = {"group": group, **attrs}
+    node = helper.make_node(op, ["x", *init], [label(op, attrs)], **attrs)
+    return node, init
+
+
+def check_cases(op, x, cases, opset=18, input_shapes=None):
+    """cases: (out_ch, kernel, attrs[, group[, bias]]). Returns the TFLite census, which must
+    hold no TRANSPOSE and no Flex op."""
+    nodes, init = [], {}
+    for i, case in enumerate(cases):
+        node, weights = conv_node(op, x, i, *case)
+        nodes.append(node)
+        init.update(weights)
+    if input_shapes:  # check_nodes has no symbolic input shapes
+        outputs = [n.output[0] for n in nodes]
+        model = make_model(nodes, {"x": x}, outputs, init, opset, input_shapes)
+        check_model(model, {"x": x})
+        return None
+    _, counts = check_nodes(nodes, {"x": x}, init, opset=opset)
+    assert "TRANSPOSE" not in counts, counts
+    assert not any(name.startswith("Flex") for name in counts), counts
+    return counts
+
+
+# --- Conv 2-D -----------------------------------------------------------------------------
+
+
+def test_conv2d_pads_groups():
+    pads = [[0, 0, 0, 0], [1, 1, 1, 1], [0, 1, 2, 1]]
+    cases = [(8, (3, 3), {"pads": p}, g) for p in pads for g in (1, 2, 4)]
+    counts = check_cases("Conv", randn(2, 4, 9, 7), cases)
+    assert counts.get("CONV_2D") == 3 * (1 + 2) and counts.get("DEPTHWISE_CONV_2D") == 3, counts
+
+
+def test_conv2d_attrs():
+    cases = [
+        (5, (3, 3), {"strides": [2, 2], "dilations": [2, 2], "pads": [1, 0, 2, 1]}),
+        (5, (3, 3), {"strides": [2, 1], "dilations": [1, 2]}, 1, False),
+        (5, (3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+        (5, (3, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}, 1, False),
+        (5, (3, 3), {"auto_pad": "VALID", "strides": [2, 3]}),
+        (5, (3, 2), {"kernel_shape": [3, 2], "pads": [2, 0, 0, 1]}),
+        (6, (1, 1), {"strides": [2, 2]}, 3),
+    ]
+    counts = check_cases("Conv", randn(2, 3, 7, 9), cases)
+    assert counts.get("CONV_2D") == 6 and counts.get("DEPTHWISE_CONV_2D") == 1, counts
+
+
+def test_conv2d_depthwise():
+    cases = [
+        (4, (3, 3), {"pads": [1, 1, 1, 1]}, 4),
+        (8, (3, 3), {"strides": [2, 2], "pads": [0, 1, 1, 0]}, 4),
+        (4, (3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}, 4),
+        (8, (3, 3), {"dilations": [2, 1], "strides": [2, 2], "pads": [1, 0, 2, 1]}, 4),
+        (4, (3, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}, 4, False),
+    ]
+    counts = check_cases("Conv", randn(2, 4, 7, 9), cases)
+    assert counts.get("DEPTHWISE_CONV_2D") == 5 and "CONV_2D" not in counts, counts
+
+
+@pytest.mark.parametrize("opset", [7, 11, 23])
+def test_conv_opsets(opset):
+    cases = [(4, (2, 3), {"strides": [2, 1], "pads": [0, 1, 1, 1]}),
+             (6, (3, 3), {"auto_pad": "SAME_UPPER"}, 3)]
+    check_cases("Conv", randn(2, 3, 7, 9), cases, opset=opset)
+
+
+def test_conv_dynamic_batch():
+    cases = [(6, (3, 3), {"pads": [1, 0, 1, 2], "strides": [2, 2]}),
+             (6, (3, 3), {"auto_pad": "SAME_UPPER"}, 3)]
+    check_cases("Conv", randn(2, 3, 7, 9), cases, input_shapes={"x": ["N", 3, 7, 9]})
+    check_cases("Conv", randn(2, 4, 11), [(6, (3,), {"pads": [1, 1]})],
+                input_shapes={"x": ["N", 4, 11]})
+
+
+def test_conv_unknown_spatial_dims():
+    cases = [(6, (3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+             (6, (3, 2), {"pads": [1, 0, 2, 1], "dilations": [1, 2]}, 3)]
+    check_cases("Conv", randn(2, 3, 7, 9), cases, input_shapes={"x": ["N", 3, "H", "W"]})
+
+
+# --- Conv 1-D and 3-D ---------------------------------------------------------------------
+
+
+def test_conv1d():
+    cases = [
+        (8, (3,), {"pads": [1, 2]}),
+        (8, (3,), {"strides": [2], "dilations": [2], "pads": [0, 1]}),
+        (8, (3,), {"auto_pad": "SAME_UPPER", "strides": [2]}),
+        (8, (3,), {"auto_pad": "SAME_LOWER"}, 2),
+        (8, (3,), {"strides": [2], "pads": [1, 1]}, 4),
+    ]
+    counts = check_cases("Conv", randn(2, 4, 11), cases)
+    assert counts.get("CONV_2D") == 3 + 2 and counts.get("DEPTHWISE_CONV_2D") == 1, counts
+
+
+def test_conv3d():
+    cases = [
+        (6, (3, 2, 3), {"pads": [1, 0, 1, 0, 1, 2]}),
+        (6, (3, 2, 3), {"strides": [2, 1, 2], "dilations": [1, 2, 1]}),
+        (6, (3, 2, 3), {"auto_pad": "SAME_LOWER", "strides": [1, 2, 2]}, 1, False),
+        (6, (3, 2, 3), {"pads": [1, 1, 1, 1, 1, 1]}, 3),
+    ]
+    check_cases("Conv", randn(2, 3, 5, 6, 7), cases)
+
+
+# --- ConvTranspose ------------------------------------------------------------------------
+
+
+def test_conv_transpose2d():
+    attrs = [
+        {},
+        {"strides": [2, 3], "pads": [1, 0, 2, 1]},
+        {"strides": [2, 2], "pads": [1, 1, 1, 1]},
+        {"strides": [2, 2], "output_padding": [1, 0], "pads": [0, 1, 1, 0]},
+        {"strides": [2, 2], "dilations": [2, 1]},
+        {"strides": [2, 2], "output_shape": [14, 19]},
+        {"strides": [3, 2], "output_shape": [19, 16], "auto_pad": "SAME_UPPER"},
+        {"strides": [2, 2], "auto_pad": "SAME_UPPER"},
+        {"strides": [2, 3], "auto_pad": "SAME_LOWER"},
+        {"strides": [2, 2], "auto_pad": "VALID", "output_padding": [1, 1]},
+    ]
+    cases = [(3, (3, 3), a, 1, bool(a)) for a in attrs]
+    counts = check_cases("ConvTranspose", randn(2, 4, 7, 9), cases)
+    assert counts.get("TRANSPOSE_CONV") == len(cases), counts
+
+
+def test_conv_transpose2d_groups():
+    cases = [
+        (3, (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, 2),
+        (1, (3, 3), {"strides": [2, 2]}, 4),
+        (2, (3, 3), {"strides": [2, 1], "pads": [0, 1, 1, 0], "dilations": [1, 2]}, 4),
+    ]
+    check_cases("ConvTranspose", randn(2, 4, 7, 9), cases)
+
+
+@pytest.mark.parametrize("opset", [7, 11, 23])
+def test_conv_transpose_opsets(opset):
+    cases = [(2, (3, 2), {"strides": [2, 2], "pads": [1, 0, 0, 1]}),
+             (2, (3, 3), {"strides": [2, 2], "output_shape": [10, 12]})]
+    check_cases("ConvTranspose", randn(2, 3, 5, 6), cases, opset=opset)
+
+
+def test_conv_transpose_dynamic_batch():
+    cases = [(3, (3, 3), {"strides": [2, 2], "pads": [1, 1, 0, 0]}),
+             (3, (3, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER"})]
+    check_cases("ConvTranspose", randn(2, 4, 7, 9), cases, input_shapes={"x": ["N", 4, 7, 9]})
+
+
+def test_conv_transpose1d():
+    cases = [
+        (3, (3,), {"strides": [2], "pads": [1, 2], "output_padding": [1]}),
+        (3, (3,), {"dilations": [2], "output_shape": [14]}),
+        (3, (3,), {"strides": [3], "auto_pad": "SAME_LOWER"}, 2),
+    ]
+    check_cases("ConvTranspose", randn(2, 4, 11), cases)
+
+
+def test_conv_transpose3d():
+    cases = [
+        (2, (3, 2, 3), {"strides": [2, 1, 2], "pads": [1, 0, 0, 0, 1, 1]}),
+        (2, (3, 2, 3), {"dilations": [2, 1, 1], "output_padding": [0, 1, 1],
+                        "strides": [1, 2, 2]}),
+        (2, (3, 2, 3), {"strides": [2, 2, 2], "auto_pad": "SAME_UPPER"}, 3),
+    ]
+    check_cases("ConvTranspose", randn(2, 3, 5, 6, 7), cases)
