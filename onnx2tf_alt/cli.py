@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; no output was written", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - a bug of ours: say so in one paragraph
+    except Exception as exc:
         if verbosity == "debug":
             raise
         print(

@@ -6,8 +6,8 @@ op overrides it, so only opsets where the ONNX spec changed behaviour need a new
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from onnx2tf_alt.layout import LayoutPolicy, logical
 
