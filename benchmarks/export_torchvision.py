@@ -1,0 +1,41 @@
+"""Export torchvision architectures with random weights (no download) to ONNX.
+
+Needs torch + torchvision (e.g. `pip install torch==2.14.1 torchvision==0.29.1` in a separate
+venv). Usage:
+
+    python benchmarks/export_torchvision.py OUT_DIR [resnet18 mobilenet_v2 ...]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import torchvision
+
+DEFAULT = [
+    "resnet18", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "squeezenet1_1",
+    "convnext_tiny",
+]
+
+
+def export(name: str, out_dir: str, size: int = 224) -> str:
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    for m in model.modules():  # non-trivial BatchNorm statistics
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    path = os.path.join(out_dir, f"{name}.onnx")
+    with torch.no_grad():
+        torch.onnx.export(model, (torch.randn(1, 3, size, size),), path, dynamo=False,
+                          opset_version=17, input_names=["input"], output_names=["logits"])
+    return path
+
+
+if __name__ == "__main__":
+    out_dir = sys.argv[1]
+    os.makedirs(out_dir, exist_ok=True)
+    for name in sys.argv[2:] or DEFAULT:
+        print(export(name, out_dir), flush=True)

@@ -1,0 +1,234 @@
+"""Resize (10, 11, 13, 18, 19) and Upsample (7, 9) against onnxruntime, through TF and TFLite.
+
+Converting a model costs most of a test's time, so most models hold several Resize nodes
+reading one input, each with its own output.
+"""
+
+import numpy as np
+import pytest
+from harness import (
+    assert_close,
+    check_model,
+    convert,
+    count_tflite_ops,
+    make_model,
+    ort_run,
+    tf_run,
+    tflite_run,
+)
+from onnx import helper
+
+from onnx2tf_alt.export.tflite import tflite_bytes
+
+rng = np.random.default_rng(0)
+F32 = np.float32
+X = rng.standard_normal((2, 3, 5, 7)).astype(F32)
+ROI = [0, 0, 0.2, -0.1, 1, 1, 0.9, 1.2]  # crops H, reaches outside W (extrapolation)
+NEAREST_MODES = ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]
+COORDS = [
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_crop_and_resize",
+]
+
+
+def mode(name, coord="half_pixel", **attrs):
+    return {"mode": name, "coordinate_transformation_mode": coord, **attrs}
+
+
+def resize_model(x, specs, opset=19, input_shapes=None):
+    """One Resize per spec (attrs, scales, sizes, roi), all reading input x."""
+    nodes, inits = [], {}
+    for k, (attrs, scales, sizes, roi) in enumerate(specs):
+        names = ["x", "", "", ""]
+        for slot, value, dtype in ((1, roi, F32), (2, scales, F32), (3, sizes, np.int64)):
+            if value is not None:
+                names[slot] = f"in{k}_{slot}"
+                inits[names[slot]] = np.array(value, dtype)
+        if opset < 11:  # Resize-10 takes (X, scales)
+            names = ["x", names[2]]
+        while names[-1] == "":
+            names.pop()
+        nodes.append(helper.make_node("Resize", names, [f"y{k}"], **attrs))
+    outputs = [f"y{k}" for k in range(len(specs))]
+    return make_model(nodes, {"x": x}, outputs, inits, opset, input_shapes)
+
+
+@pytest.mark.parametrize("coord", COORDS)
+def test_coordinate_modes(coord):
+    """Every mode and nearest_mode; up- and downsampling in one node (non-integer scales),
+    by scales and by sizes, output size 1; odd shapes, batch 2."""
+    roi = ROI if coord == "tf_crop_and_resize" else None
+    specs = []
+    for rule in NEAREST_MODES:
+        attrs = mode("nearest", coord, nearest_mode=rule, extrapolation_value=-2.0)
+        specs += [(attrs, [1, 1, 1.7, 0.65], None, roi), (attrs, None, [2, 3, 9, 3], roi)]
+    specs.append((mode("nearest", coord), [1, 1, 0.5, 3.0], None, roi))
+    linear = mode("linear", coord, extrapolation_value=0.5)
+    specs += [
+        (linear, [1, 1, 1.7, 0.6], None, roi),
+        (linear, None, [2, 3, 9, 3], roi),
+        (linear, None, [2, 3, 1, 1], roi),
+        (mode("cubic", coord), [1, 1, 0.6, 2.0], None, roi),
+        (mode("cubic", coord, cubic_coeff_a=-0.5, exclude_outside=1), None, [2, 3, 9, 3], roi),
+    ]
+    check_model(resize_model(X, specs), {"x": X})
+
+
+def test_tf_half_pixel_for_nn_opset11():
+    specs = [
+        (mode("nearest", "tf_half_pixel_for_nn", nearest_mode=rule), [1, 1, 1.7, 0.6], None, [])
+        for rule in NEAREST_MODES
+    ]
+    check_model(resize_model(X, specs, opset=11), {"x": X})
+
+
+def test_antialias():
+    x = rng.standard_normal((2, 3, 9, 11)).astype(F32)
+    specs = [
+        (mode("linear", antialias=1), [1, 1, 0.6, 0.3], None, None),
+        (
+            mode("linear", "align_corners", antialias=1, exclude_outside=1),
+            None,
+            [2, 3, 4, 15],
+            None,
+        ),
+        (mode("cubic", antialias=1), [1, 1, 1.7, 0.45], None, None),
+        (mode("cubic", "asymmetric", antialias=1, exclude_outside=1), [1, 1, 0.6, 0.3], None, None),
+    ]
+    check_model(resize_model(x, specs), {"x": x})
+
+
+def test_axes_and_keep_aspect_ratio():
+    specs = [
+        (mode("linear", axes=[2, 3], keep_aspect_ratio_policy=policy), None, [9, 4], None)
+        for policy in ("stretch", "not_larger", "not_smaller")
+    ]
+    specs += [
+        (mode("nearest", axes=[3, 2], keep_aspect_ratio_policy="not_smaller"), None, [4, 9], None),
+        (mode("cubic", axes=[-1]), [1.7], None, None),
+        (mode("linear", "tf_crop_and_resize", axes=[2, 3]), [1.7, 0.6], None, [0.1, 0.2, 0.8, 1.1]),
+    ]
+    check_model(resize_model(X, specs, opset=18), {"x": X})
+
+
+@pytest.mark.parametrize("opset", [13, 23])
+def test_optional_inputs_omitted(opset):
+    """roi and scales omitted ("" names) with sizes; then scales with roi and sizes omitted."""
+    specs = [
+        ({"mode": "linear"}, None, [2, 3, 8, 4], None),
+        ({"mode": "nearest", "nearest_mode": "floor"}, [1, 1, 2.5, 0.5], None, None),
+    ]
+    check_model(resize_model(X, specs, opset=opset), {"x": X})
+
+
+@pytest.mark.parametrize(
+    "shape, scales",
+    [((2, 3, 7), [1, 1, 1.7]), ((2, 3, 4, 5, 6), [1, 1, 1.5, 1.7, 0.6])],
+    ids=["1d", "3d"],
+)
+def test_1d_and_3d(shape, scales):
+    x = rng.standard_normal(shape).astype(F32)
+    doubled = [1, 1] + [2] * (len(shape) - 2)
+    specs = [
+        (mode("linear"), scales, None, None),
+        (mode("linear", "align_corners"), scales, None, None),
+        (mode("nearest", nearest_mode="ceil"), scales, None, None),
+        (mode("nearest", "asymmetric", nearest_mode="floor"), doubled, None, None),
+    ]
+    converted = check_model(resize_model(x, specs), {"x": x})
+    assert converted.result.input_perms["x"] == (0, *range(2, len(shape)), 1)
+
+
+def test_batch_and_channel_resize_run_logically():
+    specs = [
+        (mode("nearest"), [2, 1.5, 1, 1], None, None),
+        (mode("nearest", nearest_mode="floor"), [1, 0.7, 1.7, 0.6], None, None),
+        (mode("linear"), [1, 1.5, 1.7, 1], None, None),
+    ]
+    converted = check_model(resize_model(X, specs), {"x": X})
+    assert converted.result.input_perms["x"] == (0, 1, 2, 3)
+
+
+def test_integer_data_nearest():
+    x = rng.integers(-50, 50, (2, 3, 5, 7)).astype(np.int32)
+    specs = [
+        (mode("nearest"), [1, 1, 2, 3], None, None),
+        (mode("nearest", nearest_mode="floor"), [1, 1, 1.7, 0.6], None, None),
+    ]
+    check_model(resize_model(x, specs), {"x": x})
+
+
+def test_resize_opset10():
+    specs = [
+        ({"mode": name}, scales, None, None)
+        for name in ("nearest", "linear")
+        for scales in ([1, 1, 2, 3], [1, 1, 0.6, 1.7])
+    ]
+    check_model(resize_model(X, specs, opset=10), {"x": X})
+
+
+@pytest.mark.parametrize("opset", [7, 9])
+def test_upsample(opset):
+    scales = [1.0, 1.0, 2.0, 2.5]
+    nodes, inits = [], {}
+    for name in ("nearest", "linear"):
+        if opset == 7:
+            nodes.append(helper.make_node("Upsample", ["x"], [name], mode=name, scales=scales))
+        else:
+            nodes.append(helper.make_node("Upsample", ["x", "scales"], [name], mode=name))
+            inits["scales"] = np.array(scales, F32)
+    check_model(make_model(nodes, {"x": X}, ["nearest", "linear"], inits, opset), {"x": X})
+
+
+def test_uses_tflite_resize_builtins():
+    specs = [
+        (mode("linear"), [1, 1, 2, 2], None, None),
+        (mode("linear", "align_corners"), [1, 1, 1.7, 0.6], None, None),
+        (mode("nearest", "asymmetric", nearest_mode="floor"), [1, 1, 2, 2], None, None),
+        (mode("nearest"), [1, 1, 3, 2], None, None),
+    ]
+    converted = check_model(resize_model(X, specs), {"x": X})
+    ops = count_tflite_ops(tflite_bytes(converted.result))
+    assert ops == {"RESIZE_BILINEAR": 2, "RESIZE_NEAREST_NEIGHBOR": 2}, ops
+
+
+def test_dynamic_spatial_dims():
+    specs = [
+        (mode("nearest"), [1, 1, 2, 2], None, None),
+        (mode("nearest", "asymmetric", nearest_mode="floor"), [1, 1, 2, 4], None, None),
+        (mode("linear", "pytorch_half_pixel"), [1, 1, 2, 3], None, None),
+        (mode("linear", "align_corners"), [1, 1, 1.7, 0.6], None, None),
+    ]
+    model = resize_model(X, specs, input_shapes={"x": [None, 3, None, None]})
+    converted = convert(model)
+    content = tflite_bytes(converted.result)
+    assert "GATHER" not in count_tflite_ops(content)
+    for x in (X, rng.standard_normal((1, 3, 6, 4)).astype(F32)):
+        expected = ort_run(model, {"x": x})
+        for got in (tf_run(converted, {"x": x}), tflite_run(converted, {"x": x}, content)):
+            for i, (a, e) in enumerate(zip(got, expected)):
+                assert_close(a, e, what=f"output {i}, input {x.shape}")
+
+
+@pytest.mark.parametrize(
+    "attrs, scales",
+    [(mode("linear"), [1, 1, 2, 2]), (mode("cubic", "asymmetric"), [1, 1, 1.7, 0.6])],
+    ids=["bilinear_builtin", "cubic_gathers"],
+)
+def test_conv_resize_conv_has_no_transpose(attrs, scales):
+    x = rng.standard_normal((2, 3, 9, 7)).astype(F32)
+    w1 = rng.standard_normal((4, 3, 3, 3)).astype(F32)
+    w2 = rng.standard_normal((5, 4, 3, 3)).astype(F32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Resize", ["c1", "", "scales"], ["r"], **attrs),
+        helper.make_node("Conv", ["r", "w2"], ["y"]),
+    ]
+    inits = {"w1": w1, "w2": w2, "scales": np.array(scales, F32)}
+    converted = check_model(make_model(nodes, {"x": x}, ["y"], inits), {"x": x})
+    ops = count_tflite_ops(tflite_bytes(converted.result))
+    assert "TRANSPOSE" not in ops, ops
