@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -52,19 +51,20 @@ def median_latency(fn, runs: int) -> float:
 
 
 def convert(path: str, out: str) -> tuple[float, float]:
-    """Run the CLI in a child process; return (wall seconds, peak RSS MiB of the child)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Run the CLI in a child process; return (wall seconds, peak RSS MiB of that child)."""
     start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "onnx2tf_alt", "-i", path, "-o", out, "-n"],
-        capture_output=True,
-        text=True,
-    )
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr)
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return wall, max(peak, before) / 1024
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "onnx2tf_alt", "-i", path, "-o", out, "-n"],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        if os.waitstatus_to_exitcode(status) != 0:
+            err.seek(0)
+            raise RuntimeError(err.read().decode(errors="replace"))
+    return wall, usage.ru_maxrss / 1024
 
 
 def bench(path: str, runs: int) -> dict:
@@ -76,7 +76,8 @@ def bench(path: str, runs: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out")
         wall, peak_mib = convert(path, out)
-        layout = json.load(open(os.path.join(out, f"{stem}_io_layout.json")))
+        with open(os.path.join(out, f"{stem}_io_layout.json")) as f:
+            layout = json.load(f)
         tflite_path = os.path.join(out, f"{stem}_float32.tflite")
         row = {"model": stem, "convert_s": round(wall, 2), "convert_peak_mib": round(peak_mib)}
         phys = {e["tf_name"]: np.transpose(feeds[e["onnx_name"]], e["perm"]) for e in layout["inputs"]}
@@ -87,8 +88,8 @@ def bench(path: str, runs: int) -> dict:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
             session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-            tfl_ms = median_latency(lambda: runner(**phys), runs)
-            ort_ms = median_latency(lambda: session.run(None, feeds), runs)
+            tfl_ms = median_latency(lambda r=runner: r(**phys), runs)
+            ort_ms = median_latency(lambda s=session: s.run(None, feeds), runs)
             row[f"tflite_ms_{threads}t"] = round(tfl_ms, 3)
             row[f"ort_ms_{threads}t"] = round(ort_ms, 3)
             row[f"ratio_{threads}t"] = round(tfl_ms / ort_ms, 2)
@@ -122,7 +123,8 @@ def main() -> None:
             rows.append({"model": os.path.basename(path), "error": str(exc).strip()[-300:]})
         print(json.dumps(rows[-1]), flush=True)
     if args.json:
-        json.dump(rows, open(args.json, "w"), indent=2)
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
 
 
 if __name__ == "__main__":
