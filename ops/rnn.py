@@ -1,0 +1,314 @@
+"""Recurrent layers RNN, LSTM and GRU, unrolled over their static number of time steps.
+
+Weights are constants, folded in numpy. The input projection of all time steps is one
+matmul before the loop; each step adds a matmul with the recurrence weights and elementwise
+gates, which TFLite runs as FULLY_CONNECTED, ADD, MUL, LOGISTIC and TANH builtins, with no
+control flow and no Flex ops.
+
+sequence_lens: a sequence's state is frozen after its end and its outputs there are zero.
+The reverse direction walks the steps from the last one down, so a shorter sequence keeps
+its initial state through its padding and then runs its valid prefix backwards, which is
+the per-sequence reversal the spec asks for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+from onnx2tf_alt.context import reshape
+from onnx2tf_alt.layout import Decision, logical
+from onnx2tf_alt.registry import handler
+
+LIMITS = "constant W, R, B and P; static sequence length"
+
+
+def sequence_as_arrived(node, graph, in_perms) -> Decision:
+    """X is taken time-major or batch-major, as it arrives (its projection only needs the
+    feature axis last), and Y keeps X's physical order of time and batch, so the Transpose
+    nodes of batch-first exports (PyTorch) become perm changes. Everything else is logical.
+    """
+    decision = logical(node, graph, in_perms)
+    if in_perms[0] is not None and tuple(in_perms[0]) == (1, 0, 2):
+        decision.inputs[0] = (1, 0, 2)
+        if node.outputs[0]:  # Y: [T, D, B, H] kept as [B, T, D, H] (or layout 1 the reverse)
+            decision.outputs[0] = (2, 0, 1, 3) if node.attrs.get("layout", 0) == 0 else (
+                1, 2, 0, 3)
+    return decision
+
+
+# --- activation functions ------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Activation:
+    """fn(x, alpha, beta); alpha / beta: their defaults, None when the function takes none."""
+
+    fn: Callable
+    alpha: float | None = None
+    beta: float | None = None
+
+
+def _elu(x, alpha, _):
+    y = tf.nn.elu(x)
+    return y if alpha == 1.0 else tf.where(x > 0, y, alpha * y)
+
+
+# Names and alpha / beta defaults as onnxruntime reads them (case-insensitive).
+_ACTIVATIONS = {
+    "relu": _Activation(lambda x, a, b: tf.nn.relu(x)),
+    "tanh": _Activation(lambda x, a, b: tf.tanh(x)),
+    "sigmoid": _Activation(lambda x, a, b: tf.sigmoid(x)),
+    "affine": _Activation(lambda x, a, b: a * x + b, 0.0, 0.0),
+    "leakyrelu": _Activation(lambda x, a, b: tf.nn.leaky_relu(x, alpha=a), 0.01),
+    "thresholdedrelu": _Activation(lambda x, a, b: tf.where(x > a, x, tf.zeros_like(x)), 0.0),
+    "scaledtanh": _Activation(lambda x, a, b: a * tf.tanh(b * x), 0.0, 0.0),
+    "hardsigmoid": _Activation(lambda x, a, b: tf.minimum(tf.nn.relu(a * x + b), 1.0), 0.2, 0.5),
+    "elu": _Activation(_elu, 1.0),
+    "softsign": _Activation(lambda x, a, b: tf.nn.softsign(x)),
+    "softplus": _Activation(lambda x, a, b: tf.math.softplus(x)),
+}
+
+
+def _activations(ctx, defaults: list[str], num_dirs: int) -> list[list[Callable]]:
+    """Activation callables per direction; alphas and betas are consumed in order by the
+    functions that take them. A list for one direction serves both."""
+    names = ctx.attr("activations", defaults)
+    if len(names) not in (len(defaults), len(defaults) * num_dirs):
+        raise ValueError(f"{len(names)} activations for {num_dirs} direction(s) of "
+                         f"{len(defaults)} functions")
+    alphas, betas = list(ctx.attr("activation_alpha", [])), list(ctx.attr("activation_beta", []))
+    funcs = []
+    for name in names:
+        act = _ACTIVATIONS.get(name.lower())
+        if act is None:
+            raise NotImplementedError(f"activation function {name} is not supported")
+        alpha = None if act.alpha is None else alphas.pop(0) if alphas else act.alpha
+        beta = None if act.beta is None else betas.pop(0) if betas else act.beta
+        funcs.append(lambda x, fn=act.fn, a=alpha, b=beta: fn(x, a, b))
+    if len(funcs) == len(defaults):
+        return [funcs] * num_dirs
+    return [funcs[d * len(defaults):(d + 1) * len(defaults)] for d in range(num_dirs)]
+
+
+# --- the unrolled recurrence ---------------------------------------------------------------
+class _Recurrence:
+    """What RNN, LSTM and GRU share: attributes, weights, and the loop over time steps.
+
+    A state is a tuple of [batch, hidden] tensors (hidden first, then LSTM's cell); None
+    stands for a zero state, so that the first step skips the products with it.
+    """
+
+    def __init__(self, ctx, num_gates: int, default_activations: list[str]):
+        self.ctx = ctx
+        op = ctx.node.op_type
+        self.layout = ctx.attr("layout", 0)
+        self.steps = ctx.shape(0)[0 if self.layout == 0 else 1]
+        self.time_axis = ctx.axis(0 if self.layout == 0 else 1, 0)  # physical, in X and Y
+        if self.steps is None:
+            raise NotImplementedError(
+                f"{op} needs a static sequence length; fix the input shape with -ois")
+        direction = ctx.attr("direction", "forward")
+        self.reverse = {"forward": [False], "reverse": [True],
+                        "bidirectional": [False, True]}[direction]
+        self.dtype = np.dtype(ctx.dtype(0))
+        self.w, self.r = self._weight(1, "W"), self._weight(2, "R")
+        self.hidden = ctx.attr("hidden_size", self.r.shape[-1])
+        width = num_gates * self.hidden
+        b = self._weight(3, "B") if ctx.has(3) else np.zeros((len(self.reverse), 2 * width))
+        self.wb, self.rb = b[:, :width].astype(self.dtype), b[:, width:].astype(self.dtype)
+        self.acts = _activations(ctx, default_activations, len(self.reverse))
+        clip = ctx.attr("clip")
+        self.clip = (lambda x: x) if clip is None else (
+            lambda x: tf.clip_by_value(x, -clip, clip))
+
+    def _weight(self, i: int, name: str) -> np.ndarray:
+        value = self.ctx.const(i)
+        if value is None:
+            raise NotImplementedError(f"{self.ctx.node.op_type} with run-time {name} is not "
+                                      "supported")
+        return value.astype(self.dtype)
+
+    def matrix(self, array: np.ndarray):
+        """x @ matrix(array) computes x @ array^T for an ONNX [out, in] weight."""
+        return self.ctx.const_tensor(np.ascontiguousarray(array.T))
+
+    def initial_states(self, inputs: list[int]) -> list[tuple]:
+        """Per direction, the states from inputs such as initial_h, initial_c (None: zero)."""
+        per_input = []
+        for i in inputs:
+            array = self.ctx.const(i)
+            axis = 0 if self.layout == 0 else 1
+            if not self.ctx.has(i) or (array is not None and not array.any()):
+                per_input.append([None] * len(self.reverse))
+            elif array is not None:
+                per_input.append([self.ctx.const_tensor(np.take(array, d, axis).astype(
+                    self.dtype)) for d in range(len(self.reverse))])
+            else:
+                per_input.append(tf.unstack(self.ctx.x(i), axis=axis))
+        return list(zip(*per_input))
+
+    def _masks(self) -> list:
+        """Per step, None (every sequence still runs) or ([batch, 1] bool, the same as 0/1)."""
+        if not self.ctx.has(4):
+            return [None] * self.steps
+        lengths = self.ctx.const(4)
+        if lengths is not None:
+            running = np.arange(self.steps)[:, None, None] < lengths.reshape(1, -1, 1)
+            return [None if m.all() else (tf.constant(m), tf.constant(m.astype(self.dtype)))
+                    for m in running]
+        lengths = tf.expand_dims(tf.cast(self.ctx.x(4), tf.int32), 0)
+        steps = tf.constant(np.arange(self.steps, dtype=np.int32)[:, None])
+        running = tf.expand_dims(steps < lengths, -1)
+        factor = tf.cast(running, tf.as_dtype(self.dtype))
+        return list(zip(tf.unstack(running), tf.unstack(factor)))
+
+    def run(self, cells: list[Callable], input_bias: np.ndarray, initial: list[tuple]) -> list:
+        """The node's outputs (Y, Y_h[, Y_c]; None where omitted) from one step function
+        per direction: cell(projected x_t, state) -> new state."""
+        x = self.ctx.x(0)
+        w = np.concatenate(list(self.w), axis=0)
+        xw = tf.linalg.matmul(x, self.matrix(w)) + self.ctx.const_tensor(
+            input_bias.reshape(-1))
+        parts = tf.split(xw, len(cells), axis=-1) if len(cells) > 1 else [xw]
+        masks = self._masks()
+        ys, finals = [], []
+        for cell, reverse, part, state in zip(cells, self.reverse, parts, initial):
+            inputs = tf.unstack(part, axis=self.time_axis)
+            y = [None] * self.steps
+            for t in reversed(range(self.steps)) if reverse else range(self.steps):
+                state, y[t] = _masked(cell(inputs[t], state), state, masks[t])
+            ys.append(y)
+            finals.append(state)
+        return self._outputs(ys, finals)
+
+    def _outputs(self, ys: list[list], finals: list[tuple]) -> list:
+        wanted = [bool(name) for name in self.ctx.node.outputs]
+        dirs, hidden = len(ys), self.hidden
+        outputs = []
+        if wanted[0]:
+            if self.time_axis == 0:  # [steps * dirs, batch, hidden] -> [steps, dirs, ...]
+                stacked = tf.stack([y[t] for t in range(self.steps) for y in ys], axis=0)
+                outputs.append(reshape(stacked, [self.steps, dirs, None, hidden]))
+            else:  # [batch, steps * dirs, hidden] -> [batch, steps, dirs, hidden]
+                stacked = tf.stack([y[t] for t in range(self.steps) for y in ys], axis=1)
+                outputs.append(reshape(stacked, [None, self.steps, dirs, hidden]))
+        else:
+            outputs.append(None)
+        for k, want in enumerate(wanted[1:]):
+            states = [state[k] for state in finals]
+            outputs.append(tf.stack(states, axis=self.layout) if want else None)
+        return outputs
+
+
+def _masked(new: tuple, old: tuple, mask) -> tuple:
+    """(state, output) of one step: where a sequence has ended the state stays `old` and
+    the output is zero."""
+    if mask is None:
+        return new, new[0]
+    running, factor = mask
+    output = new[0] * factor
+    kept = tuple((output if k == 0 else n * factor) if o is None else tf.where(running, n, o)
+                 for k, (n, o) in enumerate(zip(new, old)))
+    return kept, output
+
+
+# --- the three cells -----------------------------------------------------------------------
+@handler("RNN", since=7, layout=sequence_as_arrived, limits=LIMITS)
+def rnn(ctx):
+    """Ht = f(Xt W^T + Ht-1 R^T + Wb + Rb)."""
+    rec = _Recurrence(ctx, 1, ["Tanh"])
+
+    def cell(d):
+        (f,), r = rec.acts[d], rec.matrix(rec.r[d])
+
+        def step(x, state):
+            (h,) = state
+            return (f(rec.clip(x if h is None else x + tf.linalg.matmul(h, r))),)
+
+        return step
+
+    cells = [cell(d) for d in range(len(rec.reverse))]
+    return rec.run(cells, rec.wb + rec.rb, rec.initial_states([5]))
+
+
+@handler("LSTM", since=7, layout=sequence_as_arrived, limits=LIMITS)
+def lstm(ctx):
+    """Gates i, o, f, c (ONNX order) with optional peepholes P (i, o, f) and input_forget
+    (f = 1 - i); clip bounds every gate's pre-activation."""
+    rec = _Recurrence(ctx, 4, ["Sigmoid", "Tanh", "Tanh"])
+    peepholes = ctx.const(7) if ctx.has(7) else None
+    if ctx.has(7) and peepholes is None:
+        raise NotImplementedError("LSTM with run-time peepholes P is not supported")
+    couple = bool(ctx.attr("input_forget", 0))
+    clip = rec.clip
+
+    def cell(d):
+        (f, g, h_act), r = rec.acts[d], rec.matrix(rec.r[d])
+        p_i = p_o = p_f = None
+        if peepholes is not None and peepholes[d].any():
+            p_i, p_o, p_f = (ctx.const_tensor(v) for v in
+                             np.split(peepholes[d].astype(rec.dtype), 3))
+
+        def step(x, state):
+            h, c = state
+            gates = x if h is None else x + tf.linalg.matmul(h, r)
+            i, o, forget, candidate = tf.split(gates, 4, axis=-1)
+            if p_i is not None and c is not None:
+                i, forget = i + c * p_i, forget + c * p_f
+            i = f(clip(i))
+            candidate = g(clip(candidate))
+            if c is None:
+                c_new = i * candidate
+            else:
+                forget = 1 - i if couple else f(clip(forget))
+                c_new = forget * c + i * candidate
+            if p_o is not None:
+                o = o + c_new * p_o
+            return f(clip(o)) * h_act(c_new), c_new
+
+        return step
+
+    cells = [cell(d) for d in range(len(rec.reverse))]
+    return rec.run(cells, rec.wb + rec.rb, rec.initial_states([5, 6]))
+
+
+@handler("GRU", since=7, layout=sequence_as_arrived, limits=LIMITS)
+def gru(ctx):
+    """Gates z, r, h (ONNX order); linear_before_reset applies R_h (and its bias) before
+    the reset gate instead of after."""
+    rec = _Recurrence(ctx, 3, ["Sigmoid", "Tanh"])
+    before_reset = bool(ctx.attr("linear_before_reset", 0))
+    hidden, clip = rec.hidden, rec.clip
+    input_bias = rec.wb + rec.rb
+    if before_reset:  # R_h's bias is multiplied by the reset gate: it stays in the loop
+        input_bias[:, 2 * hidden:] = rec.wb[:, 2 * hidden:]
+
+    def cell(d):
+        (f, g), r = rec.acts[d], rec.r[d]
+        r_zr = rec.matrix(r if before_reset else r[:2 * hidden])
+        r_h = None if before_reset else rec.matrix(r[2 * hidden:])
+        rb_h = rec.rb[d, 2 * hidden:]
+
+        def step(x, state):
+            (h,) = state
+            x_zr, x_h = tf.split(x, [2 * hidden, hidden], axis=-1)
+            if h is None:
+                z, reset = tf.split(f(clip(x_zr)), 2, axis=-1)
+                candidate = (x_h + reset * ctx.const_tensor(rb_h)) if before_reset else x_h
+            else:
+                recurrent = tf.linalg.matmul(h, r_zr)
+                if before_reset:
+                    recurrent = recurrent + ctx.const_tensor(np.pad(rb_h, (2 * hidden, 0)))
+                    recurrent, h_h = tf.split(recurrent, [2 * hidden, hidden], axis=-1)
+                z, reset = tf.split(f(clip(x_zr + recurrent)), 2, axis=-1)
+                candidate = x_h + (reset * h_h if before_reset
+                                   else tf.linalg.matmul(reset * h, r_h))
+            candidate = g(clip(candidate))
+            return (candidate - z * candidate if h is None else candidate + z * (h - candidate),)
+
+        return step
+
+    cells = [cell(d) for d in range(len(rec.reverse))]
+    return rec.run(cells, input_bias, rec.initial_states([5]))

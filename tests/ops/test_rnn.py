@@ -1,0 +1,259 @@
+"""RNN, LSTM and GRU against onnxruntime, through TF and the float32 TFLite.
+
+Each conversion of an unrolled recurrence is costly, so most tests put several nodes that
+share the input x into one model. onnxruntime does not run layout=1 (batch first): those
+nodes are checked against the same node with layout 0 between Transpose nodes.
+"""
+
+import numpy as np
+import onnx
+import pytest
+from harness import (
+    assert_close,
+    assert_keras_reloads,
+    check_model,
+    convert,
+    count_tflite_ops,
+    make_model,
+    ort_run,
+    tf_run,
+    tflite_run,
+)
+from onnx import helper
+
+GATES = {"RNN": 1, "LSTM": 4, "GRU": 3}
+SEQ, BATCH, INPUT, HIDDEN = 3, 3, 4, 5
+UNEQUAL = [3, 1, 2]
+rng = np.random.default_rng(0)
+
+
+def _randn(*shape, scale=0.5):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _node(op, tag, direction="forward", layout=0, bias=True, initial=None, lens=None,
+          peepholes=False, outputs=("y", "y_h", "y_c"), **attrs):
+    """One node reading "x", with random constant weights: (node, run-time feeds, constants).
+
+    initial: None, "input" or "const" (initial_h, and initial_c for LSTM); lens: None or
+    (lengths, "input" | "const"); outputs: "" omits one. Value names end with `tag`.
+    """
+    dirs = 2 if direction == "bidirectional" else 1
+    width = GATES[op] * HIDDEN
+    state_shape = (dirs, BATCH, HIDDEN) if layout == 0 else (BATCH, dirs, HIDDEN)
+    feeds, consts = {}, {f"w{tag}": _randn(dirs, width, INPUT),
+                         f"r{tag}": _randn(dirs, width, HIDDEN)}
+    names = ["x", f"w{tag}", f"r{tag}", ""]
+    if bias:
+        consts[f"b{tag}"] = _randn(dirs, 2 * width)
+        names[3] = f"b{tag}"
+    extra = [""] * (4 if op == "LSTM" else 2)  # sequence_lens, initial_h[, initial_c, P]
+    if lens is not None:
+        values, where = lens
+        (feeds if where == "input" else consts)[f"lens{tag}"] = np.array(values, np.int32)
+        extra[0] = f"lens{tag}"
+    if initial is not None:
+        for k, name in enumerate(["h0", "c0"] if op == "LSTM" else ["h0"]):
+            (feeds if initial == "input" else consts)[name + tag] = _randn(*state_shape)
+            extra[1 + k] = name + tag
+    if peepholes:
+        consts[f"p{tag}"] = _randn(dirs, 3 * HIDDEN)
+        extra[3] = f"p{tag}"
+    names += extra
+    while names[-1] == "":
+        names.pop()
+    outputs = [o + tag if o else "" for o in outputs[:3 if op == "LSTM" else 2]]
+    if layout:
+        attrs["layout"] = layout
+    node = helper.make_node(op, names, outputs, direction=direction, hidden_size=HIDDEN,
+                            **attrs)
+    return node, feeds, consts
+
+
+def _model(specs, layout=0, opset=18, swapped_input=False):
+    """A model of the nodes `specs` (kwargs of _node, tag added) on one value x; with
+    `swapped_input`, x is a Transpose of the model input, as in PyTorch's batch-first
+    exports."""
+    x = _randn(*((SEQ, BATCH, INPUT) if layout == 0 else (BATCH, SEQ, INPUT)), scale=1.0)
+    nodes, feeds, consts = [], {"x": x}, {}
+    if swapped_input:
+        feeds = {"x_in": np.ascontiguousarray(np.swapaxes(x, 0, 1))}
+        nodes.append(helper.make_node("Transpose", ["x_in"], ["x"], perm=[1, 0, 2]))
+    for k, spec in enumerate(specs):
+        node, f, c = _node(tag=f"_{k}", layout=layout, **spec)
+        nodes.append(node)
+        feeds.update(f)
+        consts.update(c)
+    outputs = [o for n in nodes for o in n.output if o]
+    return make_model(nodes, feeds, outputs, consts, opset), feeds
+
+
+def _check(specs, opset=18, swapped_input=False):
+    model, feeds = _model(specs, opset=opset, swapped_input=swapped_input)
+    return check_model(model, feeds)
+
+
+def _batch_first_reference(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with each layout=1 node run as layout 0 between Transpose nodes."""
+    ref = onnx.ModelProto()
+    ref.CopyFrom(model)
+    nodes, swapped = [], set()
+    for node in model.graph.node:
+        if node.op_type not in GATES:
+            nodes.append(node)
+            continue
+        inputs, outputs = list(node.input), list(node.output)
+        for i in (0, 5, 6):  # x, initial_h, initial_c: swap the first two axes
+            if i < len(inputs) and inputs[i]:
+                if inputs[i] not in swapped:
+                    nodes.append(helper.make_node("Transpose", [inputs[i]], [inputs[i] + "_t"],
+                                                  perm=[1, 0, 2]))
+                    swapped.add(inputs[i])
+                inputs[i] += "_t"
+        post = []
+        for j, perm in ((0, [2, 0, 1, 3]), (1, [1, 0, 2]), (2, [1, 0, 2])):
+            if j < len(outputs) and outputs[j]:
+                post.append(helper.make_node("Transpose", [outputs[j] + "_t"], [outputs[j]],
+                                             perm=perm))
+                outputs[j] += "_t"
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        del attrs["layout"]
+        nodes += [helper.make_node(node.op_type, inputs, outputs, **attrs), *post]
+    del ref.graph.node[:]
+    ref.graph.node.extend(nodes)
+    return ref
+
+
+def _check_batch_first(specs, swapped_input=False):
+    model, feeds = _model(specs, layout=1, swapped_input=swapped_input)
+    expected = ort_run(_batch_first_reference(model), feeds)
+    converted = convert(model)
+    for i, (a, e) in enumerate(zip(tf_run(converted, feeds), expected)):
+        assert_close(a, e, what=f"TF output {i}")
+    for i, (a, e) in enumerate(zip(tflite_run(converted, feeds), expected)):
+        assert_close(a, e, what=f"TFLite output {i}")
+
+
+def _spec(op, **kwargs) -> dict:
+    """Keyword arguments of _node for one node of a test model."""
+    return {"op": op, **kwargs}
+
+
+@pytest.mark.parametrize("op", ["RNN", "LSTM", "GRU"])
+def test_directions_with_and_without_bias_and_initial_states(op):
+    _check([_spec(op, direction="forward", initial="input"),
+            _spec(op, direction="bidirectional", bias=False)])
+
+
+@pytest.mark.parametrize("op", ["RNN", "LSTM", "GRU"])
+def test_batch_first_layout(op):
+    """layout=1; for LSTM x also arrives physically time-major (a Transpose in front), which
+    the node takes as it is."""
+    _check_batch_first([_spec(op, direction="reverse", initial="input",
+                              lens=(UNEQUAL, "const")),
+                        _spec(op, direction="bidirectional", initial="const", bias=False)],
+                       swapped_input=op == "LSTM")
+
+
+def test_swapped_input_is_used_as_it_arrives():
+    """x arrives batch-major (a Transpose in front, as in PyTorch's batch-first exports): it
+    is used with no transpose, and Y comes out batch-major too."""
+    _check([_spec("GRU", direction="bidirectional", initial="input"),
+            _spec("RNN", direction="forward", lens=(UNEQUAL, "const"))], swapped_input=True)
+
+
+@pytest.mark.parametrize("op", ["RNN", "LSTM", "GRU"])
+def test_unequal_sequence_lengths(op):
+    """Constant lengths, and run-time ones (masks computed in the graph)."""
+    _check([_spec(op, direction="reverse", lens=(UNEQUAL, "const"), initial="const"),
+            _spec(op, direction="bidirectional", lens=([2, 3, 1], "input"), initial="input")])
+
+
+def test_lstm_peepholes_input_forget_and_clip():
+    _check([_spec("LSTM", direction="forward", peepholes=True, initial="input", clip=0.4),
+            _spec("LSTM", direction="reverse", peepholes=True, input_forget=1,
+                  lens=(UNEQUAL, "const"))])
+
+
+def test_gru_linear_before_reset_and_clip():
+    _check([_spec("GRU", direction="bidirectional", initial="input", linear_before_reset=1),
+            _spec("GRU", direction="reverse", lens=(UNEQUAL, "const"), linear_before_reset=1,
+                  clip=0.3),
+            _spec("GRU", direction="forward", initial="input", clip=0.3)])
+
+
+def test_activations_and_clip():
+    """Every activation, alphas and betas consumed in order; names are case-insensitive
+    (onnxruntime's RNN accepts only the spec's spelling, its LSTM any case)."""
+    rnn_pairs = [(["Relu", "Sigmoid"], [], []),
+                 (["Affine", "LeakyRelu"], [0.7, 0.2], [0.1]),
+                 (["ThresholdedRelu", "ScaledTanh"], [0.3, 1.5], [0.8]),
+                 (["HardSigmoid", "Elu"], [0.3, 0.5], [0.4]),
+                 (["Softsign", "Softplus"], [], [])]
+    specs = []
+    for names, alpha, beta in rnn_pairs:
+        attrs = {"activations": names}
+        if alpha:
+            attrs["activation_alpha"] = alpha
+        if beta:
+            attrs["activation_beta"] = beta
+        specs.append(_spec("RNN", direction="bidirectional", initial="input", **attrs))
+    specs.append(_spec("RNN", direction="forward", initial="input", clip=0.4))
+    specs.append(_spec("LSTM", direction="forward", initial="input",
+                       activations=["hardsigmoid", "softsign", "elu"],
+                       activation_alpha=[0.25], activation_beta=[0.4]))
+    specs.append(_spec("GRU", direction="reverse", initial="input", linear_before_reset=1,
+                       activations=["LeakyRelu", "ScaledTanh"], activation_alpha=[0.3, 0.9],
+                       activation_beta=[1.2]))
+    _check(specs)
+
+
+def test_omitted_outputs():
+    _check([_spec("LSTM", direction="bidirectional", lens=(UNEQUAL, "const"),
+                  outputs=("", "y_h", "")),
+            _spec("GRU", direction="forward", initial="input", outputs=("", "y_h")),
+            _spec("LSTM", direction="forward", initial="const", outputs=("y", "", "y_c"))])
+
+
+@pytest.mark.parametrize("opset", [7, 22])
+def test_opsets_and_builtin_ops(opset):
+    converted = _check([_spec(op, direction="forward", initial="input")
+                        for op in ("RNN", "LSTM", "GRU")], opset=opset)
+    ops = count_tflite_ops(converted.tflite)
+    builtins = {"FULLY_CONNECTED", "ADD", "MUL", "SUB", "LOGISTIC", "TANH", "SPLIT", "SPLIT_V",
+                "UNPACK", "PACK", "RESHAPE"}
+    assert set(ops) <= builtins, ops
+    assert ops["FULLY_CONNECTED"] == 3 * (1 + SEQ) + SEQ, ops  # GRU: two per step
+
+
+def test_keras_files_reload(tmp_path):
+    model, feeds = _model([
+        _spec("LSTM", direction="bidirectional", lens=(UNEQUAL, "const"), peepholes=True),
+        _spec("GRU", direction="reverse", lens=(UNEQUAL, "input"), initial="input", clip=0.5),
+        _spec("RNN", activations=["ThresholdedRelu"], activation_alpha=[0.1])])
+    assert_keras_reloads(convert(model), feeds, tmp_path)
+
+
+def test_dynamic_sequence_length_is_reported():
+    model, _ = _model([_spec("GRU")])
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "T"
+    with pytest.raises(Exception, match="static sequence length"):
+        convert(model)
+
+
+def test_torch_lstm_and_gru(tmp_path):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    x = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    modules = {
+        "lstm": torch.nn.LSTM(8, 16, num_layers=2, bidirectional=True, batch_first=True),
+        "gru": torch.nn.GRU(8, 16, batch_first=True),
+    }
+    for name, module in modules.items():
+        path = tmp_path / f"{name}.onnx"
+        torch.onnx.export(module.eval(), (torch.from_numpy(x),), str(path), dynamo=False,
+                          opset_version=17, input_names=["x"])
+        converted = check_model(onnx.load(str(path)), {"x": x})
+        ops = count_tflite_ops(converted.tflite)
+        print(name, sorted(ops.items()))
+        assert "TRANSPOSE" not in ops, ops
