@@ -1,0 +1,323 @@
+"""Indexing ops: element and N-d gathers and scatters, TopK, CumSum, NonZero, OneHot, Trilu,
+Compress, Unique, ReverseSequence.
+
+Gathers and scatters work on a flattened view of the data: each index becomes a linear
+offset into the data's leading axes (negative indices normalized first), so one GATHER, or
+one SCATTER_ND / UNSORTED_SEGMENT_* builtin, does the work in TFLite. Offsets are int32 and
+computed at conversion time when the indices are constant.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from onnx2tf_alt.graph import Graph, Node
+from onnx2tf_alt.layout import derived, same_as_input
+from onnx2tf_alt.registry import handler
+
+from .elementwise import widen
+
+
+# --- index arithmetic (numpy while everything is known, tensors otherwise) -----------------
+def _static(*values) -> bool:
+    return all(isinstance(v, (int, np.integer, np.ndarray)) for v in values)
+
+
+def _dims(ctx, i: int) -> list:
+    """Physical dims of input i: ints where static, int32 scalar tensors where not."""
+    shape = ctx.phys_shape(i)
+    if all(d is not None for d in shape):
+        return [int(d) for d in shape]
+    runtime = tf.shape(ctx.x(i), out_type=tf.int32)
+    return [runtime[p] if d is None else int(d) for p, d in enumerate(shape)]
+
+
+def _vector(dims: list):
+    return np.array(dims, np.int32) if _static(*dims) else tf.stack(dims)
+
+
+def _strides(dims: list) -> list:
+    """Row-major strides (ints, or tensors past an unknown dim)."""
+    strides = [1]
+    for d in reversed(dims[1:]):
+        strides.insert(0, d * strides[0])
+    return strides
+
+
+def _indices(ctx, i: int, data_dims: list):
+    """Index input i in its physical perm, as int32: numpy when it and the data dims are
+    known at conversion time, else a tensor."""
+    value = ctx.const(i)
+    if value is None:
+        return tf.cast(ctx.x(i), tf.int32)
+    value = np.transpose(value.astype(np.int32), ctx.perm(i))
+    return value if _static(*data_dims) else ctx.const_tensor(value)
+
+
+def _normalize(index, size):
+    """Negative indices counted from the end of an axis of `size` (broadcasting)."""
+    if _static(index, size):
+        return np.where(index < 0, index + size, index)
+    size = np.asarray(size, np.int32) if _static(size) else size
+    return tf.where(index < 0, index + size, index)
+
+
+def _iota(size, axis: int, rank: int):
+    """0..size-1 along `axis` of a rank-`rank` broadcastable shape."""
+    shape = [1] * rank
+    shape[axis] = -1
+    if _static(size):
+        return np.arange(size, dtype=np.int32).reshape(shape)
+    return tf.reshape(tf.range(size), shape)
+
+
+def _sum_offsets(ctx, terms: list):
+    """Sum of offset terms as an int32 tensor; the numpy terms are folded here."""
+    known = [t for t in terms if _static(t)]
+    runtime = [t for t in terms if not _static(t)]
+    if known:
+        runtime.append(ctx.const_tensor(np.asarray(sum(known), np.int32)))
+    total = runtime[0]
+    for t in runtime[1:]:
+        total = total + t
+    return total
+
+
+def _element_offsets(ctx, axis: int):
+    """Linear offsets into input 0 of the element indices in input 1 along physical `axis`."""
+    data_dims, index_dims = _dims(ctx, 0), _dims(ctx, 1)
+    strides, rank = _strides(data_dims), len(data_dims)
+    index = _normalize(_indices(ctx, 1, data_dims), data_dims[axis])
+    terms = [index * strides[axis]]
+    terms += [strides[d] * _iota(index_dims[d], d, rank) for d in range(rank) if d != axis]
+    return _sum_offsets(ctx, terms)
+
+
+def _nd_offsets(ctx, batch_dims: int):
+    """Row offsets of the N-d indices in input 1 (coordinates on the last axis) into the
+    leading axes of input 0, the first `batch_dims` of which data and indices share.
+    Returns the offsets and the number of leading data axes they index."""
+    data_dims, index_dims = _dims(ctx, 0), _dims(ctx, 1)
+    depth = ctx.shape(1)[-1]
+    if depth is None:
+        raise NotImplementedError("the index depth (last dim of indices) must be static")
+    lead = batch_dims + depth
+    strides = _strides(data_dims[:lead])
+    index = _normalize(_indices(ctx, 1, data_dims), _vector(data_dims[batch_dims:lead]))
+    coords = _vector(strides[batch_dims:])
+    if _static(index, coords):
+        terms = [np.sum(index * coords, axis=-1)]
+    else:
+        terms = [tf.reduce_sum(index * coords, axis=-1)]
+    rank = len(index_dims) - 1
+    terms += [strides[d] * _iota(index_dims[d], d, rank) for d in range(batch_dims)]
+    return _sum_offsets(ctx, terms), lead
+
+
+def _rows(x, dims: list, lead: int):
+    """x reshaped to (rows of its `lead` leading axes, *rest)."""
+    rest = dims[lead:]
+    if _static(*rest):
+        return tf.reshape(x, [-1, *rest])
+    return tf.reshape(x, tf.concat([[-1], tf.stack(rest)], axis=0))
+
+
+def _shaped(x, dims: list):
+    return tf.reshape(x, dims if _static(*dims) else tf.stack(dims))
+
+
+_SEGMENT_COMBINE = {
+    "mul": (tf.math.unsorted_segment_prod, tf.multiply),
+    "max": (tf.math.unsorted_segment_max, tf.maximum),
+    "min": (tf.math.unsorted_segment_min, tf.minimum),
+}
+
+
+def _scatter(data, offsets, updates, reduction: str):
+    """Rows `offsets` (U,) of data (G, ...) combined with updates (U, ...).
+
+    "none": the last update of a row wins, as onnxruntime applies them in order.
+    """
+    data, updates = widen(data), widen(updates)
+    rows = tf.shape(data, out_type=tf.int32)[0] if data.shape[0] is None else data.shape[0]
+    if reduction == "add":
+        return data + tf.scatter_nd(offsets[:, None], updates, tf.shape(data))
+    if reduction == "none":
+        order = tf.range(tf.shape(offsets)[0])
+        last = tf.math.unsorted_segment_max(order, offsets, rows)
+        written = tf.reshape(last >= 0, [-1] + [1] * (data.shape.rank - 1))
+        return tf.where(written, tf.gather(updates, tf.maximum(last, 0)), data)
+    if reduction not in _SEGMENT_COMBINE:
+        raise NotImplementedError(f"reduction '{reduction}' is not supported")
+    segment, combine = _SEGMENT_COMBINE[reduction]
+    return combine(data, segment(updates, offsets, rows))
+
+
+# --- gathers and scatters ----------------------------------------------------------------------
+@handler("GatherElements", since=11, layout=same_as_input(0))
+def gather_elements(ctx):
+    offsets = _element_offsets(ctx, ctx.axis(ctx.attr("axis", 0)))
+    return tf.gather(tf.reshape(ctx.x(0), [-1]), offsets)
+
+
+@handler("ScatterElements", since=11, layout=same_as_input(0),
+         limits="mul/max/min reductions on int64 data need Flex ops in TFLite")
+def scatter_elements(ctx):
+    offsets = _element_offsets(ctx, ctx.axis(ctx.attr("axis", 0)))
+    flat = [tf.reshape(ctx.x(i), [-1]) for i in (0, 2)]
+    out = _scatter(flat[0], tf.reshape(offsets, [-1]), flat[1], ctx.attr("reduction", "none"))
+    return _shaped(out, _dims(ctx, 0))
+
+
+handler("Scatter", since=9, layout=same_as_input(0))(scatter_elements)
+
+
+@handler("GatherND", since=11, limits="static index depth")
+def gather_nd(ctx):
+    offsets, lead = _nd_offsets(ctx, ctx.attr("batch_dims", 0))
+    return tf.gather(_rows(ctx.x(0), _dims(ctx, 0), lead), offsets)
+
+
+@handler("ScatterND", since=11,
+         limits="static index depth; mul/max/min reductions on int64 need Flex ops in TFLite")
+def scatter_nd(ctx):
+    offsets, lead = _nd_offsets(ctx, 0)
+    dims = _dims(ctx, 0)
+    data, updates = _rows(ctx.x(0), dims, lead), _rows(ctx.x(2), dims, lead)
+    out = _scatter(data, tf.reshape(offsets, [-1]), updates, ctx.attr("reduction", "none"))
+    return _shaped(out, dims)
+
+
+# --- TopK ---------------------------------------------------------------------------------------
+def _top_k(ctx, k):
+    """Values and indices of the k largest (or smallest) along `axis`, ties by lower index."""
+    x, rank = widen(ctx.x(0)), ctx.rank(0)
+    axis = ctx.axis(ctx.attr("axis", -1))
+    swap = list(range(rank))
+    swap[axis], swap[-1] = swap[-1], swap[axis]
+    if axis != rank - 1:
+        x = tf.transpose(x, swap)
+    largest = ctx.attr("largest", 1)
+    values, indices = tf.math.top_k(x if largest else -x, k=k, sorted=True)
+    values = values if largest else -values
+    if axis != rank - 1:
+        values, indices = tf.transpose(values, swap), tf.transpose(indices, swap)
+    return [values, indices]
+
+
+@handler("TopK", layout=same_as_input(0))
+def top_k_v1(ctx):
+    return _top_k(ctx, int(ctx.attr("k")))
+
+
+@handler("TopK", since=10, layout=same_as_input(0), limits="sorted=0 returns sorted output")
+def top_k(ctx):
+    k = ctx.const(1)
+    k = int(k.reshape(-1)[0]) if k is not None else tf.cast(tf.reshape(ctx.x(1), []), tf.int32)
+    return _top_k(ctx, k)
+
+
+# --- CumSum -------------------------------------------------------------------------------------
+def _axis_const_perm(node: Node, graph: Graph, in_perm):
+    """Keep the data's perm when the axis input is constant (it can be remapped)."""
+    return tuple(in_perm) if graph.is_const(node.inputs[1]) else None
+
+
+@handler("CumSum", since=11, layout=derived(_axis_const_perm))
+def cumsum(ctx):
+    axis = ctx.const(1)
+    if axis is not None:
+        axis = ctx.axis(int(axis.reshape(-1)[0]))
+    else:
+        axis = tf.cast(tf.reshape(ctx.x(1), []), tf.int32)
+    exclusive, reverse = bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))
+    return tf.math.cumsum(widen(ctx.x(0)), axis, exclusive=exclusive, reverse=reverse)
+
+
+# --- NonZero, OneHot, Trilu, Compress -----------------------------------------------------------
+@handler("NonZero", since=9)
+def non_zero(ctx):
+    x = ctx.x(0)
+    return tf.transpose(tf.where(x if x.dtype == tf.bool else tf.not_equal(x, 0)))
+
+
+@handler("OneHot", since=9)
+def one_hot(ctx):
+    depth = ctx.const(1)
+    if depth is not None:
+        depth = int(depth.reshape(-1)[0])
+    else:
+        depth = tf.cast(tf.reshape(ctx.x(1), []), tf.int32)
+    indices = _normalize(tf.cast(ctx.x(0), tf.int32), depth)
+    values = widen(ctx.x(2))
+    axis = ctx.attr("axis", -1) % (ctx.rank(0) + 1)
+    return tf.one_hot(indices, depth, on_value=values[1], off_value=values[0], axis=axis)
+
+
+@handler("Trilu", since=14, layout=same_as_input(0))
+def trilu(ctx):
+    """Keep elements with col - row >= k (upper) or <= k (lower) on the last two axes."""
+    x, rank = ctx.x(0), ctx.rank(0)
+    shape = tf.shape(x, out_type=tf.int32)
+    rows, cols = ctx.axis(-2), ctx.axis(-1)
+    offset = _iota(shape[cols], cols, rank) - _iota(shape[rows], rows, rank)
+    k = 0 if not ctx.has(1) else ctx.const(1)
+    k = tf.cast(tf.reshape(ctx.x(1), []), tf.int32) if k is None else int(np.reshape(k, -1)[0])
+    keep = offset >= k if ctx.attr("upper", 1) else offset <= k
+    return tf.where(keep, x, tf.zeros_like(x))
+
+
+def _compress_perm(node: Node, graph: Graph, in_perm):
+    return tuple(in_perm) if "axis" in node.attrs else None
+
+
+@handler("Compress", since=9, layout=derived(_compress_perm))
+def compress(ctx):
+    axis, x = ctx.attr("axis"), ctx.x(0)
+    if axis is None:
+        x, axis = tf.reshape(x, [-1]), 0
+    else:
+        axis = ctx.axis(axis)
+    condition = ctx.const(1)
+    if condition is not None:
+        positions = ctx.const_tensor(np.flatnonzero(condition).astype(np.int32))
+    else:
+        positions = tf.reshape(tf.where(tf.cast(ctx.x(1), tf.bool)), [-1])
+    return tf.gather(x, positions, axis=axis)
+
+
+# --- Unique -------------------------------------------------------------------------------------
+@handler("Unique", since=11, limits="flattened form only (no axis)")
+def unique(ctx):
+    """Unique values (first-occurrence order, or ascending with sorted=1), first index of
+    each, inverse indices and counts; the sort is a TopK over the unique values."""
+    if ctx.attr("axis") is not None:
+        raise NotImplementedError("Unique with an axis is not supported (only the flattened form)")
+    x = widen(tf.reshape(ctx.x(0), [-1]))
+    values, inverse = tf.unique(x, out_idx=tf.int32)
+    count = tf.shape(values)[0]
+    positions = tf.range(tf.shape(x)[0])
+    first = tf.math.unsorted_segment_min(positions, inverse, count)
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(inverse), inverse, count)
+    if not ctx.attr("sorted", 1):
+        return [values, first, inverse, counts]
+    order = tf.math.top_k(-values, k=count).indices
+    rank = tf.scatter_nd(order[:, None], tf.range(count), tf.reshape(count, [1]))
+    return [
+        tf.gather(values, order),
+        tf.gather(first, order),
+        tf.gather(rank, inverse),
+        tf.gather(counts, order),
+    ]
+
+
+# --- ReverseSequence ----------------------------------------------------------------------------
+@handler("ReverseSequence", since=10, layout=same_as_input(0))
+def reverse_sequence(ctx):
+    return tf.reverse_sequence(
+        ctx.x(0),
+        ctx.x(1),
+        seq_axis=ctx.axis(ctx.attr("time_axis", 0)),
+        batch_axis=ctx.axis(ctx.attr("batch_axis", 1)),
+    )

@@ -1,0 +1,175 @@
+"""NonMaxSuppression, RoiAlign, MaxRoiPool (ops/detection.py) against onnxruntime, through
+TF and the float32 TFLite."""
+
+import numpy as np
+import pytest
+from harness import check_model, check_nodes, make_model
+from onnx import helper
+
+rng = np.random.default_rng(0)
+
+
+def data(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def node(op_type, inputs, outputs, **attrs):
+    outputs = [outputs] if isinstance(outputs, str) else outputs
+    return helper.make_node(op_type, inputs, outputs, **attrs)
+
+
+def scalar(value, dtype=np.float32):
+    return np.array([value], dtype)
+
+
+# --- NonMaxSuppression ---------------------------------------------------------------------
+def corner_boxes(batches, count):
+    """Overlapping boxes around a few centres, as [y1, x1, y2, x2] with corners in any order."""
+    centres = rng.random((batches, 2, 2)) * 10
+    centre = centres[:, rng.integers(0, 2, count)] + rng.normal(0, 0.4, (batches, count, 2))
+    size = rng.uniform(1.5, 4.0, (batches, count, 2))
+    boxes = np.concatenate([centre - size / 2, centre + size / 2], -1)
+    flip = rng.random((batches, count)) < 0.3
+    boxes[flip] = boxes[flip][:, [2, 3, 0, 1]]
+    return boxes.astype(np.float32)
+
+
+def nms_inputs(batches, classes, count):
+    scores = rng.permutation(batches * classes * count).reshape(batches, classes, count)
+    return corner_boxes(batches, count), (scores / scores.size).astype(np.float32)
+
+
+def test_nms_thresholds_and_limits():
+    boxes, scores = nms_inputs(2, 3, 13)
+    inits = {"limit": np.array([4], np.int64), "big": np.array([100], np.int64),
+             "iou": scalar(0.3), "score": scalar(0.5), "loose": scalar(0.6)}
+    nodes = [
+        node("NonMaxSuppression", ["boxes", "scores", "limit", "iou", "score"], "a"),
+        node("NonMaxSuppression", ["boxes", "scores", "big", "loose"], "b"),
+        node("NonMaxSuppression", ["boxes", "scores", "limit", "iou", ""], "c"),
+        node("NonMaxSuppression", ["boxes", "scores"], "d"),  # no limit: selects nothing
+        node("Concat", ["d", "a"], "da", axis=0),  # an empty output cannot be read back
+    ]
+    check_nodes(nodes, {"boxes": boxes, "scores": scores}, inits, opset=11,
+                outputs=["a", "b", "c", "da"])
+
+
+def test_nms_center_point_box_runtime_thresholds_opset10():
+    boxes, scores = nms_inputs(3, 2, 9)
+    centred = np.concatenate([(boxes[..., 1::-1] + boxes[..., 3:1:-1]) / 2,
+                              np.abs(boxes[..., 3:1:-1] - boxes[..., 1::-1])], -1)
+    inputs = {"boxes": centred, "scores": scores, "limit": np.array([3], np.int64),
+              "iou": scalar(0.2), "score": scalar(0.1)}  # all at run time
+    nodes = [node("NonMaxSuppression", ["boxes", "scores", "limit", "iou", "score"], "y",
+                  center_point_box=1)]
+    model = make_model(nodes, inputs, ["y"], opset=11)  # opset 10 infers no output shape
+    model.opset_import[0].version = 10
+    check_model(model, inputs)
+
+
+def test_yolo_style_detector_head():
+    """Conv -> Reshape/Transpose to (N, boxes, 4 + C) -> Slice boxes and scores -> Transpose
+    scores to (N, C, boxes) -> NonMaxSuppression: the selected indices match."""
+    classes = 3
+    nodes = [
+        node("Conv", ["x", "w"], "features", pads=[1, 1, 1, 1]),
+        node("Sigmoid", ["features"], "act"),
+        node("Reshape", ["act", "flat_shape"], "flat"),
+        node("Transpose", ["flat"], "rows", perm=[0, 2, 1]),
+        node("Slice", ["rows", "box_start", "box_end", "last"], "xywh"),
+        node("Slice", ["rows", "box_end", "score_end", "last"], "class_scores"),
+        node("Mul", ["xywh", "image_size"], "boxes"),
+        node("Transpose", ["class_scores"], "scores", perm=[0, 2, 1]),
+        node("NonMaxSuppression", ["boxes", "scores", "limit", "iou", "score"], "selected",
+             center_point_box=1),
+    ]
+    inits = {
+        "w": rng.standard_normal((4 + classes, 3, 3, 3)).astype(np.float32) * 0.2,
+        "flat_shape": np.array([2, 4 + classes, -1], np.int64),
+        "box_start": np.array([0], np.int64),
+        "box_end": np.array([4], np.int64),
+        "score_end": np.array([4 + classes], np.int64),
+        "last": np.array([-1], np.int64),
+        "image_size": np.array([32, 24, 24, 18], np.float32),
+        "limit": np.array([20], np.int64),
+        "iou": scalar(0.3),
+        "score": scalar(0.25),
+    }
+    _, census = check_nodes(nodes, {"x": data(2, 3, 8, 6)}, inits,
+                            outputs=["selected"])
+    assert census.get("NON_MAX_SUPPRESSION_V4", 0) == 2 * classes, census
+
+
+# --- RoiAlign ------------------------------------------------------------------------------
+def rois_inside(count, height, width, scale):
+    """[x1, y1, x2, y2] rois inside a height x width map, in input coordinates (1 / scale)."""
+    x = np.sort(rng.uniform(0, width - 1, (count, 2)), axis=1)
+    y = np.sort(rng.uniform(0, height - 1, (count, 2)), axis=1)
+    return (np.stack([x[:, 0], y[:, 0], x[:, 1], y[:, 1]], -1) / scale).astype(np.float32)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_roi_align(mode):
+    x = data(2, 3, 9, 11)
+    rois = rois_inside(5, 9, 11, 0.5)
+    rois[0] = [-3.0, -2.0, 25.0, 30.0]  # reaching past the map
+    batch = np.array([0, 1, 1, 0, 1], np.int64)
+    inputs = {"x": x, "rois": rois, "batch": batch}
+    inits = {"fixed": rois_inside(3, 9, 11, 1.0), "fixed_batch": np.array([1, 0, 1], np.int64)}
+    nodes = [
+        node("RoiAlign", ["x", "rois", "batch"], "a", mode=mode, output_height=3,
+             output_width=4, sampling_ratio=2, spatial_scale=0.5),
+        node("RoiAlign", ["x", "rois", "batch"], "b", mode=mode, output_height=2,
+             output_width=3, sampling_ratio=1, spatial_scale=0.5,
+             coordinate_transformation_mode="output_half_pixel"),
+        node("RoiAlign", ["x", "fixed", "fixed_batch"], "c", mode=mode, output_height=3,
+             output_width=2),
+    ]
+    check_nodes(nodes, inputs, inits)
+
+
+def test_roi_align_adaptive_sampling_runtime_rois_opset10():
+    x = data(2, 4, 10, 7)
+    rois = rois_inside(6, 10, 7, 1.0)
+    batch = np.array([1, 0, 0, 1, 1, 0], np.int64)
+    nodes = [node("RoiAlign", ["x", "rois", "batch"], "y", output_height=2, output_width=3,
+                  sampling_ratio=0)]
+    check_nodes(nodes, {"x": x, "rois": rois, "batch": batch}, opset=10)
+
+
+def test_roi_align_between_convs_has_no_transpose():
+    nodes = [
+        node("Conv", ["x", "w1"], "a", pads=[1, 1, 1, 1]),
+        node("RoiAlign", ["a", "rois", "batch"], "m", output_height=4, output_width=3,
+             sampling_ratio=2, spatial_scale=0.25),
+        node("Conv", ["m", "w2"], "y", pads=[1, 1, 1, 1]),
+    ]
+    inits = {"w1": data(4, 3, 3, 3), "w2": data(2, 4, 3, 3),
+             "rois": rois_inside(3, 8, 6, 0.25), "batch": np.array([0, 1, 1], np.int64)}
+    _, census = check_nodes(nodes, {"x": data(2, 3, 8, 6)}, inits, outputs=["y"])
+    assert census.get("TRANSPOSE", 0) == 0, census
+
+
+# --- MaxRoiPool ----------------------------------------------------------------------------
+def test_max_roi_pool():
+    x = data(2, 3, 9, 11)
+    rois = np.concatenate([np.array([[0], [1], [1], [0]], np.float32),
+                           rois_inside(4, 9, 11, 0.5)], axis=1)
+    rois[3, 1:] = [-6.3, 14.2, 30.6, 40.1]  # past the map: some bins are empty
+    nodes = [
+        node("MaxRoiPool", ["x", "rois"], "a", pooled_shape=[2, 3], spatial_scale=0.5),
+        node("MaxRoiPool", ["x", "rois"], "b", pooled_shape=[4, 1], spatial_scale=0.5),
+    ]
+    check_nodes(nodes, {"x": x, "rois": rois})
+
+
+def test_max_roi_pool_between_convs_has_no_transpose():
+    nodes = [
+        node("Conv", ["x", "w1"], "a", pads=[1, 1, 1, 1]),
+        node("MaxRoiPool", ["a", "rois"], "m", pooled_shape=[3, 2]),
+        node("Conv", ["m", "w2"], "y", pads=[1, 1, 1, 1]),
+    ]
+    rois = np.array([[0, 0.2, 1.4, 4.6, 6.3], [1, 2.0, 0.0, 5.0, 3.7]], np.float32)
+    inits = {"w1": data(4, 3, 3, 3), "w2": data(2, 4, 3, 3), "rois": rois}
+    _, census = check_nodes(nodes, {"x": data(2, 3, 8, 6)}, inits, outputs=["y"])
+    assert census.get("TRANSPOSE", 0) == 0, census
