@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import keyword
 import re
 from dataclasses import dataclass, field
 
@@ -46,6 +47,8 @@ def keras_name(onnx_name: str, taken: set[str]) -> str:
     name = re.sub(r"[^A-Za-z0-9_]", "_", onnx_name) or "value"
     if not name[0].isalpha():
         name = "v_" + name
+    if keyword.iskeyword(name):  # signature keys become Python keyword arguments
+        name += "_"
     base, k = name, 1
     while name in taken:
         name, k = f"{base}_{k}", k + 1

@@ -18,10 +18,16 @@ def tflite_bytes(result: BuildResult, float16: bool = False) -> bytes:
     TFLite builtins only; when the graph needs ops TFLite lacks, Select TF ops are allowed
     with a warning (the file then needs the Flex delegate).
     """
-    concrete = serving_function(result).get_concrete_function()
+    serve = serving_function(result)
+    concrete = serve.get_concrete_function()
+    # A light trackable (the weights and the function) keeps the signature without the
+    # cost of serializing every Keras layer, which passing the whole model would incur.
+    holder = tf.Module()
+    holder.weights = list(result.model.weights)
+    holder.serve = serve
 
     def converter(select_tf_ops: bool):
-        conv = tf.lite.TFLiteConverter.from_concrete_functions([concrete], result.model)
+        conv = tf.lite.TFLiteConverter.from_concrete_functions([concrete], holder)
         ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         if select_tf_ops:
             ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
