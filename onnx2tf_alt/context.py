@@ -53,6 +53,15 @@ class NodeContext:
         """A converter-made constant as a tensor (large ones become layer weights)."""
         return self._builder.materialize(np.asarray(array))
 
+    def value(self, name: str):
+        """Any value of this graph by name (what a subgraph reads from the enclosing scope):
+        its numpy array when constant, else its tensor in identity (ONNX) layout."""
+        const = self._builder.constant_value(name)
+        if const is not None:
+            return const
+        rank = len(self._builder.values[name].perm)
+        return self._builder.input_tensor(name, P.identity(rank), rank)
+
     def perm(self, i: int) -> Perm:
         return self.in_perms[i]
 

@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
+from onnx2tf_alt.control_flow import inline_control_flow
 from onnx2tf_alt.errors import InputError
 
 log = logging.getLogger("onnx2tf_alt")
@@ -274,7 +275,8 @@ def prepare_model(
     set_input_shapes(model, batch_size, parse_shape_overrides(overwrite_input_shape))
     model = infer_shapes(model)
     for _ in range(8):
-        if not fold_constants(model):
+        folded = fold_constants(model)
+        if not (inline_control_flow(model) or folded):
             break
         model = infer_shapes(model)
     return model
