@@ -1,5 +1,6 @@
 """onnx2tf_alt: ONNX to TensorFlow / TFLite / Keras with layouts planned, not guessed."""
 
+from onnx2tf_alt.check import check  # import-light; loads the checker when called
 from onnx2tf_alt.version import __version__
 
 
@@ -10,4 +11,15 @@ def convert(*args, **kwargs):
     return _convert(*args, **kwargs)
 
 
-__all__ = ["__version__", "convert"]
+def custom_objects() -> dict:
+    """The custom Keras layers converted models may contain, for tf_keras.models.load_model:
+
+    `tf_keras.models.load_model("model.keras", custom_objects=onnx2tf_alt.custom_objects())`
+    """
+    from onnx2tf_alt.keras_layers import ConstantWeights
+    from onnx2tf_alt.ops.control import ControlFlow
+
+    return {"ConstantWeights": ConstantWeights, "ControlFlow": ControlFlow}
+
+
+__all__ = ["__version__", "check", "convert", "custom_objects"]

@@ -72,9 +72,9 @@ def test_saved_model_reloads(converted):
 @pytest.mark.parametrize("suffix", ["h5", "keras"])
 def test_keras_files_reload(converted, suffix):
     out, _, layout, feeds, expected = converted
-    import onnx2tf_alt.keras_layers  # noqa: F401 - registers ConstantWeights
-
-    model = tf_keras.models.load_model(str(out / f"cnn.{suffix}"))
+    model = tf_keras.models.load_model(
+        str(out / f"cnn.{suffix}"), custom_objects=onnx2tf_alt.custom_objects()
+    )
     _, x = physical_input(layout, feeds)
     result = model(x)
     assert_close(result[layout["outputs"][0]["tf_name"]].numpy(), expected)

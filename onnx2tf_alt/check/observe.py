@@ -1,0 +1,194 @@
+"""Read values out of each runtime: onnxruntime (the reference), the Keras model and a
+debugging float32 TFLite whose signature returns the values under test.
+
+Converted values come back in ONNX order, through the perm the converter gave each one.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper
+
+log = logging.getLogger("onnx2tf_alt")
+
+
+@dataclass
+class Target:
+    """One ONNX value under test and where the converted model holds it."""
+
+    onnx_name: str
+    node_name: str
+    op_type: str
+    perm: tuple
+    tensor: object = None  # KerasTensor in `perm`, or None when `const` holds the value
+    const: np.ndarray | None = None  # known at conversion time (ONNX order)
+
+
+def targets(converted, full: bool) -> list[Target]:
+    """Every node output in topological order (`full`) or just the model outputs.
+
+    Model outputs are read from the model's own output tensors (in their output perm), so
+    a final relayout is checked too.
+    """
+    result, graph = converted.result, converted.graph
+    producers = {o: n for n in graph.nodes for o in n.outputs if o}
+    if full:
+        names = [o for n in graph.nodes for o in n.outputs if o and o in result.values]
+        names += [o for o in graph.outputs if o not in producers]
+    else:
+        names = list(graph.outputs)
+    found = []
+    for name in dict.fromkeys(names):
+        node = producers.get(name)
+        node_name, op_type = (node.name, node.op_type) if node else ("(graph output)", "")
+        if name in result.output_names:
+            tensor = result.model.output[result.output_names[name]]
+            found.append(Target(name, node_name, op_type, result.output_perms[name], tensor))
+            continue
+        value = result.values[name]
+        if value.const is not None:
+            found.append(Target(name, node_name, op_type, value.perm, const=value.const))
+        elif hasattr(value.tensor, "numpy"):  # an eager constant a handler returned
+            const = np.transpose(value.tensor.numpy(), np.argsort(value.perm))
+            found.append(Target(name, node_name, op_type, value.perm, const=const))
+        else:
+            found.append(Target(name, node_name, op_type, value.perm, value.tensor))
+    return found
+
+
+def to_onnx_order(array: np.ndarray, perm) -> np.ndarray:
+    """Physical -> ONNX order. A rank that disagrees with the perm is left as it is; the
+    comparison then reports the shape mismatch."""
+    array = np.asarray(array)
+    return np.transpose(array, np.argsort(perm)) if array.ndim == len(perm) else array
+
+
+def physical_feeds(converted, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    result = converted.result
+    return [np.transpose(feeds[n], result.input_perms[n]) for n in converted.graph.inputs]
+
+
+# --- onnxruntime ------------------------------------------------------------------------
+def ort_session(model: onnx.ModelProto, expose: list[str]):
+    """An onnxruntime session of `model` whose outputs are `expose` (any computed values)."""
+    import onnxruntime as ort
+
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(model)
+    infos = {v.name: v for v in [*model.graph.value_info, *model.graph.output]}
+    del exposed.graph.output[:]
+    exposed.graph.output.extend(
+        infos.get(name) or helper.make_value_info(name, onnx.TypeProto()) for name in expose
+    )
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    return ort.InferenceSession(
+        exposed.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+
+def ort_values(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray], names: list[str]
+) -> dict[str, np.ndarray]:
+    """Values `names` as onnxruntime computes them; graph inputs and initializers are
+    returned as they are."""
+    known = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    known.update(feeds)
+    computed = [n for n in dict.fromkeys(names) if n not in known]
+    values = {n: known[n] for n in names if n in known}
+    if computed:
+        session = ort_session(model, computed)
+        wanted = {i.name for i in session.get_inputs()}
+        outputs = session.run(computed, {n: v for n, v in feeds.items() if n in wanted})
+        values.update(zip(computed, outputs))
+    return values
+
+
+# --- Keras ---------------------------------------------------------------------------------
+def tf_values(converted, found: list[Target], feeds: dict[str, np.ndarray]) -> dict:
+    """Each target's value from one run of a Keras model exposing all of them (ONNX order)."""
+    import tensorflow as tf
+    import tf_keras
+
+    model = converted.result.model
+    tensors = _distinct_tensors(found)
+    values = {t.onnx_name: t.const for t in found if t.const is not None}
+    if tensors:
+        outputs = [_detached(t, model.inputs, tf) for t in tensors.values()]
+        probe = tf_keras.Model(inputs=model.inputs, outputs=outputs)
+        arrays = probe(physical_feeds(converted, feeds), training=False)
+        arrays = arrays if isinstance(arrays, (list, tuple)) else [arrays]
+        by_id = {key: np.asarray(a) for key, a in zip(tensors, arrays)}
+        for t in found:
+            if t.const is None:
+                values[t.onnx_name] = to_onnx_order(by_id[id(t.tensor)], t.perm)
+    return values
+
+
+def _distinct_tensors(found: list[Target]) -> dict[int, object]:
+    return {id(t.tensor): t.tensor for t in found if t.const is None}
+
+
+def _detached(tensor, inputs, tf):
+    """A model input cannot also be a model output; route it through an identity."""
+    return tf.identity(tensor) if any(tensor is i for i in inputs) else tensor
+
+
+# --- TFLite --------------------------------------------------------------------------------
+def debug_tflite(converted, found: list[Target]) -> tuple[bytes, dict[str, str]]:
+    """A float32 .tflite whose `serving_default` signature returns every target tensor.
+
+    Returns the flatbuffer and {ONNX value name: signature output name}. Constants have no
+    tensor and are not part of it.
+    """
+    import tensorflow as tf
+    import tf_keras
+
+    result = converted.result
+    model = result.model
+    tensors = _distinct_tensors(found)
+    keys = {k: f"value_{i}" for i, k in enumerate(tensors)}
+    probe = tf_keras.Model(
+        inputs=model.inputs,
+        outputs={keys[k]: _detached(t, model.inputs, tf) for k, t in tensors.items()},
+    )
+    specs = [
+        tf.TensorSpec(t.shape, t.dtype, name=name)
+        for t, name in zip(model.inputs, result.input_names.values())
+    ]
+
+    @tf.function(input_signature=specs)
+    def serve(*args):
+        outputs = probe(list(args), training=False)
+        return {name: tf.identity(value) for name, value in outputs.items()}
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [serve.get_concrete_function()], probe
+    )
+    # Builtins only: the interpreter that runs the check has no Flex delegate.
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    content = converter.convert()
+    return content, {t.onnx_name: keys[id(t.tensor)] for t in found if t.const is None}
+
+
+def tflite_values(
+    converted, content: bytes, output_keys: dict[str, str], perms: dict[str, tuple],
+    feeds: dict[str, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """Run a .tflite's `serving_default` once; values by ONNX name, in ONNX order."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    result = converted.result
+    runner = Interpreter(model_content=content).get_signature_runner("serving_default")
+    physical = dict(zip(result.input_names.values(), physical_feeds(converted, feeds)))
+    outputs = runner(**physical)
+    return {
+        name: to_onnx_order(outputs[key], perms[name])
+        for name, key in output_keys.items()
+        if key in outputs
+    }

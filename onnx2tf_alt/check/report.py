@@ -1,0 +1,243 @@
+"""The accuracy report as a console table, a JSON file and an HTML page with a plot."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import sys
+
+from onnx2tf_alt.check.compare import FAIL, PASS, UNOBSERVED, AccuracyReport, BackendReport
+
+BACKEND_TITLES = {"tf": "TensorFlow / Keras", "tflite": "float32 TFLite"}
+COLUMNS = ("#", "node", "op", "output", "shape", "max abs err", "rel err", "cosine", "status")
+_ANSI = {PASS: "\033[32m", FAIL: "\033[31m", UNOBSERVED: "\033[33m", "first": "\033[1;41;97m"}
+_RESET = "\033[0m"
+
+
+def _number(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def _cells(index: int, check) -> tuple[str, ...]:
+    return (
+        str(index), check.node_name, check.op_type, check.output_name,
+        "x".join(str(d) for d in check.shape) or "scalar", _number(check.max_abs_err),
+        _number(check.max_rel_err), "-" if check.cosine is None else f"{check.cosine:.6f}",
+        check.status.upper() if check.status == FAIL else check.status,
+    )
+
+
+def _backend_summary(backend: BackendReport) -> str:
+    title = BACKEND_TITLES.get(backend.backend, backend.backend)
+    if backend.error:
+        return f"{title}: not checked ({backend.error})"
+    counts = {s: sum(c.status == s for c in backend.checks) for s in (PASS, FAIL, UNOBSERVED)}
+    text = f"{title}: {counts[PASS]} pass, {counts[FAIL]} fail, {counts[UNOBSERVED]} unobserved"
+    first = backend.first_divergence
+    if first is not None:
+        text += f"; first divergence at node '{first.node_name}' ({first.op_type}) " \
+                f"output '{first.output_name}'"
+    return text
+
+
+def console_table(report: AccuracyReport, color: bool | None = None) -> str:
+    """The report as text tables, one per runtime; ANSI colours when `color` (default: when
+    stdout is a terminal). The first diverging value is highlighted."""
+    color = sys.stdout.isatty() if color is None else color
+    title = (f"Accuracy check of {report.model} against onnxruntime "
+             f"(atol={report.atol:g}, rtol={report.rtol:g})")
+    lines = [title]
+    if report.error:
+        return "\n".join([*lines, f"not run: {report.error}"])
+    for backend in report.backends.values():
+        rows = [COLUMNS] + [_cells(i, c) for i, c in enumerate(backend.checks)]
+        widths = [min(max(len(r[k]) for r in rows), 40) for k in range(len(COLUMNS))]
+        lines += ["", _backend_summary(backend)]
+        first = backend.first_divergence
+        for i, row in enumerate(rows):
+            text = "  ".join(cell[:40].ljust(w) for cell, w in zip(row, widths)).rstrip()
+            check = backend.checks[i - 1] if i else None
+            if color and check is not None:
+                style = _ANSI["first"] if check is first else _ANSI[check.status]
+                text = f"{style}{text}{_RESET}"
+            elif check is not None and check is first:
+                text += "   <-- first divergence"
+            lines.append(text)
+    lines += ["", "PASSED" if report.passed else "FAILED"]
+    return "\n".join(lines)
+
+
+def write_json(report: AccuracyReport, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(report.to_dict(), f, indent=2)
+
+
+# --- HTML ----------------------------------------------------------------------------------
+_SERIES = {"tf": "#1f77b4", "tflite": "#ff7f0e"}
+_CSS = """
+body { font-family: sans-serif; margin: 24px; color: #222; }
+h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
+table { border-collapse: collapse; font-size: 12px; }
+th, td { padding: 3px 8px; border-bottom: 1px solid #ddd; text-align: left; }
+th { background: #f0f0f0; position: sticky; top: 0; }
+td.num { text-align: right; font-family: monospace; }
+tr.pass td.status { color: #2a7d2a; } tr.fail td.status { color: #c62828; font-weight: bold; }
+tr.unobserved td.status { color: #b26a00; }
+tr.first { background: #ffe0e0; outline: 2px solid #c62828; }
+.verdict-pass { color: #2a7d2a; } .verdict-fail { color: #c62828; }
+.note { color: #666; }
+"""
+
+
+def write_html(report: AccuracyReport, path: str) -> None:
+    """A self-contained page: summary, log-scale error plot (SVG), one table per runtime."""
+    esc = html.escape
+    verdict = "PASSED" if report.passed else "FAILED"
+    inputs = ", ".join(
+        f"{esc(n)} {esc(str(i['shape']))} {esc(i['dtype'])} ({esc(i['source'])})"
+        for n, i in report.inputs.items()
+    )
+    heading = (f"<h1>Accuracy report: {esc(report.model)} "
+               f"<span class='verdict-{verdict.lower()}'>{verdict}</span></h1>")
+    rule = ("<p>Reference: onnxruntime. Rule: |converted &minus; onnx| &le; "
+            f"atol + rtol&middot;|onnx| elementwise (atol={report.atol:g}, "
+            f"rtol={report.rtol:g}); shapes must match; integers and bools exact. "
+            f"Inputs (seed {report.seed}): {inputs}.</p>")
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>Accuracy report: {esc(report.model)}</title><style>{_CSS}</style></head><body>",
+        heading,
+        rule,
+    ]
+    if report.error:
+        parts.append(f"<p class='verdict-fail'>Not run: {esc(report.error)}</p>")
+    else:
+        parts += [f"<p>{esc(_backend_summary(b))}</p>" for b in report.backends.values()]
+        parts.append(_svg_plot(report))
+        for backend in report.backends.values():
+            parts.append(_html_table(backend))
+    parts.append("</body></html>")
+    with open(path, "w") as f:
+        f.write("\n".join(parts))
+
+
+def _html_table(backend: BackendReport) -> str:
+    esc = html.escape
+    title = BACKEND_TITLES.get(backend.backend, backend.backend)
+    head = "".join(f"<th>{esc(c)}</th>" for c in (*COLUMNS, "note"))
+    rows = []
+    first = backend.first_divergence
+    for i, check in enumerate(backend.checks):
+        cells = _cells(i, check)
+        classes = check.status + (" first" if check is first else "")
+        tds = [f"<td class='num'>{esc(cells[0])}</td>"]
+        tds += [f"<td>{esc(c)}</td>" for c in cells[1:5]]
+        tds += [f"<td class='num'>{esc(c)}</td>" for c in cells[5:8]]
+        tds.append(f"<td class='status'>{esc(cells[8])}</td>")
+        tds.append(f"<td class='note'>{esc(check.note)}</td>")
+        rows.append(f"<tr id='{backend.backend}-{i}' class='{classes}'>{''.join(tds)}</tr>")
+    return (f"<h2>{esc(title)}</h2><table><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def _svg_plot(report: AccuracyReport) -> str:
+    """Max abs error per value in topological order, log scale; atol line; first
+    divergence of each runtime marked with a vertical line. Failures without a number
+    (shape mismatch, non-finite values) sit on the top edge as crosses."""
+    backends = [b for b in report.backends.values() if b.checks]
+    count = max((len(b.checks) for b in backends), default=0)
+    if count == 0:
+        return ""
+    errors = [c.max_abs_err for b in backends for c in b.checks if c.max_abs_err]
+    reference = report.atol or 1.0
+    lo = math.floor(math.log10(max(min(errors + [reference]), 1e-10)))
+    hi = math.ceil(math.log10(max(errors + [reference]))) + 1
+    lo = min(lo, hi - 2)
+    width, height, left, right, top, bottom = 900, 320, 60, 20, 20, 40
+    plot_w, plot_h = width - left - right, height - top - bottom
+
+    def x(i: int) -> float:
+        return left + (plot_w * (i + 0.5) / count)
+
+    def y(err: float) -> float:
+        return top + plot_h * (hi - math.log10(max(err, 10.0 ** lo))) / (hi - lo)
+
+    svg = [
+        (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+         "font-family='sans-serif' font-size='11'>"),
+        (f"<rect x='{left}' y='{top}' width='{plot_w}' height='{plot_h}' fill='#fafafa' "
+         "stroke='#999'/>"),
+    ]
+    for e in range(lo, hi + 1):
+        svg.append(f"<line x1='{left}' x2='{left + plot_w}' y1='{y(10.0 ** e):.1f}' "
+                   f"y2='{y(10.0 ** e):.1f}' stroke='#e4e4e4'/>")
+        svg.append(f"<text x='{left - 6}' y='{y(10.0 ** e) + 4:.1f}' text-anchor='end'>"
+                   f"1e{e}</text>")
+    if report.atol > 0:
+        ya = y(report.atol)
+        svg.append(f"<line x1='{left}' x2='{left + plot_w}' y1='{ya:.1f}' y2='{ya:.1f}' "
+                   "stroke='#c62828' stroke-dasharray='5,4'/>")
+        svg.append(f"<text x='{left + 4}' y='{ya - 4:.1f}' fill='#c62828'>"
+                   f"atol {report.atol:g}</text>")
+    for k, backend in enumerate(backends):
+        svg += _series(backend, k, x, y, top)
+        first = backend.first_divergence
+        if first is not None:
+            fx = x(backend.checks.index(first))
+            colour = _SERIES.get(backend.backend, "#555")
+            # the label goes on the side of the line with room for it
+            anchor, dx = ("end", -4) if fx > left + plot_w / 2 else ("start", 4)
+            svg.append(f"<line x1='{fx:.1f}' x2='{fx:.1f}' y1='{top}' y2='{top + plot_h}' "
+                       f"stroke='{colour}' stroke-width='2' opacity='0.8'/>")
+            svg.append(f"<text x='{fx + dx:.1f}' y='{top + 14 + 14 * k}' fill='{colour}' "
+                       f"text-anchor='{anchor}'>first divergence ({backend.backend}): "
+                       f"{html.escape(first.node_name)}</text>")
+        legend_x = left + 10 + 170 * k
+        svg.append(f"<rect x='{legend_x}' y='{height - 14}' width='10' height='10' "
+                   f"fill='{_SERIES.get(backend.backend, '#555')}'/>"
+                   f"<text x='{legend_x + 14}' y='{height - 5}'>"
+                   f"{BACKEND_TITLES.get(backend.backend, backend.backend)}</text>")
+    svg.append(f"<text x='{left + plot_w / 2:.1f}' y='{height - 22}' text-anchor='middle'>"
+               f"values in topological order (max abs error; 0 drawn at 1e{lo}, "
+               "failures without a number as crosses on top)</text>")
+    svg.append("</svg>")
+    return "<h2>Max abs error per value</h2>" + "".join(svg)
+
+
+def _series(backend: BackendReport, k: int, x, y, top: float) -> list[str]:
+    """One runtime's points (the k-th series: later ones are drawn as rings, so points of
+    several runtimes that coincide stay visible) and the line through them."""
+    colour = _SERIES.get(backend.backend, "#555")
+    title = BACKEND_TITLES.get(backend.backend, backend.backend)
+    observed = [(i, c) for i, c in enumerate(backend.checks) if c.status != UNOBSERVED]
+    numbered = [(x(i), y(c.max_abs_err or 0.0)) for i, c in observed if c.max_abs_err is not None]
+    out = []
+    if numbered:
+        path = " ".join(f"{px:.1f},{py:.1f}" for px, py in numbered)
+        out.append(f"<polyline points='{path}' fill='none' stroke='{colour}' "
+                   "stroke-width='1.2' opacity='0.7'/>")
+    for i, check in observed:
+        fill = colour if check.status == PASS else "#c62828"
+        tip = html.escape(f"{title}: {check.node_name} ({check.op_type}) {check.output_name}: "
+                          f"{_number(check.max_abs_err)} [{check.status}] {check.note}")
+        if check.max_abs_err is None:
+            cx, cy, r = x(i), top + 4, 4
+            out.append(f"<path d='M{cx - r:.1f},{cy - r} L{cx + r:.1f},{cy + r} "
+                       f"M{cx - r:.1f},{cy + r} L{cx + r:.1f},{cy - r}' stroke='{fill}' "
+                       f"stroke-width='2'><title>{tip}</title></path>")
+            continue
+        style = f"fill='{fill}'" if k == 0 else f"fill='none' stroke='{fill}' stroke-width='1.5'"
+        out.append(f"<circle cx='{x(i):.1f}' cy='{y(check.max_abs_err):.1f}' "
+                   f"r='{2.5 + 2 * k}' {style}><title>{tip}</title></circle>")
+    return out
+
+
+def write_reports(report: AccuracyReport, folder: str, stem: str) -> tuple[str, str]:
+    """`<stem>_accuracy_report.json` and `.html` in `folder`; returns both paths."""
+    json_path = os.path.join(folder, f"{stem}_accuracy_report.json")
+    html_path = os.path.join(folder, f"{stem}_accuracy_report.html")
+    write_json(report, json_path)
+    write_html(report, html_path)
+    return json_path, html_path

@@ -1,0 +1,222 @@
+"""Run the accuracy check on an in-memory conversion (`api.Converted`)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+
+import numpy as np
+
+from calibration.samples import first_sample
+from onnx2tf_alt import perms as P
+from onnx2tf_alt.api import _stem, build
+from onnx2tf_alt.check.compare import AccuracyReport, BackendReport, compare
+from onnx2tf_alt.check.inputs import DEFAULT_SEED, make_inputs
+from onnx2tf_alt.check.observe import (
+    debug_tflite,
+    ort_values,
+    targets,
+    tf_values,
+    tflite_values,
+)
+from onnx2tf_alt.check.report import console_table, write_reports
+from onnx2tf_alt.errors import InputError
+from onnx2tf_alt.export.io_layout import io_layout
+from onnx2tf_alt.export.tflite import tflite_bytes
+
+log = logging.getLogger("onnx2tf_alt")
+
+DEFAULT_ATOL = 1e-4
+DEFAULT_RTOL = 0.0
+
+
+def check_converted(
+    converted,
+    full: bool = True,
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
+    custom_inputs: dict[str, np.ndarray] | None = None,
+    tflite: bool = True,
+    tflite_model: bytes | None = None,
+    model_name: str = "model",
+    seed: int = DEFAULT_SEED,
+) -> AccuracyReport:
+    """Compare the converted model with onnxruntime on one set of inputs.
+
+    `full`: every node output (topological order), else only the model outputs. With
+    `tflite`, the float32 TFLite is compared as well: a debugging flatbuffer exposing every
+    value when `full`, else `tflite_model` (the shipped file) or a fresh conversion.
+    """
+    feeds, sources = make_inputs(converted.graph, custom_inputs, seed)
+    report = AccuracyReport(
+        model=model_name, full=full, atol=atol, rtol=rtol, seed=seed,
+        inputs={n: {"shape": list(a.shape), "dtype": a.dtype.name, "source": sources[n]}
+                for n, a in feeds.items()},
+    )
+    found = targets(converted, full)
+    try:
+        reference = ort_values(converted.model, feeds, [t.onnx_name for t in found])
+    except Exception as exc:  # noqa: BLE001 - the report says why there is no reference
+        report.error = f"onnxruntime cannot run the model: {_short(exc)}"
+        return report
+
+    def backend(name: str, values: dict, missing=lambda t: "not computed") -> BackendReport:
+        checks = [
+            compare(t, reference[t.onnx_name], values.get(t.onnx_name), atol, rtol, missing(t))
+            for t in found
+        ]
+        return BackendReport(name, checks)
+
+    report.backends["tf"] = backend("tf", tf_values(converted, found, feeds))
+    if tflite:
+        report.backends["tflite"] = _tflite_report(converted, found, feeds, tflite_model, backend)
+    return report
+
+
+def check_and_report(
+    converted,
+    folder: str,
+    stem: str,
+    full: bool,
+    atol: float,
+    rtol: float,
+    custom_inputs: dict[str, np.ndarray] | None,
+    tflite_path: str | None,
+    print_table: bool = True,
+) -> AccuracyReport:
+    """The check `convert` runs for -coto / -cotof: the shipped float32 .tflite (when
+    written) for the model outputs, a debugging one for all values; table on stdout,
+    JSON and HTML in `folder`."""
+    tflite_model = None
+    if tflite_path is not None and not full:
+        with open(tflite_path, "rb") as f:
+            tflite_model = f.read()
+    report = check_converted(
+        converted, full=full, atol=atol, rtol=rtol, custom_inputs=custom_inputs,
+        tflite=tflite_path is not None, tflite_model=tflite_model, model_name=stem,
+    )
+    json_path, html_path = write_reports(report, folder, stem)
+    if print_table:
+        print(console_table(report), flush=True)
+    log.log(
+        logging.INFO if report.passed else logging.WARNING,
+        "accuracy check %s; report: %s and %s",
+        "passed" if report.passed else "FAILED", json_path, html_path,
+    )
+    return report
+
+
+def _tflite_report(converted, found, feeds, tflite_model, backend) -> BackendReport:
+    """The float32 TFLite's values: from a debugging flatbuffer exposing every target,
+    or, when only model outputs are checked, from `tflite_model` (the shipped file)."""
+    outputs_only = all(t.onnx_name in converted.result.output_names for t in found)
+    try:
+        if outputs_only:
+            content = tflite_model or tflite_bytes(converted.result)
+            keys = {t.onnx_name: converted.result.output_names[t.onnx_name] for t in found}
+        else:
+            content, keys = debug_tflite(converted, found)
+        perms = {t.onnx_name: t.perm for t in found}
+        values = tflite_values(converted, content, keys, perms, feeds)
+    except Exception as exc:  # noqa: BLE001 - reported, with every value unobserved
+        reason = f"TFLite conversion or run failed: {_short(exc)}"
+        failed = backend("tflite", {}, lambda t: reason)
+        failed.error = reason
+        return failed
+
+    def missing(t) -> str:
+        if t.const is not None:
+            return "constant at conversion time: no TFLite tensor holds it"
+        return "the TFLite converter did not keep this tensor"
+
+    return backend("tflite", values, missing)
+
+
+def _short(exc: Exception) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def check_files(
+    input_onnx_file_path: str,
+    converted_path: str | None = None,
+    full: bool = True,
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
+    inputs: dict[str, np.ndarray] | None = None,
+    tflite: bool = True,
+    report_folder: str | None = None,
+    seed: int = DEFAULT_SEED,
+    **build_kwargs,
+) -> AccuracyReport:
+    """`onnx2tf_alt.check`: rebuild the conversion in memory and check it (see there)."""
+    stem = _stem(input_onnx_file_path)
+    recorded, tflite_model = None, None
+    if converted_path is not None:
+        recorded, layout_stem = _read_io_layout(converted_path, stem)
+        for key, value in _options_from_layout(recorded).items():
+            build_kwargs.setdefault(key, value)
+        shipped = os.path.join(converted_path, f"{layout_stem}_float32.tflite")
+        if os.path.isfile(shipped):
+            with open(shipped, "rb") as f:
+                tflite_model = f.read()
+    converted = build(input_onnx_file_path=input_onnx_file_path, **build_kwargs)
+    if recorded is not None:
+        _verify_layout(converted, recorded, converted_path)
+    report = check_converted(
+        converted, full=full, atol=atol, rtol=rtol, tflite=tflite,
+        custom_inputs=first_sample(inputs or {}, converted.graph),
+        tflite_model=tflite_model, model_name=stem, seed=seed,
+    )
+    if report_folder is not None:
+        os.makedirs(report_folder, exist_ok=True)
+        write_reports(report, report_folder, stem)
+    return report
+
+
+def _read_io_layout(folder: str, stem: str) -> tuple[dict, str]:
+    path = os.path.join(folder, f"{stem}_io_layout.json")
+    found = [path] if os.path.isfile(path) else glob.glob(os.path.join(folder, "*_io_layout.json"))
+    if len(found) != 1:
+        raise InputError(
+            f"'{folder}' holds {len(found)} *_io_layout.json files; expected the one a "
+            "conversion writes beside its outputs."
+        )
+    with open(found[0]) as f:
+        layout = json.load(f)
+    return layout, os.path.basename(found[0])[: -len("_io_layout.json")]
+
+
+def _options_from_layout(layout: dict) -> dict:
+    """The -k / -kt / -ois options that reproduce the recorded input layouts and shapes."""
+    keep, force, shapes = [], [], []
+    for entry in layout.get("inputs", []):
+        perm, shape = tuple(entry["perm"]), entry["onnx_shape"]
+        if 3 <= len(perm) <= 5:
+            (keep if P.is_identity(perm) else force).append(entry["onnx_name"])
+        if shape and all(isinstance(d, int) and d > 0 for d in shape):
+            shapes.append(f"{entry['onnx_name']}:{','.join(map(str, shape))}")
+    options = {}
+    if keep:
+        options["keep_ncw_or_nchw_or_ncdhw_input_names"] = keep
+    if force:
+        options["keep_nwc_or_nhwc_or_ndhwc_input_names"] = force
+    if shapes:
+        options["overwrite_input_shape"] = shapes
+    return options
+
+
+def _verify_layout(converted, recorded: dict, folder: str) -> None:
+    """The rebuilt conversion must lay out inputs and outputs as the files in `folder` do."""
+    fresh = io_layout(converted.result, converted.graph)
+    keys = ("onnx_name", "perm", "shape", "dtype")
+    for side in ("inputs", "outputs"):
+        a = [{k: e.get(k) for k in keys} for e in recorded.get(side, [])]
+        b = [{k: e.get(k) for k in keys} for e in fresh[side]]
+        if a != b:
+            raise InputError(
+                f"the {side} of the conversion in '{folder}' ({a}) differ from a fresh "
+                f"conversion of the model ({b}); pass the options it was converted with."
+            )
