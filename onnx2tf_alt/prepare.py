@@ -132,19 +132,30 @@ def fill_same_shape_gaps(model: onnx.ModelProto) -> int:
         infos.setdefault(init.name, helper.make_tensor_value_info(
             init.name, init.data_type, list(init.dims)))
     outputs = {o.name: o for o in graph.output}
-    for node in graph.node:
-        if node.op_type not in SAME_SHAPE_OPS or not node.input or not node.output:
-            continue
-        source, name = infos.get(node.input[0]), node.output[0]
-        if source is None or not _has_shape(source) or _has_shape(infos.get(name)):
-            continue
+
+    def fill(name: str, source, elem_type: int | None = None) -> None:
         target = outputs.get(name)
         if target is None:
             target = graph.value_info.add()
             target.name = name
         target.type.CopyFrom(source.type)
+        if elem_type is not None:
+            target.type.tensor_type.elem_type = elem_type
         infos[name] = target
-        filled += 1
+
+    for node in graph.node:
+        if node.op_type not in SAME_SHAPE_OPS or not node.input or not node.output:
+            continue
+        source = infos.get(node.input[0])
+        if source is None or not _has_shape(source):
+            continue
+        targets = [(node.output[0], None)]
+        if node.op_type == "Dropout" and len(node.output) > 1 and node.output[1]:
+            targets.append((node.output[1], onnx.TensorProto.BOOL))  # the mask
+        for name, elem_type in targets:
+            if not _has_shape(infos.get(name)):
+                fill(name, source, elem_type)
+                filled += 1
     return filled
 
 
