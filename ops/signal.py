@@ -1,0 +1,235 @@
+"""Signal processing: DFT, STFT, the cosine-sum windows and MelWeightMatrix.
+
+TFLite has no builtin for complex numbers or FFTs, so a DFT of static length is a real
+matrix product: the complex pair (last axis) and the signal axis fold into one constant
+matrix of cosines and sines built here in numpy (FULLY_CONNECTED or BATCH_MATMUL). STFT is
+one strided convolution whose kernel is that matrix with the window folded in. Windows and
+the mel filter bank of constant sizes are computed at conversion time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from onnx2tf_alt.registry import handler
+
+
+# --- DFT matrices ------------------------------------------------------------------------------
+def _angles(outputs: int, inputs: int, length: int, inverse: bool) -> np.ndarray:
+    """2 pi k t / length (signed), with k t reduced modulo length for accuracy: (t, k)."""
+    k_t = np.outer(np.arange(inputs), np.arange(outputs)) % length
+    return (1.0 if inverse else -1.0) * 2 * np.pi * k_t / length
+
+
+def dft_matrix(n: int, length: int, complex_input: bool, onesided: bool,
+               inverse: bool) -> np.ndarray:
+    """M with y[k, co] = sum over t, ci of x[t, ci] M[t, ci, k, co], for n input samples.
+
+    Samples past `length` are dropped, missing ones are zeros. Inverse with onesided is the
+    inverse real FFT (numpy's irfft): the n bins are a half spectrum, the output is real.
+    """
+    if inverse and onesided:
+        return _irfft_matrix(n, length)
+    outputs = length // 2 + 1 if onesided else length
+    used = min(n, length)
+    angle = _angles(outputs, used, length, inverse)
+    cos, sin = np.cos(angle), np.sin(angle)
+    scale = 1 / length if inverse else 1.0
+    m = np.zeros((n, 2 if complex_input else 1, outputs, 2))
+    # (a + ib)(cos + i sin) = (a cos - b sin) + i (a sin + b cos)
+    m[:used, 0, :, 0], m[:used, 0, :, 1] = cos * scale, sin * scale
+    if complex_input:
+        m[:used, 1, :, 0], m[:used, 1, :, 1] = -sin * scale, cos * scale
+    return m
+
+
+def _irfft_matrix(n: int, length: int) -> np.ndarray:
+    """Real output of a Hermitian spectrum given by its first bins (imaginary parts of the
+    zero and Nyquist bins ignored, as numpy does)."""
+    used = min(n, length // 2 + 1)
+    angle = _angles(length, used, length, inverse=True)
+    twice = np.full(used, 2.0)
+    twice[0] = 1
+    if length % 2 == 0 and used == length // 2 + 1:
+        twice[-1] = 1
+    weight = twice[:, None] / length
+    m = np.zeros((n, 2, length, 1))
+    m[:used, 0, :, 0] = weight * np.cos(angle)
+    m[:used, 1, :, 0] = -weight * np.sin(angle)
+    return m
+
+
+def apply_along(x, shape, axis: int, matrix: np.ndarray, const_tensor):
+    """y[..., k, ..., co] = sum of x[..., t, ..., ci] * matrix[t, ci, k, co] over t (on
+    `axis`) and ci (the last axis): one matmul with the constant matrix."""
+    n, cin, outputs, cout = matrix.shape
+    out_shape = [*shape[:axis], outputs, *shape[axis + 1 : -1], cout]
+    if sum(d is None for d in out_shape) > 1:
+        raise NotImplementedError(f"DFT with several unknown dims: {shape}")
+    dtype = x.dtype.as_numpy_dtype
+    post = math.prod(shape[axis + 1 : -1])
+    if post == 1:  # the signal axis is the last one before the complex pair
+        flat = tf.reshape(x, [-1, n * cin])
+        y = tf.matmul(flat, const_tensor(matrix.reshape(n * cin, -1).astype(dtype)))
+    else:  # per ci: (cout * k, t) constant left factors times (batch, t, post); not one
+        # matmul of the parts concatenated: TF 2.21's TFLite converter folds UNPACK +
+        # CONCATENATION into a RESHAPE, which interleaves them wrongly
+        parts = tf.unstack(tf.reshape(x, [-1, n, post, cin]), axis=-1)
+        left = matrix.transpose(1, 3, 2, 0).reshape(cin, cout * outputs, n).astype(dtype)
+        y = tf.add_n([tf.matmul(const_tensor(m), part) for m, part in zip(left, parts)])
+        y = tf.reshape(y, [-1, cout, outputs * post])
+        y = tf.expand_dims(y[:, 0], -1) if cout == 1 else tf.stack(tf.unstack(y, axis=1), -1)
+    return tf.reshape(y, [-1 if d is None else d for d in out_shape])
+
+
+def _dft_length(ctx, i: int, default: int) -> int:
+    if not ctx.has(i):
+        return default
+    value = ctx.const(i)
+    if value is None:
+        raise NotImplementedError(f"{ctx.node.op_type} with a run-time dft_length/frame_length")
+    return int(value)
+
+
+def _dft(ctx, axis: int):
+    shape = ctx.shape(0)
+    rank = len(shape)
+    axis = axis % rank
+    if axis == rank - 1 or shape[-1] not in (1, 2):
+        raise NotImplementedError("DFT input needs a last axis of 1 (real) or 2 (complex)")
+    n = shape[axis]
+    if n is None or None in shape[axis + 1 :]:
+        raise NotImplementedError("DFT needs static dims from the transformed axis on")
+    inverse, onesided = bool(ctx.attr("inverse", 0)), bool(ctx.attr("onesided", 0))
+    length = _dft_length(ctx, 1, 2 * (n - 1) if inverse and onesided else n)
+    matrix = dft_matrix(n, length, shape[-1] == 2, onesided, inverse)
+    x = ctx.x(0)
+    if x.dtype not in (tf.float32, tf.float64):
+        x = tf.cast(x, tf.float32)
+    return apply_along(x, shape, axis, matrix, ctx.const_tensor)
+
+
+@handler("DFT", since=17,
+         limits="static dims from the transformed axis on; constant dft_length; inverse "
+                "onesided is numpy's irfft (onnxruntime 1.32 agrees only when the input holds "
+                "dft_length // 2 + 1 bins)")
+def dft_17(ctx):
+    return _dft(ctx, ctx.attr("axis", 1))
+
+
+@handler("DFT", since=20, limits="constant axis")
+def dft_20(ctx):
+    """The axis moved from an attribute to input 2 (default -2)."""
+    axis = ctx.const(2) if ctx.has(2) else np.array(-2)
+    if axis is None:
+        raise NotImplementedError("DFT with a run-time axis")
+    return _dft(ctx, int(axis))
+
+
+# --- STFT --------------------------------------------------------------------------------------
+def _windowed_frames_dft(ctx, x, shape, step: int, frame: int, bins: np.ndarray):
+    """STFT with a run-time window: frames gathered, windowed, then one DFT matmul."""
+    starts = np.arange((shape[1] - frame) // step + 1) * step
+    where = (starts[:, None] + np.arange(frame)).astype(np.int32)
+    frames = tf.gather(x, ctx.const_tensor(where), axis=1)  # (batch, frames, frame, c)
+    frames = frames * tf.reshape(tf.cast(ctx.x(2), x.dtype), [frame, 1])
+    return apply_along(frames, [shape[0], len(starts), frame, shape[-1]], 2, bins,
+                       ctx.const_tensor)
+
+
+@handler("STFT", since=17,
+         limits="static signal length; constant frame_step and frame_length")
+def stft(ctx):
+    """A constant (or no) window folds into the DFT matrix: one strided convolution."""
+    shape = ctx.shape(0)
+    step, window = ctx.const(1), ctx.const(2)
+    if step is None or shape[1] is None:
+        raise NotImplementedError("STFT with a run-time frame_step or signal length")
+    frame = _dft_length(ctx, 3, ctx.shape(2)[0] if ctx.has(2) else None)
+    bins = dft_matrix(frame, frame, shape[-1] == 2, bool(ctx.attr("onesided", 1)), False)
+    x = ctx.x(0)
+    if x.dtype not in (tf.float32, tf.float64):
+        x = tf.cast(x, tf.float32)
+    if ctx.has(2) and window is None:
+        return _windowed_frames_dft(ctx, x, shape, int(step), frame, bins)
+    if window is not None:
+        bins = bins * window.astype(np.float64)[:, None, None, None]
+    kernel = bins.reshape(1, frame, bins.shape[1], -1).astype(x.dtype.as_numpy_dtype)
+    y = tf.nn.conv2d(tf.expand_dims(x, 1), ctx.const_tensor(kernel), [1, 1, int(step), 1],
+                     "VALID")
+    return tf.reshape(y, [-1 if shape[0] is None else shape[0], y.shape[2], bins.shape[2], 2])
+
+
+# --- windows -----------------------------------------------------------------------------------
+def _cosine_sum(ctx, coeffs: list[float]):
+    """sum_k (-1)^k a_k cos(2 pi k n / N), N = size (periodic) or size - 1 (symmetric);
+    in numpy when the size is constant."""
+    periodic = bool(ctx.attr("periodic", 1))
+    size = ctx.const(0)
+    if size is not None:
+        n, cos = np.arange(int(size), dtype=np.float64), np.cos
+        with np.errstate(divide="ignore", invalid="ignore"):  # size 1, symmetric: NaN
+            phase = 2 * np.pi * n / (int(size) if periodic else int(size) - 1)
+    else:
+        size = tf.cast(tf.reshape(ctx.x(0), []), tf.int32)
+        n, cos = tf.cast(tf.range(size), tf.float32), tf.cos
+        phase = 2 * np.pi * n / tf.cast(size if periodic else size - 1, tf.float32)
+    result = coeffs[0]
+    for k, a in enumerate(coeffs[1:], 1):
+        result = result + (-1) ** k * a * cos(k * phase)
+    return result
+
+
+@handler("HannWindow", since=17)
+def hann_window(ctx):
+    return _cosine_sum(ctx, [0.5, 0.5])
+
+
+@handler("HammingWindow", since=17)
+def hamming_window(ctx):
+    return _cosine_sum(ctx, [25 / 46, 21 / 46])
+
+
+@handler("BlackmanWindow", since=17)
+def blackman_window(ctx):
+    return _cosine_sum(ctx, [0.42, 0.5, 0.08])
+
+
+# --- MelWeightMatrix ---------------------------------------------------------------------------
+def mel_weight_matrix(bins: int, dft_length: int, rate: int, low: float, high: float):
+    """Triangular mel filters, (dft_length // 2 + 1, bins), in onnxruntime's float32 steps
+    (which decide the integer frequency bins at their edges)."""
+    f32 = np.float32
+
+    def to_mel(hz):
+        return f32(2595) * np.log10(f32(1) + f32(hz) / f32(700), dtype=f32)
+
+    low_mel, high_mel = to_mel(low), to_mel(high)
+    step = (high_mel - low_mel) / f32(bins + 2)
+    mels = low_mel + step * np.arange(bins + 2, dtype=f32)
+    hz = (700 * (10.0 ** (mels / f32(2595)).astype(np.float64) - 1)).astype(f32)
+    edges = np.floor(f32(dft_length + 1) * hz / f32(rate)).astype(np.int64)
+    weights = np.zeros((dft_length // 2 + 1, bins), f32)
+    for i in range(bins):
+        left, center, right = edges[i : i + 3]
+        if center == left:
+            weights[center, i] = 1
+        else:
+            j = np.arange(left, center + 1)
+            weights[j, i] = (j - left) / f32(center - left)
+        if right > center:
+            j = np.arange(center, right)
+            weights[j, i] = (right - j) / f32(right - center)
+    return weights
+
+
+@handler("MelWeightMatrix", since=17, limits="constant inputs")
+def mel_weight(ctx):
+    values = [ctx.const(i) for i in range(5)]
+    if any(v is None for v in values):
+        raise NotImplementedError("MelWeightMatrix with run-time inputs")
+    bins, length, rate, low, high = values
+    return mel_weight_matrix(int(bins), int(length), int(rate), float(low), float(high))
