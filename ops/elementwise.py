@@ -1,25 +1,346 @@
-"""Elementwise ops: layout-agnostic, so they run on whatever layout their inputs arrive in."""
+"""Elementwise math, casts and pass-through ops: layout-agnostic, so they run on whatever
+layout their inputs arrive in.
+
+TFLite builtins cover few dtypes (most arithmetic only float32, int32 and int64), so inputs
+are first widened to a dtype they do cover (`widen`); the builder casts each result back
+to its ONNX dtype, which wraps integers exactly like the narrow arithmetic would.
+Functions TFLite lacks (tan, the inverse and hyperbolic trigonometry, erf, int64
+division and powers) are composed from builtins here. float64 math stays float64: exact in
+TF, Select TF ops in TFLite.
+
+Python scalars only ever stand right of a tensor (`x * 0.5`, not `0.5 * x`): a reloaded
+.h5 / .keras model converts a left-hand scalar with TF's default dtype, not the tensor's.
+"""
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import tensorflow as tf
+from onnx import helper
 
 from onnx2tf_alt.layout import agnostic
 from onnx2tf_alt.registry import handler
 
+_WIDER = {
+    tf.int8: tf.int32,
+    tf.int16: tf.int32,
+    tf.uint8: tf.int32,
+    tf.uint16: tf.int32,
+    tf.uint32: tf.int64,
+    tf.float16: tf.float32,
+    tf.bfloat16: tf.float32,
+}
 
-def unary(op_type: str, fn, since: int = 1) -> None:
-    """Register an attribute-free one-input op as `fn(x)`."""
-    handler(op_type, since=since, layout=agnostic)(lambda ctx: fn(ctx.x(0)))
+
+def widen(x):
+    """x in the nearest dtype TFLite arithmetic supports (small ints -> int32, uint32 ->
+    int64, half floats -> float32); other dtypes unchanged."""
+    wider = _WIDER.get(x.dtype)
+    return x if wider is None else tf.cast(x, wider)
 
 
-def binary(op_type: str, fn, since: int = 1) -> None:
-    """Register a two-input broadcasting op as `fn(a, b)`."""
-    handler(op_type, since=since, layout=agnostic)(lambda ctx: fn(ctx.x(0), ctx.x(1)))
+_INT64_MIN = -(2**63)
 
 
-unary("Relu", tf.nn.relu)
-unary("Identity", tf.identity)
-binary("Add", tf.add)
-binary("Sub", tf.subtract)
-binary("Mul", tf.multiply)
+def ordered(x):
+    """x widened into a signed dtype with the same order. TFLite has no uint64 math nor
+    uint64 CAST, so uint64 becomes its bits as int64 (BITCAST) with the top bit flipped."""
+    if x.dtype != tf.uint64:
+        return widen(x)
+    return tf.bitcast(x, tf.int64) + _INT64_MIN  # adding 2^63 wraps: it flips the top bit
+
+
+def from_ordered(y, dtype: tf.DType):
+    """Undo `ordered` for a value of the original dtype (the builder casts the others)."""
+    return tf.bitcast(y + _INT64_MIN, tf.uint64) if dtype == tf.uint64 else y
+
+
+def modular(fn):
+    """fn(a, b) that also takes uint64: two's complement add, sub and mul wrap like
+    unsigned ones, so they run on the int64 bits."""
+
+    def apply(a, b):
+        if a.dtype != tf.uint64:
+            return fn(a, b)
+        result = fn(tf.bitcast(a, tf.int64), tf.bitcast(b, tf.int64))
+        return tf.bitcast(result, tf.uint64)
+
+    return apply
+
+
+def unary(op_type: str, fn, since: int = 1, limits: str = "") -> None:
+    """Register an attribute-free one-input op as `fn(x)` on the widened input."""
+    handler(op_type, since=since, layout=agnostic, limits=limits)(
+        lambda ctx: fn(widen(ctx.x(0)))
+    )
+
+
+def binary(op_type: str, fn, since: int = 1, limits: str = "", prepare=widen) -> None:
+    """Register a two-input broadcasting op as `fn(a, b)` on the inputs made ready by
+    `prepare` (default: widened)."""
+    handler(op_type, since=since, layout=agnostic, limits=limits)(
+        lambda ctx: fn(prepare(ctx.x(0)), prepare(ctx.x(1)))
+    )
+
+
+def _fold(ctx, fn, prepare=widen):
+    return functools.reduce(fn, [prepare(ctx.x(i)) for i in range(ctx.num_inputs)])
+
+
+def variadic(op_type: str, fn, limits: str = "") -> None:
+    """Register an N-input broadcasting op (N >= 1) as a left fold of `fn`."""
+    handler(op_type, layout=agnostic, limits=limits)(lambda ctx: _fold(ctx, fn))
+
+
+def extremum(op_type: str, fn) -> None:
+    """Max / Min: a fold on order-preserving values (uint64 included)."""
+    handler(op_type, layout=agnostic, limits="NaN propagation as TF / TFLite")(
+        lambda ctx: from_ordered(_fold(ctx, fn, ordered), ctx.x(0).dtype)
+    )
+
+
+# --- integer helpers -------------------------------------------------------------------------
+def trunc_mod(a, b):
+    """Remainder with the sign of the dividend (C fmod), from FLOOR_MOD."""
+    r = tf.math.floormod(a, b)
+    wrong_sign = tf.logical_and(tf.not_equal(r, 0), tf.not_equal(r < 0, a < 0))
+    return tf.where(wrong_sign, r - b, r)
+
+
+def _int64_truncdiv(a, b, remainder):
+    """Exact a / b rounded toward zero for int64, from builtins TFLite has for int64 (MUL,
+    SUB, CAST): a - remainder is an exact multiple of b no larger than a, whose quotient a
+    float32 estimate finds; each refinement shrinks the error about 2^22-fold, so three
+    reach it for any int64."""
+    rest = a - remainder
+    divisor = tf.cast(b, tf.float32)
+    quotient = tf.zeros_like(rest)
+    for _ in range(3):
+        step = tf.cast(tf.round(tf.cast(rest, tf.float32) / divisor), tf.int64)
+        quotient += step
+        rest -= step * b
+    return quotient
+
+
+def int_div(a, b):
+    """Integer division rounding toward zero, as onnxruntime (C++) computes it."""
+    if a.dtype != tf.int64:
+        return tf.truncatediv(a, b)  # TFLite DIV truncates for int32
+    return _int64_truncdiv(a, b, trunc_mod(a, b))
+
+
+def int64_floordiv(a, b):
+    """floor(a / b) for int64 (no int64 FLOOR_DIV in TFLite)."""
+    remainder = trunc_mod(a, b)
+    inexact_negative = tf.logical_and(tf.not_equal(remainder, 0), tf.not_equal(a < 0, b < 0))
+    return _int64_truncdiv(a, b, remainder) - tf.cast(inexact_negative, tf.int64)
+
+
+def abs_(x):
+    if x.dtype.is_unsigned:
+        return x
+    return tf.maximum(x, -x) if x.dtype == tf.int64 else tf.abs(x)  # no int64 ABS in TFLite
+
+
+def sign(x):
+    if x.dtype != tf.int64:
+        return tf.sign(x)
+    return tf.cast(x > 0, x.dtype) - tf.cast(x < 0, x.dtype)  # no int64 SIGN in TFLite
+
+
+def _int64_power(x, e):
+    """x ** e for int64 and e >= 0 by repeated squaring (TFLite has no int64 POW).
+    Exponents above 63 overflow unless |x| <= 1, so they become 62 or 63 (same parity)."""
+    e = tf.minimum(e, tf.math.floormod(e, 2) + 62)
+    result, square = tf.ones_like(x), x
+    for bit in range(6):
+        on = tf.math.floormod(e, 2 ** (bit + 1)) >= 2**bit
+        result = tf.where(on, result * square, result)
+        square = square * square
+    return result
+
+
+def _int_pow(x, e):
+    """x ** e for integer x and e; negative exponents truncate like onnxruntime's
+    static_cast(pow(x, e)): 0 unless |x| == 1 (TFLite POW rejects them)."""
+    e = tf.cast(e, x.dtype)
+    exponent = tf.maximum(e, 0)
+    power = _int64_power(x, exponent) if x.dtype == tf.int64 else tf.pow(x, exponent)
+    odd = tf.equal(tf.math.floormod(e, 2), 1)
+    inverse = tf.where(tf.equal(abs_(x), 1), tf.where(odd, x, tf.ones_like(x)), tf.zeros_like(x))
+    return tf.where(e < 0, inverse, power)
+
+
+# --- composed float functions ----------------------------------------------------------------
+# erf(x) ~ x P(x^2) / Q(x^2) on [-4, 4] (|erf| rounds to 1 in float32 beyond): a rational
+# least-squares/minimax fit made for this converter; max |error| 3.7e-7 evaluated in float32.
+_ERF_P = (1.128378924, 0.1977264447, 0.05366001823, 0.004066301948, 0.0002893437433,
+          1.962111229e-06)
+_ERF_Q = (1.0, 0.5085611919, 0.1170847968, 0.01556976856, 0.001231361772, 3.741702153e-05)
+
+
+def _horner(t, coefficients):
+    result = t * coefficients[-1] + coefficients[-2]
+    for c in reversed(coefficients[:-2]):
+        result = result * t + c
+    return result
+
+
+def erf(x):
+    """erf from builtins (TFLite has no ERF)."""
+    x = tf.clip_by_value(x, -4.0, 4.0)
+    t = x * x
+    return x * _horner(t, _ERF_P) / _horner(t, _ERF_Q)
+
+
+def _sqrt_one_minus_square(x):
+    return tf.sqrt((x + 1) * -(x - 1))
+
+
+_UNARY = {
+    "Exp": tf.exp,
+    "Log": tf.math.log,
+    "Sqrt": tf.sqrt,
+    "Reciprocal": tf.math.reciprocal,
+    "Neg": tf.negative,
+    "Abs": abs_,
+    "Floor": tf.floor,
+    "Ceil": tf.math.ceil,
+    "Round": tf.round,  # half to even, as ONNX and TFLite ROUND
+    "Sign": sign,
+    "Sin": tf.sin,
+    "Cos": tf.cos,
+    "Tan": lambda x: tf.sin(x) / tf.cos(x),
+    "Asin": lambda x: tf.math.atan2(x, _sqrt_one_minus_square(x)),
+    "Acos": lambda x: tf.math.atan2(_sqrt_one_minus_square(x), x),
+    "Atan": lambda x: tf.math.atan2(x, tf.ones_like(x)),
+    "Sinh": lambda x: (tf.exp(x) - tf.exp(-x)) * 0.5,
+    "Cosh": lambda x: (tf.exp(x) + tf.exp(-x)) * 0.5,
+    "Asinh": lambda x: tf.sign(x) * tf.math.log(tf.abs(x) + tf.sqrt(x * x + 1)),
+    "Acosh": lambda x: tf.math.log(x + tf.sqrt((x - 1) * (x + 1))),
+    "Atanh": lambda x: tf.math.log((x + 1) / -(x - 1)) * 0.5,
+    "Erf": erf,
+    "IsNaN": lambda x: tf.not_equal(x, x),
+    "Identity": tf.identity,
+}
+_UNARY_LIMITS = {
+    "Sinh": "overflows to inf from |x| > 88.7 (exact: 89.4)",
+    "Cosh": "overflows to inf from |x| > 88.7 (exact: 89.4)",
+    "Asinh": "|x| > 1.8e19 overflows to inf",
+    "Acosh": "x > 1.8e19 overflows to inf",
+}
+for _op, _fn in _UNARY.items():
+    unary(_op, _fn, limits=_UNARY_LIMITS.get(_op, ""))
+
+
+# --- binary and variadic ---------------------------------------------------------------------
+binary("Add", modular(tf.add))
+binary("Sub", modular(tf.subtract))
+binary("Mul", modular(tf.multiply))
+binary(
+    "Div",
+    lambda a, b: int_div(a, b) if a.dtype.is_integer else tf.divide(a, b),
+    limits="integers round toward zero (C semantics, as onnxruntime); uint64: TFLite needs "
+    "Select TF ops",
+)
+variadic("Sum", tf.add)
+extremum("Max", tf.maximum)
+extremum("Min", tf.minimum)
+handler("Mean", layout=agnostic)(lambda ctx: _fold(ctx, tf.add) / ctx.num_inputs)
+
+
+@handler("Mod", layout=agnostic)
+def mod(ctx):
+    """fmod=0: sign of the divisor (Python %); fmod=1: sign of the dividend (C fmod)."""
+    a, b = widen(ctx.x(0)), widen(ctx.x(1))
+    return trunc_mod(a, b) if ctx.attr("fmod", 0) else tf.math.floormod(a, b)
+
+
+_POW_SHORTCUTS = {1.0: tf.identity, 2.0: tf.square, 0.5: tf.sqrt, -1.0: tf.math.reciprocal}
+
+
+@handler(
+    "Pow",
+    layout=agnostic,
+    limits="integer results beyond 2^53: exact here, rounded through double by onnxruntime",
+)
+def pow_(ctx):
+    x = widen(ctx.x(0))
+    e = ctx.const(1)
+    if x.dtype.is_floating and e is not None and e.size == 1:
+        shortcut = _POW_SHORTCUTS.get(float(e.reshape(-1)[0]))
+        if shortcut is not None:
+            return shortcut(x)
+    e = widen(ctx.x(1))
+    if e.dtype == tf.uint64:
+        e = tf.bitcast(e, tf.int64)  # TFLite cannot CAST uint64; exponents are < 2^63
+    if x.dtype.is_floating:
+        return tf.pow(x, tf.cast(e, x.dtype))
+    if e.dtype.is_integer:
+        return _int_pow(x, e)
+    return tf.pow(tf.cast(x, e.dtype), e)  # the builder truncates back to the integer type
+
+
+@handler("IsInf", layout=agnostic)
+def is_inf(ctx):
+    """Compares with the largest finite value: TFLite EQUAL with an inf constant is false."""
+    x = widen(ctx.x(0))
+    largest = float(np.finfo(x.dtype.as_numpy_dtype).max)
+    positive, negative = ctx.attr("detect_positive", 1), ctx.attr("detect_negative", 1)
+    if positive and negative:
+        return tf.abs(x) > largest
+    if positive:
+        return x > largest
+    if negative:
+        return x < -largest
+    return tf.zeros_like(x, dtype=tf.bool)
+
+
+# --- casts and pass-through ------------------------------------------------------------------
+def cast_to(x, dtype: np.dtype):
+    """tf.cast; float -> int truncates toward zero, as onnxruntime's static_cast."""
+    try:
+        target = tf.as_dtype(np.dtype(dtype))
+    except TypeError:
+        raise NotImplementedError(f"Cast to {dtype} is not supported") from None
+    return tf.cast(x, target)
+
+
+@handler("Cast", layout=agnostic, limits="numeric and bool targets; no float8, no strings")
+def cast(ctx):
+    target = ctx.out_dtype()
+    if target is None:
+        target = helper.tensor_dtype_to_np_dtype(ctx.attr("to"))
+    return cast_to(ctx.x(0), target)
+
+
+@handler("CastLike", layout=agnostic, limits="numeric and bool targets; no float8, no strings")
+def cast_like(ctx):
+    return cast_to(ctx.x(0), ctx.dtype(1))
+
+
+def _dropout(ctx, mask: bool):
+    if ctx.has(2):
+        training = ctx.const(2)
+        if training is None or bool(training):
+            raise NotImplementedError("Dropout with training_mode true is not supported")
+    x = ctx.x(0)
+    outputs = [tf.identity(x)]
+    if len(ctx.node.outputs) > 1 and ctx.node.outputs[1]:
+        like = tf.ones_like if mask else tf.zeros_like
+        outputs.append(like(x, dtype=tf.bool))
+    return outputs
+
+
+@handler("Dropout", layout=agnostic)
+def dropout(ctx):
+    """Inference: identity; before opset 12 onnxruntime returns an all-False mask."""
+    return _dropout(ctx, mask=False)
+
+
+@handler("Dropout", since=12, layout=agnostic, limits="inference only: training_mode false")
+def dropout_12(ctx):
+    """Inference: identity; the optional mask is all True."""
+    return _dropout(ctx, mask=True)

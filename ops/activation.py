@@ -1,0 +1,156 @@
+"""Activations: layout-agnostic elementwise functions, written in the forms the TFLite
+converter turns into its builtins (RELU, RELU6, LEAKY_RELU, PRELU, ELU, LOGISTIC, TANH,
+HARD_SWISH, GELU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from onnx2tf_alt.ops.elementwise import unary, widen
+
+from onnx2tf_alt.layout import agnostic
+from onnx2tf_alt.registry import handler
+
+
+def relu(x):
+    return tf.nn.relu(x) if x.dtype.is_floating else tf.maximum(x, tf.zeros_like(x))
+
+
+def _log1p(u):
+    """log(1 + u) for 0 <= u <= 1 with a small relative error: TFLite has no LOG1P, and
+    LOG near 1 loses the digits of a small u, so below 0.01 a 4-term series replaces it."""
+    series = (((u * -0.25 + 1 / 3) * u - 0.5) * u + 1) * u
+    return tf.where(u < 0.01, series, tf.math.log(u + 1))
+
+
+def softplus(x):
+    """log(1 + exp(x)), without overflow (TFLite lowers tf.math.softplus to exactly that)
+    and accurate in the far negative tail."""
+    return tf.nn.relu(x) + _log1p(tf.exp(-tf.abs(x)))
+
+
+def _elu(x, alpha: float):
+    y = tf.nn.elu(x)
+    return y if alpha == 1.0 else tf.where(x > 0, y, y * alpha)
+
+
+unary("Relu", relu)
+unary("Sigmoid", tf.sigmoid)
+unary("Tanh", tf.tanh)
+unary("Softplus", softplus)
+unary("Softsign", tf.nn.softsign)
+unary("HardSwish", lambda x: x * tf.nn.relu6(x + 3) * (1 / 6))
+unary("Mish", lambda x: x * tf.tanh(softplus(x)))
+
+
+@handler("LeakyRelu", layout=agnostic)
+def leaky_relu(ctx):
+    return tf.nn.leaky_relu(widen(ctx.x(0)), alpha=ctx.attr("alpha", 0.01))
+
+
+@handler("Elu", layout=agnostic)
+def elu(ctx):
+    return _elu(widen(ctx.x(0)), ctx.attr("alpha", 1.0))
+
+
+@handler("Selu", layout=agnostic)
+def selu(ctx):
+    alpha = ctx.attr("alpha", 1.67326319217681884765625)
+    gamma = ctx.attr("gamma", 1.05070102214813232421875)
+    return _elu(widen(ctx.x(0)), alpha) * gamma
+
+
+@handler("Celu", layout=agnostic)
+def celu(ctx):
+    alpha = ctx.attr("alpha", 1.0)
+    return tf.nn.elu(widen(ctx.x(0)) / alpha) * alpha
+
+
+@handler("HardSigmoid", layout=agnostic)
+def hard_sigmoid(ctx):
+    x = widen(ctx.x(0))
+    return tf.minimum(tf.nn.relu(x * ctx.attr("alpha", 0.2) + ctx.attr("beta", 0.5)), 1.0)
+
+
+@handler("Gelu", since=1, layout=agnostic)
+def gelu(ctx):
+    """Opset 20, and the nodes onnx2tf_alt.fusion makes in models of any opset."""
+    approximate = ctx.attr("approximate", "none") == "tanh"
+    return tf.nn.gelu(widen(ctx.x(0)), approximate=approximate)
+
+
+@handler("ThresholdedRelu", layout=agnostic)
+def thresholded_relu(ctx):
+    x = widen(ctx.x(0))
+    return tf.where(x > ctx.attr("alpha", 1.0), x, tf.zeros_like(x))
+
+
+@handler("Shrink", layout=agnostic)
+def shrink(ctx):
+    """Integer inputs are shrunk in float32 and truncated back, as onnxruntime does."""
+    x = ctx.x(0)
+    x = x if x.dtype.is_floating else tf.cast(x, tf.float32)
+    x = widen(x)
+    bias, lambd = ctx.attr("bias", 0.0), ctx.attr("lambd", 0.5)
+    return tf.where(x < -lambd, x + bias, tf.where(x > lambd, x - bias, tf.zeros_like(x)))
+
+
+def _physical_const(ctx, i: int) -> np.ndarray:
+    """Constant input i as the tensor ctx.x(i) holds: rank-aligned and permuted."""
+    array, perm = ctx.const(i), ctx.perm(i)
+    array = array.reshape((1,) * (len(perm) - array.ndim) + array.shape)
+    return np.transpose(array, perm)
+
+
+@handler("PRelu", layout=agnostic, limits="TFLite PRELU needs a constant slope")
+def prelu(ctx):
+    x = widen(ctx.x(0))
+    if ctx.const(1) is None or not x.dtype.is_floating:
+        slope = tf.cast(ctx.x(1), x.dtype)
+        return relu(x) + slope * tf.minimum(x, tf.zeros_like(x))
+    slope = _physical_const(ctx, 1).astype(x.dtype.as_numpy_dtype)
+    if slope.ndim > 1 and slope.shape[0] == 1:
+        slope = slope[0]  # the converter makes PRELU only from a slope without batch axis
+    return tf.nn.relu(x) + tf.nn.relu(-x) * ctx.const_tensor(-slope)
+
+
+def _clip(x, low, high):
+    """min(max(x, low), high) (low > high gives high, as onnxruntime); None: no bound.
+
+    Constant bounds (0, 6) and (0, none) become RELU6 and RELU."""
+    is_float = x.dtype.is_floating
+    if is_float and _equals(low, 0) and (high is None or _equals(high, 6)):
+        return tf.nn.relu(x) if high is None else tf.nn.relu6(x)
+    if low is not None:
+        x = tf.maximum(x, tf.cast(low, x.dtype))
+    if high is not None:
+        x = tf.minimum(x, tf.cast(high, x.dtype))
+    return x
+
+
+def _equals(bound, value) -> bool:
+    return isinstance(bound, np.ndarray) and bound.size == 1 and float(bound.reshape(-1)[0]) == value
+
+
+@handler("Clip", since=1, layout=agnostic)
+def clip_attributes(ctx):
+    """Before opset 11 the bounds are attributes."""
+    low, high = ctx.attr("min"), ctx.attr("max")
+    return _clip(
+        widen(ctx.x(0)),
+        None if low is None else np.array(low),
+        None if high is None else np.array(high),
+    )
+
+
+@handler("Clip", since=11, layout=agnostic)
+def clip(ctx):
+    """From opset 11 the bounds are optional inputs (constant or computed)."""
+
+    def bound(i):
+        if not ctx.has(i):
+            return None
+        value = ctx.const(i)
+        return value if value is not None else ctx.x(i)
+
+    return _clip(widen(ctx.x(0)), bound(1), bound(2))
