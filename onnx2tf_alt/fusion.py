@@ -9,9 +9,9 @@ subgraph, evaluated at sample points, must equal Gelu. Every arrangement exporte
 (x / sqrt(2) or x * (1/sqrt(2)), 0.5 applied first or last, x^3 as Pow or as products)
 therefore fuses, while look-alikes with other constants (QuickGELU, ...) do not.
 
-Below opset 20 the fused model holds a Gelu node its opset does not define: the converter
-handles it, but onnx.checker and onnxruntime reject that model, so keep the original for
-them.
+From opset 20 the fused node is ONNX's Gelu. Below it, it is onnxruntime's contrib op
+(com.microsoft Gelu, or FastGelu for the tanh form), so the fused model stays valid and
+runnable by onnxruntime (the accuracy checker runs it).
 """
 
 from __future__ import annotations
@@ -37,12 +37,15 @@ def fuse_patterns(model: onnx.ModelProto) -> onnx.ModelProto:
     not graph outputs. Constants it alone used are removed.
     """
     graph = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     while True:
         index = _GraphIndex(graph)
         match = next((m for i in range(len(index.nodes)) if (m := _match_gelu(i, index))), None)
         if match is None:
             return model
-        _replace(graph, index, match)
+        _replace(graph, index, match, contrib=opset < 20)
+        if opset < 20 and not any(o.domain == "com.microsoft" for o in model.opset_import):
+            model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
 
 
 @dataclass
@@ -188,13 +191,20 @@ def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
     return 0.5 * x * (1 + _FUNCTIONS["Erf"](x / math.sqrt(2)))
 
 
-def _replace(graph: onnx.GraphProto, index: _GraphIndex, match: _Match) -> None:
-    """Put one Gelu node where the subgraph's output node was; drop what only it used."""
+def _replace(graph: onnx.GraphProto, index: _GraphIndex, match: _Match, contrib: bool) -> None:
+    """Put one Gelu node where the subgraph's output node was; drop what only it used.
+
+    `contrib`: use onnxruntime's com.microsoft Gelu / FastGelu (models below opset 20).
+    """
     root = match.nodes[-1]
-    gelu = helper.make_node(
-        "Gelu", [match.x], [match.output],
-        name=f"{index.nodes[root].name or match.output}_gelu", approximate=match.approximate,
-    )
+    name = f"{index.nodes[root].name or match.output}_gelu"
+    if contrib:
+        op_type = "FastGelu" if match.approximate == "tanh" else "Gelu"
+        gelu = helper.make_node(op_type, [match.x], [match.output], name=name,
+                                domain="com.microsoft")
+    else:
+        gelu = helper.make_node("Gelu", [match.x], [match.output], name=name,
+                                approximate=match.approximate)
     fused = [index.nodes[i] for i in match.nodes]
     kept = [gelu if i == root else n for i, n in enumerate(index.nodes)
             if i == root or i not in match.nodes]

@@ -10,6 +10,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from onnx2tf_alt.control_flow import inline_control_flow
 from onnx2tf_alt.errors import InputError
+from onnx2tf_alt.fusion import fuse_patterns
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -290,4 +291,4 @@ def prepare_model(
         if not (inline_control_flow(model) or folded):
             break
         model = infer_shapes(model)
-    return model
+    return infer_shapes(fuse_patterns(model))

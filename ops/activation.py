@@ -79,6 +79,32 @@ def gelu(ctx):
     return tf.nn.gelu(widen(ctx.x(0)), approximate=approximate)
 
 
+@handler("Gelu", domain="com.microsoft", layout=agnostic)
+def ms_gelu(ctx):
+    """onnxruntime's contrib Gelu (erf form); also what fusion makes below opset 20."""
+    return tf.nn.gelu(widen(ctx.x(0)), approximate=False)
+
+
+@handler("BiasGelu", domain="com.microsoft", layout=agnostic)
+def ms_bias_gelu(ctx):
+    return tf.nn.gelu(widen(ctx.x(0)) + widen(ctx.x(1)), approximate=False)
+
+
+@handler("FastGelu", domain="com.microsoft", layout=agnostic)
+def ms_fast_gelu(ctx):
+    """Tanh-form Gelu with an optional bias added first."""
+    x = widen(ctx.x(0))
+    if ctx.has(1):
+        x = x + widen(ctx.x(1))
+    return tf.nn.gelu(x, approximate=True)
+
+
+@handler("QuickGelu", domain="com.microsoft", layout=agnostic)
+def ms_quick_gelu(ctx):
+    x = widen(ctx.x(0))
+    return x * tf.sigmoid(x * ctx.attr("alpha", 1.702))
+
+
 @handler("ThresholdedRelu", layout=agnostic)
 def thresholded_relu(ctx):
     x = widen(ctx.x(0))
