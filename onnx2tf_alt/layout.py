@@ -176,8 +176,8 @@ def regrouped_reshape(in_shape, out_shape, in_perm: Perm) -> tuple[Perm, Perm] |
 
     When the reshape cannot run on the input as it lies, the input is reordered so that each
     group of merged axes is adjacent and in order, while the groups keep their physical order
-    (one transpose, after which the output usually lands in a useful layout, e.g. NHWC after
-    a channel shuffle). None when the shapes do not allow planning.
+    (one transpose), provided the output then lands channel-last (NHWC after a channel
+    shuffle). None otherwise: the reshape then runs in ONNX order.
     """
     out = reshape_perm(in_shape, out_shape, in_perm)
     if out is not None:
@@ -191,7 +191,11 @@ def regrouped_reshape(in_shape, out_shape, in_perm: Perm) -> tuple[Perm, Perm] |
     unit = [a for a in range(len(in_shape)) if a not in grouped]
     need = tuple(unit + grouped)
     out = reshape_perm(in_shape, out_shape, need)
-    return None if out is None else (need, out)
+    # Worth it only when the output lands channel-last for a conv (a channel shuffle); else
+    # ONNX order is the better bet for what follows (matmuls of attention blocks).
+    if out is None or len(out) < 4 or out != P.channel_last(len(out)):
+        return None
+    return need, out
 
 
 def reshaping(shapes: Callable[[Node, Graph], tuple | None]) -> LayoutPolicy:

@@ -9,6 +9,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from onnx2tf_alt.control_flow import inline_control_flow
+from onnx2tf_alt.dense_flatten import flatten_channel_last
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.fusion import fuse_patterns
 
@@ -291,4 +292,5 @@ def prepare_model(
         if not (inline_control_flow(model) or folded):
             break
         model = infer_shapes(model)
+    flatten_channel_last(model)
     return infer_shapes(fuse_patterns(model))
