@@ -13,11 +13,9 @@ import numpy as np
 import onnx
 import pytest
 import tensorflow as tf
-from harness import make_model, ort_run
 from onnx import helper
 
 import onnx2tf_alt
-from models import custom_op_model, tiny_cnn
 from onnx2tf_alt import registry
 from onnx2tf_alt.api import build
 from onnx2tf_alt.check.compare import FAIL, PASS, UNOBSERVED, compare
@@ -27,6 +25,9 @@ from onnx2tf_alt.check.repro import write_failure_reports
 from onnx2tf_alt.check.run import check_converted
 from onnx2tf_alt.errors import ConversionError, InputError
 from onnx2tf_alt.graph import graph_from_model
+
+from harness import make_model, ort_run
+from models import custom_op_model, tiny_cnn
 
 
 def start_cli(*args) -> subprocess.Popen:

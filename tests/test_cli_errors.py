@@ -17,6 +17,7 @@ def run_cli(*args, cwd=None):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run(
         [sys.executable, "-m", "onnx2tf_alt", *args],
+        check=False,
         capture_output=True,
         text=True,
         cwd=cwd,

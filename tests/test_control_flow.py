@@ -7,6 +7,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx2tf_alt.control_flow import MAX_UNROLL, inline_control_flow
+
 from harness import (
     assert_close,
     assert_keras_reloads,
@@ -17,9 +21,6 @@ from harness import (
     tf_run,
     tflite_run,
 )
-from onnx import TensorProto, helper, numpy_helper
-
-from onnx2tf_alt.control_flow import MAX_UNROLL, inline_control_flow
 
 RNG = np.random.default_rng(0)
 F = TensorProto.FLOAT

@@ -5,8 +5,9 @@ import onnx
 import pytest
 from onnx import helper
 
-from harness import check_model, count_tflite_ops, make_model, ort_run
 from onnx2tf_alt.dense_flatten import flatten_channel_last
+
+from harness import check_model, count_tflite_ops, make_model, ort_run
 
 rng = np.random.default_rng(3)
 

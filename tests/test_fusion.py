@@ -4,11 +4,12 @@ import math
 import numpy as np
 import onnx
 import pytest
-from harness import assert_close, convert, count_tflite_ops, make_model, ort_run, tf_run, tflite_run
 from onnx import helper, numpy_helper
 
 from onnx2tf_alt.export.tflite import tflite_bytes
 from onnx2tf_alt.fusion import fuse_patterns
+
+from harness import assert_close, convert, count_tflite_ops, make_model, ort_run, tf_run, tflite_run
 
 rng = np.random.default_rng(0)
 SQRT2 = math.sqrt(2)

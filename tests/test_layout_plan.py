@@ -5,7 +5,6 @@ transposes the builder would have to insert (Plan.transposes).
 """
 
 import numpy as np
-from harness import make_model
 from onnx import helper
 
 from onnx2tf_alt import perms as P
@@ -13,6 +12,8 @@ from onnx2tf_alt.graph import graph_from_model
 from onnx2tf_alt.layout import plan_layouts, reshape_perm
 from onnx2tf_alt.prepare import prepare_model
 from onnx2tf_alt.registry import find_handler
+
+from harness import make_model
 
 NHWC = (0, 2, 3, 1)
 NCHW = (0, 1, 2, 3)

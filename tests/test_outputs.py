@@ -10,6 +10,7 @@ import tensorflow as tf
 import tf_keras
 
 import onnx2tf_alt
+
 from harness import assert_close, ort_run
 from models import tiny_cnn
 
@@ -126,7 +127,7 @@ def test_keep_nchw_input(tmp_path):
     )
     assert keras_model.inputs[0].shape.as_list() == [None, 3, 16, 16]
     result = keras_model(feeds["input"])
-    assert_close(list(result.values())[0].numpy(), ort_run(model, feeds)[0])
+    assert_close(next(iter(result.values())).numpy(), ort_run(model, feeds)[0])
 
 
 def test_input_file_untouched(tmp_path):

@@ -6,8 +6,9 @@ outputs named after the attributes, so a failure names its combination.
 
 import numpy as np
 import pytest
-from harness import check_model, check_nodes, make_model
 from onnx import helper
+
+from harness import check_model, check_nodes, make_model
 
 rng = np.random.default_rng(0)
 

@@ -3,8 +3,9 @@ TF and the float32 TFLite."""
 
 import numpy as np
 import pytest
-from harness import check_model, check_nodes, make_model
 from onnx import helper
+
+from harness import check_model, check_nodes, make_model
 
 rng = np.random.default_rng(0)
 

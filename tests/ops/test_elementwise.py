@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
-from harness import assert_keras_reloads, check_node, check_nodes
 from onnx import TensorProto, helper
+
+from harness import assert_keras_reloads, check_node, check_nodes
 
 rng = np.random.default_rng(0)
 SHAPE = (2, 3, 5, 7)

@@ -6,8 +6,9 @@ Variants of one op share a model where they can (one conversion each).
 
 import numpy as np
 import pytest
-from harness import check_model, check_nodes, make_model
 from onnx import helper
+
+from harness import check_model, check_nodes, make_model
 
 rng = np.random.default_rng(0)
 

@@ -6,6 +6,8 @@ cases include singular matrices and ones whose leading entries are zero (forcing
 
 import numpy as np
 import pytest
+from onnx import helper
+
 from harness import (
     assert_keras_reloads,
     check_model,
@@ -14,7 +16,6 @@ from harness import (
     count_tflite_ops,
     make_model,
 )
-from onnx import helper
 
 rng = np.random.default_rng(0)
 F32 = np.float32

@@ -4,6 +4,11 @@ import numpy as np
 import onnx
 import pytest
 import tf_keras
+from onnx import helper, numpy_helper
+
+from onnx2tf_alt.errors import ConversionError
+from onnx2tf_alt.export.tflite import tflite_bytes
+
 from harness import (
     assert_close,
     check_model,
@@ -17,10 +22,6 @@ from harness import (
     tflite_run,
     to_physical,
 )
-from onnx import helper, numpy_helper
-
-from onnx2tf_alt.errors import ConversionError
-from onnx2tf_alt.export.tflite import tflite_bytes
 
 rng = np.random.default_rng(0)
 

@@ -7,10 +7,11 @@ outputs named after the attributes, so a failure names its combination.
 import numpy as np
 import pytest
 import tf_keras
-from harness import assert_close, check_model, check_nodes, convert, make_model, to_physical
 from onnx import helper
 
 from onnx2tf_alt.export.keras_files import save_h5, save_keras_v3
+
+from harness import assert_close, check_model, check_nodes, convert, make_model, to_physical
 
 rng = np.random.default_rng(0)
 

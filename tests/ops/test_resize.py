@@ -6,6 +6,10 @@ reading one input, each with its own output.
 
 import numpy as np
 import pytest
+from onnx import helper
+
+from onnx2tf_alt.export.tflite import tflite_bytes
+
 from harness import (
     assert_close,
     check_model,
@@ -16,9 +20,6 @@ from harness import (
     tf_run,
     tflite_run,
 )
-from onnx import helper
-
-from onnx2tf_alt.export.tflite import tflite_bytes
 
 rng = np.random.default_rng(0)
 F32 = np.float32

@@ -8,6 +8,8 @@ nodes are checked against the same node with layout 0 between Transpose nodes.
 import numpy as np
 import onnx
 import pytest
+from onnx import helper
+
 from harness import (
     assert_close,
     assert_keras_reloads,
@@ -19,7 +21,6 @@ from harness import (
     tf_run,
     tflite_run,
 )
-from onnx import helper
 
 GATES = {"RNN": 1, "LSTM": 4, "GRU": 3}
 SEQ, BATCH, INPUT, HIDDEN = 3, 3, 4, 5

@@ -9,6 +9,8 @@ import itertools
 
 import numpy as np
 import pytest
+from onnx import helper
+
 from harness import (
     assert_keras_reloads,
     check_model,
@@ -18,7 +20,6 @@ from harness import (
     count_tflite_ops,
     make_model,
 )
-from onnx import helper
 
 rng = np.random.default_rng(0)
 F32 = np.float32

@@ -7,6 +7,13 @@ on a value in ONNX order and on one kept channel-last.
 import numpy as np
 import onnx
 import pytest
+from onnx import helper
+
+from onnx2tf_alt.context import NodeContext
+from onnx2tf_alt.export.tflite import tflite_bytes
+from onnx2tf_alt.graph import Node
+from onnx2tf_alt.registry import find_handler
+
 from harness import (
     check_both_layouts,
     check_model,
@@ -15,12 +22,6 @@ from harness import (
     make_model,
     ort_run,
 )
-from onnx import helper
-
-from onnx2tf_alt.context import NodeContext
-from onnx2tf_alt.export.tflite import tflite_bytes
-from onnx2tf_alt.graph import Node
-from onnx2tf_alt.registry import find_handler
 
 rng = np.random.default_rng(0)
 

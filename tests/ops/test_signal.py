@@ -7,6 +7,8 @@ outputs named after the case, so a failure names its combination.
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
+
 from harness import (
     assert_keras_reloads,
     check_model,
@@ -15,7 +17,6 @@ from harness import (
     count_tflite_ops,
     make_model,
 )
-from onnx import TensorProto, helper
 
 rng = np.random.default_rng(0)
 F32 = np.float32

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
-from harness import check_nodes
 from onnx import helper
+
+from harness import check_nodes
 
 rng = np.random.default_rng(0)
 

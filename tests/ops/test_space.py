@@ -2,10 +2,11 @@
 
 import numpy as np
 import pytest
-from harness import check_model, check_node, count_tflite_ops, make_model
 from onnx import helper
 
 from onnx2tf_alt.export.tflite import tflite_bytes
+
+from harness import check_model, check_node, count_tflite_ops, make_model
 
 rng = np.random.default_rng(0)
 

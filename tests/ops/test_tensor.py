@@ -5,8 +5,9 @@ on a value in ONNX order and on one kept channel-last.
 """
 
 import numpy as np
-from harness import check_both_layouts, check_model, check_nodes, make_model
 from onnx import helper
+
+from harness import check_both_layouts, check_model, check_nodes, make_model
 
 rng = np.random.default_rng(0)
 INT64_MAX = np.iinfo(np.int64).max
