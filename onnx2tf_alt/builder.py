@@ -201,6 +201,12 @@ class ModelBuilder:
                 array = np.asarray(out, dtype=graph.dtypes.get(name))
                 self.values[name] = Value(perm=P.identity(array.ndim), const=array)
             else:
+                rank = out.shape.rank
+                if rank is not None and len(perm) != rank:
+                    # ONNX inference left this value's rank unknown, so the plan could not
+                    # lay it out: it is in ONNX order, as every handler computes by default.
+                    perm = P.identity(rank)
+                    self.plan.perms[name] = perm
                 self.values[name] = Value(perm=perm, tensor=_as_dtype(out, graph.dtypes.get(name)))
 
 

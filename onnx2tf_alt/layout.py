@@ -89,7 +89,9 @@ def agnostic(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
     rank = max([len(p) for p in in_perms if p is not None] + ranks[:1] or [0])
     common = _common_perm(node, graph, in_perms, rank)
     wanted = [None if p is None else common for p in in_perms]
-    return Decision(wanted, [common if r == rank else P.identity(r) for r in ranks])
+    # An output whose rank inference left unknown has the broadcast rank of the inputs.
+    known = [r if graph.rank(o) is not None else rank for o, r in zip(node.outputs, ranks)]
+    return Decision(wanted, [common if r == rank else P.identity(r) for r in known])
 
 
 def same_as_input(data_input: int | None = 0) -> LayoutPolicy:

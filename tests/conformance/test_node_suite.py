@@ -130,6 +130,18 @@ def run_backend(converted, case: NodeCase, model: onnx.ModelProto, backend: str)
     compare(case, model, actual, random_values)
 
 
+def short_reason(exc: Exception) -> str:
+    """One line for expectations.txt: the failing op and the first line of the error."""
+    failures = getattr(exc, "failures", None)
+    if failures:
+        first = failures[0]
+        text = f"{first.op_type}: {first.reason}"
+    else:
+        text = f"{type(exc).__name__}: {str(exc).strip()}"
+    line = " ".join(text.split())
+    return line[:160]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_node(case: NodeCase, record_property):
     from onnx2tf_alt.api import build
@@ -156,9 +168,11 @@ def test_node(case: NodeCase, record_property):
             ok, message = True, ""
         except Exception as exc:  # noqa: BLE001 - outcome decided against expectations
             ok, message = False, f"{type(exc).__name__}: {str(exc)[:400]}"
+            record_property(f"{backend}_reason", short_reason(exc))
         listed = EXPECTED.get((case.name, backend))
         if ok and listed:
             outcomes[backend] = "fail"
+            record_property(f"{backend}_now_passes", True)
             problems.append(f"{backend}: passes but is listed as failing ({listed}); remove it")
         elif ok:
             outcomes[backend] = "pass"
