@@ -141,7 +141,7 @@ def test_pow(tmp_path):
         "i_exp": rng.integers(-2, 5, (7,)).astype(np.int32),
         "i_positive": rng.integers(1, 9, SHAPE).astype(np.int32),
         "l_base": _nonzero(SHAPE, np.int64, -9, 10),
-        "l_exp": rng.integers(-2, 19, (5, 1)).astype(np.int64),
+        "l_exp": rng.integers(-2, 17, (5, 1)).astype(np.int64),  # 9**16 < 2**53: onnxruntime computes in float64
     }
     consts = {f"k{i}": np.array(v, np.float32) for i, v in enumerate([2, 0.5, 3, -1, 1])}
     nodes = [
