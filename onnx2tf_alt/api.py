@@ -69,7 +69,9 @@ def build(
             )
     missing = unsupported_nodes(graph)
     if missing:
-        raise ConversionError(missing, headline=f"{len(missing)} node(s) have unsupported ops:")
+        error = ConversionError(missing, headline=f"{len(missing)} node(s) have unsupported ops:")
+        error.prepared_model = model  # replayed by the failure reports (check/repro.py)
+        raise error
 
     def policy_of(node):
         return find_handler(node.op_type, node.domain, graph.opset_of(node.domain)).layout
@@ -81,7 +83,11 @@ def build(
         force_channel_last=frozenset(keep_nwc_or_nhwc_or_ndhwc_input_names or []),
     )
     progress = Progress(len(graph.nodes), enabled=show_progress)
-    result = ModelBuilder(graph, plan, progress).build()
+    try:
+        result = ModelBuilder(graph, plan, progress).build()
+    except ConversionError as error:
+        error.prepared_model = model
+        raise
     return Converted(result=result, graph=graph, plan=plan, model=model)
 
 
@@ -125,6 +131,17 @@ def write_outputs(
     return written
 
 
+def _float32_tflite(converted: Converted, folder: str, stem: str) -> bytes:
+    """The float32 .tflite written into `folder`, or a fresh conversion when none was."""
+    from onnx2tf_alt.export.tflite import tflite_bytes
+
+    path = os.path.join(folder, f"{stem}_float32.tflite")
+    if not os.path.isfile(path):
+        return tflite_bytes(converted.result)
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def _move_into(tmp: str, folder: str) -> None:
     os.makedirs(folder, exist_ok=True)
     for entry in os.listdir(tmp):
@@ -150,36 +167,105 @@ def convert(
     verbosity: str = "info",
     non_verbose: bool = False,
     output_tflite: bool = True,
+    check_onnx_tf_outputs_elementwise_close: bool = False,
+    check_onnx_tf_outputs_elementwise_close_full: bool = False,
+    check_onnx_tf_outputs_elementwise_close_atol: float = 1e-4,
+    check_onnx_tf_outputs_elementwise_close_rtol: float = 0.0,
+    custom_input_op_name_np_data_path: list[list[str]] | None = None,
+    output_dynamic_range_quantized_tflite: bool = False,
+    output_integer_quantized_tflite: bool = False,
+    quant_type: str = "per-channel",
+    input_quant_dtype: str = "int8",
+    output_quant_dtype: str = "int8",
+    quant_norm_mean: list[float] | None = None,
+    quant_norm_std: list[float] | None = None,
 ):
     """Convert an ONNX model (path or ModelProto) and write its outputs; returns the Keras model.
 
     Outputs go to a temporary folder beside `output_folder_path` and are moved into place
-    only when every one of them was written, so a failed run leaves nothing behind.
+    only when every one of them was written, so a failed run leaves nothing behind except
+    `reports/`: when nodes cannot be converted, it holds a one-node repro model and the
+    input values of each (see onnx2tf_alt/check/repro.py), and the error names it.
     `output_signaturedefs` is accepted for onnx2tf compatibility: the saved_model and the
     .tflite files always carry a `serving_default` signature.
+
+    `check_onnx_tf_outputs_elementwise_close[_full]` compare the model outputs [every node
+    output] of the Keras model and the float32 TFLite with onnxruntime (pass: |tf - onnx| <=
+    atol + rtol * |onnx|), print a table and write `<stem>_accuracy_report.json` / `.html`;
+    the returned model then carries the `AccuracyReport` (onnx2tf_alt.check.compare) as
+    `model.onnx2tf_alt_report` (None when no check ran). `custom_input_op_name_np_data_path`
+    ([[name, file.npy], ...], ONNX layout) gives test inputs for the check and the failure
+    reports; other inputs are seeded random values.
+
+    `output_dynamic_range_quantized_tflite` / `output_integer_quantized_tflite` also write
+    quantized .tflite files and `<stem>_quant_report.json` (see export/quantize.py):
+    calibration uses the shipped photographs for image inputs (normalized with
+    `quant_norm_mean` / `quant_norm_std`) and -cind entries `[name, file.npy(, mean,
+    std)]` (N samples along axis 0) for the others; a float model input with neither fails
+    with an InputError before anything is written. QDQ models need no calibration data.
     """
     del output_signaturedefs  # always on
+    from calibration.samples import first_sample, parse_custom_data
+    from onnx2tf_alt.check.inputs import load_custom_inputs
+    from onnx2tf_alt.export.quantize import QuantOptions, plan_quantization, write_quantized
     from onnx2tf_alt.logs import configure_logging
 
     configure_logging("error" if non_verbose else verbosity)
-    converted = build(
-        input_onnx_file_path=input_onnx_file_path,
-        onnx_graph=onnx_graph,
-        batch_size=batch_size,
-        overwrite_input_shape=overwrite_input_shape,
-        keep_ncw_or_nchw_or_ncdhw_input_names=keep_ncw_or_nchw_or_ncdhw_input_names,
-        keep_nwc_or_nhwc_or_ndhwc_input_names=keep_nwc_or_nhwc_or_ndhwc_input_names,
-        show_progress=not non_verbose,
+    custom_data = parse_custom_data(custom_input_op_name_np_data_path)
+    custom_inputs = load_custom_inputs([e[:2] for e in custom_input_op_name_np_data_path or []])
+    quant_options = QuantOptions(
+        output_dynamic_range_quantized_tflite, output_integer_quantized_tflite, quant_type,
+        input_quant_dtype, output_quant_dtype,
     )
     folder = os.path.abspath(output_folder_path)
+    try:
+        converted = build(
+            input_onnx_file_path=input_onnx_file_path,
+            onnx_graph=onnx_graph,
+            batch_size=batch_size,
+            overwrite_input_shape=overwrite_input_shape,
+            keep_ncw_or_nchw_or_ncdhw_input_names=keep_ncw_or_nchw_or_ncdhw_input_names,
+            keep_nwc_or_nhwc_or_ndhwc_input_names=keep_nwc_or_nhwc_or_ndhwc_input_names,
+            show_progress=not non_verbose,
+        )
+    except ConversionError as error:
+        from onnx2tf_alt.check.repro import report_failures
+
+        report_failures(error, folder, custom_inputs)
+        raise
+    custom_inputs = first_sample(custom_inputs, converted.graph)
+    quant_plan = None
+    if quant_options.any:
+        quant_plan = plan_quantization(
+            converted, quant_options, custom_data, quant_norm_mean, quant_norm_std
+        )
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".onnx2tf_alt_", dir=parent)
     try:
         stem = _stem(input_onnx_file_path)
         written = write_outputs(converted, tmp, stem, output_h5, output_keras_v3, output_tflite)
+        if quant_plan is not None:
+            written += write_quantized(
+                converted, tmp, stem, quant_plan, _float32_tflite(converted, tmp, stem),
+                print_table=not non_verbose,
+            )
         _move_into(tmp, folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("wrote %s to %s", ", ".join(written), folder)
-    return converted.result.model
+    model = converted.result.model
+    model.onnx2tf_alt_report = None
+    if check_onnx_tf_outputs_elementwise_close or check_onnx_tf_outputs_elementwise_close_full:
+        from onnx2tf_alt.check.run import check_and_report
+
+        model.onnx2tf_alt_report = check_and_report(
+            converted, folder, stem,
+            full=check_onnx_tf_outputs_elementwise_close_full,
+            atol=check_onnx_tf_outputs_elementwise_close_atol,
+            rtol=check_onnx_tf_outputs_elementwise_close_rtol,
+            custom_inputs=custom_inputs,
+            tflite_path=os.path.join(folder, f"{stem}_float32.tflite") if output_tflite else None,
+            print_table=not non_verbose,
+        )
+    return model

@@ -58,6 +58,97 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-n", "--non_verbose", action="store_true", help="errors only, no progress bar"
     )
+    p.add_argument(
+        "-coto",
+        "--check_onnx_tf_outputs_elementwise_close",
+        action="store_true",
+        help="compare the model outputs of the Keras model and float32 TFLite with "
+        "onnxruntime; writes <stem>_accuracy_report.json/.html",
+    )
+    p.add_argument(
+        "-cotof",
+        "--check_onnx_tf_outputs_elementwise_close_full",
+        action="store_true",
+        help="the same for every node output, reporting the first diverging node",
+    )
+    p.add_argument(
+        "-cotoa",
+        "--check_onnx_tf_outputs_elementwise_close_atol",
+        type=float,
+        default=1e-4,
+        help="absolute tolerance of the check (default: 1e-4)",
+    )
+    p.add_argument(
+        "-cotor",
+        "--check_onnx_tf_outputs_elementwise_close_rtol",
+        type=float,
+        default=0.0,
+        help="relative tolerance of the check: |tf - onnx| <= atol + rtol*|onnx| (default: 0)",
+    )
+    p.add_argument(
+        "-cind",
+        "--custom_input_op_name_np_data_path",
+        nargs="+",
+        action="append",
+        metavar="NAME FILE.npy [MEAN STD]",
+        help="data for input NAME (ONNX layout); repeatable. The check and the failure "
+        "reports use it as the input (the first sample); INT8 calibration takes its N "
+        "samples along axis 0, normalized as (x - MEAN) / STD when given (a number or a "
+        "list per channel, e.g. [0.485,0.456,0.406])",
+    )
+    p.add_argument(
+        "-odrqt",
+        "--output_dynamic_range_quantized_tflite",
+        action="store_true",
+        help="also write <stem>_dynamic_range_quant.tflite (int8 weights, float activations)",
+    )
+    p.add_argument(
+        "-oiqt",
+        "--output_integer_quantized_tflite",
+        action="store_true",
+        help="also write <stem>_integer_quant.tflite, <stem>_full_integer_quant.tflite and "
+        "their _with_int16_act variants, calibrated with the shipped photographs (image "
+        "inputs) or -cind data; and <stem>_quant_report.json",
+    )
+    p.add_argument(
+        "-qt",
+        "--quant_type",
+        choices=["per-channel", "per-tensor"],
+        default="per-channel",
+        help="weight quantization of the -oiqt files (default: per-channel)",
+    )
+    p.add_argument(
+        "-iqd",
+        "--input_quant_dtype",
+        choices=["int8", "uint8", "float32"],
+        default="int8",
+        help="input type of <stem>_full_integer_quant.tflite (default: int8)",
+    )
+    p.add_argument(
+        "-oqd",
+        "--output_quant_dtype",
+        choices=["int8", "uint8", "float32"],
+        default="int8",
+        help="output type of <stem>_full_integer_quant.tflite (default: int8)",
+    )
+    p.add_argument(
+        "-qnm",
+        "--quant_norm_mean",
+        nargs="+",
+        type=float,
+        metavar="MEAN",
+        help="mean (one, or one per channel) subtracted from the shipped photographs' [0, 1] "
+        "pixels for calibration (default: ImageNet's 0.485 0.456 0.406)",
+    )
+    p.add_argument(
+        "-qns",
+        "--quant_norm_std",
+        nargs="+",
+        type=float,
+        metavar="STD",
+        help="standard deviation the photographs are divided by after -qnm (default: "
+        "ImageNet's 0.229 0.224 0.225)",
+    )
     p.add_argument("-V", "--version", action="version", version=f"onnx2tf-alt {__version__}")
     return p
 

@@ -20,7 +20,8 @@ import numpy as np
 import tensorflow as tf
 from onnx import helper
 
-from onnx2tf_alt.layout import agnostic
+from onnx2tf_alt import perms as P
+from onnx2tf_alt.layout import Decision, agnostic
 from onnx2tf_alt.registry import handler
 
 _WIDER = {
@@ -316,7 +317,14 @@ def cast(ctx):
     return cast_to(ctx.x(0), target)
 
 
-@handler("CastLike", layout=agnostic, limits="numeric and bool targets; no float8, no strings")
+def _first_input_only(node, graph, in_perms) -> Decision:
+    """CastLike reads only the dtype of its second input: its data keeps its own layout."""
+    outs = [in_perms[0]] + [P.identity(graph.rank(o) or 0) for o in node.outputs[1:]]
+    return Decision([in_perms[0], *[None] * (len(in_perms) - 1)], outs)
+
+
+@handler("CastLike", layout=_first_input_only,
+         limits="numeric and bool targets; no float8, no strings")
 def cast_like(ctx):
     return cast_to(ctx.x(0), ctx.dtype(1))
 

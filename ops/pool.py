@@ -197,7 +197,14 @@ def max_pool(ctx):
     padding = win.tf_padding()
     if padding is not None:
         return _pool_nd(ctx.x(0), "MAX", win.kernel, win.strides, padding)
-    x = pad_spatial(ctx.x(0), win.explicit_pads(), lowest)
+    pads = win.explicit_pads()
+    if not win.dilated and all(max(p) <= 1 < k for p, k in zip(pads, win.kernel)):
+        # A one-element border that repeats the edge never changes a window's max (each
+        # window still holds that edge element) and, unlike the dtype's lowest value, keeps
+        # INT8 quantization ranges sane. TFLite: MIRROR_PAD.
+        x = tf.pad(ctx.x(0), [[0, 0], *[list(p) for p in pads], [0, 0]], mode="SYMMETRIC")
+    else:
+        x = pad_spatial(ctx.x(0), pads, lowest)
     if win.dilated:
         return tf.reduce_max(tf.stack([s for _, s in _tap_slices(x, win)], axis=-1), axis=-1)
     return _pool_nd(x, "MAX", win.kernel, win.strides, "VALID")

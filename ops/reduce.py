@@ -15,17 +15,21 @@ from onnx2tf_alt.layout import derived
 from onnx2tf_alt.registry import handler
 
 
-def _static_axes(node, const_of) -> list[int] | None:
-    """The node's `axes` (attribute, or constant input 1); [] when absent; None at run time.
+def _static_axes(node, const_of, shape_of) -> list[int] | None:
+    """The node's `axes` (attribute, or constant input 1); [] when absent or of static length 0;
+    None at run time.
 
-    `const_of(name)` returns a value's constant array, or None when it is computed.
+    `const_of(name)` returns a value's constant array (None when computed), `shape_of(name)`
+    its inferred shape.
     """
     if "axes" in node.attrs:
         return list(node.attrs["axes"])
     if len(node.inputs) < 2 or not node.inputs[1]:
         return []
     value = const_of(node.inputs[1])
-    return None if value is None else [int(a) for a in np.asarray(value).reshape(-1)]
+    if value is None:
+        return [] if shape_of(node.inputs[1]) == (0,) else None
+    return [int(a) for a in np.asarray(value).reshape(-1)]
 
 
 def _reduced_axes(node, axes: list[int], rank: int) -> list[int] | None:
@@ -36,7 +40,7 @@ def _reduced_axes(node, axes: list[int], rank: int) -> list[int] | None:
 
 
 def _reduce_out_perm(node, graph, in_perm):
-    axes = _static_axes(node, graph.constants.get)
+    axes = _static_axes(node, graph.constants.get, graph.shapes.get)
     if axes is None:
         return None
     reduced = _reduced_axes(node, axes, len(in_perm))
@@ -83,14 +87,11 @@ REDUCTIONS = {
 }
 
 
-def _reducer(ctx):
-    """`reduce(fn, t, keep=None)`: fn over the node's physical axes, keeping the reduced
-    axes per `keep` (default: the keepdims attribute); t itself for the no-op case."""
-    keepdims = bool(ctx.attr("keepdims", 1))
-    axes = _static_axes(ctx.node, lambda _: ctx.const(1))
+def _reducer(ctx, axes: list[int] | None, keepdims: bool):
+    """`reduce(fn, t, keep=None)`: fn over the node's physical axes (`axes`: logical ones, None
+    at run time), keeping the reduced axes per `keep` (default: `keepdims`); t itself for the
+    no-op case."""
     if axes is None:
-        if not keepdims or ctx.attr("noop_with_empty_axes", 0):
-            raise NotImplementedError("run-time axes need keepdims=1 and noop_with_empty_axes=0")
         axis = _runtime_axes(ctx)
     else:
         reduced = _reduced_axes(ctx.node, axes, ctx.rank(0))
@@ -107,23 +108,67 @@ def _reducer(ctx):
 def _runtime_axes(ctx):
     """Axes known only at run time (logical layout); an empty tensor means all axes."""
     axes = tf.cast(tf.reshape(ctx.x(1), [-1]), tf.int32)
+    if ctx.attr("noop_with_empty_axes", 0):
+        if ctx.shape(1) is None or ctx.shape(1)[0] is None:
+            raise NotImplementedError("run-time axes of unknown length with noop_with_empty_axes")
+        return axes  # statically non-empty: _static_axes took the empty case
     rank = ctx.rank(0)
     all_axes = tf.range(rank)[: rank * tf.cast(tf.equal(tf.size(axes), 0), tf.int32)]
     return tf.concat([axes, all_axes], axis=0)
 
 
 def _reduce(ctx):
-    return REDUCTIONS[ctx.node.op_type](ctx.x(0), _reducer(ctx))
+    """With run-time axes and keepdims=0 the reduced axes are unknown: reduce keeping them,
+    then reshape to the inferred output shape (logical layout)."""
+    keepdims = bool(ctx.attr("keepdims", 1))
+    axes = _static_axes(ctx.node, lambda _: ctx.const(1), lambda _: ctx.shape(1))
+    runtime = axes is None
+    y = REDUCTIONS[ctx.node.op_type](ctx.x(0), _reducer(ctx, axes, keepdims or runtime))
+    if keepdims or not runtime:
+        return y
+    out = ctx.out_shape(0)
+    if out is not None and sum(d is None for d in out) <= 1:
+        return tf.reshape(y, [-1 if d is None else int(d) for d in out])
+    if ctx.shape(1) is None or ctx.shape(1)[0] is None:
+        raise NotImplementedError("run-time axes of unknown length with keepdims=0")
+    return tf.reshape(y, _kept_dims(y, _runtime_axes(ctx), ctx.rank_out()))
 
 
+def _kept_dims(y, axes, out_rank: int):
+    """Dims of `y` (reduced with keepdims) at the axes not in the run-time `axes`, as a
+    vector of the static length `out_rank`: the i-th kept axis goes to position i."""
+    rank = y.shape.rank
+    axes = tf.math.floormod(axes, rank)
+    keep = 1 - tf.reduce_max(tf.cast(tf.equal(tf.range(rank)[:, None], axes[None, :]), tf.int32),
+                             axis=1)
+    slot = tf.cumsum(keep) - 1
+    into = tf.cast(tf.equal(tf.range(out_rank)[:, None], slot[None, :]), tf.int32) * keep
+    return tf.reduce_sum(into * tf.shape(y)[None, :], axis=1)
+
+
+def _reduce_layout(node, graph, in_perms):
+    """The derived layout; with run-time axes and no inferred output shape the output rank
+    still follows from the input rank and the static length of the axes."""
+    decision = _DERIVED(node, graph, in_perms)
+    out = node.outputs[0]
+    if graph.rank(out) is None and _static_axes(node, graph.constants.get, graph.shapes.get) is None:
+        rank, axes = len(in_perms[0]), graph.shapes.get(node.inputs[1])
+        if node.attrs.get("keepdims", 1):
+            decision.outputs = [P.identity(rank)]
+        elif axes is not None and axes[0] is not None:
+            decision.outputs = [P.identity(max(rank - axes[0], 0))]
+    return decision
+
+
+_DERIVED = derived(_reduce_out_perm)
 _AXES_INPUT_SINCE = {"ReduceSum": 13}
 for _op in REDUCTIONS:
-    handler(_op, since=1, layout=derived(_reduce_out_perm))(_reduce)
+    handler(_op, since=1, layout=derived(_reduce_out_perm))(_reduce)  # axes attribute
     handler(
         _op,
         since=_AXES_INPUT_SINCE.get(_op, 18),
-        layout=derived(_reduce_out_perm),
-        limits="axes given at run time need keepdims=1 and noop_with_empty_axes=0",
+        layout=_reduce_layout,
+        limits="run-time axes: no duplicate axes",
     )(_reduce)
 
 

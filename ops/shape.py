@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from onnx2tf_alt import perms as P
+from onnx2tf_alt.context import reshape as reshape_dims
 from onnx2tf_alt.graph import Graph, Node
 from onnx2tf_alt.layout import Decision, derived, reshaping, same_as_input
 from onnx2tf_alt.registry import handler
@@ -22,7 +23,7 @@ def shape_tensor(ctx, i: int = 0, dtype=tf.int32):
 
 
 def scalar(ctx, i: int):
-    """Scalar input i as a 0-d tensor (a constant one is made here, keeping its rank 0)."""
+    """Input i as a tensor (a constant one is made here, keeping its rank, even 0)."""
     value = ctx.const(i)
     return ctx.x(i) if value is None else ctx.const_tensor(value)
 
@@ -171,20 +172,32 @@ def _unsqueeze_perm(node: Node, graph: Graph, in_perm):
     return None if axes is None else P.insert_axes(in_perm, axes)
 
 
-@handler("Squeeze", layout=derived(_squeeze_perm), limits="axes must be constant")
+def _reshape_to_inferred(ctx):
+    """Input 0 (logical layout) reshaped to the inferred output shape: how Squeeze and
+    Unsqueeze with run-time axes run (unknown dims pair in order, see context.reshape)."""
+    out = ctx.out_shape(0)
+    if out is None:
+        raise NotImplementedError("run-time axes need an inferred output shape")
+    return reshape_dims(ctx.x(0), out)
+
+
+@handler("Squeeze", layout=derived(_squeeze_perm),
+         limits="run-time axes need the inferred output shape")
 def squeeze(ctx):
     axes = _squeezed(ctx.node, ctx.graph)
     if axes is None:
-        raise NotImplementedError("Squeeze with run-time axes is not supported")
+        return _reshape_to_inferred(ctx)
     kept = [a for a in range(len(ctx.shape(0))) if a not in axes]
-    return reshape_to_output(ctx, lambda: tf.gather(shape_tensor(ctx), kept))
+    out_shape = [ctx.shape(0)[a] for a in kept]  # also where inference left it open
+    return reshape_to_output(ctx, lambda: tf.gather(shape_tensor(ctx), kept), out_shape)
 
 
-@handler("Unsqueeze", layout=derived(_unsqueeze_perm), limits="axes must be constant")
+@handler("Unsqueeze", layout=derived(_unsqueeze_perm),
+         limits="run-time axes need the inferred output shape")
 def unsqueeze(ctx):
     axes = _inserted(ctx.node, ctx.graph)
     if axes is None:
-        raise NotImplementedError("Unsqueeze with run-time axes is not supported")
+        return _reshape_to_inferred(ctx)
     rank = len(ctx.shape(0))
     kept = iter(range(rank))
     picks = [rank if a in axes else next(kept) for a in range(rank + len(axes))]
@@ -197,6 +210,10 @@ def unsqueeze(ctx):
 @handler("Shape", layout=reads_shape_only, limits="start/end from opset 15")
 def shape(ctx):
     shape = ctx.shape(0)
+    if shape is None:  # a subgraph value with no inferred shape lies in ONNX order
+        x = ctx.x(0)
+        picks = list(range(x.shape.rank))[ctx.attr("start", 0) : ctx.attr("end", None)]
+        return tf.gather(tf.shape(x, out_type=tf.int64), picks)
     picks = list(range(len(shape)))[ctx.attr("start", 0) : ctx.attr("end", None)]
     if all(shape[a] is not None for a in picks):
         return np.array([shape[a] for a in picks], dtype=np.int64)

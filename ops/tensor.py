@@ -14,7 +14,7 @@ from onnx2tf_alt.graph import Graph, Node
 from onnx2tf_alt.layout import derived, same_as_input
 from onnx2tf_alt.registry import handler
 
-from .shape import scalar
+from .shape import scalar, shape_tensor
 
 INT32_MAX = 2**31 - 1
 
@@ -26,28 +26,38 @@ def concat(ctx):
 
 
 # --- Split -------------------------------------------------------------------------------
-def _split_sizes(ctx, dim: int | None):
-    """Chunk sizes (list) or a chunk count (int, equal chunks) along the split axis."""
+def _split_sizes(ctx, axis: int):
+    """Chunk sizes (list or run-time tensor) or a chunk count (int, equal chunks) along the
+    logical split axis."""
     sizes = ctx.attr("split")
     if sizes is None and ctx.has(1):
         sizes = ctx.const(1)
         if sizes is None:
-            raise NotImplementedError("Split with run-time split sizes is not supported")
+            return _runtime_split_sizes(ctx, axis)
     if sizes is not None:
         return [int(s) for s in sizes]
     count = ctx.attr("num_outputs", len(ctx.node.outputs))
+    dim = None if ctx.shape(0) is None else ctx.shape(0)[axis]
     if dim is None:
         return count
     chunk = -(-dim // count)  # ceil: from opset 18 the last chunk may be smaller
     return [chunk] * (count - 1) + [dim - chunk * (count - 1)]
 
 
+def _runtime_split_sizes(ctx, axis: int):
+    """Sizes given at run time: the inferred output dims when all are known, else the tensor."""
+    outs = [ctx.out_shape(j) for j in range(len(ctx.node.outputs))]
+    if all(s is not None and s[axis] is not None for s in outs):
+        return [int(s[axis]) for s in outs]
+    return tf.cast(tf.reshape(ctx.x(1), [-1]), tf.int32)
+
+
 @handler("Split", layout=same_as_input(0),
-         limits="split sizes constant; uneven num_outputs needs a static dim")
+         limits="uneven num_outputs needs a static dim")
 def split(ctx):
-    axis = ctx.attr("axis", 0)
-    sizes = _split_sizes(ctx, ctx.shape(0)[axis])
-    return tf.split(ctx.x(0), sizes, axis=ctx.axis(axis))
+    axis = ctx.attr("axis", 0) % ctx.rank(0)
+    sizes = _split_sizes(ctx, axis)
+    return tf.split(ctx.x(0), sizes, num=len(ctx.node.outputs), axis=ctx.axis(axis))
 
 
 # --- Slice -------------------------------------------------------------------------------
@@ -108,11 +118,11 @@ def slice_v1(ctx):
     return _slice(ctx, starts, ends, ctx.attr("axes"), None)
 
 
-@handler("Slice", since=10, layout=same_as_input(0), limits="axes and steps constant")
+@handler("Slice", since=10, layout=same_as_input(0))
 def slice_(ctx):
     axes, steps = ctx.const(3), ctx.const(4)
     if (ctx.has(3) and axes is None) or (ctx.has(4) and steps is None):
-        raise NotImplementedError("Slice with run-time axes or steps is not supported")
+        return _runtime_slice(ctx)
     bounds = []
     for i in (1, 2):
         value = ctx.const(i)
@@ -121,6 +131,46 @@ def slice_(ctx):
         else:
             bounds.append([ctx.x(i)[j] for j in range(ctx.shape(i)[0])])
     return _slice(ctx, *bounds, axes, steps)
+
+
+def _runtime_slice(ctx):
+    """Slice whose axes or steps are known only at run time.
+
+    Full logical begin/end/stride vectors are built at run time (a one-hot match of each
+    logical axis against `axes`), clamped as ONNX does, permuted to the physical order and
+    fed to one strided_slice. A backwards end before the first element (-1 after clamping)
+    becomes -dim-1, which strided_slice reads as "before the first element" too.
+    """
+    x, rank = ctx.x(0), ctx.rank(0)
+    dims = shape_tensor(ctx)  # logical dims
+    starts, ends = (_int32(tf.reshape(scalar(ctx, i), [-1])) for i in (1, 2))
+    count = tf.size(starts)
+    axes = scalar(ctx, 3) if ctx.has(3) else tf.range(count)
+    axes = tf.cast(tf.reshape(axes, [-1]), tf.int32)
+    axes = tf.where(axes < 0, axes + rank, axes)
+    steps = tf.ones_like(starts) if not ctx.has(4) else tf.cast(scalar(ctx, 4), tf.int32)
+    steps = tf.reshape(steps, [-1])
+    dim = tf.gather(dims, axes)
+    forward = steps > 0
+    starts = tf.where(starts < 0, starts + dim, starts)
+    ends = tf.where(ends < 0, ends + dim, ends)
+    starts = tf.clip_by_value(starts, 0, tf.where(forward, dim, dim - 1))
+    ends = tf.clip_by_value(ends, tf.where(forward, 0, -1), tf.where(forward, dim, dim - 1))
+    ends = tf.where(ends < 0, -dim - 1, ends)
+    match = tf.cast(tf.equal(tf.range(rank)[:, None], axes[None, :]), tf.int32)  # rank x count
+    sliced = tf.reduce_max(match, axis=1)
+
+    def full(values, default):
+        return tf.reduce_sum(match * values[None, :], axis=1) + (1 - sliced) * default
+
+    order = list(ctx.perm(0))
+    begin, end = tf.gather(full(starts, 0), order), tf.gather(full(ends, dims), order)
+    strides = tf.gather(full(steps, 1), order)
+    y = tf.strided_slice(x, begin, end, strides)
+    out = ctx.out_phys_shape(0) if ctx.out_shape(0) is not None else None
+    if out is not None and sum(d is None for d in out) <= 1:
+        y = tf.reshape(y, [-1 if d is None else int(d) for d in out])  # restore static dims
+    return y
 
 
 # --- Gather ------------------------------------------------------------------------------

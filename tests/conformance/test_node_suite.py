@@ -65,7 +65,10 @@ def _elem_types(model: onnx.ModelProto) -> set[int]:
 
 
 def _is_plain_array(value) -> bool:
-    return isinstance(value, np.ndarray) and value.dtype != object and value.dtype.kind not in "US"
+    """A numeric tensor (numpy scalars count: the suite stores 0-d values that way)."""
+    if not isinstance(value, (np.ndarray, np.generic)):
+        return False
+    return value.dtype != object and value.dtype.kind not in "US"
 
 
 def exclusion(case: NodeCase, model: onnx.ModelProto, backend: str) -> str | None:
@@ -107,7 +110,7 @@ for _case in CASES:
 def compare(case: NodeCase, model: onnx.ModelProto, actual: list, random_values: bool) -> None:
     assert len(actual) == len(case.outputs), f"{len(actual)} outputs, expected {len(case.outputs)}"
     for i, (got, want) in enumerate(zip(actual, case.outputs)):
-        got = np.asarray(got)
+        got, want = np.asarray(got), np.asarray(want)
         assert got.shape == want.shape, f"output {i}: shape {got.shape} != {want.shape}"
         assert got.dtype == want.dtype, f"output {i}: dtype {got.dtype} != {want.dtype}"
         if random_values:
@@ -124,7 +127,7 @@ def compare(case: NodeCase, model: onnx.ModelProto, actual: list, random_values:
 def run_backend(converted, case: NodeCase, model: onnx.ModelProto, backend: str) -> None:
     from harness import tf_run, tflite_run
 
-    feeds = {name: value for name, value in zip(converted.graph.inputs, case.inputs)}
+    feeds = {name: np.asarray(value) for name, value in zip(converted.graph.inputs, case.inputs)}
     actual = tf_run(converted, feeds) if backend == "tf" else tflite_run(converted, feeds)
     random_values = bool({n.op_type for n in model.graph.node} & RANDOM_OPS)
     compare(case, model, actual, random_values)

@@ -129,3 +129,32 @@ def test_arg_reduce(axis, keepdims, last, channel_last):
 def test_arg_reduce_integer_default_attrs():
     check_each(["ArgMax", "ArgMin"], lambda op: rng.integers(-3, 3, (3, 4)).astype(np.int32),
                {}, opset=11)
+
+
+def check_runtime_axes(ops, shape, attrs, axes):
+    """One model with a node per op, `axes` a graph input fed at run time."""
+    nodes, feeds = [], {"axes": np.array(axes, np.int64)}
+    for op in ops:
+        feeds[f"x_{op}"] = _data(op, shape)
+        nodes.append(helper.make_node(op, [f"x_{op}", "axes"], [f"y_{op}"], **attrs))
+    check_nodes(nodes, feeds)
+
+
+@pytest.mark.parametrize("axes", [[1], [-1, 0], [2, 0, 1]])
+def test_reduce_runtime_axes_no_keepdims(axes):
+    check_runtime_axes(REDUCE_OPS, (2, 3, 4), {"keepdims": 0}, axes)
+
+
+@pytest.mark.parametrize("axes, keepdims", [([1], 1), ([0, 2], 0), ([], 0)])
+def test_reduce_runtime_axes_noop_with_empty_axes(axes, keepdims):
+    check_runtime_axes(["ReduceSum", "ReduceL2", "ReduceLogSumExp"], (3, 2, 4),
+                       {"keepdims": keepdims, "noop_with_empty_axes": 1}, axes)
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduce_runtime_axes_unknown_output_shape(keepdims):
+    """Run-time axes feeding another op: no inferred output shape, only its rank."""
+    feeds = {"x": _data("ReduceSum", (3, 2, 4)), "axes": np.array([-1, 0], np.int64)}
+    nodes = [helper.make_node("ReduceSum", ["x", "axes"], ["r"], keepdims=keepdims),
+             helper.make_node("Neg", ["r"], ["y"])]
+    check_nodes(nodes, feeds, outputs=["y"])

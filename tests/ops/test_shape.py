@@ -176,6 +176,21 @@ def test_unsqueeze_dynamic():
                        data(2, 3, 5), {"a": ints(1, 3)}, input_shape=["N", 3, "S"])
 
 
+def test_squeeze_unsqueeze_runtime_axes():
+    """Axes fed at run time: the inferred output shapes say where the axes go."""
+    feeds = {"x": data(1, 3, 1, 5), "sq": ints(-2, 0), "un": ints(4, 0, -1)}
+    nodes = [node("Squeeze", ["x", "sq"], "s"), node("Unsqueeze", ["x", "un"], "u")]
+    check_nodes(nodes, feeds)
+
+
+def test_squeeze_no_axes_unknown_output_shape():
+    """Squeeze without axes feeding another op, so its output shape is not inferred."""
+    nodes = [node("Squeeze", ["x"], "s"), node("Neg", ["s"], "y")]
+    model = make_model(nodes, {"x": data(2, 1, 3)}, ["y"], opset=13,
+                       input_shapes={"x": ["N", 1, 3]})
+    check_model(model, {"x": data(2, 1, 3)})
+
+
 # --- Shape and Size ------------------------------------------------------------------------
 def test_shape_and_size_dynamic():
     """Logical shapes of a value in ONNX order and of one kept channel-last."""

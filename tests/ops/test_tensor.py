@@ -7,7 +7,7 @@ on a value in ONNX order and on one kept channel-last.
 import numpy as np
 from onnx import helper
 
-from harness import check_both_layouts, check_model, check_nodes, make_model
+from harness import check_both_layouts, check_model, check_nodes, count_tflite_ops, make_model
 
 rng = np.random.default_rng(0)
 INT64_MAX = np.iinfo(np.int64).max
@@ -126,6 +126,18 @@ def test_split_between_convs_has_no_transpose():
                         out_channels=2)
 
 
+def test_split_runtime_sizes():
+    """Sizes fed at run time: static from the inferred output shapes (first node), a run-time
+    size tensor where the outputs feed other ops and have no inferred shape (second)."""
+    feeds = {"x": data(2, 6, 3), "s": ints(2, 4), "t": ints(1, 0, 2)}
+    nodes = [
+        node("Split", ["x", "s"], ["a", "b"], axis=1),
+        node("Split", ["x", "t"], ["c", "d", "e"], axis=-1),
+        *[node("Neg", [v], f"n{v}") for v in "cde"],
+    ]
+    check_nodes(nodes, feeds, outputs=["a", "b", "nc", "nd", "ne"])
+
+
 # --- Slice ---------------------------------------------------------------------------------
 SLICES = [
     ([1], [3], [1], None),
@@ -195,6 +207,33 @@ def test_slice_channels_between_convs_has_no_transpose():
     nodes = [node("Slice", ["a", "st", "en", "ax"], "m")]
     check_between_convs(nodes, {"st": ints(1), "en": ints(4), "ax": ints(1)}, channels=5,
                         out_channels=3)
+
+
+RUNTIME_SLICES = [
+    ([1, 0], [4, -1], [1, -1], [1, 2]),
+    ([-1, 4], [INT64_MIN, 0], [3, 2], [-2, -1]),
+    ([10, -100], [-100, 100], [-3, 0], [-1, 1]),
+    ([0, 1], [INT64_MAX, 3], [2, 0], None),
+]
+
+
+def test_slice_runtime_axes_and_steps():
+    """Axes and steps fed at run time, on x in ONNX order and on a channel-last Conv output."""
+    x = data(2, 3, 5, 7)
+    feeds = {"x": x}
+    nodes = [node("Conv", ["x", "w"], "xc")]
+    for k, (starts, ends, axes, steps) in enumerate(RUNTIME_SLICES):
+        feeds.update({f"st{k}": ints(*starts), f"en{k}": ints(*ends), f"ax{k}": ints(*axes)})
+        if steps is not None:
+            feeds[f"sp{k}"] = ints(*steps)
+        inputs = [f"st{k}", f"en{k}", f"ax{k}"] + ([f"sp{k}"] if steps is not None else [])
+        nodes += [node("Slice", [src, *inputs], f"{src}_{k}") for src in ("x", "xc")]
+    outputs = [n.output[0] for n in nodes[1:]]
+    eye = np.eye(3, dtype=np.float32).reshape(3, 3, 1, 1)
+    model = make_model(nodes, feeds, outputs, {"w": eye})
+    converted = check_model(model, feeds, keep_ncw_or_nchw_or_ncdhw_input_names=["x"])
+    assert converted.plan.perms["xc"] != converted.plan.perms["x"], "xc is not channel-last"
+    assert count_tflite_ops(converted.tflite).get("TRANSPOSE", 0) == 1  # x into the Conv only
 
 
 # --- Gather --------------------------------------------------------------------------------

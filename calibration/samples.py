@@ -1,0 +1,261 @@
+"""Calibration and held-out samples for every model input, in ONNX layout, one model batch
+each: the user's arrays (`-cind NAME FILE.npy [MEAN STD]`), the shipped photographs for
+image-like inputs, or (only for measuring, never for calibrating) seeded random values.
+
+An array from -cind holds samples along axis 0: either whole inputs stacked on a new
+leading axis (rank + 1), or rows of the input's batch axis (same rank), which are grouped
+into batches of the model's batch size.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from onnx2tf_alt.errors import InputError
+from onnx2tf_alt.graph import Graph
+
+HELD_OUT_FRACTION = 0.2
+MAX_HELD_OUT = 20  # held-out samples measured per quantized file
+RANDOM_SAMPLES = 4
+PERTURBATION = 0.01  # relative noise making held-out samples out of a single sample
+DEFAULT_IMAGE_SIZE = 224  # for image inputs with symbolic height or width
+SEED = 0
+
+
+@dataclass
+class CustomData:
+    """One `-cind NAME FILE.npy [MEAN STD]` entry, read and parsed."""
+
+    name: str
+    path: str
+    array: np.ndarray
+    mean: np.ndarray | None = None
+    std: np.ndarray | None = None
+
+
+@dataclass
+class Samples:
+    """Per-sample feeds {input name: array} in ONNX layout and dtype."""
+
+    calibration: list[dict[str, np.ndarray]] = field(default_factory=list)
+    held_out: list[dict[str, np.ndarray]] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)  # input name -> where it came from
+
+
+def _parse_values(text: str, what: str) -> np.ndarray:
+    """'0.5', '0.485,0.456,0.406' or a (nested) list literal -> 1-D float32 values."""
+    try:
+        value = ast.literal_eval(text if text.strip().startswith("[") else f"[{text}]")
+        return np.asarray(value, np.float32).reshape(-1)
+    except (ValueError, SyntaxError, TypeError):
+        raise InputError(
+            f"-cind {what} '{text}' is not a number or a list of numbers, e.g. 0.5 or "
+            "[0.485,0.456,0.406]."
+        ) from None
+
+
+def parse_custom_data(entries: list[list[str]] | None) -> dict[str, CustomData]:
+    """-cind entries (NAME FILE.npy [MEAN STD]) -> {name: CustomData}; files are read now,
+    so a bad path fails before the conversion starts."""
+    parsed = {}
+    for entry in entries or []:
+        if len(entry) not in (2, 4):
+            raise InputError(f"-cind takes NAME FILE.npy [MEAN STD], got {list(entry)}.")
+        name, path = entry[:2]
+        if not os.path.isfile(path):
+            raise InputError(f"-cind file '{path}' for input '{name}' does not exist.")
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise InputError(f"-cind file '{path}' is not a .npy array ({exc}).") from exc
+        mean = std = None
+        if len(entry) == 4:
+            mean, std = _parse_values(entry[2], "MEAN"), _parse_values(entry[3], "STD")
+        parsed[name] = CustomData(name, path, array, mean, std)
+    return parsed
+
+
+def image_channel_axis(shape, dtype) -> int | None:
+    """Channel axis (1: NCHW, 3: NHWC) of an image-like input: float, rank 4, 1 or 3
+    channels; None for any other input."""
+    if dtype is None or np.dtype(dtype).kind != "f" or shape is None or len(shape) != 4:
+        return None
+    if shape[1] in (1, 3):
+        return 1
+    if shape[3] in (1, 3) and shape[1] is not None:
+        return 3
+    return None
+
+
+def _batch_size(shape) -> int:
+    return shape[0] if shape and shape[0] is not None else 1
+
+
+def _batches(units: np.ndarray, shape) -> list[np.ndarray]:
+    """Group units (axis 0) into whole inputs: batches of the model's batch size, cycling
+    through the units to fill the last one; rank-0 inputs take one unit each."""
+    if len(shape) == 0:
+        return list(units)
+    size = _batch_size(shape)
+    count = max(1, math.ceil(len(units) / size))
+    return [units[[(k * size + r) % len(units) for r in range(size)]] for k in range(count)]
+
+
+def _units(data: CustomData, shape, dtype) -> np.ndarray:
+    """The -cind array as units along axis 0, normalized and in the input's dtype."""
+    array, rank = data.array, len(shape)
+    if array.ndim == rank + 1 and rank > 0:
+        array = array.reshape(-1, *array.shape[2:])
+    elif array.ndim != max(rank, 1):
+        raise InputError(
+            f"-cind array for '{data.name}' has shape {list(data.array.shape)}; the input has "
+            f"shape {_shown(shape)}: give N samples along axis 0, as (N, ...) of the input's "
+            "shape or rows of its batch axis (ONNX layout)."
+        )
+    if rank and any(d is not None and d != a for d, a in zip(shape[1:], array.shape[1:])):
+        raise InputError(
+            f"-cind array for '{data.name}' has samples of shape {list(array.shape[1:])}; "
+            f"the input expects {_shown(shape[1:])} after the batch axis (ONNX layout)."
+        )
+    if data.mean is not None:
+        if np.dtype(dtype).kind != "f":
+            raise InputError(f"-cind MEAN and STD apply to float inputs; '{data.name}' is {dtype}.")
+        array = (array.astype(np.float32) - _per_channel(data.mean, shape, data.name)) / (
+            _per_channel(data.std, shape, data.name))
+    if array.dtype != dtype:
+        if not np.can_cast(array.dtype, dtype, casting="same_kind"):
+            raise InputError(
+                f"-cind array for '{data.name}' has dtype {array.dtype}; the input is {dtype}."
+            )
+        array = array.astype(dtype)
+    return array
+
+
+def _per_channel(values: np.ndarray, shape, name: str) -> np.ndarray:
+    """Scalar, or one value per channel broadcast along the input's channel axis (the image
+    channel axis, else axis 1, else the last axis)."""
+    if values.size == 1:
+        return values.reshape(())
+    axes = [image_channel_axis(shape, np.float32), 1, len(shape) - 1]
+    for axis in axes:
+        if axis is not None and 0 < axis < len(shape) and shape[axis] == values.size:
+            view = [1] * len(shape)
+            view[axis] = -1
+            return values.reshape(view)
+    raise InputError(
+        f"-cind MEAN/STD for '{name}' have {values.size} values; the input {_shown(shape)} "
+        "has no axis of that size."
+    )
+
+
+def _shown(shape) -> list:
+    return [d if d is not None else "?" for d in shape]
+
+
+def _split(units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(calibration, held-out) units: a seeded random fifth held out (the same rows of
+    every input with as many samples, so inputs that belong together stay together); a
+    single unit is used for calibration and perturbed slightly to give held-out ones."""
+    rng = np.random.default_rng(SEED)
+    if len(units) == 1:
+        if units.dtype.kind != "f":
+            return units, units
+        scale = PERTURBATION * (float(np.std(units)) or 1.0)
+        noise = rng.standard_normal((2, *units.shape[1:])) * scale
+        return units, (units + noise).astype(units.dtype)
+    order = rng.permutation(len(units))
+    held = max(1, round(len(units) * HELD_OUT_FRACTION))
+    return units[order[held:]], units[order[:held]]
+
+
+def _image_units(shape, channel_axis: int, mean, std) -> tuple[np.ndarray, np.ndarray]:
+    from calibration import image_samples
+
+    spatial = [1, 2] if channel_axis == 3 else [2, 3]
+    height, width = (shape[a] or DEFAULT_IMAGE_SIZE for a in spatial)
+    try:
+        calibration, held = image_samples(height, width, shape[channel_axis], mean, std)
+    except ValueError as exc:
+        raise InputError(f"-qnm/-qns: {exc}.") from None
+    if channel_axis == 1:
+        calibration, held = (np.transpose(a, (0, 3, 1, 2)) for a in (calibration, held))
+    return calibration, held
+
+
+def _random_held_out(graph: Graph, name: str) -> list[np.ndarray]:
+    from onnx2tf_alt.check.inputs import make_inputs
+
+    return [make_inputs(graph, seed=SEED + k)[0][name] for k in range(RANDOM_SAMPLES)]
+
+
+def plan_samples(
+    graph: Graph,
+    custom: dict[str, CustomData],
+    mean=None,
+    std=None,
+    need_calibration: bool = True,
+) -> Samples:
+    """Calibration and held-out samples for every input of `graph`.
+
+    Inputs without -cind data use the shipped photographs when image-like; otherwise, when
+    calibration is needed, this raises an InputError naming the input and the flag.
+    """
+    unknown = sorted(set(custom) - set(graph.inputs))
+    if unknown:
+        raise InputError(
+            f"-cind names input(s) {unknown} that the model does not have; its inputs are "
+            f"{graph.inputs}."
+        )
+    per_input, sources = {}, {}
+    for name in graph.inputs:
+        shape, dtype = graph.shapes.get(name) or (), np.dtype(graph.dtypes[name])
+        channel_axis = image_channel_axis(shape, dtype)
+        if name in custom:
+            calibration, held = _split(_units(custom[name], shape, dtype))
+            sources[name] = f"-cind {custom[name].path}"
+        elif channel_axis is not None:
+            calibration, held = _image_units(shape, channel_axis, mean, std)
+            sources[name] = "shipped photographs (calibration/)"
+        elif need_calibration:
+            raise InputError(
+                f"input '{name}' ({dtype}, shape {_shown(shape)}) is not an image, so INT8 "
+                f"calibration (-oiqt) needs data for it: give -cind {name} FILE.npy with N "
+                "samples along axis 0 (ONNX layout, optionally followed by MEAN STD)."
+            )
+        else:
+            per_input[name] = ([], _random_held_out(graph, name))
+            sources[name] = "random (seeded)"
+            continue
+        per_input[name] = (_batches(calibration, shape), _batches(held, shape))
+    return Samples(
+        calibration=_combine({n: c for n, (c, _) in per_input.items()}),
+        held_out=_combine({n: h for n, (_, h) in per_input.items()})[:MAX_HELD_OUT],
+        sources=sources,
+    )
+
+
+def _combine(per_input: dict[str, list[np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """Feeds for sample k: every input's k-th sample, cycling through shorter lists."""
+    if not per_input or any(not v for v in per_input.values()):
+        return []
+    count = max(len(v) for v in per_input.values())
+    return [{n: v[k % len(v)] for n, v in per_input.items()} for k in range(count)]
+
+
+def first_sample(custom: dict[str, np.ndarray], graph: Graph) -> dict[str, np.ndarray]:
+    """The checker's view of -cind arrays that hold several samples: the first one."""
+    trimmed = {}
+    for name, array in custom.items():
+        shape = graph.shapes.get(name)
+        if shape is not None and array.ndim == len(shape) + 1:
+            array = array[0]
+        elif shape and shape[0] is not None and array.ndim == len(shape) and (
+                array.shape[0] > shape[0]):
+            array = array[: shape[0]]
+        trimmed[name] = array
+    return trimmed

@@ -1,0 +1,386 @@
+"""Quantized .tflite files (dynamic range, INT8, INT16 activations) and a report of how
+far each one is from the float32 TFLite on held-out samples.
+
+Float models are calibrated with `calibration.samples` (the user's -cind arrays or the
+shipped photographs). QDQ models (QuantizeLinear -> DequantizeLinear pairs, as
+onnxruntime's quantize_static writes them) carry their own ranges: each pair becomes a
+TensorFlow FakeQuant op (the `FakeQuantize` handler of ops/quant.py), which the TFLite
+converter turns into quantized ops without calibration data, as it does for
+quantization-aware-trained models.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import tensorflow as tf
+from onnx import helper, numpy_helper
+
+from calibration.samples import CustomData, Samples, plan_samples
+from onnx2tf_alt import perms as P
+from onnx2tf_alt.check.observe import to_onnx_order
+from onnx2tf_alt.errors import InputError
+from onnx2tf_alt.export.saved_model import serving_function
+from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
+
+log = logging.getLogger("onnx2tf_alt")
+
+QUANT_DTYPES = {"int8": tf.int8, "uint8": tf.uint8, "float32": tf.float32}
+QUANT_TYPES = ("per-channel", "per-tensor")
+INT16_OPS = tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+
+
+@dataclass
+class QuantOptions:
+    """What the -odrqt / -oiqt family of flags asked for."""
+
+    dynamic_range: bool = False
+    integer: bool = False
+    quant_type: str = "per-channel"
+    input_quant_dtype: str = "int8"
+    output_quant_dtype: str = "int8"
+
+    @property
+    def any(self) -> bool:
+        return self.dynamic_range or self.integer
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One quantized file: converter settings and whether it needs calibration samples."""
+
+    suffix: str
+    supported_ops: tuple
+    calibrated: bool = True
+    io_dtypes: tuple | None = None  # (input, output) types of integer I/O; None: float I/O
+
+
+def variants(options: QuantOptions, qdq: bool) -> list[Variant]:
+    """The files the options ask for. QDQ models fix 8-bit ranges, so no INT16 ones; their
+    integer-only file is not restricted to INT8 builtins, which the converter allows only
+    with calibration data (their ranges make every quantized op integer anyway)."""
+    builtins = (tf.lite.OpsSet.TFLITE_BUILTINS,)
+    chosen = []
+    if options.dynamic_range:
+        chosen.append(Variant("dynamic_range_quant", builtins, calibrated=False))
+    if options.integer:
+        io = (QUANT_DTYPES[options.input_quant_dtype], QUANT_DTYPES[options.output_quant_dtype])
+        int8_only = builtins if qdq else (tf.lite.OpsSet.TFLITE_BUILTINS_INT8,)
+        chosen += [
+            Variant("integer_quant", builtins),
+            Variant("full_integer_quant", int8_only, io_dtypes=io),
+        ]
+        if not qdq:
+            chosen += [
+                Variant("integer_quant_with_int16_act", (INT16_OPS, *builtins)),
+                Variant("full_integer_quant_with_int16_act", (INT16_OPS,),
+                        io_dtypes=(tf.int16, tf.int16)),
+            ]
+    return chosen
+
+
+# --- QDQ models -------------------------------------------------------------------------------
+def fake_quant_model(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """A copy of `model` with each 8-bit per-tensor QuantizeLinear -> DequantizeLinear pair
+    (same constant scale and zero point) replaced by one FakeQuantize node; None when the
+    model has no such pair. QuantizeLinear nodes left without consumers are dropped."""
+    model_copy = onnx.ModelProto()
+    model_copy.CopyFrom(model)
+    graph = model_copy.graph
+    constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    producers = {o: n for n in graph.node for o in n.output}
+    nodes, replaced = [], 0
+    for node in graph.node:
+        pair = producers.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+        params = _pair_params(pair, node, constants) if pair is not None else None
+        if params is None:
+            nodes.append(node)
+            continue
+        nodes.append(helper.make_node(
+            "FakeQuantize", [pair.input[0]], [node.output[0]], name=node.name,
+            domain=FAKE_QUANT_DOMAIN, **params,
+        ))
+        replaced += 1
+    if not replaced:
+        return None
+    used = {i for n in nodes for i in n.input} | {o.name for o in graph.output}
+    nodes = [n for n in nodes if n.op_type != "QuantizeLinear" or n.output[0] in used]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    model_copy.opset_import.append(helper.make_opsetid(FAKE_QUANT_DOMAIN, 1))
+    return model_copy
+
+
+def _pair_params(quantize: onnx.NodeProto, dequantize: onnx.NodeProto, constants) -> dict | None:
+    if quantize.op_type != "QuantizeLinear" or quantize.domain not in ("", "ai.onnx"):
+        return None
+    if list(quantize.input[1:]) != list(dequantize.input[1:]) or len(quantize.input) < 3:
+        return None
+    scale, zero_point = (constants.get(n) for n in quantize.input[1:3])
+    if scale is None or zero_point is None or scale.size != 1:
+        return None
+    if zero_point.dtype not in (np.int8, np.uint8):
+        return None
+    qmin, qmax = integer_range(zero_point.dtype)
+    return {"scale": float(scale.reshape(())), "zero_point": int(zero_point.reshape(())),
+            "qmin": qmin, "qmax": qmax}
+
+
+def _rebuild(converted, model: onnx.ModelProto):
+    """Build `model` (a rewrite of converted.model) with the same input layouts."""
+    from onnx2tf_alt.api import build
+
+    keep, force = [], []
+    for name, perm in converted.result.input_perms.items():
+        if len(perm) >= 3:
+            (keep if P.is_identity(perm) else force).append(name)
+    return build(onnx_graph=model, keep_ncw_or_nchw_or_ncdhw_input_names=keep,
+                 keep_nwc_or_nhwc_or_ndhwc_input_names=force)
+
+
+# --- conversion ----------------------------------------------------------------------------
+def _physical(converted, sample: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A sample (ONNX names and layout) as signature inputs (TF names, physical layout)."""
+    result = converted.result
+    return {result.input_names[n]: np.transpose(sample[n], result.input_perms[n])
+            for n in converted.graph.inputs}
+
+
+def quantized_tflite(converted, variant: Variant, options: QuantOptions,
+                     calibration: list[dict[str, np.ndarray]]) -> bytes:
+    """One quantized flatbuffer; `calibration` feeds (ONNX layout) for calibrated variants
+    of float models, empty for QDQ models and dynamic range quantization."""
+    concrete = serving_function(converted.result).get_concrete_function()
+
+    def make(select_tf_ops: bool) -> tf.lite.TFLiteConverter:
+        conv = tf.lite.TFLiteConverter.from_concrete_functions(
+            [concrete], converted.result.model)
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+        ops = list(variant.supported_ops)
+        if select_tf_ops:
+            ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
+        conv.target_spec.supported_ops = ops
+        if options.quant_type == "per-tensor" and variant.calibrated:  # -qt: INT8 files only
+            conv._experimental_disable_per_channel = True
+        if variant.calibrated and calibration:
+            conv.representative_dataset = lambda: (_physical(converted, s) for s in calibration)
+        if variant.io_dtypes:
+            conv.inference_input_type, conv.inference_output_type = variant.io_dtypes
+        return conv
+
+    with warnings.catch_warnings():  # TF's calibrator still runs the deprecated tf.lite one
+        warnings.filterwarnings("ignore", message=r"(?s).*tf\.lite\.Interpreter is deprecated")
+        try:
+            return make(select_tf_ops=False).convert()
+        except Exception:
+            if variant.io_dtypes:  # integer-only files cannot fall back to TF ops
+                raise
+            log.warning("%s: TFLite builtins cannot express this model; using Select TF ops",
+                        variant.suffix)
+            return make(select_tf_ops=True).convert()
+
+
+# --- running and measuring ------------------------------------------------------------------
+def run_tflite(content: bytes, converted, samples: list[dict[str, np.ndarray]]) -> list[dict]:
+    """Outputs {ONNX name: value in ONNX order, dequantized} of a .tflite per sample; float
+    inputs are quantized with the file's input parameters where its inputs are integers."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    result = converted.result
+    runner = Interpreter(model_content=content).get_signature_runner("serving_default")
+    inputs, outputs = runner.get_input_details(), runner.get_output_details()
+    results = []
+    for sample in samples:
+        feeds = {k: _quantize(v, inputs[k]) for k, v in _physical(converted, sample).items()}
+        raw = runner(**feeds)
+        results.append({
+            name: to_onnx_order(_dequantize(raw[key], outputs[key]), result.output_perms[name])
+            for name, key in result.output_names.items()
+        })
+    return results
+
+
+def _quantize(value: np.ndarray, details: dict) -> np.ndarray:
+    dtype = np.dtype(details["dtype"])
+    scale, zero_point = details["quantization"]
+    if value.dtype.kind == "f" and dtype.kind in "iu" and scale:
+        info = np.iinfo(dtype)
+        return np.clip(np.round(value / scale) + zero_point, info.min, info.max).astype(dtype)
+    return value.astype(dtype)
+
+
+def _dequantize(value: np.ndarray, details: dict) -> np.ndarray:
+    scale, zero_point = details["quantization"]
+    if value.dtype.kind in "iu" and scale:
+        return (value.astype(np.float32) - zero_point) * np.float32(scale)
+    return value
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    norms = np.linalg.norm(a) * np.linalg.norm(b)
+    if norms == 0:
+        return 1.0 if not a.any() and not b.any() else 0.0
+    return float(np.dot(a, b) / norms)
+
+
+def compare_outputs(reference: list[dict], actual: list[dict]) -> dict[str, dict]:
+    """Per output: mean and lowest per-sample cosine, max |error|, and for classifier-shaped
+    outputs (rank 2, last dim >= 2) the fraction of rows whose argmax agrees."""
+    metrics = {}
+    for name in reference[0]:
+        pairs = [(r[name], a[name]) for r, a in zip(reference, actual)]
+        cosines = [cosine(a, r) for r, a in pairs]
+        entry = {
+            "cosine": float(np.mean(cosines)),
+            "cosine_min": float(np.min(cosines)),
+            "max_abs_error": float(max(
+                np.abs(a.astype(np.float64) - r.astype(np.float64)).max(initial=0.0)
+                for r, a in pairs)),
+        }
+        if pairs[0][0].ndim == 2 and pairs[0][0].shape[-1] >= 2:
+            agree = [np.argmax(a, -1) == np.argmax(r, -1) for r, a in pairs]
+            entry["top1_agreement"] = float(np.mean(np.concatenate(agree)))
+        metrics[name] = entry
+    return metrics
+
+
+@dataclass
+class QuantReport:
+    model: str
+    quant_type: str
+    qdq: bool
+    sources: dict[str, str]
+    calibration_samples: int
+    held_out_samples: int
+    files: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def console_table(report: QuantReport) -> str:
+    title = (f"quantization report ({report.quant_type}; {report.calibration_samples} "
+             f"calibration, {report.held_out_samples} held-out samples; vs the float32 TFLite)")
+    lines = [
+        title,
+        *report.notes,
+        f"{'file':<48} {'output':<16} {'cosine':>8} {'max|err|':>10} {'top-1':>7}",
+    ]
+    for entry in report.files:
+        if entry.get("error"):
+            lines.append(f"{entry['file']:<48} not written: {entry['error']}")
+            continue
+        if entry.get("outputs") is None:
+            lines.append(f"{entry['file']:<48} not measured: {entry['not_measured']}")
+            continue
+        for output, m in entry["outputs"].items():
+            top1 = f"{100 * m['top1_agreement']:.1f}%" if "top1_agreement" in m else "-"
+            lines.append(f"{entry['file']:<48} {output[:16]:<16} {m['cosine']:>8.5f} "
+                         f"{m['max_abs_error']:>10.4g} {top1:>7}")
+    return "\n".join(lines)
+
+
+@dataclass
+class QuantPlan:
+    """Everything decided before any file is written (so bad input fails early)."""
+
+    options: QuantOptions
+    samples: Samples
+    qdq_model: onnx.ModelProto | None  # the FakeQuantize rewrite of a QDQ model
+
+
+def plan_quantization(
+    converted,
+    options: QuantOptions,
+    custom: dict[str, CustomData] | None = None,
+    mean=None,
+    std=None,
+) -> QuantPlan:
+    """Samples for calibration and for the report. QDQ models need no calibration data;
+    float models need it for every input that is not an image (InputError otherwise)."""
+    if options.quant_type not in QUANT_TYPES:
+        raise InputError(f"-qt must be one of {list(QUANT_TYPES)}, got '{options.quant_type}'.")
+    for flag, value in (("-iqd", options.input_quant_dtype), ("-oqd", options.output_quant_dtype)):
+        if value not in QUANT_DTYPES:
+            raise InputError(f"{flag} must be one of {list(QUANT_DTYPES)}, got '{value}'.")
+    qdq_model = fake_quant_model(converted.model) if options.integer else None
+    samples = plan_samples(converted.graph, custom or {}, mean, std,
+                           need_calibration=options.integer and qdq_model is None)
+    return QuantPlan(options, samples, qdq_model)
+
+
+def write_quantized(
+    converted,
+    folder: str,
+    stem: str,
+    plan: QuantPlan,
+    float_tflite: bytes,
+    print_table: bool = True,
+) -> list[str]:
+    """Write every requested quantized .tflite and `<stem>_quant_report.json` into
+    `folder`; returns the file names. A variant the TFLite converter cannot produce is
+    reported (log and report) and skipped; the others are still written."""
+    options, samples, qdq = plan.options, plan.samples, plan.qdq_model is not None
+    rebuilt = _rebuild(converted, plan.qdq_model) if qdq else None
+    calibration = [] if qdq else samples.calibration
+    report = QuantReport(
+        model=stem, quant_type=options.quant_type, qdq=qdq, sources=samples.sources,
+        calibration_samples=len(calibration), held_out_samples=len(samples.held_out),
+    )
+    if qdq:
+        report.notes.append("QDQ model: quantized with its own 8-bit ranges, without "
+                            "calibration; no INT16-activation files")
+    reference, why_not = _measure(float_tflite, converted, samples.held_out)
+    if reference is None:
+        report.notes.append(f"the float32 TFLite cannot run here ({why_not}): no metrics")
+    written = []
+    for variant in variants(options, qdq):
+        name = f"{stem}_{variant.suffix}.tflite"
+        source = rebuilt if qdq and variant.calibrated else converted
+        entry = {"file": name, "variant": variant.suffix}
+        try:
+            content = quantized_tflite(source, variant, options, calibration)
+        except Exception as exc:  # noqa: BLE001 - reported; the other files are still written
+            entry["error"] = _short(exc)
+            log.warning("%s was not written: %s", name, entry["error"])
+            report.files.append(entry)
+            continue
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(content)
+        written.append(name)
+        entry["size_bytes"] = len(content)
+        actual, why_not = _measure(content, source, samples.held_out) if reference else (
+            None, "no float32 reference")
+        entry["outputs"] = None if actual is None else compare_outputs(reference, actual)
+        if actual is None:
+            entry["not_measured"] = why_not
+        report.files.append(entry)
+    report_name = f"{stem}_quant_report.json"
+    with open(os.path.join(folder, report_name), "w") as f:
+        json.dump(report.as_dict(), f, indent=2)
+    written.append(report_name)
+    if print_table:
+        print(console_table(report), flush=True)
+    return written
+
+
+def _measure(content: bytes, converted, samples) -> tuple[list[dict] | None, str]:
+    """run_tflite, or (None, why) when the interpreter cannot run the file (Flex ops)."""
+    try:
+        return run_tflite(content, converted, samples), ""
+    except Exception as exc:  # noqa: BLE001 - the report says why a file has no metrics
+        return None, _short(exc)
+
+
+def _short(exc: Exception) -> str:
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"
+

@@ -1,0 +1,202 @@
+"""Transformer building blocks of opset 23+: Attention, RMSNormalization, RotaryEmbedding.
+
+All run in the logical (ONNX) layout. Attention keeps the head axis where ONNX has it:
+grouped-query attention folds the query heads of one KV head into the query sequence axis,
+so K and V are never repeated. Half-precision inputs are computed in float32 (the builder
+casts the outputs back to the ONNX dtype).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from onnx2tf_alt.registry import handler
+
+_NEG_INF = np.float32(-np.inf)
+
+
+def _compute_dtype(tensor):
+    """float32 for half-precision tensors (TFLite and most TF kernels prefer it)."""
+    return tf.float32 if tensor.dtype in (tf.float16, tf.bfloat16) else tensor.dtype
+
+
+def _dims(x) -> list:
+    """x's shape: static ints, scalar tensors where unknown."""
+    runtime = tf.shape(x)
+    return [runtime[i] if d is None else int(d) for i, d in enumerate(x.shape.as_list())]
+
+
+def _reshape(x, dims: list):
+    if all(isinstance(d, int) for d in dims):
+        return tf.reshape(x, dims)
+    return tf.reshape(x, tf.stack([tf.cast(d, tf.int32) for d in dims]))
+
+
+def _split_heads(x, heads: int):
+    """[B, S, H*D] -> [B, H, S, D]."""
+    b, s, hidden = _dims(x)
+    return tf.transpose(_reshape(x, [b, s, heads, hidden // heads]), [0, 2, 1, 3])
+
+
+def _structural_allowed(q_len: int, kv_len: int, offset, causal: bool, left: int, right: int):
+    """Where query i may attend key j (causal and sliding window, offset-aligned).
+
+    A static offset gives a numpy [q, kv] array; a per-batch runtime offset a [B, 1, q, kv]
+    tensor.
+    """
+    i = np.arange(q_len, dtype=np.int32).reshape(q_len, 1)
+    j = np.arange(kv_len, dtype=np.int32).reshape(1, kv_len)
+    if isinstance(offset, int):
+        diff, logical_and, allowed = i + offset - j, np.logical_and, np.ones((q_len, kv_len), bool)
+    else:
+        diff = tf.reshape(tf.cast(offset, tf.int32), [-1, 1, 1, 1]) + (i - j)
+        logical_and, allowed = tf.logical_and, tf.ones_like(diff, dtype=tf.bool)
+    if causal:
+        allowed = logical_and(allowed, diff >= 0)
+    if left >= 0:
+        allowed = logical_and(allowed, diff <= left)
+    if right >= 0:
+        allowed = logical_and(allowed, -diff <= right)
+    return allowed
+
+
+def _attention_masks(ctx, dtype, q_len: int, kv_len: int, past_len: int):
+    """(additive float mask or None, boolean 'may attend' mask or None), both [.., q, kv].
+
+    Boolean masks, causal, sliding window and key padding are applied with a select, not
+    by adding -inf: the TFLite converter stores a -inf constant as the lowest finite float.
+    """
+    additive, allowed = None, []
+    if ctx.has(3):
+        mask = ctx.x(3)
+        pad = kv_len - (mask.shape[-1] or kv_len)
+        if mask.dtype != tf.bool:
+            mask = tf.cast(mask, dtype)
+        if pad > 0:
+            widths = [[0, 0]] * (mask.shape.rank - 1) + [[0, pad]]
+            fill = False if mask.dtype == tf.bool else _NEG_INF
+            mask = tf.pad(mask, widths, constant_values=fill)
+        if mask.dtype == tf.bool:
+            allowed.append(mask)
+        else:
+            additive = mask
+    causal = bool(ctx.attr("is_causal", 0))
+    left, right = ctx.attr("left_window_size", -1), ctx.attr("right_window_size", -1)
+    nonpad = ctx.x(6) if ctx.has(6) else None
+    if causal or left >= 0 or right >= 0:
+        offset = past_len if nonpad is None else nonpad - q_len
+        structural = _structural_allowed(q_len, kv_len, offset, causal, left, right)
+        if isinstance(structural, np.ndarray):
+            structural = ctx.const_tensor(structural)
+        allowed.append(structural)
+    if nonpad is not None:
+        keys = np.arange(kv_len, dtype=np.int32).reshape(1, 1, 1, kv_len)
+        allowed.append(tf.reshape(tf.cast(nonpad, tf.int32), [-1, 1, 1, 1]) > keys)
+    combined = None
+    for term in allowed:
+        combined = term if combined is None else tf.logical_and(combined, term)
+    return additive, combined
+
+
+@handler(
+    "Attention",
+    since=23,
+    limits=(
+        "static query and key/value sequence lengths; half precision computed in float32; "
+        "in TFLite, masked entries of qk_matmul_output mode 2 read -FLT_MAX, not -inf"
+    ),
+)
+def attention(ctx):
+    q, k, v = (ctx.x(i) for i in range(3))
+    dtype = _compute_dtype(q)
+    q, k, v = (tf.cast(t, dtype) for t in (q, k, v))
+    three_d = q.shape.rank == 3
+    if three_d:
+        q = _split_heads(q, ctx.attr("q_num_heads"))
+        k = _split_heads(k, ctx.attr("kv_num_heads"))
+        v = _split_heads(v, ctx.attr("kv_num_heads"))
+    past_len = 0
+    if ctx.has(4):
+        past_len = int(ctx.shape(4)[2])
+        k = tf.concat([tf.cast(ctx.x(4), dtype), k], axis=2)
+        v = tf.concat([tf.cast(ctx.x(5), dtype), v], axis=2)
+    present_k, present_v = k, v
+    b, q_heads, q_len, head_size = _dims(q)
+    kv_heads, kv_len = k.shape[1], k.shape[2]
+    if not isinstance(q_len, int) or kv_len is None:
+        raise NotImplementedError("Attention needs static query and key/value sequence lengths")
+    scale = ctx.attr("scale", 1.0 / np.sqrt(head_size))
+    root = tf.constant(np.sqrt(scale), dtype)
+    groups = q_heads // kv_heads
+    # Query heads h*groups .. h*groups+groups-1 share KV head h: fold them into the rows.
+    q_rows = _reshape(q * root, [b, kv_heads, groups * q_len, head_size])
+    scores = _reshape(tf.matmul(q_rows, k * root, transpose_b=True), [b, q_heads, q_len, kv_len])
+    softcap = ctx.attr("softcap", 0.0)
+    if softcap > 0:
+        scores = tf.tanh(scores / softcap) * softcap
+    mode = ctx.attr("qk_matmul_output_mode", 0)
+    qk_out = scores
+    additive, allowed = _attention_masks(ctx, dtype, q_len, kv_len, past_len)
+    if additive is not None:
+        scores = scores + additive
+    if allowed is not None:
+        scores = tf.where(allowed, scores, tf.constant(_NEG_INF, dtype))
+    if mode == 2:
+        qk_out = scores
+    probs = tf.nn.softmax(scores)
+    if additive is not None or allowed is not None:
+        # A row with no attendable key yields 0 (softmax alone would give NaN).
+        open_keys = allowed if additive is None else additive > _NEG_INF
+        if additive is not None and allowed is not None:
+            open_keys = tf.logical_and(open_keys, allowed)
+        masked_row = tf.logical_not(tf.reduce_any(open_keys, axis=-1, keepdims=True))
+        probs = tf.where(masked_row, tf.zeros_like(probs), probs)
+    if mode == 3:
+        qk_out = probs
+    probs = _reshape(probs, [b, kv_heads, groups * q_len, kv_len])
+    y = _reshape(tf.matmul(probs, v), [b, q_heads, q_len, v.shape[3]])
+    if three_d:
+        y = _reshape(tf.transpose(y, [0, 2, 1, 3]), [b, q_len, q_heads * v.shape[3]])
+    return [y, present_k, present_v, qk_out]
+
+
+@handler("RMSNormalization", since=23, limits="half precision computed in float32")
+def rms_normalization(ctx):
+    x = ctx.x(0)
+    dtype = _compute_dtype(x)
+    x = tf.cast(x, dtype)
+    axes = list(range(ctx.attr("axis", -1) % ctx.rank(0), ctx.rank(0)))
+    mean_square = tf.reduce_mean(tf.square(x), axis=axes, keepdims=True)
+    y = x * tf.math.rsqrt(mean_square + ctx.attr("epsilon", 1e-5))
+    return y * tf.cast(ctx.x(1), dtype)
+
+
+@handler("RotaryEmbedding", since=23)
+def rotary_embedding(ctx):
+    x = ctx.x(0)
+    dims = _dims(x)
+    if len(dims) == 3:  # [B, S, H*D] -> [B, S, H, D]; cos/sin broadcast over axis 2
+        x = _reshape(x, [dims[0], dims[1], ctx.attr("num_heads"), dims[2] // ctx.attr("num_heads")])
+        head_axis = 2
+    else:  # [B, H, S, D]; cos/sin broadcast over axis 1
+        head_axis = 1
+    cos, sin = ctx.x(1), ctx.x(2)
+    if ctx.has(3):
+        cos, sin = tf.gather(cos, ctx.x(3)), tf.gather(sin, ctx.x(3))
+    cos, sin = tf.expand_dims(cos, head_axis), tf.expand_dims(sin, head_axis)
+    head_size = x.shape[-1]
+    rotary = ctx.attr("rotary_embedding_dim", 0) or head_size
+    rotate, keep = x[..., :rotary], x[..., rotary:]
+    if ctx.attr("interleaved", 0):
+        pairs = _reshape(rotate, [*_dims(rotate)[:-1], rotary // 2, 2])
+        x1, x2 = pairs[..., 0], pairs[..., 1]
+    else:
+        x1, x2 = rotate[..., : rotary // 2], rotate[..., rotary // 2 :]
+    real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
+    if ctx.attr("interleaved", 0):
+        rotated = _reshape(tf.stack([real, imag], axis=-1), _dims(rotate))
+    else:
+        rotated = tf.concat([real, imag], axis=-1)
+    y = tf.concat([rotated, keep], axis=-1) if rotary < head_size else rotated
+    return _reshape(y, dims)

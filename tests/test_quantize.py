@@ -1,0 +1,349 @@
+"""Quantized TFLite outputs (-odrqt, -oiqt): every variant, calibration from the shipped
+photographs and from -cind arrays, the clear failure when calibration data is missing,
+QDQ models quantized with their own ranges, and the quantization report.
+
+Quantized conversions are slow (seconds each), so each model is converted once per module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from calibration import image_samples
+from calibration.samples import CustomData, first_sample, parse_custom_data, plan_samples
+from onnx2tf_alt.api import build, convert
+from onnx2tf_alt.export.quantize import (
+    QuantOptions,
+    Variant,
+    compare_outputs,
+    cosine,
+    quantized_tflite,
+    run_tflite,
+)
+
+from harness import count_tflite_ops
+
+ALL_VARIANTS = ("dynamic_range_quant", "integer_quant", "full_integer_quant",
+                "integer_quant_with_int16_act", "full_integer_quant_with_int16_act")
+SIZE = 32
+
+
+def _conv_weights(rng, out_ch, in_ch, k=3):
+    return (rng.standard_normal((out_ch, in_ch, k, k)) * np.sqrt(2.0 / (in_ch * k * k))).astype(
+        np.float32)
+
+
+def small_cnn() -> onnx.ModelProto:
+    """Conv-Relu, strided Conv-Relu, depthwise Conv-Relu with a residual Add, global pool
+    and a 10-way classifier; He-scaled random weights."""
+    rng = np.random.default_rng(0)
+    init = {
+        "w1": _conv_weights(rng, 8, 3), "b1": rng.standard_normal(8).astype(np.float32) * 0.1,
+        "w2": _conv_weights(rng, 16, 8), "b2": rng.standard_normal(16).astype(np.float32) * 0.1,
+        "w3": _conv_weights(rng, 16, 1), "b3": rng.standard_normal(16).astype(np.float32) * 0.1,
+        "fc": (rng.standard_normal((16, 10)) * 0.5).astype(np.float32),
+        "fcb": rng.standard_normal(10).astype(np.float32) * 0.1,
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1], group=16),
+        helper.make_node("Relu", ["c3"], ["r3"]),
+        helper.make_node("Add", ["r2", "r3"], ["sum"]),
+        helper.make_node("GlobalAveragePool", ["sum"], ["pool"]),
+        helper.make_node("Flatten", ["pool"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "fc", "fcb"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "small_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, SIZE, SIZE])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
+        [numpy_helper.from_array(v, k) for k, v in init.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def token_model(embedding_rows: int = 50) -> onnx.ModelProto:
+    """Two non-image inputs: int64 token ids (embedding lookup) and float features."""
+    rng = np.random.default_rng(1)
+    init = {"emb": rng.standard_normal((embedding_rows, 16)).astype(np.float32),
+            "w": (rng.standard_normal((16, 8)) * 0.3).astype(np.float32)}
+    nodes = [
+        helper.make_node("Gather", ["emb", "tokens"], ["e"]),
+        helper.make_node("ReduceMean", ["e"], ["m"], axes=[1], keepdims=0),
+        helper.make_node("Add", ["m", "features"], ["s"]),
+        helper.make_node("MatMul", ["s", "w"], ["mm"]),
+        helper.make_node("Relu", ["mm"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "tokens",
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, [1, 12]),
+         helper.make_tensor_value_info("features", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+        [numpy_helper.from_array(v, k) for k, v in init.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def held_out_images() -> list[dict[str, np.ndarray]]:
+    _, held = image_samples(SIZE, SIZE, 3)
+    return [{"x": np.transpose(h[np.newaxis], (0, 3, 1, 2))} for h in held]
+
+
+def read(folder, name) -> bytes:
+    with open(os.path.join(folder, name), "rb") as f:
+        return f.read()
+
+
+def tensor_census(content: bytes) -> dict[str, int]:
+    """dtype name -> number of tensors in a .tflite."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    counts: dict[str, int] = {}
+    for t in Interpreter(model_content=content).get_tensor_details():
+        name = np.dtype(t["dtype"]).name
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+# --- the small CNN, every variant, shipped photographs -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cnn")
+    path = str(folder / "cnn.onnx")
+    onnx.save(small_cnn(), path)
+    out = str(folder / "out")
+    convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
+            output_dynamic_range_quantized_tflite=True, output_integer_quantized_tflite=True)
+    with open(os.path.join(out, "cnn_quant_report.json")) as f:
+        report = json.load(f)
+    return {"out": out, "converted": build(input_onnx_file_path=path), "report": report}
+
+
+def test_every_variant_is_written_and_runs(cnn):
+    samples = held_out_images()
+    for variant in ALL_VARIANTS:
+        outputs = run_tflite(read(cnn["out"], f"cnn_{variant}.tflite"), cnn["converted"],
+                             samples)
+        assert all(o["logits"].shape == (1, 10) and np.isfinite(o["logits"]).all()
+                   for o in outputs), variant
+    assert [f["variant"] for f in cnn["report"]["files"]] == list(ALL_VARIANTS)
+
+
+def test_int8_per_channel_is_close_to_float_on_held_out_images(cnn):
+    samples = held_out_images()
+    reference = run_tflite(read(cnn["out"], "cnn_float32.tflite"), cnn["converted"], samples)
+    for variant in ("integer_quant", "full_integer_quant"):
+        actual = run_tflite(read(cnn["out"], f"cnn_{variant}.tflite"), cnn["converted"],
+                            samples)
+        cosines = [cosine(a["logits"], r["logits"]) for a, r in zip(actual, reference)]
+        assert min(cosines) >= 0.98, (variant, cosines)
+        reported = next(f for f in cnn["report"]["files"] if f["variant"] == variant)
+        assert reported["outputs"]["logits"]["cosine"] == pytest.approx(np.mean(cosines))
+        assert reported["outputs"]["logits"]["top1_agreement"] >= 0.8
+
+
+def test_full_integer_file_has_integer_io_and_no_float(cnn):
+    content = read(cnn["out"], "cnn_full_integer_quant.tflite")
+    ops, tensors = count_tflite_ops(content), tensor_census(content)
+    print("full-integer op census:", ops, "tensor dtypes:", tensors)
+    assert "QUANTIZE" not in ops and "DEQUANTIZE" not in ops, ops
+    assert set(tensors) <= {"int8", "int32"}, tensors
+    assert ops.get("CONV_2D") == 2 and ops.get("DEPTHWISE_CONV_2D") == 1, ops
+    int16 = tensor_census(read(cnn["out"], "cnn_full_integer_quant_with_int16_act.tflite"))
+    assert "float32" not in int16 and "int16" in int16, int16
+
+
+def test_image_model_without_flags_calibrates_with_shipped_photographs(cnn):
+    report = cnn["report"]
+    assert report["sources"] == {"x": "shipped photographs (calibration/)"}
+    assert (report["calibration_samples"], report["held_out_samples"]) == (18, 6)
+    assert not report["qdq"]
+
+
+def test_per_tensor_weights_and_integer_io_types(cnn):
+    converted = cnn["converted"]
+    calibration, _ = image_samples(SIZE, SIZE, 3)
+    feeds = [{"x": np.transpose(c[np.newaxis], (0, 3, 1, 2))} for c in calibration]
+    options = QuantOptions(integer=True, quant_type="per-tensor", input_quant_dtype="uint8",
+                           output_quant_dtype="float32")
+    import tensorflow as tf
+
+    variant = Variant("full_integer_quant", (tf.lite.OpsSet.TFLITE_BUILTINS_INT8,),
+                      io_dtypes=(tf.uint8, tf.float32))
+    content = quantized_tflite(converted, variant, options, feeds)
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=content)
+    runner = interpreter.get_signature_runner("serving_default")
+    assert next(iter(runner.get_input_details().values()))["dtype"] == np.uint8
+    assert next(iter(runner.get_output_details().values()))["dtype"] == np.float32
+    per_tensor = _weight_scale_counts(content)
+    per_channel = _weight_scale_counts(read(cnn["out"], "cnn_full_integer_quant.tflite"))
+    assert per_tensor == [1, 1, 1], per_tensor
+    assert sorted(per_channel) == [8, 16, 16], per_channel
+    samples = held_out_images()
+    reference = run_tflite(read(cnn["out"], "cnn_float32.tflite"), converted, samples)
+    metrics = compare_outputs(reference, run_tflite(content, converted, samples))
+    assert metrics["logits"]["cosine"] >= 0.98, metrics
+
+
+def _weight_scale_counts(content: bytes) -> list[int]:
+    """Number of quantization scales of each 3x3 conv filter (int8) in a .tflite."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    return [len(t["quantization_parameters"]["scales"])
+            for t in Interpreter(model_content=content).get_tensor_details()
+            if t["dtype"] == np.int8 and len(t["shape"]) == 4 and list(t["shape"][1:3]) == [3, 3]]
+
+
+# --- non-image inputs: -cind -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def token_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tokens")
+    rng = np.random.default_rng(2)
+    path = str(folder / "tokens.onnx")
+    onnx.save(token_model(), path)
+    np.save(folder / "tokens.npy", rng.integers(0, 50, (10, 12)).astype(np.int64))
+    np.save(folder / "features.npy", (rng.standard_normal((10, 16)) * 2 + 1).astype(np.float32))
+    return folder, path
+
+
+def test_two_non_image_inputs_quantize_with_cind(token_files):
+    folder, path = token_files
+    out = str(folder / "out")
+    convert(
+        input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
+        output_integer_quantized_tflite=True,
+        custom_input_op_name_np_data_path=[
+            ["tokens", str(folder / "tokens.npy")],
+            ["features", str(folder / "features.npy"), "1", "2"],
+        ],
+    )
+    with open(os.path.join(out, "tokens_quant_report.json")) as f:
+        report = json.load(f)
+    assert set(report["sources"]) == {"tokens", "features"}
+    assert (report["calibration_samples"], report["held_out_samples"]) == (8, 2)
+    written = {f["variant"]: f for f in report["files"] if "error" not in f}
+    assert {"integer_quant", "full_integer_quant"} <= set(written), report["files"]
+    for variant in ("integer_quant", "full_integer_quant"):
+        assert written[variant]["outputs"]["y"]["cosine"] >= 0.98, written[variant]
+        from ai_edge_litert.interpreter import Interpreter
+
+        runner = Interpreter(model_content=read(out, f"tokens_{variant}.tflite")
+                             ).get_signature_runner("serving_default")
+        dtypes = {k: v["dtype"] for k, v in runner.get_input_details().items()}
+        assert dtypes["tokens"] == np.int64, dtypes  # integer inputs stay unquantized
+
+
+def test_missing_calibration_data_fails_before_writing(token_files, tmp_path):
+    _, path = token_files
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "onnx2tf_alt", "-i", path, "-o", str(out), "-oiqt", "-n"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "'tokens'" in done.stderr and "-cind tokens" in done.stderr, done.stderr
+    assert not out.exists()
+
+
+def test_calibration_sample_planning(token_files):
+    """Whole-input samples (rank + 1) and batch rows (same rank) are both N samples, split
+    alike for every input so paired rows stay paired; MEAN and STD normalize; a single
+    sample is perturbed to give held-out ones."""
+    _, path = token_files
+    graph = build(input_onnx_file_path=path).graph
+    rows = np.repeat(np.arange(5, dtype=np.float32)[:, np.newaxis], 16, axis=1)
+    tokens = CustomData("tokens", "t.npy", np.repeat(np.arange(5)[:, None, None], 12, axis=2))
+    for array in (rows, rows.reshape(5, 1, 16)):
+        samples = plan_samples(graph, {"tokens": tokens,
+                                       "features": CustomData("features", "f.npy", array)})
+        assert len(samples.calibration) == 4 and len(samples.held_out) == 1
+        for sample in samples.calibration + samples.held_out:
+            assert sample["features"].shape == (1, 16) and sample["tokens"].shape == (1, 12)
+            assert sample["features"][0, 0] == sample["tokens"][0, 0]
+    single = plan_samples(graph, {"tokens": tokens, "features": CustomData(
+        "features", "f.npy", rows[3:4] + 1, np.float32([1.0]), np.float32([2.0]))})
+    assert np.array_equal(single.calibration[0]["features"], np.full((1, 16), 1.5, np.float32))
+    held = [s["features"] for s in single.held_out]
+    assert len(held) == 2 and all(0 < np.abs(h - 1.5).max() < 0.1 for h in held)
+    trimmed = first_sample({"features": rows.reshape(5, 1, 16), "tokens": tokens.array[:, 0]}, graph)
+    assert trimmed["features"].shape == (1, 16) and trimmed["tokens"].shape == (1, 12)
+
+
+def test_cind_entries_are_checked(tmp_path):
+    from onnx2tf_alt.errors import InputError
+
+    np.save(tmp_path / "a.npy", np.zeros((2, 3, 4, 4), np.float32))
+    parsed = parse_custom_data([["x", str(tmp_path / "a.npy"), "[0.485,0.456,0.406]", "0.25"]])
+    assert parsed["x"].mean.tolist() == pytest.approx([0.485, 0.456, 0.406])
+    with pytest.raises(InputError, match="NAME FILE.npy"):
+        parse_custom_data([["x", str(tmp_path / "a.npy"), "0.5"]])
+    with pytest.raises(InputError, match="MEAN"):
+        parse_custom_data([["x", str(tmp_path / "a.npy"), "mean", "1"]])
+
+
+# --- QDQ models --------------------------------------------------------------------------
+
+
+class _Reader:
+    """onnxruntime calibration reader over the shipped calibration photographs."""
+
+    def __init__(self):
+        calibration, _ = image_samples(SIZE, SIZE, 3)
+        self.feeds = iter([{"x": np.transpose(c[np.newaxis], (0, 3, 1, 2))}
+                           for c in calibration])
+
+    def get_next(self):
+        return next(self.feeds, None)
+
+
+@pytest.mark.parametrize("per_channel", [True, False], ids=["per_channel", "per_tensor"])
+def test_qdq_model_quantizes_with_its_own_ranges(per_channel, tmp_path):
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    float_path, qdq_path = str(tmp_path / "float.onnx"), str(tmp_path / "qdq.onnx")
+    onnx.save(small_cnn(), float_path)
+    quantize_static(float_path, qdq_path, _Reader(), quant_format=QuantFormat.QDQ,
+                    per_channel=per_channel, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8)
+    out = str(tmp_path / "out")
+    convert(input_onnx_file_path=qdq_path, output_folder_path=out, non_verbose=True,
+            output_integer_quantized_tflite=True,
+            quant_type="per-channel" if per_channel else "per-tensor")
+    with open(os.path.join(out, "qdq_quant_report.json")) as f:
+        report = json.load(f)
+    assert report["qdq"] and report["calibration_samples"] == 0
+    assert [f["variant"] for f in report["files"]] == ["integer_quant", "full_integer_quant"]
+    session = ort.InferenceSession(qdq_path, providers=["CPUExecutionProvider"])
+    samples = held_out_images()
+    expected = [session.run(None, s)[0] for s in samples]
+    converted = build(input_onnx_file_path=qdq_path)
+    for variant in ("integer_quant", "full_integer_quant"):
+        content = read(out, f"qdq_{variant}.tflite")
+        ops = count_tflite_ops(content)
+        assert ops.get("CONV_2D") == 2 and "ROUND" not in ops, ops  # quantized, not emulated
+        actual = run_tflite(content, converted, samples)
+        cosines = [cosine(a["logits"], e) for a, e in zip(actual, expected)]
+        assert min(cosines) >= 0.99, (variant, cosines)
