@@ -149,6 +149,8 @@ def debug_tflite(converted, found: list[Target]) -> tuple[bytes, dict[str, str]]
     import tensorflow as tf
     import tf_keras
 
+    from onnx2tf_alt.export.saved_model import signature_function
+
     result = converted.result
     model = result.model
     tensors = _distinct_tensors(found)
@@ -157,16 +159,7 @@ def debug_tflite(converted, found: list[Target]) -> tuple[bytes, dict[str, str]]
         inputs=model.inputs,
         outputs={keys[k]: _detached(t, model.inputs, tf) for k, t in tensors.items()},
     )
-    specs = [
-        tf.TensorSpec(t.shape, t.dtype, name=name)
-        for t, name in zip(model.inputs, result.input_names.values())
-    ]
-
-    @tf.function(input_signature=specs)
-    def serve(*args):
-        outputs = probe(list(args), training=False)
-        return {name: tf.identity(value) for name, value in outputs.items()}
-
+    serve = signature_function(probe, list(result.input_names.values()))
     converter = tf.lite.TFLiteConverter.from_concrete_functions(
         [serve.get_concrete_function()], probe
     )

@@ -7,20 +7,24 @@ import tensorflow as tf
 from onnx2tf_alt.builder import BuildResult
 
 
-def serving_function(result: BuildResult):
-    """A tf.function with named TensorSpecs, returning a dict of named outputs."""
-    model = result.model
+def signature_function(model, input_names):
+    """A tf.function over a Keras model with dict outputs: inputs named `input_names` (in
+    model.inputs order), outputs named by the model's output keys."""
     specs = [
-        tf.TensorSpec(t.shape, t.dtype, name=name)
-        for t, name in zip(model.inputs, result.input_names.values())
+        tf.TensorSpec(t.shape, t.dtype, name=name) for t, name in zip(model.inputs, input_names)
     ]
 
     @tf.function(input_signature=specs)
     def serve(*args):
         outputs = model(list(args), training=False)
-        return {name: tf.identity(outputs[name]) for name in result.output_names.values()}
+        return {name: tf.identity(value) for name, value in outputs.items()}
 
     return serve
+
+
+def serving_function(result: BuildResult):
+    """The converted model's signature: ONNX-derived input and output names."""
+    return signature_function(result.model, list(result.input_names.values()))
 
 
 def save_saved_model(result: BuildResult, folder: str) -> None:
