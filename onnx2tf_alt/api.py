@@ -6,7 +6,7 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import onnx
 
@@ -28,6 +28,21 @@ class Converted:
     graph: Graph
     plan: Plan
     model: onnx.ModelProto
+    layout_options: dict = field(default_factory=dict)  # the -k / -kt names given to build()
+    _tflite_result: object = None
+
+    def tflite_result(self):
+        """The BuildResult the .tflite files are converted from: `result` itself, or for a
+        model with float64 tensors a rebuild computing in float32 (see float64.py)."""
+        from onnx2tf_alt.float64 import float64_as_float32, has_float64
+
+        if self._tflite_result is None:
+            self._tflite_result = self.result
+            if has_float64(self.model):
+                log.info("TFLite has few float64 kernels: the .tflite files compute in float32")
+                demoted = float64_as_float32(self.model)
+                self._tflite_result = build(onnx_graph=demoted, **self.layout_options).result
+        return self._tflite_result
 
 
 def unsupported_nodes(graph: Graph) -> list:
@@ -88,7 +103,11 @@ def build(
     except ConversionError as error:
         error.prepared_model = model
         raise
-    return Converted(result=result, graph=graph, plan=plan, model=model)
+    layout_options = {
+        "keep_ncw_or_nchw_or_ncdhw_input_names": keep_ncw_or_nchw_or_ncdhw_input_names,
+        "keep_nwc_or_nhwc_or_ndhwc_input_names": keep_nwc_or_nhwc_or_ndhwc_input_names,
+    }
+    return Converted(result, graph, plan, model, layout_options)
 
 
 def _stem(input_onnx_file_path: str | None) -> str:
@@ -118,7 +137,7 @@ def write_outputs(
         for suffix, float16 in (("float32", False), ("float16", True)):
             name = f"{stem}_{suffix}.tflite"
             with open(os.path.join(folder, name), "wb") as f:
-                f.write(tflite_bytes(result, float16=float16))
+                f.write(tflite_bytes(converted.tflite_result(), float16=float16))
             written.append(name)
     if output_h5:
         save_h5(result, os.path.join(folder, f"{stem}.h5"))
@@ -137,7 +156,7 @@ def _float32_tflite(converted: Converted, folder: str, stem: str) -> bytes:
 
     path = os.path.join(folder, f"{stem}_float32.tflite")
     if not os.path.isfile(path):
-        return tflite_bytes(converted.result)
+        return tflite_bytes(converted.tflite_result())
     with open(path, "rb") as f:
         return f.read()
 

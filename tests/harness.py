@@ -124,7 +124,7 @@ def tflite_run(converted, feeds, tflite_model: bytes | None = None):
 
     from onnx2tf_alt.export.tflite import tflite_bytes
 
-    content = tflite_model or tflite_bytes(converted.result)
+    content = tflite_model or tflite_bytes(converted.tflite_result())
     interpreter = Interpreter(model_content=content)
     runner = interpreter.get_signature_runner("serving_default")
     outputs = runner(**to_physical(converted, feeds))
@@ -169,7 +169,7 @@ def check_model(
     if tflite:
         from onnx2tf_alt.export.tflite import tflite_bytes
 
-        converted.tflite = tflite_bytes(converted.result)
+        converted.tflite = tflite_bytes(converted.tflite_result())
         outputs = tflite_run(converted, feeds, converted.tflite)
         for i, (a, e) in enumerate(zip(outputs, expected)):
             assert_close(a, e, tflite_tol or tol, f"TFLite output {i}")
@@ -234,7 +234,7 @@ def check_nodes(
     if tflite:
         from onnx2tf_alt.export.tflite import tflite_bytes
 
-        content = tflite_bytes(converted.result)
+        content = tflite_bytes(converted.tflite_result())
         for name, a, e in zip(outputs, tflite_run(converted, inputs, content), expected):
             assert_close(a, e, tol, f"TFLite {name}")
         census = count_tflite_ops(content)

@@ -114,7 +114,7 @@ def _tflite_report(converted, found, feeds, tflite_model, backend) -> BackendRep
     outputs_only = all(t.onnx_name in converted.result.output_names for t in found)
     try:
         if outputs_only:
-            content = tflite_model or tflite_bytes(converted.result)
+            content = tflite_model or tflite_bytes(converted.tflite_result())
             keys = {t.onnx_name: converted.result.output_names[t.onnx_name] for t in found}
         else:
             content, keys = debug_tflite(converted, found)

@@ -1,0 +1,76 @@
+"""float64 models: the TF model computes in float64; the .tflite files compute in float32 with
+float64 inputs and outputs, using TFLite builtins only (no Flex delegate)."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from onnx2tf_alt.export.tflite import tflite_bytes
+from onnx2tf_alt.float64 import float64_as_float32, has_float64
+
+from harness import (
+    assert_close,
+    check_model,
+    convert,
+    count_tflite_ops,
+    make_model,
+    ort_run,
+    tf_run,
+)
+
+rng = np.random.default_rng(11)
+
+
+def float64_model(batch: int):
+    """Mul by a float64 constant, CumSum, LogSumExp reduction, and a Cast int -> float64."""
+    inits = {
+        "scale": rng.uniform(0.5, 1.5, (1, 5)).astype(np.float64),
+        "axis": np.array(1, np.int64),
+        "red_axes": np.array([1], np.int64),
+    }
+    nodes = [
+        helper.make_node("Mul", ["x", "scale"], ["m"]),
+        helper.make_node("CumSum", ["m", "axis"], ["c"], reverse=1),
+        helper.make_node("ReduceLogSumExp", ["c", "red_axes"], ["r"], keepdims=1),
+        helper.make_node("Cast", ["k"], ["kf"], to=onnx.TensorProto.DOUBLE),
+        helper.make_node("Add", ["r", "kf"], ["y"]),
+    ]
+    feeds = {
+        "x": rng.standard_normal((batch, 5)).astype(np.float64),
+        "k": rng.integers(-3, 4, (batch, 1)).astype(np.int32),
+    }
+    return make_model(nodes, feeds, ["y", "c"], inits), feeds
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_float64_model_converts_without_flex(batch):
+    model, feeds = float64_model(batch)
+    converted = check_model(model, feeds)
+    census = count_tflite_ops(converted.tflite)
+    assert "DELEGATE" not in census and not any(op.startswith("Flex") for op in census), census
+    # the TF model itself keeps float64 precision
+    for got, want in zip(tf_run(converted, feeds), ort_run(model, feeds)):
+        assert got.dtype == np.float64
+        assert_close(got, want, 1e-12)
+
+
+def test_the_tflite_signature_keeps_float64():
+    from ai_edge_litert.interpreter import Interpreter
+
+    model, _ = float64_model(2)
+    content = tflite_bytes(convert(model).tflite_result())
+    runner = Interpreter(model_content=content).get_signature_runner("serving_default")
+    details = [*runner.get_input_details().values(), *runner.get_output_details().values()]
+    assert {np.dtype(d["dtype"]) for d in details} == {np.dtype(np.float64), np.dtype(np.int32)}
+
+
+def test_demotion_rewrites_constants_and_casts_only():
+    model, _ = float64_model(2)
+    demoted = float64_as_float32(model)
+    assert has_float64(model) and not any(
+        t.data_type == onnx.TensorProto.DOUBLE for t in demoted.graph.initializer
+    )
+    ops = [n.op_type for n in demoted.graph.node]
+    assert ops == ["Cast", "Mul", "CumSum", "ReduceLogSumExp", "Cast", "Add", "Cast", "Cast"]
+    onnx.checker.check_model(demoted, full_check=True)
