@@ -1,9 +1,10 @@
 """Recurrent layers RNN, LSTM and GRU, unrolled over their static number of time steps.
 
-Weights are constants, folded in numpy. The input projection of all time steps is one
+Constant weights are folded in numpy. The input projection of all time steps is one
 matmul before the loop; each step adds a matmul with the recurrence weights and elementwise
 gates, which TFLite runs as FULLY_CONNECTED, ADD, MUL, LOGISTIC and TANH builtins, with no
-control flow and no Flex ops.
+control flow and no Flex ops. Weights, biases and peepholes computed at run time go through
+the same code as tensors: the slices and products that fold in numpy become ops.
 
 sequence_lens: a sequence's state is frozen after its end and its outputs there are zero.
 The reverse direction walks the steps from the last one down, so a shorter sequence keeps
@@ -23,7 +24,7 @@ from onnx2tf_alt.context import reshape
 from onnx2tf_alt.layout import Decision, logical
 from onnx2tf_alt.registry import handler
 
-LIMITS = "constant W, R, B and P; static sequence length"
+LIMITS = "static sequence length"
 
 
 def sequence_as_arrived(node, graph, in_perms) -> Decision:
@@ -113,26 +114,33 @@ class _Recurrence:
         self.reverse = {"forward": [False], "reverse": [True],
                         "bidirectional": [False, True]}[direction]
         self.dtype = np.dtype(ctx.dtype(0))
-        self.w, self.r = self._weight(1, "W"), self._weight(2, "R")
+        self.w, self.r = self.weight(1), self.weight(2)
         self.hidden = ctx.attr("hidden_size", self.r.shape[-1])
         width = num_gates * self.hidden
-        b = self._weight(3, "B") if ctx.has(3) else np.zeros((len(self.reverse), 2 * width))
-        self.wb, self.rb = b[:, :width].astype(self.dtype), b[:, width:].astype(self.dtype)
+        b = self.weight(3) if ctx.has(3) else np.zeros((len(self.reverse), 2 * width), self.dtype)
+        self.wb, self.rb = b[:, :width], b[:, width:]
         self.acts = _activations(ctx, default_activations, len(self.reverse))
         clip = ctx.attr("clip")
         self.clip = (lambda x: x) if clip is None else (
             lambda x: tf.clip_by_value(x, -clip, clip))
 
-    def _weight(self, i: int, name: str) -> np.ndarray:
+    def weight(self, i: int):
+        """Input i (W, R, B or P, direction first): a numpy array when constant, else a
+        tensor. Slicing and `*` work the same on both."""
         value = self.ctx.const(i)
-        if value is None:
-            raise NotImplementedError(f"{self.ctx.node.op_type} with run-time {name} is not "
-                                      "supported")
-        return value.astype(self.dtype)
+        return self.ctx.x(i) if value is None else value.astype(self.dtype)
 
-    def matrix(self, array: np.ndarray):
-        """x @ matrix(array) computes x @ array^T for an ONNX [out, in] weight."""
-        return self.ctx.const_tensor(np.ascontiguousarray(array.T))
+    def tensor(self, weight):
+        """A weight (or a slice of one) as a tensor."""
+        return self.ctx.const_tensor(weight) if isinstance(weight, np.ndarray) else weight
+
+    def linear(self, weight) -> Callable:
+        """The function x -> x @ weight^T of an ONNX [out, in] weight. A run-time weight is
+        used as it is, [out, in] being what FULLY_CONNECTED takes, with no transpose."""
+        if isinstance(weight, np.ndarray):
+            matrix = self.ctx.const_tensor(np.ascontiguousarray(weight.T))
+            return lambda x: tf.linalg.matmul(x, matrix)
+        return lambda x: tf.linalg.matmul(x, weight, transpose_b=True)
 
     def initial_states(self, inputs: list[int]) -> list[tuple]:
         """Per direction, the states from inputs such as initial_h, initial_c (None: zero)."""
@@ -168,9 +176,8 @@ class _Recurrence:
         """The node's outputs (Y, Y_h[, Y_c]; None where omitted) from one step function
         per direction: cell(projected x_t, state) -> new state."""
         x = self.ctx.x(0)
-        w = np.concatenate(list(self.w), axis=0)
-        xw = tf.linalg.matmul(x, self.matrix(w)) + self.ctx.const_tensor(
-            input_bias.reshape(-1))
+        xw = self.linear(_merge_directions(self.w))(x) + self.tensor(
+            _merge_directions(input_bias))
         parts = tf.split(xw, len(cells), axis=-1) if len(cells) > 1 else [xw]
         masks = self._masks()
         ys, finals = [], []
@@ -202,6 +209,13 @@ class _Recurrence:
         return outputs
 
 
+def _merge_directions(weight):
+    """[directions, n, ...] -> [directions * n, ...], of an array or a tensor."""
+    if isinstance(weight, np.ndarray):
+        return weight.reshape(-1, *weight.shape[2:])
+    return reshape(weight, [None, *weight.shape[2:]])
+
+
 def _masked(new: tuple, old: tuple, mask) -> tuple:
     """(state, output) of one step: where a sequence has ended the state stays `old` and
     the output is zero."""
@@ -221,11 +235,11 @@ def rnn(ctx):
     rec = _Recurrence(ctx, 1, ["Tanh"])
 
     def cell(d):
-        (f,), r = rec.acts[d], rec.matrix(rec.r[d])
+        (f,), r = rec.acts[d], rec.linear(rec.r[d])
 
         def step(x, state):
             (h,) = state
-            return (f(rec.clip(x if h is None else x + tf.linalg.matmul(h, r))),)
+            return (f(rec.clip(x if h is None else x + r(h))),)
 
         return step
 
@@ -238,22 +252,21 @@ def lstm(ctx):
     """Gates i, o, f, c (ONNX order) with optional peepholes P (i, o, f) and input_forget
     (f = 1 - i); clip bounds every gate's pre-activation."""
     rec = _Recurrence(ctx, 4, ["Sigmoid", "Tanh", "Tanh"])
-    peepholes = ctx.const(7) if ctx.has(7) else None
-    if ctx.has(7) and peepholes is None:
-        raise NotImplementedError("LSTM with run-time peepholes P is not supported")
+    peepholes = rec.weight(7) if ctx.has(7) else None
     couple = bool(ctx.attr("input_forget", 0))
     clip = rec.clip
 
     def cell(d):
-        (f, g, h_act), r = rec.acts[d], rec.matrix(rec.r[d])
+        (f, g, h_act), r = rec.acts[d], rec.linear(rec.r[d])
         p_i = p_o = p_f = None
-        if peepholes is not None and peepholes[d].any():
-            p_i, p_o, p_f = (ctx.const_tensor(v) for v in
-                             np.split(peepholes[d].astype(rec.dtype), 3))
+        p = None if peepholes is None else peepholes[d]
+        if p is not None and (not isinstance(p, np.ndarray) or p.any()):
+            p_i, p_o, p_f = (rec.tensor(p[k * rec.hidden:(k + 1) * rec.hidden])
+                             for k in range(3))
 
         def step(x, state):
             h, c = state
-            gates = x if h is None else x + tf.linalg.matmul(h, r)
+            gates = x if h is None else x + r(h)
             i, o, forget, candidate = tf.split(gates, 4, axis=-1)
             if p_i is not None and c is not None:
                 i, forget = i + c * p_i, forget + c * p_f
@@ -281,30 +294,34 @@ def gru(ctx):
     rec = _Recurrence(ctx, 3, ["Sigmoid", "Tanh"])
     before_reset = bool(ctx.attr("linear_before_reset", 0))
     hidden, clip = rec.hidden, rec.clip
-    input_bias = rec.wb + rec.rb
-    if before_reset:  # R_h's bias is multiplied by the reset gate: it stays in the loop
-        input_bias[:, 2 * hidden:] = rec.wb[:, 2 * hidden:]
+    # With linear_before_reset R_h's bias is multiplied by the reset gate: it stays in the
+    # loop. zr_only keeps a [3 * hidden] bias's z and r parts and zeroes its h part.
+    zr_only = (np.arange(3 * hidden) < 2 * hidden).astype(rec.dtype)
+    input_bias = rec.wb + (rec.rb * zr_only if before_reset else rec.rb)
 
     def cell(d):
         (f, g), r = rec.acts[d], rec.r[d]
-        r_zr = rec.matrix(r if before_reset else r[:2 * hidden])
-        r_h = None if before_reset else rec.matrix(r[2 * hidden:])
-        rb_h = rec.rb[d, 2 * hidden:]
+        r_zr = rec.linear(r if before_reset else r[:2 * hidden])
+        r_h = rb_h = rb_h_padded = None
+        if before_reset:
+            rb_h = rec.tensor(rec.rb[d, 2 * hidden:])
+            rb_h_padded = rec.tensor(rec.rb[d] * (1 - zr_only))
+        else:
+            r_h = rec.linear(r[2 * hidden:])
 
         def step(x, state):
             (h,) = state
             x_zr, x_h = tf.split(x, [2 * hidden, hidden], axis=-1)
             if h is None:
                 z, reset = tf.split(f(clip(x_zr)), 2, axis=-1)
-                candidate = (x_h + reset * ctx.const_tensor(rb_h)) if before_reset else x_h
+                candidate = (x_h + reset * rb_h) if before_reset else x_h
             else:
-                recurrent = tf.linalg.matmul(h, r_zr)
+                recurrent = r_zr(h)
                 if before_reset:
-                    recurrent = recurrent + ctx.const_tensor(np.pad(rb_h, (2 * hidden, 0)))
+                    recurrent = recurrent + rb_h_padded
                     recurrent, h_h = tf.split(recurrent, [2 * hidden, hidden], axis=-1)
                 z, reset = tf.split(f(clip(x_zr + recurrent)), 2, axis=-1)
-                candidate = x_h + (reset * h_h if before_reset
-                                   else tf.linalg.matmul(reset * h, r_h))
+                candidate = x_h + (reset * h_h if before_reset else r_h(reset * h))
             candidate = g(clip(candidate))
             return (candidate - z * candidate if h is None else candidate + z * (h - candidate),)
 

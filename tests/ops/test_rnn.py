@@ -33,11 +33,13 @@ def _randn(*shape, scale=0.5):
 
 
 def _node(op, tag, direction="forward", layout=0, bias=True, initial=None, lens=None,
-          peepholes=False, outputs=("y", "y_h", "y_c"), **attrs):
-    """One node reading "x", with random constant weights: (node, run-time feeds, constants).
+          peepholes=False, outputs=("y", "y_h", "y_c"), runtime="", **attrs):
+    """One node reading "x", with random weights: (node, run-time feeds, constants).
 
     initial: None, "input" or "const" (initial_h, and initial_c for LSTM); lens: None or
-    (lengths, "input" | "const"); outputs: "" omits one. Value names end with `tag`.
+    (lengths, "input" | "const"); outputs: "" omits one; runtime: the letters of the
+    weights fed at run time, among "w", "r", "b" and "p" (the others are constants). Value
+    names end with `tag`.
     """
     dirs = 2 if direction == "bidirectional" else 1
     width = GATES[op] * HIDDEN
@@ -61,6 +63,8 @@ def _node(op, tag, direction="forward", layout=0, bias=True, initial=None, lens=
         consts[f"p{tag}"] = _randn(dirs, 3 * HIDDEN)
         extra[3] = f"p{tag}"
     names += extra
+    for letter in runtime:
+        feeds[letter + tag] = consts.pop(letter + tag)
     while names[-1] == "":
         names.pop()
     outputs = [o + tag if o else "" for o in outputs[:3 if op == "LSTM" else 2]]
@@ -225,6 +229,45 @@ def test_opsets_and_builtin_ops(opset):
                 "UNPACK", "PACK", "RESHAPE"}
     assert set(ops) <= builtins, ops
     assert ops["FULLY_CONNECTED"] == 3 * (1 + SEQ) + SEQ, ops  # GRU: two per step
+
+
+@pytest.mark.parametrize("op", ["RNN", "LSTM", "GRU"])
+def test_run_time_weights(op):
+    """W, R, B (and P) fed at run time, all or some of them, with run-time and constant
+    initial states and lengths, as in the ONNX node tests."""
+    special = {"RNN": {"activations": ["HardSigmoid"], "activation_alpha": [0.3],
+                       "activation_beta": [0.4], "clip": 0.6},
+               "LSTM": {"peepholes": True, "input_forget": 1, "clip": 0.5},
+               "GRU": {"linear_before_reset": 1, "clip": 0.4}}[op]
+    _check([_spec(op, direction="bidirectional", initial="input", lens=([2, 3, 1], "input"),
+                  peepholes=op == "LSTM", runtime="wrbp" if op == "LSTM" else "wrb"),
+            _spec(op, direction="reverse", initial="const", lens=(UNEQUAL, "const"),
+                  runtime="rb"),
+            _spec(op, direction="forward", bias=False, runtime="w", outputs=("", "y_h", "y_c")),
+            _spec(op, direction="forward", initial="input", runtime="rbp" if op == "LSTM" else "rb",
+                  **special)])
+
+
+def test_run_time_weights_batch_first():
+    _check_batch_first([_spec(op, direction="bidirectional", initial="input", runtime="wrb",
+                              lens=(UNEQUAL, "input")) for op in ("RNN", "LSTM", "GRU")]
+                       + [_spec("GRU", direction="reverse", linear_before_reset=1,
+                                runtime="b")])
+
+
+def test_run_time_weights_builtin_ops_and_reload(tmp_path):
+    """Run-time weights are used as FULLY_CONNECTED takes them: no TRANSPOSE, builtins
+    only; the Keras files reload."""
+    model, feeds = _model([_spec("RNN", direction="forward", initial="input", runtime="wrb"),
+                           _spec("LSTM", direction="reverse", runtime="wrbp", peepholes=True),
+                           _spec("GRU", direction="forward", initial="input", runtime="wrb",
+                                 linear_before_reset=1)])
+    converted = check_model(model, feeds)
+    ops = count_tflite_ops(converted.tflite)
+    builtins = {"FULLY_CONNECTED", "BATCH_MATMUL", "ADD", "MUL", "SUB", "LOGISTIC", "TANH",
+                "SPLIT", "SPLIT_V", "UNPACK", "PACK", "RESHAPE", "STRIDED_SLICE", "SLICE"}
+    assert set(ops) <= builtins, ops
+    assert_keras_reloads(converted, feeds, tmp_path)
 
 
 def test_keras_files_reload(tmp_path):
