@@ -170,7 +170,8 @@ class ModelBuilder:
             want = plan.output_perms[name]
             value = self.values[name]
             if value.const is not None:
-                tensor = constant_weights(np.ascontiguousarray(value.const), self._anchor)
+                array = np.ascontiguousarray(value.const).reshape(value.const.shape)
+                tensor = constant_weights(array, self._anchor)
             else:
                 tensor = self.input_tensor(name, want, len(want))
             if any(tensor is t for t in inputs):

@@ -330,16 +330,26 @@ def cast_like(ctx):
 
 
 def _dropout(ctx, mask: bool):
-    if ctx.has(2):
-        training = ctx.const(2)
-        if training is None or bool(training):
-            raise NotImplementedError("Dropout with training_mode true is not supported")
+    """Identity in inference; with training_mode (constant or run-time) true, elements are
+    zeroed with probability `ratio` and the rest scaled by 1 / (1 - ratio)."""
     x = ctx.x(0)
-    outputs = [tf.identity(x)]
-    if len(ctx.node.outputs) > 1 and ctx.node.outputs[1]:
-        like = tf.ones_like if mask else tf.zeros_like
-        outputs.append(like(x, dtype=tf.bool))
-    return outputs
+    training = ctx.const(2) if ctx.has(2) else False
+    want_mask = len(ctx.node.outputs) > 1 and bool(ctx.node.outputs[1])
+    if training is not None and not bool(training):
+        outputs = [tf.identity(x)]
+        if want_mask:
+            like = tf.ones_like if mask else tf.zeros_like
+            outputs.append(like(x, dtype=tf.bool))
+        return outputs
+    ratio = ctx.x(1) if ctx.has(1) else tf.constant(0.5)
+    ratio = tf.cast(tf.reshape(ratio, []), x.dtype)
+    keep = tf.random.uniform(tf.shape(x), dtype=x.dtype) >= ratio
+    y = tf.where(keep, x / (1 - ratio), tf.zeros_like(x))
+    if training is None:  # run-time flag: keep everything when it is false
+        on = tf.reshape(tf.cast(ctx.x(2), tf.bool), [])
+        y = tf.where(on, y, x)
+        keep = tf.logical_or(keep, tf.logical_not(on))
+    return [y, keep] if want_mask else [y]
 
 
 @handler("Dropout", layout=agnostic)
@@ -348,7 +358,8 @@ def dropout(ctx):
     return _dropout(ctx, mask=False)
 
 
-@handler("Dropout", since=12, layout=agnostic, limits="inference only: training_mode false")
+@handler("Dropout", since=12, layout=agnostic,
+         limits="training_mode true draws a new mask per run (RANDOM_UNIFORM)")
 def dropout_12(ctx):
     """Inference: identity; the optional mask is all True."""
     return _dropout(ctx, mask=True)

@@ -11,6 +11,7 @@ import tensorflow as tf
 from onnx import helper
 from onnx2tf_alt.ops.softmax import softmax
 
+from onnx2tf_alt.layout import agnostic
 from onnx2tf_alt.registry import handler
 
 # Longest axis for which CumProd is unrolled into TFLite builtins (MUL, CONCATENATION);
@@ -180,3 +181,15 @@ def bernoulli(ctx):
     seed = ctx.attr("seed")
     draw = tf.random.uniform(tf.shape(p), seed=None if seed is None else int(seed))
     return tf.cast(draw < tf.cast(p, tf.float32), tf.as_dtype(ctx.out_dtype(0)))
+
+
+# --- Optional (tensor-typed values only) -------------------------------------------------
+@handler("OptionalHasElement", since=15,
+         limits="tensor inputs (always present) or no input; no optional-typed values")
+def optional_has_element(ctx):
+    return np.array(ctx.has(0))
+
+
+@handler("OptionalGetElement", since=15, layout=agnostic, limits="tensor inputs only")
+def optional_get_element(ctx):
+    return tf.identity(ctx.x(0))

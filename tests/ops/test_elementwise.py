@@ -227,6 +227,35 @@ def test_dropout(opset):
     check_nodes(nodes, {"x": x}, consts, opset=opset)
 
 
+def test_dropout_training_zero_ratio_is_identity():
+    """Run-time ratio 0 and training true: no element dropped, exactly as onnxruntime."""
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    nodes = [helper.make_node("Dropout", ["x", "ratio", "training"], ["y", "mask"])]
+    check_nodes(nodes, {"x": x, "ratio": np.array(0.0, np.float32), "training": np.array(True)})
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_dropout_training_draws_masks(training):
+    """Kept elements are scaled by 1/(1-ratio), dropped ones are 0 and the mask says which;
+    about `ratio` of them are dropped; with a run-time false flag the input passes through."""
+    from harness import convert, make_model, tf_run, tflite_run
+
+    x = rng.uniform(1, 2, (4, 50, 10)).astype(np.float32)
+    feeds = {"x": x, "ratio": np.array(0.25, np.float32), "training": np.array(training)}
+    nodes = [helper.make_node("Dropout", ["x", "ratio", "training"], ["y", "mask"])]
+    converted = convert(make_model(nodes, feeds, ["y", "mask"]))
+    for run in (tf_run, tflite_run):
+        y, mask = run(converted, feeds)
+        assert mask.dtype == bool and y.shape == x.shape
+        if not training:
+            np.testing.assert_array_equal(y, x)
+            assert mask.all()
+            continue
+        np.testing.assert_allclose(y[mask], x[mask] / 0.75, rtol=1e-6)
+        assert (y[~mask] == 0).all()
+        assert 0.2 < 1 - mask.mean() < 0.3, 1 - mask.mean()
+
+
 def test_narrow_dtypes():
     """Types TFLite arithmetic lacks are widened; results wrap back as onnxruntime's."""
     def ints(dtype, low, high, shape=SHAPE):

@@ -5,7 +5,7 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from harness import assert_close, check_node, convert, make_model, tf_run, tflite_run
+from harness import assert_close, check_model, check_node, convert, make_model, tf_run, tflite_run
 
 rng = np.random.default_rng(0)
 
@@ -125,3 +125,13 @@ def test_random_ops_shape_and_dtype(op, attrs, feeds):
     for run in (tf_run, tflite_run):
         (actual,) = run(converted, feeds)
         assert actual.shape == expected.shape and actual.dtype == expected.dtype
+
+
+def test_optional_ops_on_tensors():
+    """A plain tensor is a present optional: HasElement is true, GetElement returns it."""
+    x = normal(2, 3, 4)
+    nodes = [helper.make_node("OptionalHasElement", ["x"], ["has"]),
+             helper.make_node("OptionalGetElement", ["x"], ["got"]),
+             helper.make_node("Relu", ["got"], ["y"])]
+    model = make_model(nodes, {"x": x}, ["has", "y"], opset=18)
+    check_model(model, {"x": x})
