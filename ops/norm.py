@@ -199,4 +199,5 @@ def lp_normalization(ctx):
         norm = tf.sqrt(tf.reduce_sum(tf.square(x), axis, keepdims=True))
     else:
         raise NotImplementedError(f"LpNormalization with p={p} (ONNX allows only 1 and 2)")
-    return x / norm
+    # an all-zero slice normalizes to zeros (0 / tiny), not NaN
+    return x / tf.maximum(norm, np.finfo(x.dtype.as_numpy_dtype).tiny)

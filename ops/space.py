@@ -35,11 +35,20 @@ def depth_to_space(ctx):
     return tf.nn.depth_to_space(x, block)
 
 
-@handler("SpaceToDepth", layout=channel_last(0))
+@handler("SpaceToDepth", layout=channel_last(0), limits="CRD mode needs a static channel count")
 def space_to_depth(ctx):
     x = ctx.x(0)
     if x.dtype.is_integer and x.dtype.size <= 2:
         # TFLite's converter has no builtin SPACE_TO_DEPTH for unquantized 8/16-bit integers;
         # float32 holds them exactly (the builder casts the result back)
         x = tf.cast(x, tf.float32)
-    return tf.nn.space_to_depth(x, ctx.attr("blocksize"))
+    block = ctx.attr("blocksize")
+    y = tf.nn.space_to_depth(x, block)
+    if ctx.attr("mode", "DCR") == "CRD":  # mode exists from opset 28
+        depth = ctx.shape(0)[1]
+        if depth is None:
+            raise NotImplementedError("SpaceToDepth CRD with an unknown channel count")
+        order = np.argsort(crd_to_dcr(depth * block * block, block))
+        if np.any(order != np.arange(order.size)):
+            y = tf.gather(y, ctx.const_tensor(order.astype(np.int32)), axis=-1)
+    return y

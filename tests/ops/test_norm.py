@@ -355,6 +355,13 @@ def test_lp_norm(shape, axis, p):
     check_node("LpNormalization", {"x": randn(*shape)}, {"axis": axis, "p": p}, opset=22)
 
 
+@pytest.mark.parametrize("p", [1, 2])
+def test_lp_norm_all_zero_slice_gives_zeros(p):
+    x = randn(3, 4, 5)
+    x[1, :, 2] = 0
+    check_node("LpNormalization", {"x": x}, {"axis": 1, "p": p}, opset=22)
+
+
 @pytest.mark.parametrize(
     "op, attrs",
     [("LpNormalization", {"axis": 1, "p": 2}), ("MeanVarianceNormalization", {"axes": [0, 2]})],

@@ -35,6 +35,16 @@ def test_space_to_depth(block, shape):
     check_node("SpaceToDepth", {"x": x}, {"blocksize": block})
 
 
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+@pytest.mark.parametrize("block, shape", [(2, (2, 3, 6, 4)), (3, (1, 2, 9, 6))])
+def test_space_to_depth_modes(mode, block, shape):
+    """Opset 28 adds CRD: one channel gather after SPACE_TO_DEPTH, no transpose."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    converted = check_node("SpaceToDepth", {"x": x}, {"blocksize": block, "mode": mode}, opset=28)
+    ops = count_tflite_ops(tflite_bytes(converted.result))
+    assert ops == ({"SPACE_TO_DEPTH": 1, "GATHER": 1} if mode == "CRD" else {"SPACE_TO_DEPTH": 1})
+
+
 @pytest.mark.parametrize(
     "op, attrs",
     [("DepthToSpace", {"blocksize": 2, "mode": "CRD"}), ("SpaceToDepth", {"blocksize": 2})],
