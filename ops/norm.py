@@ -75,13 +75,15 @@ def _channel_param(ctx, i: int, dtype):
     "BatchNormalization",
     since=7,
     layout=channel_last(0),
-    limits="inference only: training_mode=1 and the running/saved statistics outputs are "
-    "not supported",
+    limits="training_mode=1 from opset 14 (batch statistics, updated running statistics); "
+    "the saved statistics outputs of opsets 7-13 are not supported",
 )
 def batch_normalization(ctx):
-    if ctx.attr("training_mode", 0) or any(ctx.node.outputs[1:]):
+    if ctx.attr("training_mode", 0):
+        return _batch_norm_training(ctx)
+    if any(ctx.node.outputs[1:]):
         raise NotImplementedError(
-            "BatchNormalization in training mode (training_mode=1 or statistics outputs) is "
+            "BatchNormalization with saved-statistics outputs (training, before opset 14) is "
             "not supported; export the model in inference mode"
         )
     x = ctx.x(0)
@@ -99,6 +101,29 @@ def batch_normalization(ctx):
     )
     mul = scale * tf.math.rsqrt(var + epsilon)
     return x * mul + (bias - mean * mul)
+
+
+def _batch_norm_training(ctx):
+    """Normalize with the batch's own mean and (population) variance per channel; the
+    running statistics outputs are input * momentum + batch * (1 - momentum)."""
+    x = ctx.x(0)
+    channel = ctx.axis(1)
+    axes = [a for a in range(ctx.rank(0)) if a != channel]
+    mean = tf.reduce_mean(x, axes)
+    var = tf.reduce_mean(tf.square(x - _to_channel(mean, ctx)), axes)
+    momentum = ctx.attr("momentum", 0.9)
+    scale = ctx.x(1) * tf.math.rsqrt(var + ctx.attr("epsilon", 1e-5))
+    y = x * _to_channel(scale, ctx) + _to_channel(ctx.x(2) - mean * scale, ctx)
+    running_mean = ctx.x(3) * momentum + mean * (1 - momentum)
+    running_var = ctx.x(4) * momentum + var * (1 - momentum)
+    return [y, running_mean, running_var][: len(ctx.node.outputs)]
+
+
+def _to_channel(vector, ctx):
+    """A per-channel vector shaped to broadcast along input 0's physical channel axis."""
+    shape = [1] * ctx.rank(0)
+    shape[ctx.axis(1)] = -1
+    return tf.reshape(vector, shape)
 
 
 @handler("InstanceNormalization", since=6, layout=channel_last(0))

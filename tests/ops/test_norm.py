@@ -71,6 +71,19 @@ def test_batch_norm(shape, epsilon):
                bn_params(shape[1]), opset=15)
 
 
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 5, 7), (3, 2, 4, 5, 3)])
+@pytest.mark.parametrize("momentum", [0.9, 0.4])
+def test_batch_norm_training_mode(shape, momentum):
+    """Batch statistics normalize; running mean and variance come back updated."""
+    nodes = [helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"],
+                              ["y", "running_mean", "running_var"], training_mode=1,
+                              momentum=momentum)]
+    feeds = {"x": randn(*shape) * 2 + 0.5}
+    params = bn_params(shape[1])
+    model = make_model(nodes, feeds, ["y", "running_mean", "running_var"], params, opset=15)
+    check_model(model, feeds)
+
+
 @pytest.mark.parametrize("opset", [7, 9, 14])
 def test_batch_norm_opsets(opset):
     check_node("BatchNormalization", {"x": randn(2, 4, 3, 5)}, {}, bn_params(4), opset=opset)
@@ -92,12 +105,17 @@ def test_batch_norm_runtime_params_not_spatial():
     check_node("BatchNormalization", inputs, {"spatial": 0}, opset=7)
 
 
-def test_batch_norm_training_mode_is_reported():
-    node = helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"],
-                            ["y", "running_mean", "running_var"], training_mode=1)
-    model = make_model([node], {"x": randn(2, 3, 4, 4)}, ["y", "running_mean", "running_var"],
-                       bn_params(3), opset=15)
-    with pytest.raises(ConversionError, match="training mode"):
+def test_batch_norm_saved_statistics_are_reported():
+    """Opset 9 training outputs (saved mean / variance) are refused with a clear reason."""
+    outputs = ["y", "running_mean", "running_var", "saved_mean", "saved_var"]
+    node = helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], outputs)
+    model = onnx.helper.make_model(onnx.helper.make_graph(
+        [node], "bn", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3, 4, 4])],
+        [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, [2, 3, 4, 4] if o == "y" else [3])
+         for o in outputs],
+        [numpy_helper.from_array(v, k) for k, v in bn_params(3).items()],
+    ), opset_imports=[helper.make_opsetid("", 9)])
+    with pytest.raises(ConversionError, match="saved-statistics outputs"):
         convert(model)
 
 
