@@ -78,14 +78,38 @@ def tf_padding(x, pads, kernel, strides, dilations, spatial, pad_value=0.0):
     return pad_spatial(x, pads, pad_value), "VALID"
 
 
-def dilate_kernel(w: np.ndarray, dilations) -> np.ndarray:
-    """ONNX-layout kernel (O, I, k...) with (d - 1) zeros between taps: exact, no dilation."""
+def dilate_kernel(w, dilations):
+    """ONNX-layout kernel (O, I, k...) with (d - 1) zeros between taps: exact, no dilation.
+
+    A numpy kernel is dilated at conversion time; a run-time one (static shape) with PAD and
+    RESHAPE: each tap followed by d - 1 zeros, the trailing zeros cut off.
+    """
     if all(d == 1 for d in dilations):
         return w
+    if not isinstance(w, np.ndarray):
+        return _dilate_tensor_kernel(w, dilations)
     taps = [(k - 1) * d + 1 for k, d in zip(w.shape[2:], dilations)]
     out = np.zeros(w.shape[:2] + tuple(taps), dtype=w.dtype)
     out[(slice(None), slice(None), *(slice(None, None, d) for d in dilations))] = w
     return out
+
+
+def _dilate_tensor_kernel(w, dilations):
+    """Each axis as (before, k, after): PAD a unit axis after the taps to d, merge, cut the
+    trailing zeros (rank <= 4, which TFLite's PAD takes)."""
+    shape = w.shape.as_list()
+    if any(size is None for size in shape):
+        raise NotImplementedError("dilated run-time kernels need a static shape")
+    for axis, d in enumerate(dilations, start=2):
+        if d == 1:
+            continue
+        before, k, after = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+        w = tf.reshape(w, [before, k, 1, after])
+        w = tf.pad(w, [[0, 0], [0, 0], [0, d - 1], [0, 0]])
+        w = tf.slice(tf.reshape(w, [before, k * d, after]), [0, 0, 0], [-1, (k - 1) * d + 1, -1])
+        shape[axis] = (k - 1) * d + 1
+        w = tf.reshape(w, shape)
+    return w
 
 
 def pool_output_size(size: int, k: int, s: int, d: int, pads, ceil_mode: bool) -> int:

@@ -1,7 +1,9 @@
 """Conv and ConvTranspose on channel-last tensors (1-D, 2-D, 3-D; groups; depthwise).
 
-1-D runs as 2-D with a unit height (TFLite has no 1-D conv). Kernels are constants moved to
-TF's layout at conversion time, so the TFLite model holds no TRANSPOSE.
+1-D runs as 2-D with a unit height (TFLite has no 1-D conv). Constant kernels are moved to
+TF's layout at conversion time, so the TFLite model holds no TRANSPOSE. Run-time kernels (a
+graph input, or computed) take the same path with the same numpy-style steps done by TF ops
+(`_ops`): only the kernel is transposed, the data stays channel-last.
 """
 
 from __future__ import annotations
@@ -14,29 +16,45 @@ from onnx2tf_alt.layout import channel_last
 from onnx2tf_alt.registry import handler
 
 
-def _weights(ctx) -> np.ndarray:
-    w = ctx.const(1)
-    if w is None:
-        raise NotImplementedError(f"{ctx.node.op_type} with run-time weights is not supported")
-    dtype = ctx.out_dtype()
-    return w if dtype is None else w.astype(dtype)
+def _weights(ctx):
+    """Input 1, the ONNX-layout kernel, in the output dtype: a numpy array when constant,
+    else a tensor (whose shape must be static)."""
+    w, dtype = ctx.const(1), ctx.out_dtype()
+    if w is not None:
+        return w if dtype is None else w.astype(dtype)
+    w = ctx.x(1)
+    if any(d is None for d in w.shape):
+        raise NotImplementedError(f"{ctx.node.op_type} with run-time weights needs their "
+                                  "static shape")
+    return w if dtype is None or w.dtype == dtype else tf.cast(w, dtype)
 
 
-def _tf_kernel(w: np.ndarray) -> np.ndarray:
+def _ops(w):
+    """numpy for a constant kernel (folded at conversion time), tf for a run-time one."""
+    return np if isinstance(w, np.ndarray) else tf
+
+
+def _kernel_tensor(ctx, kernel):
+    """A kernel in TF's layout as a tensor: constants become model weights."""
+    return ctx.const_tensor(kernel) if isinstance(kernel, np.ndarray) else kernel
+
+
+def _tf_kernel(ctx, w):
     """ONNX (A, B, k...) -> TF (k..., B, A): Conv's (O, I) and ConvTranspose's (I, O) alike."""
-    return np.moveaxis(w, [0, 1], [-1, -2])
+    rank = len(w.shape)
+    return _kernel_tensor(ctx, _ops(w).transpose(w, [*range(2, rank), 1, 0]))
 
 
 def _lift_1d(x, w, *per_axis):
     """1-D as 2-D: unit height on x and the kernel, and 1 prepended to per-axis lists."""
-    return (tf.expand_dims(x, 1), w[:, :, np.newaxis], *([1, *v] for v in per_axis))
+    return (tf.expand_dims(x, 1), _ops(w).expand_dims(w, 2), *([1, *v] for v in per_axis))
 
 
-def _per_group(x, w: np.ndarray, groups: int, fn):
+def _per_group(x, w, groups: int, fn):
     """fn(x_part, w_part) for each channel group, concatenated on the channel axis."""
     if groups == 1:
         return fn(x, w)
-    parts = zip(tf.split(x, groups, axis=-1), np.split(w, groups, axis=0))
+    parts = zip(tf.split(x, groups, axis=-1), _ops(w).split(w, groups, axis=0))
     return tf.concat([fn(xi, wi) for xi, wi in parts], axis=-1)
 
 
@@ -48,7 +66,7 @@ def _conv(ctx, x, w, strides, dilations, padding):
     if len(strides) == 3:  # the TFLite converter mis-infers dilated Conv3D shapes
         w, dilations = dilate_kernel(w, dilations), [1, 1, 1]
     op = tf.nn.conv2d if len(strides) == 2 else tf.nn.conv3d
-    return op(x, ctx.const_tensor(_tf_kernel(w)), strides=[1, *strides, 1], padding=padding,
+    return op(x, _tf_kernel(ctx, w), strides=[1, *strides, 1], padding=padding,
               dilations=[1, *dilations, 1])
 
 
@@ -59,9 +77,9 @@ def _depthwise(ctx, x, w, strides, dilations, padding):
         return tf.squeeze(_depthwise(ctx, x, w, strides, dilations, padding), 1)
     if max(strides) > 1 and max(dilations) > 1:  # TF allows dilation only with stride 1
         w, dilations = dilate_kernel(w, dilations), [1, 1]
-    channels = x.shape[-1]
-    kernel = w.reshape(channels, -1, *w.shape[2:]).transpose(2, 3, 0, 1)
-    return tf.nn.depthwise_conv2d(x, ctx.const_tensor(kernel), strides=[1, *strides, 1],
+    xp, channels = _ops(w), x.shape[-1]
+    kernel = xp.transpose(xp.reshape(w, [channels, -1, *w.shape[2:]]), [2, 3, 0, 1])
+    return tf.nn.depthwise_conv2d(x, _kernel_tensor(ctx, kernel), strides=[1, *strides, 1],
                                   padding=padding, dilations=dilations)
 
 
@@ -70,7 +88,7 @@ def _bias(ctx, y):
 
 
 @handler("Conv", layout=channel_last(0),
-         limits="constant weights; SAME_LOWER needs static spatial dims")
+         limits="run-time weights need a static shape; SAME_LOWER needs static spatial dims")
 def conv(ctx):
     w = _weights(ctx)
     kernel = list(w.shape[2:])
@@ -119,15 +137,14 @@ def _conv_transpose(ctx, x, w, strides, lengths, padding):
     dims = [*lengths, w.shape[1]]
     shape = [x.shape[0], *dims] if x.shape[0] is not None else tf.stack([tf.shape(x)[0], *dims])
     op = tf.nn.conv2d_transpose if len(strides) == 2 else tf.nn.conv3d_transpose
-    return op(x, ctx.const_tensor(_tf_kernel(w)), shape, strides=[1, *strides, 1],
-              padding=padding)
+    return op(x, _tf_kernel(ctx, w), shape, strides=[1, *strides, 1], padding=padding)
 
 
 @handler("ConvTranspose", layout=channel_last(0),
-         limits="constant weights; static spatial dims")
+         limits="static spatial dims; run-time weights need a static shape")
 def conv_transpose(ctx):
     w = _weights(ctx)
-    n = w.ndim - 2
+    n = len(w.shape) - 2
     strides = list(ctx.attr("strides", [1] * n))
     w = dilate_kernel(w, ctx.attr("dilations", [1] * n))  # TF and TFLite lack the dilation
     kernel = list(w.shape[2:])

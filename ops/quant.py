@@ -173,16 +173,25 @@ def _centered(ctx, i: int, zero_point_input: int, axis: int):
     return tf.cast(ctx.x(i), tf.float32) - _along(ctx, zero_point_input, axis, data=i)
 
 
-def _centered_weights(ctx, i: int, zero_point_input: int) -> np.ndarray:
-    """Constant ONNX-layout conv weights minus their per-output-channel zero point."""
+def _centered_weights(ctx, i: int, zero_point_input: int):
+    """ONNX-layout conv weights minus their per-output-channel zero point, as float32: a
+    numpy array when both are constants, else a tensor (of static shape)."""
+    zero_point = _along(ctx, zero_point_input, axis=0, data=i)
     w = ctx.const(i)
-    if w is None:
-        raise NotImplementedError(f"{ctx.node.op_type} with run-time weights is not supported")
-    zero_point = ctx.const(zero_point_input) if ctx.has(zero_point_input) else 0
-    if zero_point is None:
-        raise NotImplementedError("run-time weight zero points are not supported")
-    zero_point = np.asarray(zero_point, np.float32).reshape(-1, *[1] * (w.ndim - 1))
-    return w.astype(np.float32) - zero_point
+    if w is not None and _is_numpy(zero_point):
+        return w.astype(np.float32) - zero_point
+    if not ctx.shape(i) or any(d is None for d in ctx.shape(i)):
+        raise NotImplementedError(f"{ctx.node.op_type} with run-time weights needs their "
+                                  "static shape")
+    return tf.cast(ctx.x(i), tf.float32) - zero_point
+
+
+def _weight_bound(w) -> float:
+    """Largest sum of |w| over one output channel's taps; for run-time uint8 / int8 weights
+    minus their zero point, at most 255 per tap."""
+    if _is_numpy(w):
+        return float(np.abs(w).reshape(w.shape[0], -1).sum(axis=1).max())
+    return 255.0 * math.prod(w.shape[1:])
 
 
 def _conv_accumulator(ctx, x_zero_point: int, w_input: int, w_zero_point: int):
@@ -201,14 +210,9 @@ def _conv_accumulator(ctx, x_zero_point: int, w_input: int, w_zero_point: int):
         return _per_group(x, w, groups, lambda xi, wi: _conv(ctx, xi, wi, strides, dilations,
                                                             padding))
 
-    x = tf.cast(ctx.x(0), tf.float32)
-    if ctx.has(x_zero_point):
-        zero_point = ctx.const(x_zero_point)
-        if zero_point is None or np.asarray(zero_point).size != 1:
-            raise NotImplementedError("the input zero point must be a constant scalar")
-        x = x - float(np.asarray(zero_point).reshape(()))
-    bound = float(np.abs(w).reshape(w.shape[0], -1).sum(axis=1).max())
-    return _exact_product(x, bound, linear)
+    if ctx.has(x_zero_point) and ctx.shape(x_zero_point) not in ((), (1,)):
+        raise NotImplementedError("the input zero point must be a scalar")
+    return _exact_product(_centered(ctx, 0, x_zero_point, axis=1), _weight_bound(w), linear)
 
 
 def _matmul_accumulator(ctx, a: int, a_zero_point: int, b: int, b_zero_point: int):
@@ -263,17 +267,20 @@ def _multiplier(ctx, a_scale: int, b_scale: int, y_scale: int):
 
 
 @handler("ConvInteger", since=10, layout=channel_last(0),
-         limits="constant weights and zero points; scalar input zero point")
+         limits="scalar input zero point; run-time weights need a static shape")
 def conv_integer(ctx):
     return _conv_accumulator(ctx, 2, 1, 3)
 
 
 @handler("QLinearConv", since=10, layout=channel_last(0),
-         limits="constant weights and zero points")
+         limits="scalar input zero point; run-time weights need a static shape")
 def qlinear_conv(ctx):
     accumulator = _conv_accumulator(ctx, 2, 3, 5)
     if ctx.has(8):
-        accumulator = accumulator + tf.constant(np.asarray(ctx.const(8), np.int32))
+        bias = ctx.const(8)
+        bias = tf.cast(ctx.x(8), tf.int32) if bias is None else tf.constant(
+            np.asarray(bias, np.int32))
+        accumulator = accumulator + bias
     multiplier = _multiplier(ctx, 1, 4, 6)  # channel-last: output channels last
     return _requantize(ctx, accumulator, multiplier, 7, axis=1)
 

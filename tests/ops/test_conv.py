@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from harness import check_model, check_nodes, make_model
+from harness import check_model, check_nodes, count_tflite_ops, make_model
 
 rng = np.random.default_rng(0)
 
@@ -194,3 +194,108 @@ def test_conv_transpose3d():
         (2, (3, 2, 3), {"strides": [2, 2, 2], "auto_pad": "SAME_UPPER"}, 3),
     ]
     check_cases("ConvTranspose", randn(2, 3, 5, 6, 7), cases)
+
+
+# --- run-time weights ---------------------------------------------------------------------
+
+
+def check_runtime_cases(op, x, cases, opset=18, input_shapes=None):
+    """Like check_cases, with every kernel and bias a graph input fed at run time. Returns
+    the TFLite census: no Flex op, and TRANSPOSE only on kernels (at most two per kernel:
+    to TF's layout and, by the TFLite converter, to TFLite's)."""
+    nodes, feeds = [], {"x": x}
+    for i, case in enumerate(cases):
+        node, weights = conv_node(op, x, i, *case)
+        nodes.append(node)
+        feeds.update(weights)
+    if input_shapes:
+        outputs = [n.output[0] for n in nodes]
+        check_model(make_model(nodes, feeds, outputs, input_shapes=input_shapes), feeds)
+        return None
+    _, counts = check_nodes(nodes, feeds, opset=opset)
+    assert not any(name.startswith("Flex") for name in counts), counts
+    kernels = sum(1 for name in feeds if name.startswith("w"))
+    assert counts.get("TRANSPOSE", 0) <= 2 * kernels, counts
+    return counts
+
+
+def test_conv2d_runtime_weights():
+    cases = [
+        (5, (3, 3), {"pads": [1, 1, 1, 1]}),
+        (5, (3, 3), {"strides": [2, 2], "dilations": [2, 2], "pads": [1, 0, 2, 1]}),
+        (5, (3, 2), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}, 1, False),
+        (5, (3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 1]}),
+        (4, (2, 3), {"strides": [1, 2]}, 2),
+        (8, (3, 3), {"pads": [0, 1, 1, 0]}, 4),
+        (4, (3, 3), {"strides": [2, 2], "dilations": [2, 1], "pads": [1, 1, 2, 0]}, 4, False),
+    ]
+    counts = check_runtime_cases("Conv", randn(2, 4, 7, 9), cases)
+    assert counts.get("CONV_2D") == 1 + 1 + 1 + 1 + 2, counts
+    assert counts.get("DEPTHWISE_CONV_2D") == 2, counts
+
+
+def test_conv1d_3d_runtime_weights():
+    cases = [
+        (6, (3,), {"pads": [1, 2], "strides": [2]}),
+        (6, (3,), {"dilations": [2], "pads": [2, 1]}, 2),
+        (6, (2,), {"auto_pad": "SAME_UPPER"}),
+        (8, (3,), {"strides": [2], "pads": [1, 1]}, 4),
+    ]
+    check_runtime_cases("Conv", randn(3, 4, 11), cases)
+    cases = [
+        (4, (3, 2, 3), {"pads": [1, 0, 1, 0, 1, 2], "strides": [2, 1, 2]}),
+        (6, (3, 2, 3), {"dilations": [1, 2, 1], "pads": [1, 1, 1, 1, 1, 1]}, 3),
+    ]
+    check_runtime_cases("Conv", randn(2, 3, 5, 6, 7), cases)
+
+
+def test_conv_runtime_weights_dynamic_batch_and_opsets():
+    cases = [(6, (3, 3), {"pads": [1, 0, 1, 2], "strides": [2, 2]}),
+             (3, (3, 3), {"auto_pad": "SAME_UPPER"}, 3)]
+    check_runtime_cases("Conv", randn(2, 3, 7, 9), cases, input_shapes={"x": ["N", 3, 7, 9]})
+    check_runtime_cases("Conv", randn(2, 3, 7, 9), cases, opset=11)
+
+
+def test_conv_transpose_runtime_weights():
+    cases = [
+        (3, (3, 3), {}),
+        (3, (3, 3), {"strides": [2, 3], "pads": [1, 0, 2, 1]}),
+        (3, (3, 3), {"strides": [2, 2], "output_padding": [1, 0], "dilations": [2, 1]}),
+        (3, (3, 3), {"strides": [3, 2], "output_shape": [19, 16], "auto_pad": "SAME_UPPER"}),
+        (3, (3, 3), {"strides": [2, 3], "auto_pad": "SAME_LOWER"}, 1, False),
+        (2, (3, 3), {"strides": [2, 1], "pads": [0, 1, 1, 0], "dilations": [1, 2]}, 2),
+        (1, (2, 2), {"strides": [2, 2]}, 4),
+    ]
+    counts = check_runtime_cases("ConvTranspose", randn(2, 4, 7, 9), cases)
+    assert counts.get("TRANSPOSE_CONV") == 5 + 2 + 4, counts
+
+
+def test_conv_transpose_1d_3d_runtime_weights():
+    cases = [
+        (3, (3,), {"strides": [2], "pads": [1, 2], "output_padding": [1]}),
+        (2, (3,), {"dilations": [2], "output_shape": [14]}, 2),
+    ]
+    check_runtime_cases("ConvTranspose", randn(2, 4, 11), cases)
+    cases = [
+        (2, (3, 2, 3), {"strides": [2, 1, 2], "pads": [1, 0, 0, 0, 1, 1]}),
+        (1, (2, 2, 3), {"dilations": [2, 1, 1], "strides": [1, 2, 2]}, 3),
+    ]
+    check_runtime_cases("ConvTranspose", randn(2, 3, 4, 5, 6), cases)
+
+
+def test_computed_weights_between_convs_stay_channel_last():
+    """Conv -> Conv whose kernel is computed (Mul) -> Conv: the data stays channel-last;
+    only the computed kernel is transposed."""
+    x, w1, w2, w3 = randn(2, 3, 8, 8), randn(4, 3, 3, 3), randn(4, 4, 3, 3), randn(2, 4, 1, 1)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Mul", ["w2", "scale"], ["w2s"]),
+        helper.make_node("Conv", ["c1", "w2s"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c2", "w3"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": x, "scale": randn(1)}, ["y"],
+                       {"w1": w1, "w2": w2, "w3": w3})
+    converted = check_model(model, {"x": x, "scale": randn(1)})
+    assert converted.plan.perms["c2"] == (0, 2, 3, 1)
+    counts = count_tflite_ops(converted.tflite)
+    assert counts.get("TRANSPOSE", 0) <= 2 and counts.get("CONV_2D") == 3, counts

@@ -222,6 +222,50 @@ def test_qlinear_conv(dtype):
     assert "TRANSPOSE" not in census, census
 
 
+def test_conv_integer_runtime_weights_and_zero_points():
+    """Every input fed at run time: weights and both zero points; groups, depthwise, dilations, 1-D, and a fan-in that needs digit splitting
+    (run-time weights bound each tap by 255)."""
+    x, x1, xw = ints(np.uint8, 2, 4, 9, 8), ints(np.uint8, 2, 4, 11), ints(np.uint8, 1, 64, 5, 5)
+    cases = [("x", {"pads": [1, 1, 1, 1]}, 1, (6, 3, 3)), ("x", {"strides": [2, 2]}, 2, (6, 3, 3)),
+             ("x", {"dilations": [2, 1], "pads": [2, 1, 2, 1]}, 4, (4, 3, 3)),
+             ("x", {"auto_pad": "SAME_LOWER", "strides": [2, 2]}, 1, (5, 2, 3)),
+             ("x1", {"strides": [2], "pads": [1, 1]}, 2, (4, 3)),
+             ("xw", {"pads": [1, 1, 1, 1]}, 1, (3, 3, 3))]
+    feeds = {"x": x, "x1": x1, "xw": xw, "xz": np.array(100, np.uint8)}
+    nodes = []
+    for i, (src, attrs, group, (out, *kernel)) in enumerate(cases):
+        feeds[f"w{i}"] = ints(np.int8, out, feeds[src].shape[1] // group, *kernel)
+        feeds[f"wz{i}"] = np.array(i - 2, np.int8)  # onnxruntime: per-tensor only
+        nodes.append(helper.make_node("ConvInteger", [src, f"w{i}", "xz", f"wz{i}"],
+                                      [f"case{i}"], group=group, **attrs))
+    _, census = check_nodes(nodes, feeds, opset=10)
+    assert not any(name.startswith("Flex") for name in census), census
+
+
+def test_qlinear_conv_runtime_parameters():
+    """QLinearConv with weights, scales, zero points and bias all fed at run time."""
+    for dtype in (np.int8, np.uint8):
+        x = ints(dtype, 2, 4, 7, 6)
+        zero = np.array(-3 if dtype == np.int8 else 120, dtype)
+        feeds = {"x": x, "xs": np.array(0.02, np.float32), "xz": zero,
+                 "ys": np.array(0.15, np.float32), "yz": zero}
+        nodes = []
+        for name, group, per_channel in (("dense", 1, True), ("grouped", 2, False),
+                                         ("depthwise", 4, True)):
+            out = 6 if group < 4 else 4
+            feeds[f"{name}_w"] = ints(dtype, out, 4 // group, 3, 3)
+            shape = (out,) if per_channel else ()
+            feeds[f"{name}_ws"] = rng.uniform(0.002, 0.01, shape).astype(np.float32)
+            feeds[f"{name}_wz"] = np.full(shape, 2, dtype)
+            feeds[f"{name}_b"] = ints(np.int32, out, low=-2000, high=2000)
+            inputs = ["x", "xs", "xz", f"{name}_w", f"{name}_ws", f"{name}_wz", "ys", "yz",
+                      f"{name}_b"]
+            nodes.append(helper.make_node("QLinearConv", inputs, [name], group=group,
+                                          pads=[1, 0, 1, 1]))
+        _, census = check_nodes(nodes, feeds, opset=10)
+        assert not any(name.startswith("Flex") for name in census), census
+
+
 # --- MatMulInteger / QLinearMatMul ----------------------------------------------------------
 
 
