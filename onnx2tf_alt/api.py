@@ -33,14 +33,15 @@ class Converted:
 
     def tflite_result(self):
         """The BuildResult the .tflite files are converted from: `result` itself, or for a
-        model with float64 tensors a rebuild computing in float32 (see float64.py)."""
-        from onnx2tf_alt.float64 import float64_as_float32, has_float64
+        model with float64 or float16 tensors a rebuild computing in float32 (see
+        float32_compute.py)."""
+        from onnx2tf_alt.float32_compute import compute_in_float32, needs_float32_compute
 
         if self._tflite_result is None:
             self._tflite_result = self.result
-            if has_float64(self.model):
-                log.info("TFLite has few float64 kernels: the .tflite files compute in float32")
-                demoted = float64_as_float32(self.model)
+            if needs_float32_compute(self.model):
+                log.info("TFLite has few float64/float16 kernels: .tflite files compute in float32")
+                demoted = compute_in_float32(self.model)
                 self._tflite_result = build(onnx_graph=demoted, **self.layout_options).result
         return self._tflite_result
 

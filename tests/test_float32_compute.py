@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 
 from onnx2tf_alt.export.tflite import tflite_bytes
-from onnx2tf_alt.float64 import float64_as_float32, has_float64
+from onnx2tf_alt.float32_compute import compute_in_float32, needs_float32_compute
 
 from harness import (
     assert_close,
@@ -67,10 +67,27 @@ def test_the_tflite_signature_keeps_float64():
 
 def test_demotion_rewrites_constants_and_casts_only():
     model, _ = float64_model(2)
-    demoted = float64_as_float32(model)
-    assert has_float64(model) and not any(
+    demoted = compute_in_float32(model)
+    assert needs_float32_compute(model) and not any(
         t.data_type == onnx.TensorProto.DOUBLE for t in demoted.graph.initializer
     )
     ops = [n.op_type for n in demoted.graph.node]
     assert ops == ["Cast", "Mul", "CumSum", "ReduceLogSumExp", "Cast", "Add", "Cast", "Cast"]
     onnx.checker.check_model(demoted, full_check=True)
+
+
+def test_float16_model_converts_without_flex():
+    """A half-precision Conv -> Softmax -> Concat: TF computes in float16, the .tflite in
+    float32 behind float16 I/O. Tolerance: 4 float16 ulps at 1.0 (float16 rounding)."""
+    x = rng.standard_normal((2, 3, 6, 5)).astype(np.float16)
+    inits = {"w": (rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float16)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Softmax", ["c"], ["s"], axis=1),
+        helper.make_node("Concat", ["s", "c"], ["y"], axis=1),
+    ]
+    model = make_model(nodes, {"x": x}, ["y"], inits)
+    converted = check_model(model, {"x": x}, tol=4 * 2.0**-10)
+    census = count_tflite_ops(converted.tflite)
+    assert not any(op.startswith("Flex") or op == "DELEGATE" for op in census), census
+    assert census.get("TRANSPOSE", 0) == 0, census
