@@ -50,12 +50,12 @@ def median_latency(fn, runs: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def convert(path: str, out: str) -> tuple[float, float]:
+def convert(path: str, out: str, *flags: str) -> tuple[float, float]:
     """Run the CLI in a child process; return (wall seconds, peak RSS MiB of that child)."""
     start = time.perf_counter()
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "onnx2tf_alt", "-i", path, "-o", out, "-n"],
+            [sys.executable, "-m", "onnx2tf_alt", "-i", path, "-o", out, "-n", *flags],
             stdout=subprocess.DEVNULL,
             stderr=err,
         )

@@ -287,5 +287,6 @@ def convert(
             custom_inputs=custom_inputs,
             tflite_path=os.path.join(folder, f"{stem}_float32.tflite") if output_tflite else None,
             print_table=not non_verbose,
+            quant_plan=quant_plan,
         )
     return model

@@ -62,7 +62,8 @@ def parser() -> argparse.ArgumentParser:
         "-coto",
         "--check_onnx_tf_outputs_elementwise_close",
         action="store_true",
-        help="compare the model outputs of the Keras model and float32 TFLite with "
+        help="compare the model outputs of the Keras model and float32 TFLite (and, with "
+        "-odrqt/-oiqt, of each quantized file, dequantized, passing on cosine >= 0.98) with "
         "onnxruntime; writes <stem>_accuracy_report.json/.html",
     )
     p.add_argument(

@@ -347,3 +347,35 @@ def test_qdq_model_quantizes_with_its_own_ranges(per_channel, tmp_path):
         actual = run_tflite(content, converted, samples)
         cosines = [cosine(a["logits"], e) for a, e in zip(actual, expected)]
         assert min(cosines) >= 0.99, (variant, cosines)
+
+
+# --- the accuracy checker on the quantized files --------------------------------------------
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_checker_compares_quantized_files_dequantized(full, tmp_path):
+    """-oiqt with -cotof / -coto: each INT8 file is a backend of the accuracy report, its
+    values dequantized and compared with onnxruntime on a held-out photograph; every node of
+    the small CNN stays above the cosine bar in every INT8 variant."""
+    path = str(tmp_path / "cnn.onnx")
+    onnx.save(small_cnn(), path)
+    out = str(tmp_path / "out")
+    model = convert(
+        input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
+        output_integer_quantized_tflite=True,
+        check_onnx_tf_outputs_elementwise_close_full=full,
+        check_onnx_tf_outputs_elementwise_close=not full,
+    )
+    report = model.onnx2tf_alt_report
+    quantized = {k: b for k, b in report.backends.items() if k.startswith("tflite:")}
+    assert sorted(quantized) == sorted(f"tflite:{v}" for v in ALL_VARIANTS[1:])
+    for name, backend in quantized.items():
+        assert not backend.error, (name, backend.error)
+        assert backend.criterion == "cosine >= 0.98"
+        observed = [c for c in backend.checks if c.status != "unobserved"]
+        assert len(observed) == (len(report.backends["tf"].checks) if full else 1), name
+        assert all(c.status == "pass" and c.cosine >= 0.98 for c in observed), [
+            (c.output_name, c.cosine) for c in observed]
+    with open(os.path.join(out, "cnn_accuracy_report.json")) as f:
+        saved = json.load(f)
+    assert set(saved["backends"]) == {"tf", "tflite", *quantized}

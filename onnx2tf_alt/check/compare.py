@@ -32,6 +32,7 @@ class BackendReport:
     backend: str
     checks: list[ValueCheck] = field(default_factory=list)
     error: str = ""  # why nothing could be observed, when that is the case
+    criterion: str = ""  # how float values pass, when not by the report's atol/rtol
 
     @property
     def first_divergence(self) -> ValueCheck | None:
@@ -52,6 +53,7 @@ class BackendReport:
             "backend": self.backend,
             "passed": self.passed,
             "error": self.error,
+            "criterion": self.criterion,
             "first_divergence": None if first is None else asdict(first),
             "counts": {s: sum(c.status == s for c in self.checks) for s in (PASS, FAIL, UNOBSERVED)},
             "values": [asdict(c) for c in self.checks],
@@ -97,9 +99,11 @@ class AccuracyReport:
 
 def compare(
     target, reference: np.ndarray, actual: np.ndarray | None, atol: float, rtol: float,
-    missing_reason: str = "",
+    missing_reason: str = "", min_cosine: float | None = None,
 ) -> ValueCheck:
-    """Compare one value; `actual` None means the runtime could not observe it."""
+    """Compare one value; `actual` None means the runtime could not observe it. With
+    `min_cosine` (quantized models), float values pass on cosine similarity instead of
+    atol/rtol; integer and bool values stay exact."""
     ref = np.asarray(reference)
     check = ValueCheck(target.node_name, target.op_type, target.onnx_name, list(ref.shape), PASS)
     if actual is None:
@@ -118,6 +122,8 @@ def compare(
     rel = err / np.maximum(np.abs(ref.astype(np.float64)), REL_FLOOR) if err.size else err
     check.max_rel_err = _finite_or_none(np.nan_to_num(rel, nan=0.0).max()) if err.size else 0.0
     check.cosine = _cosine(ref, got)
+    if min_cosine is not None and not exact:
+        ok = check.cosine is not None and check.cosine >= min_cosine
     if not ok:
         check.status = FAIL
         if check.max_abs_err is None:

@@ -140,16 +140,14 @@ def _detached(tensor, inputs, tf):
 
 
 # --- TFLite --------------------------------------------------------------------------------
-def debug_tflite(converted, found: list[Target]) -> tuple[bytes, dict[str, str]]:
-    """A float32 .tflite whose `serving_default` signature returns every target tensor.
+def probe_conversion(converted, found: list[Target]):
+    """A copy of `converted` whose model returns every non-constant target, as its outputs
+    named value_<i>; `result.output_names` maps ONNX names to them, `output_perms` gives
+    their perms. (Constants have no tensor and are not part of it.)"""
+    import dataclasses
 
-    Returns the flatbuffer and {ONNX value name: signature output name}. Constants have no
-    tensor and are not part of it.
-    """
     import tensorflow as tf
     import tf_keras
-
-    from onnx2tf_alt.export.saved_model import signature_function
 
     result = converted.result
     model = result.model
@@ -159,14 +157,32 @@ def debug_tflite(converted, found: list[Target]) -> tuple[bytes, dict[str, str]]
         inputs=model.inputs,
         outputs={keys[k]: _detached(t, model.inputs, tf) for k, t in tensors.items()},
     )
-    serve = signature_function(probe, list(result.input_names.values()))
+    variable = [t for t in found if t.const is None]
+    probe_result = dataclasses.replace(
+        result, model=probe,
+        output_names={t.onnx_name: keys[id(t.tensor)] for t in variable},
+        output_perms={t.onnx_name: t.perm for t in variable},
+    )
+    return dataclasses.replace(converted, result=probe_result, _tflite_result=None)
+
+
+def debug_tflite(converted, found: list[Target]) -> tuple[bytes, dict[str, str]]:
+    """A float32 .tflite whose `serving_default` signature returns every target tensor.
+
+    Returns the flatbuffer and {ONNX value name: signature output name}.
+    """
+    import tensorflow as tf
+
+    from onnx2tf_alt.export.saved_model import serving_function
+
+    probe = probe_conversion(converted, found).result
+    serve = serving_function(probe)
     converter = tf.lite.TFLiteConverter.from_concrete_functions(
-        [serve.get_concrete_function()], probe
+        [serve.get_concrete_function()], probe.model
     )
     # Builtins only: the interpreter that runs the check has no Flex delegate.
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    content = converter.convert()
-    return content, {t.onnx_name: keys[id(t.tensor)] for t in found if t.const is None}
+    return converter.convert(), dict(probe.output_names)
 
 
 def tflite_values(

@@ -29,12 +29,20 @@ def _cells(index: int, check) -> tuple[str, ...]:
     )
 
 
+def _title(backend: BackendReport) -> str:
+    if backend.backend.startswith("tflite:"):
+        return f"{backend.backend[len('tflite:'):]} TFLite (dequantized)"
+    return BACKEND_TITLES.get(backend.backend, backend.backend)
+
+
 def _backend_summary(backend: BackendReport) -> str:
-    title = BACKEND_TITLES.get(backend.backend, backend.backend)
+    title = _title(backend)
     if backend.error:
         return f"{title}: not checked ({backend.error})"
     counts = {s: sum(c.status == s for c in backend.checks) for s in (PASS, FAIL, UNOBSERVED)}
     text = f"{title}: {counts[PASS]} pass, {counts[FAIL]} fail, {counts[UNOBSERVED]} unobserved"
+    if backend.criterion:
+        text += f" ({backend.criterion})"
     first = backend.first_divergence
     if first is not None:
         text += f"; first divergence at node '{first.node_name}' ({first.op_type}) " \
@@ -125,7 +133,7 @@ def write_html(report: AccuracyReport, path: str) -> None:
 
 def _html_table(backend: BackendReport) -> str:
     esc = html.escape
-    title = BACKEND_TITLES.get(backend.backend, backend.backend)
+    title = _title(backend)
     head = "".join(f"<th>{esc(c)}</th>" for c in (*COLUMNS, "note"))
     rows = []
     first = backend.first_divergence
@@ -198,7 +206,7 @@ def _svg_plot(report: AccuracyReport) -> str:
         svg.append(f"<rect x='{legend_x}' y='{height - 14}' width='10' height='10' "
                    f"fill='{_SERIES.get(backend.backend, '#555')}'/>"
                    f"<text x='{legend_x + 14}' y='{height - 5}'>"
-                   f"{BACKEND_TITLES.get(backend.backend, backend.backend)}</text>")
+                   f"{_title(backend)}</text>")
     svg.append(f"<text x='{left + plot_w / 2:.1f}' y='{height - 22}' text-anchor='middle'>"
                f"values in topological order (max abs error; 0 drawn at 1e{lo}, "
                "failures without a number as crosses on top)</text>")
@@ -210,7 +218,7 @@ def _series(backend: BackendReport, k: int, x, y, top: float) -> list[str]:
     """One runtime's points (the k-th series: later ones are drawn as rings, so points of
     several runtimes that coincide stay visible) and the line through them."""
     colour = _SERIES.get(backend.backend, "#555")
-    title = BACKEND_TITLES.get(backend.backend, backend.backend)
+    title = _title(backend)
     observed = [(i, c) for i, c in enumerate(backend.checks) if c.status != UNOBSERVED]
     numbered = [(x(i), y(c.max_abs_err or 0.0)) for i, c in observed if c.max_abs_err is not None]
     out = []

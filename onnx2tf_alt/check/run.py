@@ -42,12 +42,15 @@ def check_converted(
     tflite_model: bytes | None = None,
     model_name: str = "model",
     seed: int = DEFAULT_SEED,
+    quantized=None,
 ) -> AccuracyReport:
     """Compare the converted model with onnxruntime on one set of inputs.
 
     `full`: every node output (topological order), else only the model outputs. With
     `tflite`, the float32 TFLite is compared as well: a debugging flatbuffer exposing every
     value when `full`, else `tflite_model` (the shipped file) or a fresh conversion.
+    `quantized`: (QuantPlan, folder, stem) of written quantized files, each then compared
+    too, dequantized (see check/quantized.py).
     """
     feeds, sources = make_inputs(converted.graph, custom_inputs, seed)
     report = AccuracyReport(
@@ -72,6 +75,12 @@ def check_converted(
     report.backends["tf"] = backend("tf", tf_values(converted, found, feeds))
     if tflite:
         report.backends["tflite"] = _tflite_report(converted, found, feeds, tflite_model, backend)
+    if quantized is not None:
+        from onnx2tf_alt.check.quantized import quantized_backends
+
+        plan, folder, stem = quantized
+        for quant in quantized_backends(converted, plan, found, feeds, full, folder, stem):
+            report.backends[quant.backend] = quant
     return report
 
 
@@ -85,6 +94,7 @@ def check_and_report(
     custom_inputs: dict[str, np.ndarray] | None,
     tflite_path: str | None,
     print_table: bool = True,
+    quant_plan=None,
 ) -> AccuracyReport:
     """The check `convert` runs for -coto / -cotof: the shipped float32 .tflite (when
     written) for the model outputs, a debugging one for all values; table on stdout,
@@ -96,6 +106,7 @@ def check_and_report(
     report = check_converted(
         converted, full=full, atol=atol, rtol=rtol, custom_inputs=custom_inputs,
         tflite=tflite_path is not None, tflite_model=tflite_model, model_name=stem,
+        quantized=None if quant_plan is None else (quant_plan, folder, stem),
     )
     json_path, html_path = write_reports(report, folder, stem)
     if print_table:

@@ -1,0 +1,71 @@
+"""The accuracy check of the quantized .tflite files, dequantized, against onnxruntime.
+
+Quantization error is expected, so a float value passes on cosine similarity
+(>= QUANT_MIN_COSINE) rather than on the report's atol; integer values stay exact. The input
+is the first held-out quantization sample (a photograph for image inputs, the -cind data
+otherwise), which the quantized ranges were made for, rather than the check's random one. With
+-coto the shipped files are run. With -cotof each variant is quantized once more from a probe
+model whose outputs are every value under test (same converter settings and calibration
+samples), so the value each quantized op computes is read out and dequantized; the extra
+outputs can stop the converter fusing an activation into the op before it, which the
+report's values then show unfused.
+"""
+
+from __future__ import annotations
+
+import os
+
+from onnx2tf_alt.check.compare import BackendReport, compare
+from onnx2tf_alt.check.observe import ort_values, probe_conversion, targets
+from onnx2tf_alt.export.quantize import _rebuild, quantized_tflite, run_tflite, variants
+
+QUANT_MIN_COSINE = 0.98
+
+
+def quantized_backends(converted, plan, found, feeds, full: bool, folder: str,
+                       stem: str) -> list[BackendReport]:
+    """One BackendReport per quantized variant `plan` (export.quantize.QuantPlan) made;
+    `feeds` are used when the plan holds no held-out sample."""
+    feeds = plan.samples.held_out[0] if plan.samples.held_out else feeds
+    reference = ort_values(converted.model, feeds, [t.onnx_name for t in found])
+    qdq = plan.qdq_model is not None
+    rebuilt = _rebuild(converted, plan.qdq_model) if qdq else None
+    calibration = [] if qdq else plan.samples.calibration
+    reports = []
+    for variant in variants(plan.options, qdq):
+        name = f"tflite:{variant.suffix}"
+        path = os.path.join(folder, f"{stem}_{variant.suffix}.tflite")
+        if not os.path.isfile(path):
+            reports.append(BackendReport(name, error="the file was not written"))
+            continue
+        source = rebuilt if qdq and variant.calibrated else converted
+        try:
+            values = _values(source, variant, plan, calibration, found, feeds, full, path)
+        except Exception as exc:  # noqa: BLE001 - reported, with every value unobserved
+            lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+            reports.append(BackendReport(name, error=lines[-1] if lines else type(exc).__name__))
+            continue
+        checks = [
+            compare(t, reference[t.onnx_name], values.get(t.onnx_name), 0.0, 0.0,
+                    _missing(t), min_cosine=QUANT_MIN_COSINE)
+            for t in found
+        ]
+        reports.append(BackendReport(name, checks, criterion=f"cosine >= {QUANT_MIN_COSINE}"))
+    return reports
+
+
+def _values(source, variant, plan, calibration, found, feeds, full: bool, path: str) -> dict:
+    """{ONNX name: dequantized value in ONNX order} of one variant on `feeds`."""
+    if not full:
+        with open(path, "rb") as f:
+            return run_tflite(f.read(), source, [feeds])[0]
+    wanted = {t.onnx_name for t in found}
+    probe = probe_conversion(source, [t for t in targets(source, True) if t.onnx_name in wanted])
+    content = quantized_tflite(probe, variant, plan.options, calibration)
+    return run_tflite(content, probe, [feeds])[0]
+
+
+def _missing(target) -> str:
+    if target.const is not None:
+        return "constant at conversion time: no TFLite tensor holds it"
+    return "not a value of the quantized model"
