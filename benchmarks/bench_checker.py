@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_model import convert  # noqa: E402 - the same timed CLI run as bench_model
+from bench_model import convert  # the same timed CLI run as bench_model
 
 
 def bench(path: str) -> dict:

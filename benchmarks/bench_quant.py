@@ -1,0 +1,153 @@
+"""Quantized TFLite accuracy per variant and quant type, side by side in one run.
+
+For each image classifier (one NCHW float input) the CLI writes every quantized file with
+-odrqt -oiqt, once per channel and once per tensor (-qt), calibrated on the shipped photographs;
+the script prints the cosine similarity / top-1 agreement against the float32 TFLite on the
+held-out photographs (from <stem>_quant_report.json) and the op and tensor-dtype census of the
+full-integer files. With --qdq it also quantizes the model with onnxruntime.quantization
+(QDQ, per-tensor and per-channel), converts that QDQ model with -oiqt and compares its INT8
+TFLite with onnxruntime running the QDQ model on the held-out photographs.
+
+    python benchmarks/bench_quant.py model.onnx [more.onnx ...] [--qdq] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+
+
+def cli(path: str, out: str, *flags: str) -> None:
+    subprocess.run([sys.executable, "-m", "onnx2tf_alt", "-i", path, "-o", out, "-n", *flags],
+                   check=True)
+
+
+def census(content: bytes) -> dict:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=content)
+    ops, dtypes = {}, {}
+    for op in interpreter._get_ops_details():
+        ops[op["op_name"]] = ops.get(op["op_name"], 0) + 1
+    for t in interpreter.get_tensor_details():
+        name = np.dtype(t["dtype"]).name
+        dtypes[name] = dtypes.get(name, 0) + 1
+    return {"ops": ops, "tensor_dtypes": dtypes}
+
+
+def photos(model: onnx.ModelProto) -> tuple[np.ndarray, np.ndarray]:
+    """(calibration, held-out) NCHW photographs at the model's input size."""
+    from calibration import image_samples
+
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    calibration, held = image_samples(dims[2], dims[3], dims[1])
+    return (np.transpose(a, (0, 3, 1, 2)).astype(np.float32) for a in (calibration, held))
+
+
+def variants_row(path: str, tmp: str) -> dict:
+    stem = os.path.splitext(os.path.basename(path))[0]
+    row = {"model": stem}
+    for quant_type in ("per-channel", "per-tensor"):
+        out = os.path.join(tmp, quant_type)
+        cli(path, out, "-odrqt", "-oiqt", "-qt", quant_type)
+        with open(os.path.join(out, f"{stem}_quant_report.json")) as f:
+            report = json.load(f)
+        for entry in report["files"]:
+            key = f"{quant_type}/{entry['variant']}"
+            if entry.get("error") or not entry.get("outputs"):
+                row[key] = entry.get("error") or entry.get("not_measured")
+                continue
+            metrics = next(iter(entry["outputs"].values()))
+            row[key] = {k: round(v, 5) for k, v in metrics.items() if k != "max_abs_error"}
+        if quant_type == "per-channel":
+            for suffix in ("full_integer_quant", "full_integer_quant_with_int16_act"):
+                with open(os.path.join(out, f"{stem}_{suffix}.tflite"), "rb") as f:
+                    row[f"census/{suffix}"] = census(f.read())
+    return row
+
+
+def qdq_row(path: str, tmp: str, per_channel: bool) -> dict:
+    from ai_edge_litert.interpreter import Interpreter
+    from onnxruntime import InferenceSession
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    model = onnx.load(path)
+    name = model.graph.input[0].name
+    calibration, held = photos(model)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.rows = iter(calibration)
+
+        def get_next(self):
+            row = next(self.rows, None)
+            return None if row is None else {name: row[np.newaxis]}
+
+    stem = f"{os.path.splitext(os.path.basename(path))[0]}_qdq_{'pc' if per_channel else 'pt'}"
+    qdq_path = os.path.join(tmp, f"{stem}.onnx")
+    quantize_static(path, qdq_path, Reader(), quant_format=QuantFormat.QDQ,
+                    per_channel=per_channel)
+    out = os.path.join(tmp, stem)
+    cli(qdq_path, out, "-oiqt")
+    with open(os.path.join(out, f"{stem}_io_layout.json")) as f:
+        layout = json.load(f)
+    session = InferenceSession(qdq_path, providers=["CPUExecutionProvider"])
+    row = {"model": stem}
+    for suffix in ("integer_quant", "full_integer_quant"):
+        runner = Interpreter(
+            model_path=os.path.join(out, f"{stem}_{suffix}.tflite")).get_signature_runner()
+        inputs, outputs = runner.get_input_details(), runner.get_output_details()
+        entry_in, entry_out = layout["inputs"][0], layout["outputs"][0]
+        cosines, agree = [], []
+        for image in held:
+            x = np.transpose(image[np.newaxis], entry_in["perm"])
+            detail = inputs[entry_in["tf_name"]]
+            scale, zero = detail["quantization"]
+            if np.dtype(detail["dtype"]).kind in "iu" and scale:
+                x = np.clip(np.round(x / scale) + zero, -128, 127).astype(detail["dtype"])
+            y = runner(**{entry_in["tf_name"]: x})[entry_out["tf_name"]]
+            scale, zero = outputs[entry_out["tf_name"]]["quantization"]
+            if y.dtype.kind in "iu" and scale:
+                y = (y.astype(np.float32) - zero) * scale
+            ref = session.run(None, {name: image[np.newaxis]})[0]
+            a, b = y.ravel().astype(np.float64), ref.ravel().astype(np.float64)
+            cosines.append(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))))
+            agree.append(int(np.argmax(a) == np.argmax(b)))
+        row[suffix] = {"cosine_vs_ort_qdq": round(float(np.mean(cosines)), 5),
+                       "cosine_min": round(min(cosines), 5),
+                       "top1_agreement": float(np.mean(agree))}
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+")
+    parser.add_argument("--qdq", action="store_true")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    rows = []
+    for path in args.models:
+        jobs = [lambda tmp, p=path: variants_row(p, tmp)]
+        if args.qdq:
+            jobs = [lambda tmp, p=path, pc=pc: qdq_row(p, tmp, pc) for pc in (False, True)]
+        for job in jobs:
+            with tempfile.TemporaryDirectory() as tmp:
+                try:
+                    rows.append(job(tmp))
+                except Exception as exc:  # noqa: BLE001 - one failure must not hide the rest
+                    rows.append({"model": os.path.basename(path), "error": str(exc)[-300:]})
+            print(json.dumps(rows[-1]), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
