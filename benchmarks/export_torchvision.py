@@ -28,9 +28,10 @@ def export(name: str, out_dir: str, size: int = 224) -> str:
             m.running_mean.uniform_(-0.1, 0.1)
             m.running_var.uniform_(0.5, 1.5)
     path = os.path.join(out_dir, f"{name}.onnx")
-    with torch.no_grad():
-        torch.onnx.export(model, (torch.randn(1, 3, size, size),), path, dynamo=False,
-                          opset_version=17, input_names=["input"], output_names=["logits"])
+    # Not under no_grad: that sends attention layers down a fused fast path
+    # (aten::_native_multi_head_attention) that the exporter cannot express.
+    torch.onnx.export(model, (torch.randn(1, 3, size, size),), path, dynamo=False,
+                      opset_version=17, input_names=["input"], output_names=["logits"])
     return path
 
 

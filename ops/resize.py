@@ -17,12 +17,17 @@ import numpy as np
 import tensorflow as tf
 
 from onnx2tf_alt import perms as P
+from onnx2tf_alt.context import reshape
 from onnx2tf_alt.graph import Graph, Node
 from onnx2tf_alt.layout import channel_last, logical
 from onnx2tf_alt.registry import handler
 
 F32 = np.float32
 _EMPTY = np.zeros(0, np.float32)
+
+
+class RuntimeParameters(NotImplementedError):
+    """Scales, sizes or roi are computed at run time: the sampling must be computed in the graph."""
 
 
 @dataclass(frozen=True)
@@ -77,9 +82,8 @@ def resize_target(node: Node, opset: int, in_shape, const) -> Target:
     if roi is None and not _uses_roi(node):
         roi = _EMPTY  # only tf_crop_and_resize reads it
     if scales is None or sizes is None or roi is None:
-        raise NotImplementedError(f"{node.op_type} with run-time scales, sizes or roi")
-    axes = [a % rank for a in node.attrs.get("axes", range(rank))] if opset >= 18 else range(rank)
-    axes = list(axes)
+        raise RuntimeParameters(f"{node.op_type} with run-time scales, sizes or roi")
+    axes = resize_axes(node, opset, rank)
     if scales.size:
         scale = np.ones(rank, F32)
         scale[axes] = scales.astype(F32)
@@ -106,6 +110,12 @@ def resize_target(node: Node, opset: int, in_shape, const) -> Target:
         full_roi[axes] = roi[: len(axes)]
         full_roi[[rank + a for a in axes]] = roi[len(axes) :]
     return Target(list(scale), sizes_out, full_roi)
+
+
+def resize_axes(node: Node, opset: int, rank: int) -> list[int]:
+    """The axes that roi, scales and sizes refer to (the `axes` attribute of Resize-18+)."""
+    axes = node.attrs.get("axes", range(rank)) if opset >= 18 else range(rank)
+    return [a % rank for a in axes]
 
 
 def _uses_roi(node: Node) -> bool:
@@ -223,9 +233,8 @@ def _linear_taps(x: np.ndarray, size: int):
     return np.stack([lo, hi], 1), np.stack([w_lo, w_hi], 1).astype(np.float64)
 
 
-def _cubic_coeffs(s: np.ndarray, a: float) -> np.ndarray:
-    """Keys' cubic weights of the taps at distance s + 1, s, 1 - s, 2 - s."""
-    a = F32(a)
+def _cubic_kernel(s, a) -> list:
+    """Keys' cubic weights of the taps at distance s + 1, s, 1 - s, 2 - s (numpy or TF)."""
 
     def near(d):
         return ((a + 2) * d - (a + 3)) * d * d + 1
@@ -233,7 +242,11 @@ def _cubic_coeffs(s: np.ndarray, a: float) -> np.ndarray:
     def far(d):
         return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
 
-    return np.stack([far(s + 1), near(s), near(1 - s), far(2 - s)], 1)
+    return [far(s + 1), near(s), near(1 - s), far(2 - s)]
+
+
+def _cubic_coeffs(s: np.ndarray, a: float) -> np.ndarray:
+    return np.stack(_cubic_kernel(s, F32(a)), 1)
 
 
 def _cubic_taps(x: np.ndarray, size: int, a: float, exclude_outside: bool):
@@ -362,11 +375,28 @@ def _spatial_only(node: Node, graph: Graph) -> bool:
     shape = graph.shapes.get(node.inputs[0])
     if shape is None or not 3 <= len(shape) <= 5:
         return False
+    opset = graph.opset_of(node.domain)
     try:
-        target = resize_target(node, graph.opset_of(node.domain), shape, _graph_const(node, graph))
+        target = resize_target(node, opset, shape, _graph_const(node, graph))
+    except RuntimeParameters:
+        return _likely_spatial(node, graph, opset, shape)
     except NotImplementedError:
         return False
     return all(a >= 2 for a in _resized_axes(target))
+
+
+def _likely_spatial(node: Node, graph: Graph, opset: int, shape) -> bool:
+    """With run-time parameters, which axes change is unknown: guess spatial unless the `axes`
+    attribute or the inferred output shape says otherwise. The run-time path resizes any axis
+    in any layout, so a wrong guess costs speed, never correctness."""
+    if any(a < 2 for a in resize_axes(node, opset, len(shape))):
+        if opset >= 18 and "axes" in node.attrs:
+            return False
+        out = graph.shapes.get(node.outputs[0])
+        return out is None or not any(
+            o is not None and d is not None and o != d for o, d in zip(out[:2], shape[:2])
+        )
+    return True
 
 
 _CHANNEL_LAST = channel_last(0)
@@ -394,9 +424,9 @@ def _channel_last_spatial(ctx, resized) -> bool:
 
 
 _LIMITS = (
-    "scales, sizes and roi must be constant; linear and cubic need float data; dynamic "
-    "spatial dims only where TF's resize kernels match for every size (integer scales, "
-    "align_corners linear)"
+    "linear and cubic need float data; with constant scales and sizes, dynamic spatial dims "
+    "only where TF's resize kernels match for every size (integer scales, align_corners "
+    "linear); run-time scales, sizes or roi resize with gathers computed in the graph"
 )
 
 
@@ -406,7 +436,10 @@ def resize(ctx):
     """Resize-10 and Upsample differ from Resize-11+ only in their attributes (ResizeAttrs)."""
     at = ResizeAttrs.of(ctx.node, ctx.opset)
     shape = ctx.shape(0)
-    target = resize_target(ctx.node, ctx.opset, shape, _ctx_const(ctx))
+    try:
+        target = resize_target(ctx.node, ctx.opset, shape, _ctx_const(ctx))
+    except RuntimeParameters:
+        return runtime_resize(ctx, at)
     x = ctx.x(0)
     resized = _resized_axes(target)
     if all(n == d and n is not None for n, d in zip(target.sizes, shape)) or not resized:
@@ -508,3 +541,223 @@ def _kernel_for_any_size(at: ResizeAttrs, scales):
         if power_of_two and at.coord == "asymmetric" and at.nearest in ("floor", "simple"):
             return ("nearest", False, False)
     return None
+
+
+# --- run-time scales, sizes or roi -----------------------------------------------------------
+#
+# The same sampling as above, computed in the graph from the run-time parameters: per resized
+# axis, K input indices and weights per output position, gathered and summed. Coordinates
+# follow the ONNX reference: with scales, align_corners and tf_crop_and_resize divide by the
+# unrounded resized length in * scale.
+
+
+@dataclass
+class AxisTarget:
+    """One resized axis at run time (scalar tensors)."""
+
+    n: tf.Tensor  # input length, int32
+    m: tf.Tensor  # output length, int32
+    scale: tf.Tensor  # float32
+    length: tf.Tensor  # resized length the coordinates use (float32): in * scale, or m
+    roi: tuple  # (start, end), float32
+
+
+def _runtime_input(ctx, i: int):
+    """Input i as a tensor, or None when omitted or empty."""
+    if not ctx.has(i):
+        return None
+    const = ctx.const(i)
+    if const is not None:
+        return None if const.size == 0 else tf.constant(const)
+    shape = ctx.shape(i)
+    return None if shape and shape[0] == 0 else ctx.x(i)
+
+
+def _runtime_targets(ctx, x, axes: list[int]) -> list[AxisTarget]:
+    if ctx.node.op_type == "Upsample" or ctx.opset < 11:
+        roi, scales, sizes = None, _runtime_input(ctx, 1), None
+    else:
+        roi, scales, sizes = (_runtime_input(ctx, i) for i in (1, 2, 3))
+    dims = tf.shape(x)
+    n = [dims[ctx.axis(a)] for a in axes]
+    nf = [tf.cast(d, tf.float32) for d in n]
+    if scales is not None:
+        s = [tf.cast(scales[i], tf.float32) for i in range(len(axes))]
+        length = [si * di for si, di in zip(s, nf)]
+        m = [tf.cast(li, tf.int32) for li in length]
+    else:
+        m = [tf.cast(sizes[i], tf.int32) for i in range(len(axes))]
+        # The TFLite converter turns a division by a constant (a static input length) into a
+        # multiplication by its rounded reciprocal, which moves nearest's ties: tying the
+        # divisor to a run-time value (max(n, min(m, 0)) == n) keeps a true division.
+        s = [
+            tf.cast(mi, tf.float32) / tf.maximum(di, tf.cast(tf.minimum(mi, 0), tf.float32))
+            for mi, di in zip(m, nf)
+        ]
+        policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            common = (tf.reduce_min if policy == "not_larger" else tf.reduce_max)(tf.stack(s))
+            s = [common] * len(axes)
+            m = [tf.cast(tf.floor(common * di + 0.5), tf.int32) for di in nf]
+        length = [tf.cast(mi, tf.float32) for mi in m]
+    if roi is None or not _uses_roi(ctx.node):
+        rois = [(0.0, 1.0)] * len(axes)
+    else:
+        roi = tf.cast(roi, tf.float32)
+        rois = [(roi[i], roi[len(axes) + i]) for i in range(len(axes))]
+    return [AxisTarget(*t) for t in zip(n, m, s, length, rois)]
+
+
+def _runtime_coords(coord: str, t: AxisTarget):
+    """Input coordinate of each output position (float32, as onnxruntime computes it)."""
+    y = tf.range(t.m, dtype=tf.float32)
+    n, s, m, (r0, r1) = tf.cast(t.n, tf.float32), t.scale, t.m, t.roi
+    if coord == "asymmetric":
+        x = y / s
+    elif coord == "tf_half_pixel_for_nn":
+        x = (y + 0.5) / s
+    elif coord in ("half_pixel", "pytorch_half_pixel", "half_pixel_symmetric"):
+        x = (y + 0.5) / s - 0.5
+        if coord == "pytorch_half_pixel":
+            x = tf.where(m > 1, x, 0.0)
+        if coord == "half_pixel_symmetric":
+            x = n / 2 * (1 - tf.cast(m, tf.float32) / t.length) + x
+    elif coord == "align_corners":
+        x = tf.where(m > 1, y * (n - 1) / (t.length - 1), 0.0)
+    elif coord == "tf_crop_and_resize":
+        spread = r0 * (n - 1) + y * (r1 - r0) * (n - 1) / (t.length - 1)
+        x = tf.where(m > 1, spread, 0.5 * (r0 + r1) * (n - 1))
+    else:
+        raise NotImplementedError(f"coordinate_transformation_mode {coord!r}")
+    return tf.where(tf.equal(s, 1.0), y, x)  # an axis with scale 1 is copied
+
+
+def _trunc(x):
+    return tf.sign(x) * tf.floor(tf.abs(x))
+
+
+def _runtime_nearest(x, rule: str, scale):
+    if rule == "simple":  # Resize-10 and Upsample
+        return tf.where(scale < 1, tf.math.ceil(x), _trunc(x))
+    if rule == "floor":
+        return tf.floor(x)
+    if rule == "ceil":
+        return tf.math.ceil(x)
+    away = tf.sign(x) * tf.floor(tf.abs(x) + 0.5)  # std::round
+    if rule == "round_prefer_ceil":
+        return away
+    if rule == "round_prefer_floor":
+        return tf.where(tf.equal(x, _trunc(x) + 0.5), tf.floor(x), away)
+    raise NotImplementedError(f"nearest_mode {rule!r}")
+
+
+def _runtime_linear(x, n):
+    x = tf.clip_by_value(x, 0.0, tf.cast(n - 1, tf.float32))
+    lo = tf.minimum(tf.cast(x, tf.int32), n - 1)
+    hi = tf.minimum(lo + 1, n - 1)
+    same = tf.equal(lo, hi)
+    w_lo = tf.where(same, 0.5, tf.abs(x - tf.cast(hi, tf.float32)))
+    w_hi = tf.where(same, 0.5, tf.abs(x - tf.cast(lo, tf.float32)))
+    return tf.stack([lo, hi], 1), tf.stack([w_lo, w_hi], 1)
+
+
+def _normalized(weight):
+    total = tf.reduce_sum(weight, 1, keepdims=True)
+    return weight / tf.where(tf.equal(total, 0.0), 1.0, total)
+
+
+def _runtime_cubic(at: ResizeAttrs, x, n):
+    base = tf.floor(x)
+    index = tf.cast(base, tf.int32)[:, None] + tf.constant([-1, 0, 1, 2])
+    weight = tf.stack(_cubic_kernel(x - base, tf.constant(at.cubic_a, tf.float32)), 1)
+    if at.exclude_outside:
+        weight = _normalized(tf.where((index < 0) | (index >= n), 0.0, weight))
+    return index, weight
+
+
+def _runtime_antialias(at: ResizeAttrs, x, n, scale):
+    """onnxruntime's antialiased filter (see _antialias_taps); its width depends on the scale."""
+    inv = 1 / scale
+    support = 1.0 if at.mode == "linear" else 2.0
+    support = tf.where(inv >= 1, support * inv, support)
+    stretch = tf.where(inv >= 1, 1 / inv, 1.0)
+    center = x + 0.5
+    lo = tf.cast(tf.floor(center - support + 0.5), tf.int32)
+    hi = tf.cast(tf.floor(center + support + 0.5), tf.int32)
+    if at.exclude_outside:
+        lo, hi = tf.maximum(lo, 0), tf.minimum(hi, n)
+    index = lo[:, None] + tf.range(tf.reduce_max(hi - lo))
+    dist = tf.abs((tf.cast(index, tf.float32) - center[:, None] + 0.5) * stretch)
+    if at.mode == "linear":
+        weight = tf.where(dist < 1, 1 - dist, 0.0)
+    else:
+        a = tf.constant(at.cubic_a, tf.float32)
+        near = ((a + 2) * dist - (a + 3)) * dist * dist + 1
+        far = (((dist - 5) * dist + 8) * dist - 4) * a
+        weight = tf.where(dist < 1, near, tf.where(dist < 2, far, 0.0))
+    return index, _normalized(tf.where(index < hi[:, None], weight, 0.0))
+
+
+def _runtime_taps(at: ResizeAttrs, t: AxisTarget):
+    """(index (m,) or (m, K), weight (m, K) or None for nearest, outside (m,) or None)."""
+    x = _runtime_coords(at.coord, t)
+    weight = None
+    if at.antialias:
+        index, weight = _runtime_antialias(at, x, t.n, t.scale)
+    elif at.mode == "nearest":
+        index = tf.cast(_runtime_nearest(x, at.nearest, t.scale), tf.int32)
+    elif at.mode == "linear":
+        index, weight = _runtime_linear(x, t.n)
+    elif at.mode == "cubic":
+        index, weight = _runtime_cubic(at, x, t.n)
+    else:
+        raise NotImplementedError(f"Resize mode {at.mode!r}")
+    outside = None
+    if at.coord == "tf_crop_and_resize":
+        beyond = (x < 0) | (x > tf.cast(t.n - 1, tf.float32))
+        outside = beyond & tf.not_equal(t.scale, 1.0)
+    return _clamp_index(index, t.n), weight, outside
+
+
+def _clamp_index(index, n):
+    """index clamped to [0, n). In float32 (exact below 2**24): the TFLite converter turns an
+    integer clamp to [0, 6] into RELU6, which has no integer kernel."""
+    top = tf.cast(n - 1, tf.float32)
+    return tf.cast(tf.clip_by_value(tf.cast(index, tf.float32), 0.0, top), tf.int32)
+
+
+def _along(v, axis: int, rank: int):
+    """v, broadcastable against a rank-`rank` tensor whose axes from `axis` on it runs along."""
+    for _ in range(rank - axis - v.shape.rank):
+        v = tf.expand_dims(v, -1)
+    for _ in range(axis):
+        v = tf.expand_dims(v, 0)
+    return v
+
+
+def runtime_resize(ctx, at: ResizeAttrs):
+    """Resize whose scales, sizes or roi are known only at run time, on any axis and layout."""
+    x = ctx.x(0)
+    if at.mode != "nearest" and ctx.dtype(0).kind != "f":
+        raise NotImplementedError(f"Resize mode {at.mode!r} on {ctx.dtype(0)} data")
+    if ctx.dtype(0).kind == "f" and x.dtype not in (tf.float32, tf.float64):
+        x = tf.cast(x, tf.float32)
+    rank = ctx.rank(0)
+    axes = resize_axes(ctx.node, ctx.opset, rank)
+    inside = None
+    for a, target in zip(axes, _runtime_targets(ctx, x, axes)):
+        axis = ctx.axis(a)
+        index, weight, outside = _runtime_taps(at, target)
+        x = tf.gather(x, index, axis=axis)
+        if weight is not None:
+            weight = _along(tf.cast(weight, x.dtype), axis, rank + 1)
+            x = tf.reduce_sum(x * weight, axis + 1)
+        if outside is not None:
+            keep = _along(tf.logical_not(outside), axis, rank)
+            inside = keep if inside is None else inside & keep
+    if inside is not None:
+        x = tf.where(inside, x, tf.cast(at.extrapolation, x.dtype))
+    known = ctx.out_phys_shape(0)
+    if known is not None and any(d is None and k is not None for d, k in zip(x.shape, known)):
+        x = reshape(x, known)  # restore the static dims (channels) the next ops need
+    return x
