@@ -12,11 +12,12 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from onnx2tf_alt import perms as P
 from onnx2tf_alt.graph import Graph, Node
 from onnx2tf_alt.layout import derived, same_as_input
 from onnx2tf_alt.registry import handler
 
-from .elementwise import widen
+from .elementwise import from_ordered, ordered, widen
 
 
 # --- index arithmetic (numpy while everything is known, tensors otherwise) -----------------
@@ -191,16 +192,22 @@ def scatter_nd(ctx):
 
 # --- TopK ---------------------------------------------------------------------------------------
 def _top_k(ctx, k):
-    """Values and indices of the k largest (or smallest) along `axis`, ties by lower index."""
-    x, rank = widen(ctx.x(0)), ctx.rank(0)
+    """Values and indices of the k largest (or smallest) along `axis`, ties by lower index.
+
+    Integers are ranked on their order-preserving signed form (uint64 included: TFLite has
+    no uint64 TOPK_V2) and the smallest found as the largest of ~x = -x - 1, which unlike
+    -x does not overflow."""
+    dtype, rank = ctx.x(0).dtype, ctx.rank(0)
+    x = ordered(ctx.x(0))
     axis = ctx.axis(ctx.attr("axis", -1))
     swap = list(range(rank))
     swap[axis], swap[-1] = swap[-1], swap[axis]
     if axis != rank - 1:
         x = tf.transpose(x, swap)
     largest = ctx.attr("largest", 1)
-    values, indices = tf.math.top_k(x if largest else -x, k=k, sorted=True)
-    values = values if largest else -values
+    flip = tf.negative if x.dtype.is_floating else (lambda v: -v - 1)
+    values, indices = tf.math.top_k(x if largest else flip(x), k=k, sorted=True)
+    values = from_ordered(values if largest else flip(values), dtype)
     if axis != rank - 1:
         values, indices = tf.transpose(values, swap), tf.transpose(indices, swap)
     return [values, indices]
@@ -288,12 +295,12 @@ def compress(ctx):
 
 
 # --- Unique -------------------------------------------------------------------------------------
-@handler("Unique", since=11, limits="flattened form only (no axis)")
+@handler("Unique", since=11, limits="with an axis: O(n^2) slice comparisons")
 def unique(ctx):
     """Unique values (first-occurrence order, or ascending with sorted=1), first index of
     each, inverse indices and counts; the sort is a TopK over the unique values."""
     if ctx.attr("axis") is not None:
-        raise NotImplementedError("Unique with an axis is not supported (only the flattened form)")
+        return _unique_slices(ctx, ctx.attr("axis") % ctx.rank(0))
     x = widen(tf.reshape(ctx.x(0), [-1]))
     values, inverse = tf.unique(x, out_idx=tf.int32)
     count = tf.shape(values)[0]
@@ -303,13 +310,45 @@ def unique(ctx):
     if not ctx.attr("sorted", 1):
         return [values, first, inverse, counts]
     order = tf.math.top_k(-values, k=count).indices
-    rank = tf.scatter_nd(order[:, None], tf.range(count), tf.reshape(count, [1]))
-    return [
-        tf.gather(values, order),
-        tf.gather(first, order),
-        tf.gather(rank, inverse),
-        tf.gather(counts, order),
-    ]
+    return _in_order(order, values, first, inverse, counts)
+
+
+def _in_order(order, values, first, inverse, counts):
+    """Unique's outputs with the unique entries rearranged into `order` (a permutation)."""
+    count = tf.shape(order)[:1]
+    rank = tf.scatter_nd(tf.expand_dims(order, 1), tf.range(count[0]), count)
+    return [tf.gather(values, order), tf.gather(first, order), tf.gather(rank, inverse),
+            tf.gather(counts, order)]
+
+
+def _unique_slices(ctx, axis: int):
+    """Unique slices along `axis`: each slice (a row once the axis is moved first and the
+    rest flattened) is labelled by the first row equal to it, and a 1-D UNIQUE of the labels
+    does the rest. Sorting ranks each unique row by how many rows are lexicographically
+    smaller (decided at the first column where two rows differ)."""
+    rank = ctx.rank(0)
+    moved = [axis, *(a for a in range(rank) if a != axis)]
+    x = ctx.x(0) if axis == 0 else tf.transpose(ctx.x(0), moved)
+    rows = widen(tf.reshape(x, tf.stack([tf.shape(x)[0], tf.reduce_prod(tf.shape(x)[1:])])))
+    n, width = tf.shape(rows)[0], tf.shape(rows)[1]
+    differs = tf.reduce_any(tf.not_equal(tf.expand_dims(rows, 1), rows), -1)
+    label = tf.reduce_min(tf.where(differs, n, tf.range(n)), 1)
+    first, inverse = tf.unique(label, out_idx=tf.int32)
+    count = tf.shape(first)[0]
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(inverse), inverse, count)
+    values = tf.gather(rows, first)
+    if ctx.attr("sorted", 1):
+        column, lhs = tf.range(width), tf.expand_dims(values, 1)
+        first_difference = tf.reduce_min(tf.where(tf.not_equal(lhs, values), column, width), -1)
+        decisive = tf.equal(column, tf.expand_dims(first_difference, -1))
+        smaller = tf.reduce_any(decisive & (lhs < values), -1)  # [i, j]: row i < row j
+        position = tf.reduce_sum(tf.cast(smaller, tf.int32), 0)
+        order = tf.scatter_nd(tf.expand_dims(position, 1), tf.range(count), tf.shape(position))
+        values, first, inverse, counts = _in_order(order, values, first, inverse, counts)
+    values = tf.reshape(values, tf.concat([[count], tf.shape(x)[1:]], 0))
+    if axis:
+        values = tf.transpose(values, P.inverse(moved))
+    return [values, first, inverse, counts]
 
 
 # --- ReverseSequence ----------------------------------------------------------------------------

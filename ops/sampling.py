@@ -20,6 +20,9 @@ from onnx2tf_alt.context import reshape
 from onnx2tf_alt.layout import channel_last, same_as_input
 from onnx2tf_alt.registry import handler
 
+from .shape import scalar, shape_tensor
+from .tensor import to_inferred_shape
+
 _CUBIC_A = -0.75
 
 
@@ -155,20 +158,42 @@ def _base_coords(size: int, align: bool) -> np.ndarray:
     return (2 * np.arange(size) + 1) / size - 1
 
 
-@handler("AffineGrid", since=20, limits="constant size")
+def _runtime_base_coords(size, align: bool):
+    """_base_coords of a run-time int32 size, in float32."""
+    n, d = tf.cast(tf.range(size), tf.float32), tf.cast(size, tf.float32)
+    if align:
+        return tf.where(size > 1, n * 2 / tf.maximum(d - 1, 1) - 1, 1.0)
+    return (2 * n + 1) / d - 1
+
+
+def _runtime_base_grid(sizes: list, align: bool):
+    """(points, r + 1) rows (x, y[, z], 1) of the base grid for run-time spatial sizes."""
+    ones = tf.ones(tf.stack(sizes))
+    rank = len(sizes)
+    axes = [tf.reshape(_runtime_base_coords(d, align), [-1 if j == i else 1 for j in range(rank)])
+            * ones for i, d in enumerate(sizes)]
+    return tf.reshape(tf.stack([*reversed(axes), ones], -1), [-1, rank + 1])
+
+
+@handler("AffineGrid", since=20, limits="run-time size: float32 base grid")
 def affine_grid(ctx):
-    size = ctx.const(1)
-    if size is None:
-        raise NotImplementedError("AffineGrid with a run-time size")
-    spatial = [int(d) for d in size[2:]]
+    size, out = ctx.const(1), ctx.out_shape(0)
     align = bool(ctx.attr("align_corners", 0))
-    axes = np.meshgrid(*[_base_coords(d, align) for d in spatial], indexing="ij")
-    # one row (x, y[, z], 1) per output point, innermost spatial axis first
-    base = np.stack([*reversed([a.ravel() for a in axes]), np.ones(math.prod(spatial))], -1)
     theta = ctx.x(0)
-    base = ctx.const_tensor(base[np.newaxis].astype(theta.dtype.as_numpy_dtype))
-    points = tf.matmul(base, theta, transpose_b=True)  # (N, points, r)
-    return tf.reshape(points, [-1, *spatial, len(spatial)])
+    if size is not None or (out is not None and None not in out[1:-1]):
+        spatial = [int(d) for d in (size[2:] if size is not None else out[1:-1])]
+        axes = np.meshgrid(*[_base_coords(d, align) for d in spatial], indexing="ij")
+        # one row (x, y[, z], 1) per output point, innermost spatial axis first
+        base = np.stack([*reversed([a.ravel() for a in axes]), np.ones(math.prod(spatial))], -1)
+        base = ctx.const_tensor(base.astype(theta.dtype.as_numpy_dtype))
+    else:
+        spatial = tf.unstack(tf.cast(tf.reshape(ctx.x(1), [-1]), tf.int32)[2:],
+                             num=ctx.shape(1)[0] - 2)
+        base = tf.cast(_runtime_base_grid(spatial, align), theta.dtype)
+    points = tf.matmul(base[tf.newaxis], theta, transpose_b=True)  # (N, points, r)
+    if isinstance(spatial[0], int):
+        return tf.reshape(points, [-1, *spatial, len(spatial)])
+    return tf.reshape(points, tf.stack([-1, *spatial, len(spatial)]))
 
 
 # --- Col2Im ----------------------------------------------------------------------------------
@@ -190,15 +215,42 @@ def col2im_table(image, block, dilations, pads, strides) -> np.ndarray:
     return np.array([s + [zero] * (width - len(s)) for s in sources], np.int32)
 
 
-@handler("Col2Im", since=18, limits="constant image_shape and block_shape")
+def _unravel(index, dims: list) -> list:
+    """Row-major coordinates of a flat index over run-time `dims`."""
+    return [(index // math.prod(dims[i + 1:])) % d for i, d in enumerate(dims)]
+
+
+def _runtime_col2im(ctx, dilations, pads, strides):
+    """Col2Im with run-time shapes: each column's image position (or -1 when it falls in
+    the padding) becomes a one-hot row, and one matmul sums the columns into the image."""
+    n = ctx.shape(1)[0]
+    image, block = (tf.unstack(tf.cast(tf.reshape(scalar(ctx, i), [-1]), tf.int32), num=n)
+                    for i in (1, 2))
+    counts = [(image[i] + pads[i] + pads[n + i] - dilations[i] * (block[i] - 1) - 1)
+              // strides[i] + 1 for i in range(n)]
+    x = ctx.x(0)
+    shape, size = tf.shape(x), math.prod(block)
+    offset = _unravel(tf.range(size)[:, None], block)  # (block element, 1) per axis
+    where = _unravel(tf.range(shape[2])[None, :], counts)  # (1, block) per axis
+    pos = [w * s + o * d - p for w, s, o, d, p in zip(where, strides, offset, dilations, pads)]
+    inside = tf.reduce_all(tf.stack([(p >= 0) & (p < d) for p, d in zip(pos, image)]), 0)
+    flat = tf.add_n([p * math.prod(image[i + 1:]) for i, p in enumerate(pos)])
+    onehot = tf.one_hot(tf.reshape(tf.where(inside, flat, -1), [-1]), math.prod(image),
+                        dtype=x.dtype)
+    y = tf.matmul(tf.reshape(x, [-1, size * shape[2]]), onehot)
+    return to_inferred_shape(ctx, tf.reshape(y, tf.stack([shape[0], shape[1] // size, *image])))
+
+
+@handler("Col2Im", since=18, limits="run-time image_shape or block_shape: one-hot matmul")
 def col2im(ctx):
     image, block = ctx.const(1), ctx.const(2)
+    n = ctx.shape(1)[0]
+    dilations, pads, strides = (list(ctx.attr(name, [default] * k * n)) for name, default, k in
+                                (("dilations", 1, 1), ("pads", 0, 2), ("strides", 1, 1)))
     if image is None or block is None:
-        raise NotImplementedError("Col2Im with run-time image_shape or block_shape")
+        return _runtime_col2im(ctx, dilations, pads, strides)
     image, block = [int(d) for d in image], [int(d) for d in block]
-    n = len(image)
-    table = col2im_table(image, block, list(ctx.attr("dilations", [1] * n)),
-                         list(ctx.attr("pads", [0] * 2 * n)), list(ctx.attr("strides", [1] * n)))
+    table = col2im_table(image, block, dilations, pads, strides)
     depth, blocks = _static_dims(ctx, ctx.shape(0)[1:], "channel and block counts")
     channels = depth // math.prod(block)
     x = tf.reshape(ctx.x(0), [-1, channels, depth * blocks // channels])
@@ -209,15 +261,14 @@ def col2im(ctx):
 
 
 # --- CenterCropPad ---------------------------------------------------------------------------
-@handler("CenterCropPad", since=18, layout=same_as_input(0),
-         limits="constant shape; static dims on the cropped or padded axes")
+@handler("CenterCropPad", since=18, layout=same_as_input(0))
 def center_crop_pad(ctx):
     target = ctx.const(1)
-    if target is None:
-        raise NotImplementedError("CenterCropPad with a run-time shape")
     rank = ctx.rank(0)
     axes = [a % rank for a in ctx.attr("axes", range(rank))]
-    dims = _static_dims(ctx, [ctx.shape(0)[a] for a in axes], "dims on the cropped axes")
+    if target is None or any(ctx.shape(0)[a] is None for a in axes):
+        return _runtime_center_crop_pad(ctx, axes)
+    dims = [int(ctx.shape(0)[a]) for a in axes]
     x = ctx.x(0)
     begin, size, pads = [0] * rank, [-1] * rank, [[0, 0] for _ in range(rank)]
     for axis, dim, want in zip(axes, dims, (int(t) for t in target)):
@@ -233,13 +284,29 @@ def center_crop_pad(ctx):
     return x
 
 
+def _runtime_center_crop_pad(ctx, axes: list[int]):
+    """The same crop (SLICE) and pad (PAD) with sizes computed at run time."""
+    dims = shape_tensor(ctx)
+    target = tf.cast(tf.reshape(scalar(ctx, 1), [-1]), tf.int32)
+    want = tf.stack([target[axes.index(a)] if a in axes else dims[a] for a in range(ctx.rank(0))])
+    want, dims = tf.gather(want, ctx.perm(0)), tf.gather(dims, ctx.perm(0))  # physical order
+    grow = tf.maximum(want - dims, 0)
+    x = tf.slice(ctx.x(0), tf.maximum(dims - want, 0) // 2, tf.minimum(dims, want))
+    x = tf.pad(x, tf.stack([grow // 2, grow - grow // 2], axis=1))
+    return to_inferred_shape(ctx, x)
+
+
 # --- MaxUnpool -------------------------------------------------------------------------------
-def _unpool_sizes(ctx) -> list[int]:
-    """Output spatial sizes: the output_shape input, else from kernel, strides and pads."""
-    output_shape = ctx.const(2)
+def _unpool_sizes(ctx) -> list:
+    """Output spatial sizes: the output_shape input (ints, or int32 scalars at run time when
+    neither it nor the inferred output shape is known), else from kernel, strides, pads."""
+    output_shape, out = ctx.const(2), ctx.out_shape(0)
     if ctx.has(2):
+        if output_shape is None and out is not None and None not in out[2:]:
+            output_shape = out
         if output_shape is None:
-            raise NotImplementedError("MaxUnpool with a run-time output_shape")
+            sizes = tf.cast(tf.reshape(ctx.x(2), [-1]), tf.int32)[2:]
+            return tf.unstack(sizes, num=ctx.shape(2)[0] - 2)
         return [int(d) for d in output_shape[2:]]
     kernel = list(ctx.attr("kernel_shape"))
     n = len(kernel)
@@ -264,12 +331,14 @@ def max_unpool(ctx):
     index = (batch * spatial + where) * channels + channel
     x = ctx.x(0)
     batch_size = ctx.shape(0)[0]
-    total = spatial * channels
-    shape = [batch_size * total] if batch_size is not None else tf.shape(x)[:1] * total
+    count = (batch_size if batch_size is not None else tf.shape(x)[0]) * spatial * channels
+    shape = [count] if isinstance(count, int) else tf.reshape(count, [1])
     y = tf.scatter_nd(index, tf.reshape(x, [-1]), shape)
     kernel, strides = ctx.attr("kernel_shape"), ctx.attr("strides", [1] * len(sizes))
     if any(k > s for k, s in zip(kernel, strides)):
         # overlapping windows may pick one input twice; MaxPool's duplicates hold one value
         hits = tf.scatter_nd(index, tf.ones_like(tf.reshape(x, [-1])), shape)
         y = y / tf.maximum(hits, 1)
-    return tf.reshape(y, [-1, *sizes, channels])
+    if isinstance(spatial, int):
+        return tf.reshape(y, [-1, *sizes, channels])
+    return tf.reshape(y, tf.stack([-1, *sizes, channels]))

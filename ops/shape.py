@@ -213,7 +213,7 @@ def shape(ctx):
     if shape is None:  # a subgraph value with no inferred shape lies in ONNX order
         x = ctx.x(0)
         picks = list(range(x.shape.rank))[ctx.attr("start", 0) : ctx.attr("end", None)]
-        return tf.gather(tf.shape(x, out_type=tf.int64), picks)
+        return tf.gather(tf.shape(x, out_type=tf.int64), np.array(picks, np.int32))
     picks = list(range(len(shape)))[ctx.attr("start", 0) : ctx.attr("end", None)]
     if all(shape[a] is not None for a in picks):
         return np.array([shape[a] for a in picks], dtype=np.int64)
@@ -257,11 +257,14 @@ def constant_of_shape(ctx):
 
 @handler("Range")
 def range_(ctx):
+    """Inputs are scalars; one-element tensors are read as scalars too (onnxruntime and the
+    spec's own function bodies, e.g. AffineGrid's, pass them)."""
     start, limit, delta = (ctx.const(i) for i in range(3))
     if start is not None and limit is not None and delta is not None:
+        start, limit, delta = (v.reshape(()) for v in (start, limit, delta))
         count = max(int(np.ceil((limit - start) / delta)), 0)
         return (start + np.arange(count) * delta).astype(start.dtype)
-    return tf.range(*(scalar(ctx, i) for i in range(3)))
+    return tf.range(*(tf.reshape(scalar(ctx, i), []) for i in range(3)))
 
 
 # --- Expand and Tile ---------------------------------------------------------------------

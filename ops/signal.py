@@ -16,6 +16,8 @@ import tensorflow as tf
 
 from onnx2tf_alt.registry import handler
 
+from .shape import scalar
+
 
 # --- DFT matrices ------------------------------------------------------------------------------
 def _angles(outputs: int, inputs: int, length: int, inverse: bool) -> np.ndarray:
@@ -94,7 +96,8 @@ def _dft_length(ctx, i: int, default: int) -> int:
     return int(value)
 
 
-def _dft(ctx, axis: int):
+def _dft_matrix_on(ctx, axis: int) -> np.ndarray:
+    """The DFT matrix for transforming logical `axis` of input 0."""
     shape = ctx.shape(0)
     rank = len(shape)
     axis = axis % rank
@@ -105,7 +108,13 @@ def _dft(ctx, axis: int):
         raise NotImplementedError("DFT needs static dims from the transformed axis on")
     inverse, onesided = bool(ctx.attr("inverse", 0)), bool(ctx.attr("onesided", 0))
     length = _dft_length(ctx, 1, 2 * (n - 1) if inverse and onesided else n)
-    matrix = dft_matrix(n, length, shape[-1] == 2, onesided, inverse)
+    return dft_matrix(n, length, shape[-1] == 2, onesided, inverse)
+
+
+def _dft(ctx, axis: int):
+    shape = ctx.shape(0)
+    axis = axis % len(shape)
+    matrix = _dft_matrix_on(ctx, axis)
     x = ctx.x(0)
     if x.dtype not in (tf.float32, tf.float64):
         x = tf.cast(x, tf.float32)
@@ -120,41 +129,107 @@ def dft_17(ctx):
     return _dft(ctx, ctx.attr("axis", 1))
 
 
-@handler("DFT", since=20, limits="constant axis")
+@handler("DFT", since=20,
+         limits="a run-time axis computes the DFT on every axis that fits the output shape "
+                "and selects one (SELECT_V2)")
 def dft_20(ctx):
     """The axis moved from an attribute to input 2 (default -2)."""
     axis = ctx.const(2) if ctx.has(2) else np.array(-2)
     if axis is None:
-        raise NotImplementedError("DFT with a run-time axis")
+        return _runtime_axis_dft(ctx)
     return _dft(ctx, int(axis))
 
 
+def _runtime_axis_dft(ctx):
+    """DFT along an axis known only at run time: the transform on each axis whose result
+    has the output's inferred shape, the one asked for picked with a run-time compare."""
+    shape, out = ctx.shape(0), ctx.out_shape(0)
+    candidates, shapes = [], {}
+    for axis in range(len(shape) - 1):
+        try:
+            matrix = _dft_matrix_on(ctx, axis)
+        except NotImplementedError:
+            continue
+        shapes[axis] = (*shape[:axis], matrix.shape[2], *shape[axis + 1 : -1], matrix.shape[3])
+        if out is None or all(o is None or o == d for o, d in zip(out, shapes[axis])):
+            candidates.append(axis)
+    if not candidates or len({shapes[a] for a in candidates}) > 1:
+        raise NotImplementedError(f"DFT with a run-time axis: the axes {candidates} of {shape} "
+                                  f"give different shapes and the output's is {out}")
+    chosen = tf.cast(tf.reshape(ctx.x(2), []), tf.int32)
+    chosen = tf.where(chosen < 0, chosen + len(shape), chosen)
+    y = _dft(ctx, candidates[-1])
+    for axis in candidates[-2::-1]:
+        y = tf.where(tf.equal(chosen, axis), _dft(ctx, axis), y)
+    return y
+
+
 # --- STFT --------------------------------------------------------------------------------------
-def _windowed_frames_dft(ctx, x, shape, step: int, frame: int, bins: np.ndarray):
-    """STFT with a run-time window: frames gathered, windowed, then one DFT matmul."""
-    starts = np.arange((shape[1] - frame) // step + 1) * step
-    where = (starts[:, None] + np.arange(frame)).astype(np.int32)
-    frames = tf.gather(x, ctx.const_tensor(where), axis=1)  # (batch, frames, frame, c)
-    frames = frames * tf.reshape(tf.cast(ctx.x(2), x.dtype), [frame, 1])
-    return apply_along(frames, [shape[0], len(starts), frame, shape[-1]], 2, bins,
-                       ctx.const_tensor)
+def _sin_quarters(quarters, n):
+    """sin(pi / 2 * quarters / n) for int32 `quarters`, folded into [-n, n] first, so that
+    whole half turns give exactly 0 and quarter turns exactly +-1 in float32."""
+    a = tf.math.floormod(quarters, 4 * n)
+    a = tf.where(a > 2 * n, a - 4 * n, a)
+    a = tf.where(a > n, 2 * n - a, tf.where(a < -n, -2 * n - a, a))
+    return tf.sin(np.pi / 2 * tf.cast(a, tf.float32) / tf.cast(n, tf.float32))
+
+
+def _runtime_dft_matrix(frame, complex_input: bool, onesided: bool):
+    """dft_matrix(frame, frame, ...) for a run-time frame length, flattened to
+    (frame * ci, bins * 2), in float32; and the bin count."""
+    bins = frame // 2 + 1 if onesided else frame
+    k_t = tf.math.floormod(tf.range(frame)[:, None] * tf.range(bins)[None, :], frame)
+    # angle -2 pi k t / frame, i.e. -4 k t quarter turns of frame units
+    cos, sin = _sin_quarters(4 * k_t + frame, frame), _sin_quarters(-4 * k_t, frame)
+    matrix = tf.stack([cos, sin], -1)  # (t, k, re/im) of a real sample
+    if complex_input:  # an imaginary sample contributes i (cos + i sin)
+        matrix = tf.stack([matrix, tf.stack([-sin, cos], -1)], 1)
+    return tf.reshape(matrix, tf.stack([-1, bins * 2])), bins
+
+
+def _framed_dft(ctx, x, step, frame: int | None):
+    """STFT with a run-time window, frame_step, signal length or frame_length: frames
+    gathered (GATHER), windowed, then one DFT matmul. The frame starts are constants when
+    step and length are; a run-time frame length builds the DFT matrix with COS and SIN."""
+    shape = ctx.shape(0)
+    if step is not None and shape[1] is not None and frame is not None:
+        starts = np.arange((shape[1] - frame) // int(step) + 1) * int(step)
+        where = ctx.const_tensor((starts[:, None] + np.arange(frame)).astype(np.int32))
+    else:
+        step = tf.cast(tf.reshape(scalar(ctx, 1), []), tf.int32)
+        size = frame if frame is not None else tf.cast(tf.reshape(ctx.x(3), []), tf.int32)
+        starts = tf.range((tf.shape(x)[1] - size) // step + 1) * step
+        where = starts[:, None] + tf.range(size)[None, :]
+    frames = tf.gather(x, where, axis=1)  # (batch, frames, frame, c)
+    if ctx.has(2):
+        frames = frames * tf.reshape(tf.cast(ctx.x(2), x.dtype), [-1, 1])
+    onesided = bool(ctx.attr("onesided", 1))
+    if frame is not None:
+        bins = dft_matrix(frame, frame, shape[-1] == 2, onesided, False)
+        return apply_along(frames, [shape[0], frames.shape[1], frame, shape[-1]], 2, bins,
+                           ctx.const_tensor)
+    matrix, bins = _runtime_dft_matrix(size, shape[-1] == 2, onesided)
+    y = tf.matmul(tf.reshape(frames, tf.stack([-1, size * shape[-1]])), tf.cast(matrix, x.dtype))
+    dims = tf.shape(frames)
+    return tf.reshape(y, tf.stack([dims[0], dims[1], bins, 2]))
 
 
 @handler("STFT", since=17,
-         limits="static signal length; constant frame_step and frame_length")
+         limits="run-time frame_step, frame_length or signal length: frames gathered at run "
+                "time (a run-time frame_length builds the DFT matrix with COS/SIN)")
 def stft(ctx):
     """A constant (or no) window folds into the DFT matrix: one strided convolution."""
     shape = ctx.shape(0)
     step, window = ctx.const(1), ctx.const(2)
-    if step is None or shape[1] is None:
-        raise NotImplementedError("STFT with a run-time frame_step or signal length")
-    frame = _dft_length(ctx, 3, ctx.shape(2)[0] if ctx.has(2) else None)
-    bins = dft_matrix(frame, frame, shape[-1] == 2, bool(ctx.attr("onesided", 1)), False)
+    frame = ctx.shape(2)[0] if ctx.has(2) else None
+    if ctx.has(3) and ctx.const(3) is not None:
+        frame = int(ctx.const(3))
     x = ctx.x(0)
     if x.dtype not in (tf.float32, tf.float64):
         x = tf.cast(x, tf.float32)
-    if ctx.has(2) and window is None:
-        return _windowed_frames_dft(ctx, x, shape, int(step), frame, bins)
+    if step is None or shape[1] is None or frame is None or (ctx.has(2) and window is None):
+        return _framed_dft(ctx, x, step, frame)
+    bins = dft_matrix(frame, frame, shape[-1] == 2, bool(ctx.attr("onesided", 1)), False)
     if window is not None:
         bins = bins * window.astype(np.float64)[:, None, None, None]
     kernel = bins.reshape(1, frame, bins.shape[1], -1).astype(x.dtype.as_numpy_dtype)
@@ -226,10 +301,37 @@ def mel_weight_matrix(bins: int, dft_length: int, rate: int, low: float, high: f
     return weights
 
 
-@handler("MelWeightMatrix", since=17, limits="constant inputs")
+def _runtime_mel_weight_matrix(bins, length, rate, low, high):
+    """mel_weight_matrix of run-time int32 / float32 scalars, in float32 throughout."""
+
+    def to_mel(hz):
+        return 2595 * tf.math.log(1 + hz / 700) / np.log(10.0).astype(np.float32)
+
+    low_mel, high_mel = to_mel(low), to_mel(high)
+    step = (high_mel - low_mel) / tf.cast(bins + 2, tf.float32)
+    mels = low_mel + step * tf.cast(tf.range(bins + 2), tf.float32)
+    hz = 700 * (tf.pow(10.0, mels / 2595) - 1)
+    edges = tf.cast(tf.floor(tf.cast(length + 1, tf.float32) * hz / tf.cast(rate, tf.float32)),
+                    tf.int32)
+    left, center, right = edges[None, :-2], edges[None, 1:-1], edges[None, 2:]
+    j = tf.range(length // 2 + 1)[:, None]
+
+    def ramp(num, den):
+        return tf.cast(num, tf.float32) / tf.cast(tf.maximum(den, 1), tf.float32)
+
+    rising = tf.where(center > left, ramp(j - left, center - left), 1.0)
+    rising = tf.where((j >= left) & (j <= center), rising, 0.0)
+    return tf.where((j >= center) & (j < right), ramp(right - j, right - center), rising)
+
+
+@handler("MelWeightMatrix", since=17,
+         limits="run-time inputs: computed in float32 (onnxruntime takes float64 steps), so "
+                "a filter edge within float32 rounding of an integer bin may move")
 def mel_weight(ctx):
     values = [ctx.const(i) for i in range(5)]
     if any(v is None for v in values):
-        raise NotImplementedError("MelWeightMatrix with run-time inputs")
+        return _runtime_mel_weight_matrix(
+            *(tf.cast(tf.reshape(scalar(ctx, i), []), tf.int32) for i in range(3)),
+            *(tf.cast(tf.reshape(scalar(ctx, i), []), tf.float32) for i in (3, 4)))
     bins, length, rate, low, high = values
     return mel_weight_matrix(int(bins), int(length), int(rate), float(low), float(high))

@@ -107,9 +107,63 @@ def _slice(ctx, starts, ends, axes, steps):
             if isinstance(stop, int) and abs(stop) >= INT32_MAX and (stop > 0) == (step > 0):
                 end_mask |= 1 << p  # through the last element in the stepping direction
         begin[p], end[p] = _int32(start), _int32(stop)
-    if not all(isinstance(v, int) for v in begin + end):
-        begin, end = tf.stack(begin), tf.stack(end)
-    return tf.strided_slice(x, begin, end, strides, begin_mask, end_mask)
+    return _strided_slice(x, begin, end, strides, begin_mask, end_mask)
+
+
+TFLITE_SLICE_RANK = 5  # the most axes TFLite's STRIDED_SLICE takes
+
+
+def _strided_slice(x, begin: list, end: list, strides: list, begin_mask: int, end_mask: int):
+    """tf.strided_slice with begin/end lists of ints or run-time scalars.
+
+    Above TFLite's rank limit, each run of adjacent axes taken whole is merged into one axis
+    first (RESHAPE, STRIDED_SLICE, RESHAPE back) rather than leaving a Select TF op.
+    """
+    whole = [begin_mask >> a & end_mask >> a & 1 and step == 1 for a, step in enumerate(strides)]
+    groups = []  # runs of physical axes: whole ones merged, sliced ones alone
+    for a, take_all in enumerate(whole):
+        if take_all and groups and whole[groups[-1][-1]]:
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+    if len(strides) <= TFLITE_SLICE_RANK or len(groups) > TFLITE_SLICE_RANK:
+        return tf.strided_slice(x, _stacked(begin), _stacked(end), strides, begin_mask, end_mask)
+    dims = _dims(x)
+    merged = _reshaped(x, [_product([dims[a] for a in g]) for g in groups])
+    firsts = [g[0] for g in groups]
+    y = tf.strided_slice(
+        merged, _stacked([begin[a] for a in firsts]), _stacked([end[a] for a in firsts]),
+        [strides[a] for a in firsts],
+        sum(1 << i for i, a in enumerate(firsts) if begin_mask >> a & 1),
+        sum(1 << i for i, a in enumerate(firsts) if end_mask >> a & 1))
+    sliced = _dims(y)
+    out = [d for i, g in enumerate(groups) for d in ([dims[a] for a in g] if whole[g[0]]
+                                                    else [sliced[i]])]
+    return _reshaped(y, out)
+
+
+def _stacked(values: list):
+    return values if all(isinstance(v, int) for v in values) else tf.stack(values)
+
+
+def _dims(x) -> list:
+    """Dims of x: ints where static, run-time scalars elsewhere."""
+    static = x.shape.as_list()
+    if None not in static:
+        return static
+    dynamic = tf.shape(x)
+    return [d if d is not None else dynamic[i] for i, d in enumerate(static)]
+
+
+def _product(dims: list):
+    result = 1
+    for d in dims:
+        result = result * d if not isinstance(result, int) or isinstance(d, int) else d * result
+    return result
+
+
+def _reshaped(x, dims: list):
+    return tf.reshape(x, dims if all(isinstance(d, int) for d in dims) else tf.stack(dims))
 
 
 @handler("Slice", layout=same_as_input(0), limits="starts/ends/axes attributes")
@@ -198,17 +252,22 @@ def gather(ctx):
 
 
 # --- Pad ---------------------------------------------------------------------------------
-def _gather_pad(x, axis: int, dim, before: int, after: int, mode: str):
-    """Edge or wrap padding (negative pads crop) along one physical axis, as a gather."""
-    if dim is None:
-        size = tf.shape(x)[axis]
-        positions = tf.range(-before, size + after)
-        index = tf.clip_by_value(positions, 0, size - 1) if mode == "edge" else positions % size
+def _gather_pad(x, axis: int, dim, before, after, mode: str):
+    """Edge or wrap padding along one physical axis, as a gather; `before` and `after` are
+    ints or run-time int32 scalars. Negative pads crop first (as the ONNX reference does),
+    so wrap repeats the cropped extent."""
+    static = dim is not None and isinstance(before, int) and isinstance(after, int)
+    xp = np if static else tf.math
+    size = dim if dim is not None else tf.shape(x)[axis]
+    low = xp.maximum(-before, 0)
+    span = size - xp.maximum(-after, 0) - low
+    positions = (np.arange if static else tf.range)(-xp.maximum(before, 0),
+                                                    span + xp.maximum(after, 0))
+    if mode == "edge":
+        index = low + (np.clip if static else tf.clip_by_value)(positions, 0, span - 1)
     else:
-        positions = np.arange(-before, dim + after)
-        index = np.clip(positions, 0, dim - 1) if mode == "edge" else positions % dim
-        index = index.astype(np.int32)
-    return tf.gather(x, index, axis=axis)
+        index = low + positions % span
+    return tf.gather(x, index.astype(np.int32) if static else index, axis=axis)
 
 
 def _crop(x, pads):
@@ -246,21 +305,57 @@ def pad_v1(ctx):
 
 
 @handler("Pad", since=11, layout=same_as_input(0),
-         limits="pads and axes constant (run-time pads: constant/reflect, no axes)")
+         limits="run-time pads or axes: no channel-last-free shortcut (one GATHER per axis for "
+                "edge/wrap; a SLICE that removes negative pads)")
 def pad(ctx):
     pads, axes = ctx.const(1), ctx.const(3)
-    if ctx.has(3) and axes is None:
-        raise NotImplementedError("Pad with run-time axes is not supported")
     value = scalar(ctx, 2) if ctx.has(2) else 0
     mode = ctx.attr("mode", "constant")
-    if pads is not None:
+    if pads is not None and (axes is not None or not ctx.has(3)):
         return _pad(ctx, pads, value, mode, axes)
-    if axes is not None or mode not in ("constant", "reflect"):
-        raise NotImplementedError(f"Pad ({mode}) with run-time pads and axes")
+    return _runtime_pad(ctx, _runtime_paddings(ctx), value, mode)
+
+
+def _runtime_paddings(ctx):
+    """(rank, 2) int32 physical (begin, end) pads from pads (and axes) known at run time.
+
+    With axes, each physical axis sums the pads of the listed axes it matches (one-hot).
+    """
     rank = ctx.rank(0)
-    pairs = [[a, a + rank] for a in ctx.perm(0)]  # physical (begin, end) positions in pads
-    paddings = tf.gather(tf.cast(ctx.x(1), tf.int32), pairs)
+    pads = tf.cast(tf.reshape(scalar(ctx, 1), [-1]), tf.int32)
+    if not ctx.has(3):
+        return tf.gather(pads, [[a, a + rank] for a in ctx.perm(0)])
+    axes = tf.cast(tf.reshape(scalar(ctx, 3), [-1]), tf.int32)
+    axes = tf.where(axes < 0, axes + rank, axes)
+    count = tf.size(axes)
+    match = tf.cast(tf.equal(np.array(ctx.perm(0), np.int32)[:, None], axes[None, :]), tf.int32)
+    begins, ends = (tf.reduce_sum(match * part[None, :], 1)
+                    for part in (pads[:count], pads[count:]))
+    return tf.stack([begins, ends], axis=1)
+
+
+def _runtime_pad(ctx, paddings, value, mode: str):
+    """Input 0 padded by physical run-time `paddings` (negative entries crop)."""
     x = ctx.x(0)
-    if mode == "reflect":
-        return tf.pad(x, paddings, mode="REFLECT")
-    return tf.pad(x, paddings, constant_values=tf.cast(value, x.dtype))
+    if mode in ("edge", "wrap"):
+        shape = ctx.phys_shape(0)
+        for p in range(ctx.rank(0)):
+            x = _gather_pad(x, p, shape[p], paddings[p, 0], paddings[p, 1], mode)
+    else:
+        grow = tf.maximum(paddings, 0)
+        if mode == "reflect":
+            x = tf.pad(x, grow, mode="REFLECT")
+        else:
+            x = tf.pad(x, grow, constant_values=tf.cast(tf.reshape(value, []), x.dtype))
+        crop = tf.maximum(-paddings, 0)
+        x = tf.slice(x, crop[:, 0], tf.shape(x, out_type=tf.int32) - crop[:, 0] - crop[:, 1])
+    return to_inferred_shape(ctx, x)
+
+
+def to_inferred_shape(ctx, y):
+    """y reshaped to output 0's inferred physical shape when at most one dim is unknown, so
+    that later ops see the static dims a run-time computation loses."""
+    out = ctx.out_phys_shape(0) if ctx.out_shape(0) is not None else None
+    if out is None or sum(d is None for d in out) > 1:
+        return y
+    return tf.reshape(y, [-1 if d is None else int(d) for d in out])

@@ -208,6 +208,20 @@ def test_top_k_int_ties_and_constant_k():
     check_nodes(nodes, {"x": x}, {"k": ints(6)}, opset=11)
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_top_k_integer_extremes(dtype):
+    """The dtype's whole range, largest and smallest, through TFLite builtins only (-x would
+    overflow at the minimum). onnxruntime has no uint64 TopK: the node suite's
+    test_top_k_uint64 covers that."""
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max, (3, 9), dtype=dtype, endpoint=True)
+    x[:, :4] = [info.min, info.max, info.min, 0]
+    nodes = [node("TopK", ["x", "k"], ["v", "i"]), node("TopK", ["x", "k"], ["w", "j"], largest=0),
+             node("TopK", ["x", "k0"], ["u", "h"], axis=0, largest=0)]
+    _, census = check_nodes(nodes, {"x": x}, {"k": ints(5), "k0": ints(2)})
+    assert not any(name.startswith("Flex") for name in census), census
+
+
 def test_top_k_opset1():
     check_nodes([node("TopK", ["x"], ["v", "i"], k=2, axis=0)], {"x": data(4, 3)}, opset=7)
 
@@ -328,10 +342,23 @@ def test_unique():
                                                   "z", "zinv"])
 
 
-def test_unique_axis_is_reported():
-    model = make_model([node("Unique", ["x"], ["y"], axis=0)], {"x": data(3, 2)}, ["y"])
-    with pytest.raises(Exception, match="Unique with an axis"):
-        check_model(model, {"x": data(3, 2)})
+def test_unique_axis():
+    """Unique slices: rows of a matrix (sorted and in first-occurrence order), columns of a
+    3-D tensor, a negative axis and int64 data; ties broken at a later column."""
+    rows = np.array([[1, 0, 2], [0, 3, 1], [1, 0, 2], [0, 3, -1], [1, -2, 5], [0, 3, 1]],
+                    np.float32)
+    cube = rng.integers(0, 2, (2, 5, 3)).astype(np.float32)
+    cube[:, 3] = cube[:, 1]
+    n = rng.integers(-2, 2, (4, 6)).astype(np.int64)
+    n[:, 4] = n[:, 0]
+    nodes = [
+        node("Unique", ["r"], ["y", "i", "inv", "c"], axis=0),
+        node("Unique", ["r"], ["y0", "i0", "inv0", "c0"], axis=0, sorted=0),
+        node("Unique", ["x"], ["z", "zi", "zinv", "zc"], axis=1),
+        node("Unique", ["n"], ["w", "wi", "winv", "wc"], axis=-1),
+    ]
+    outputs = [o for nd in nodes for o in nd.output]
+    check_nodes(nodes, {"r": rows, "x": cube, "n": n}, outputs=outputs, opset=11)
 
 
 # --- ReverseSequence -----------------------------------------------------------------------

@@ -255,3 +255,66 @@ def test_keras_files_reload(tmp_path):
     outputs = ["sampled", "unpooled", "cropped", "image_out"]
     converted = convert(make_model(nodes, feeds, outputs, inits, opset=20))
     assert_keras_reloads(converted, feeds, tmp_path)
+
+
+# --- run-time parameters ---------------------------------------------------------------------
+@pytest.mark.parametrize("align", [0, 1])
+def test_affine_grid_runtime_size(align):
+    """size fed at run time: the base grid is computed at run time too (2-D, 3-D, size 1)."""
+    feeds = {"theta2": randn(2, 2, 3), "theta3": randn(3, 3, 4),
+             "size2": np.array([2, 3, 4, 7], np.int64), "size2b": np.array([2, 1, 1, 5], np.int64),
+             "size3": np.array([3, 1, 3, 4, 5], np.int64)}
+    nodes = [helper.make_node("AffineGrid", [theta, size], [f"grid_{size}"], align_corners=align)
+             for theta, size in [("theta2", "size2"), ("theta2", "size2b"), ("theta3", "size3")]]
+    _, counts = check_nodes(nodes, feeds, opset=20)
+    assert_builtin(counts)
+
+
+def test_col2im_runtime_shapes():
+    """image_shape and block_shape fed at run time, every COL2IM_CASES combination."""
+    feeds, nodes = {}, []
+    for k, (image, block, attrs, channels) in enumerate(COL2IM_CASES):
+        n = len(image)
+        dil, strides = attrs.get("dilations", [1] * n), attrs.get("strides", [1] * n)
+        pads = attrs.get("pads", [0] * 2 * n)
+        blocks = np.prod([(image[i] + pads[i] + pads[n + i] - dil[i] * (block[i] - 1) - 1)
+                          // strides[i] + 1 for i in range(n)])
+        feeds[f"x{k}"] = randn(2, channels * int(np.prod(block)), int(blocks))
+        feeds[f"image{k}"], feeds[f"block{k}"] = np.array(image, np.int64), np.array(block, np.int64)
+        nodes.append(helper.make_node("Col2Im", [f"x{k}", f"image{k}", f"block{k}"],
+                                      [label(f"Col2Im{k}", attrs)], **attrs))
+    _, counts = check_nodes(nodes, feeds, opset=18)
+    assert_builtin(counts)
+
+
+def test_center_crop_pad_runtime_shape():
+    """Target shapes fed at run time (crop, pad, both; chosen and negative axes) on a 4-D
+    value kept channel-last (it feeds a Conv) and on a 3-D one in ONNX order, and a constant
+    target on symbolic dims between two Convs: no TRANSPOSE anywhere."""
+    feeds = {"x": randn(2, 3, 6, 7), "z": randn(5, 4, 3), "all": np.array([2, 5, 3, 10], np.int64),
+             "hw": np.array([3, 9], np.int64), "c": np.array([6], np.int64),
+             "zt": np.array([3, 6], np.int64)}
+    nodes = [helper.make_node("CenterCropPad", ["x", "all"], ["x_all"]),
+             helper.make_node("CenterCropPad", ["x", "hw"], ["x_hw"], axes=[-2, -1]),
+             helper.make_node("CenterCropPad", ["x", "c"], ["x_c"], axes=[1]),
+             helper.make_node("CenterCropPad", ["z", "zt"], ["z_02"], axes=[0, 2]),
+             helper.make_node("Conv", ["x", "w"], ["a"]),
+             helper.make_node("CenterCropPad", ["a", "fixed"], ["m"], axes=[2, 3]),
+             helper.make_node("Conv", ["m", "w2"], ["y"])]
+    inits = {"w": randn(4, 3, 1, 1), "w2": randn(2, 4, 1, 1), "fixed": np.array([4, 8], np.int64)}
+    model = make_model(nodes, feeds, ["x_all", "x_hw", "x_c", "z_02", "y"], inits, opset=18,
+                       input_shapes={"x": ["N", 3, "H", "W"]})
+    converted = check_model(model, feeds)
+    assert converted.plan.perms["x"] == (0, 2, 3, 1)
+    assert_builtin(count_tflite_ops(converted.tflite))
+
+
+def test_max_unpool_runtime_output_shape():
+    """output_shape fed at run time (larger than the default unpooled shape)."""
+    x = randn(2, 3, 7, 9)
+    attrs = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    nodes = [helper.make_node("MaxPool", ["x"], ["p", "i"], **attrs),
+             helper.make_node("MaxUnpool", ["p", "i", "shape"], ["u"], **attrs)]
+    feeds = {"x": x, "shape": np.array([2, 3, 7, 9], np.int64)}
+    _, counts = check_nodes(nodes, feeds, opset=11, outputs=["u"])
+    assert_builtin(counts, transpose_free=False)

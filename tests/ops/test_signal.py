@@ -156,6 +156,61 @@ def test_mel_weight_matrix():
     assert_builtin(counts)
 
 
+# --- run-time parameters -----------------------------------------------------------------------
+def test_dft_runtime_axis():
+    """The axis fed at run time: the DFT on every axis that fits, selected at run time (two
+    axes of equal size, a negative axis), and onesided, where the declared output shape
+    leaves one axis."""
+    inputs = {"xr": randn(2, 6, 6, 1), "xc": randn(3, 4, 4, 2), "a1": i64(1), "a2": i64(2),
+              "aneg": i64(-2), "aneg3": i64(-3)}
+    cases = [("r_a1", "xr", "a1", {}), ("r_a2", "xr", "a2", {}), ("c_neg", "xc", "aneg", {}),
+             ("c_inv", "xc", "aneg3", {"inverse": 1}), ("r_onesided", "xr", "a2", {"onesided": 1})]
+    nodes = [helper.make_node("DFT", [src, "", axis], [name], **attrs)
+             for name, src, axis, attrs in cases]
+    model = make_model(nodes, inputs, [name for name, *_ in cases], opset=20)
+    declared = model.graph.output[-1].type.tensor_type.shape
+    for dim, size in zip(declared.dim, [2, 6, 4, 2]):
+        dim.dim_value = size
+    converted = check_model(model, inputs)
+    assert_builtin(count_tflite_ops(converted.tflite))
+
+
+def test_stft_runtime_parameters():
+    """frame_step, frame_length and window fed at run time (real and complex signals), and a
+    signal of symbolic length."""
+    feeds = {"sig": randn(2, 37, 1), "sigc": randn(2, 30, 2), "win": randn(8), "step3": i64(3),
+             "step5": i64(5), "len7": i64(7), "len8": i64(8)}
+    nodes = [
+        helper.make_node("STFT", ["sig", "step3", "", "len7"], ["runtime_len"]),
+        helper.make_node("STFT", ["sig", "step5", "win"], ["runtime_window"], onesided=0),
+        helper.make_node("STFT", ["sigc", "step3", "", "len8"], ["complex"], onesided=0),
+        helper.make_node("STFT", ["sigc", "step5", "win", "len8"], ["complex_window"],
+                         onesided=0),
+        helper.make_node("STFT", ["sig", "step3", "", "len8"], ["even_len"]),
+    ]
+    outputs = ["runtime_len", "runtime_window", "complex", "complex_window", "even_len"]
+    model = make_model(nodes, feeds, outputs, opset=17, input_shapes={"sig": [2, "T", 1]})
+    converted = check_model(model, feeds)
+    assert_builtin(count_tflite_ops(converted.tflite))
+
+
+def test_mel_weight_matrix_runtime_inputs():
+    """All five inputs fed at run time (float32 filter edges), the bank applied with MatMul."""
+    cases = [(8, 64, 16000, 100.0, 6000.0), (20, 256, 22050, 0.0, 11025.0),
+             (12, 31, 8000, 300.0, 3500.0)]
+    feeds, nodes, outputs = {}, [], []
+    for k, (bins, length, rate, low, high) in enumerate(cases):
+        names = [f"m{k}_{p}" for p in "nlrab"]
+        feeds.update(zip(names, [i64(bins), i64(length), i64(rate), np.array(low, F32),
+                                 np.array(high, F32)]))
+        feeds[f"spec{k}"] = randn(2, 3, length // 2 + 1)
+        nodes += [helper.make_node("MelWeightMatrix", names, [f"mel{k}"]),
+                  helper.make_node("MatMul", [f"spec{k}", f"mel{k}"], [f"out{k}"])]
+        outputs += [f"mel{k}", f"out{k}"]
+    _, counts = check_nodes(nodes, feeds, opset=17, outputs=outputs)
+    assert_builtin(counts)
+
+
 def test_dynamic_batch():
     """DFT (both matmul forms) and STFT with a symbolic batch size."""
     feeds = {"xc": randn(2, 5, 6, 2), "sig": randn(2, 29, 1)}

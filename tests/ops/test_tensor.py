@@ -353,6 +353,33 @@ def test_pad_runtime_pads_channel_last():
     check_model(model, feeds, keep_ncw_or_nchw_or_ncdhw_input_names=["x"])
 
 
+def test_pad_runtime_pads_and_axes():
+    """Pads and axes fed at run time, every mode, negative pads (crops) included, on a value
+    in ONNX order and on a channel-last one (mapped: the only TRANSPOSE feeds the Conv)."""
+    modes = ["constant", "reflect", "edge", "wrap"]
+    feeds = {"x": data(2, 3, 5, 7), "p": ints(0, 1, 2, -1, 0, 2, -1, 3),
+             "pa": ints(1, -1, 2, 3), "ax": ints(-1, 2), "v": np.array(0.5, np.float32)}
+    nodes = [node("Conv", ["x", "w"], "xc"),
+             *(node("Pad", ["x", "pa", "v", "ax"], f"x_{m}_axes", mode=m) for m in modes),
+             *(node("Pad", ["xc", "p", "v"], f"xc_{m}", mode=m) for m in modes),
+             node("Pad", ["xc", "pa", "", "ax"], "xc_wrap_axes", mode="wrap")]
+    outputs = [o for n in nodes[1:] for o in n.output]
+    model = make_model(nodes, feeds, outputs, {"w": np.eye(3, dtype=np.float32)[..., None, None]})
+    converted = check_model(model, feeds, keep_ncw_or_nchw_or_ncdhw_input_names=["x"])
+    assert converted.plan.transposes(converted.graph) == {("x", (0, 2, 3, 1))}
+    assert count_tflite_ops(converted.tflite).get("TRANSPOSE", 0) == 1
+
+
+def test_pad_runtime_pads_int_and_symbolic_dims():
+    """Run-time pads of an int32 value with symbolic dims (edge, wrap, constant)."""
+    feeds = {"x": rng.integers(-5, 5, (2, 3, 4, 5)).astype(np.int32),
+             "p": ints(0, 0, 1, 3, 0, 1, 2, -2)}
+    nodes = [node("Pad", ["x", "p"], f"y_{m}", mode=m) for m in ["edge", "wrap", "constant"]]
+    model = make_model(nodes, feeds, ["y_edge", "y_wrap", "y_constant"],
+                       input_shapes={"x": ["N", 3, "H", "W"]}, opset=19)
+    check_model(model, feeds)
+
+
 def test_unit_axes_relayout_is_a_reshape():
     """A logical read (2-D Gather indices) of an NHWC (N, C, 1, 1) value needs its axes in
     ONNX order; only size-1 axes move, so the TFLite has a RESHAPE, not a TRANSPOSE."""
