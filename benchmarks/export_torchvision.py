@@ -8,6 +8,7 @@ venv). Usage:
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 
@@ -22,7 +23,11 @@ DEFAULT = [
 
 def export(name: str, out_dir: str, size: int = 224) -> str:
     torch.manual_seed(0)
-    model = getattr(torchvision.models, name)(weights=None).eval()
+    families = (torchvision.models, torchvision.models.segmentation, torchvision.models.video)
+    factory = next(getattr(f, name) for f in families if hasattr(f, name))
+    takes = inspect.signature(factory).parameters  # segmenters: no backbone weights either
+    kwargs = {"weights_backbone": None} if "weights_backbone" in takes else {}
+    model = factory(weights=None, **kwargs).eval()
     for m in model.modules():  # non-trivial BatchNorm statistics
         if isinstance(m, torch.nn.BatchNorm2d):
             m.running_mean.uniform_(-0.1, 0.1)

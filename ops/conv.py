@@ -107,7 +107,9 @@ def _transpose_crop(ctx, sizes, kernel, strides, output_padding):
 
     `kernel` is the dilated extent; the full length is s * (in - 1) + k + output_padding.
     output_shape or SAME auto_pad fix the length and imply the pads (odd one at the start
-    except for SAME_UPPER, as the spec and onnxruntime do).
+    except for SAME_UPPER, as the spec and onnxruntime do). SAME asks for in * s, but pads
+    never go below zero, so where the kernel is shorter than the stride the output keeps
+    the full length instead (as onnxruntime).
     """
     n = len(kernel)
     auto_pad = ctx.attr("auto_pad", "NOTSET")
@@ -121,7 +123,7 @@ def _transpose_crop(ctx, sizes, kernel, strides, output_padding):
     if output_shape is not None:
         wanted = list(output_shape)[-n:]
     else:
-        wanted = [size * s for size, s in zip(sizes, strides)]
+        wanted = [min(size * s, full) for size, s, full in zip(sizes, strides, natural)]
     result = []
     for full, out in zip(natural, wanted):
         total = max(full - out, 0)

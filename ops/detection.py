@@ -33,6 +33,19 @@ def _scalar_input(ctx, i: int, default, dtype):
     return tf.cast(tf.minimum(value, tf.cast(INT32_MAX, value.dtype)), tf.int32)
 
 
+def _strictly_above(threshold):
+    """The threshold t' with iou >= t' exactly when iou > t, for float32 iou >= 0: the next
+    float32 up for t >= 0 (t + 1 ulp through its bits, a BITCAST at run time), t itself
+    below 0 (every iou then exceeds both). -0.0 counts as 0."""
+    smallest = np.nextafter(np.float32(0), np.float32(1))  # what 0 and -0.0 become
+    if isinstance(threshold, float):
+        t = np.float32(threshold)
+        above = np.nextafter(t, np.float32(np.inf)) if t > 0 else smallest
+        return float(above) if t >= 0 else float(t)
+    above = tf.bitcast(tf.bitcast(threshold, tf.int32) + 1, tf.float32)
+    return tf.where(threshold > 0, above, tf.where(threshold < 0, threshold, smallest))
+
+
 def _corner_boxes(boxes):
     """[x_center, y_center, width, height] -> [y1, x1, y2, x2]."""
     center, size = boxes[..., 0:2], boxes[..., 2:4]
@@ -40,11 +53,16 @@ def _corner_boxes(boxes):
     return tf.concat([low[..., 1:2], low[..., 0:1], high[..., 1:2], high[..., 0:1]], axis=-1)
 
 
-@handler("NonMaxSuppression", since=10, limits="static batch and class counts")
+@handler("NonMaxSuppression", since=10,
+         limits="static batch and class counts; TF keeps an IoU one float32 step above "
+                "iou_threshold")
 def non_max_suppression(ctx):
     """Selected [batch, class, box] triples, by batch, then class, then decreasing score.
 
-    TF suppresses IoU > threshold and keeps score > score_threshold, as onnxruntime does.
+    ONNX (and onnxruntime) suppress IoU > threshold and keep score > score_threshold. TF
+    does the same, but TFLite's NON_MAX_SUPPRESSION_V4 suppresses IoU >= threshold, so the
+    threshold is raised to the next float32 (`_strictly_above`): exact in TFLite; TF then
+    keeps an IoU exactly one float32 step above the threshold, which ONNX suppresses.
     """
     batches, boxes_count = ctx.shape(0)[:2]
     classes = ctx.shape(1)[1]
@@ -55,7 +73,7 @@ def non_max_suppression(ctx):
         limit = min(limit, boxes_count or INT32_MAX, INT32_MAX)
         if limit <= 0:
             return np.zeros((0, 3), np.int64)
-    iou = _scalar_input(ctx, 3, 0.0, float)
+    iou = _strictly_above(_scalar_input(ctx, 3, 0.0, float))
     score_threshold = _scalar_input(ctx, 4, float("-inf"), float)
     boxes, scores = ctx.x(0), ctx.x(1)
     if ctx.attr("center_point_box", 0):

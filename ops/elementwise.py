@@ -4,8 +4,9 @@ layout their inputs arrive in.
 TFLite builtins cover few dtypes (most arithmetic only float32, int32 and int64), so inputs
 are first widened to a dtype they do cover (`widen`); the builder casts each result back
 to its ONNX dtype, which wraps integers exactly like the narrow arithmetic would.
-Functions TFLite lacks (tan, the inverse and hyperbolic trigonometry, erf, int64
-division and powers) are composed from builtins here. float64 math stays float64: exact in
+Functions TFLite lacks (tan, the inverse and hyperbolic trigonometry, erf, int64 and
+uint64 division, int64 powers) are composed from builtins here; uint64 runs on its bits
+as int64 (BITCAST). float64 math stays float64: exact in
 TF, Select TF ops in TFLite.
 
 Python scalars only ever stand right of a tensor (`x * 0.5`, not `0.5 * x`): a reloaded
@@ -127,9 +128,39 @@ def _int64_truncdiv(a, b, remainder):
 
 def int_div(a, b):
     """Integer division rounding toward zero, as onnxruntime (C++) computes it."""
+    if a.dtype == tf.uint64:
+        return uint64_divmod(a, b)[0]
     if a.dtype != tf.int64:
         return tf.truncatediv(a, b)  # TFLite DIV truncates for int32
     return _int64_truncdiv(a, b, trunc_mod(a, b))
+
+
+def uint64_halve(s):
+    """(u >> 1, u & 1) as non-negative int64, for the uint64 u whose bits int64 `s` holds:
+    an arithmetic halving, then the top bit cleared (adding 2^63 wraps to that)."""
+    low = tf.math.floormod(s, np.int64(2))  # the lowest bit, whatever the sign
+    half = _int64_truncdiv(s, np.int64(2), low)
+    return tf.where(s < 0, half + _INT64_MIN, half), low
+
+
+def uint64_divmod(a, b):
+    """(a // b, a % b) for uint64 from int64 builtins (TFLite has no uint64 arithmetic).
+
+    Divisors of 2^63 and more go into a at most once. Smaller ones divide a >> 1 (which
+    fits int64) exactly; the remainder doubled plus a's last bit is below 2 b < 2^64, so
+    one unsigned comparison (on `ordered` values) gives the last quotient bit.
+    """
+    s, d = tf.bitcast(a, tf.int64), tf.bitcast(b, tf.int64)
+    once = tf.cast(ordered(a) >= ordered(b), tf.int64)
+    divisor = tf.where(d > 0, d, tf.ones_like(d))  # d <= 0: 2^63 and more (or zero)
+    half, low = uint64_halve(s)
+    rest = tf.math.floormod(half, divisor)
+    twice = rest * 2 + low
+    carry = tf.cast(tf.logical_or(twice < 0, twice >= divisor), tf.int64)
+    big = d <= 0
+    quotient = tf.where(big, once, _int64_truncdiv(half, divisor, rest) * 2 + carry)
+    remainder = tf.where(big, s - once * d, twice - carry * divisor)
+    return tf.bitcast(quotient, tf.uint64), tf.bitcast(remainder, tf.uint64)
 
 
 def int64_floordiv(a, b):
@@ -237,14 +268,40 @@ for _op, _fn in _UNARY.items():
 
 
 # --- binary and variadic ---------------------------------------------------------------------
-binary("Add", modular(tf.add))
-binary("Sub", modular(tf.subtract))
+def _infinite_constant_kept(fn):
+    """Add / Sub as `fn`, keeping a constant operand's infinities in TFLite.
+
+    The TFLite converter stores an infinite constant as the largest finite float (an additive
+    -inf mask would then leave finite scores). So the op runs with +-max in place of each
+    infinity, and the result is then doubled where the constant was infinite, which
+    overflows to +-inf at run time (a select keeps the converter from folding it back).
+    """
+
+    def convert(ctx):
+        a, b = widen(ctx.x(0)), widen(ctx.x(1))
+        for i, c in enumerate((a, b)):
+            value = ctx.const(i)
+            if value is None and isinstance(c, tf.__internal__.EagerTensor):
+                value = c.numpy()  # computed at conversion time from constants
+            if value is None or value.dtype.kind != "f" or not np.isinf(value).any():
+                continue
+            infinite = tf.math.is_inf(c)
+            finite = tf.where(infinite, tf.sign(c) * c.dtype.max, c)
+            y = fn(finite, b) if i == 0 else fn(a, finite)
+            return y + tf.where(infinite, y, tf.zeros([], y.dtype))
+        return fn(a, b)
+
+    return convert
+
+
+_INF_LIMIT = "a constant infinity meeting a run-time infinity gives an infinity, not NaN"
+handler("Add", layout=agnostic, limits=_INF_LIMIT)(_infinite_constant_kept(modular(tf.add)))
+handler("Sub", layout=agnostic, limits=_INF_LIMIT)(_infinite_constant_kept(modular(tf.subtract)))
 binary("Mul", modular(tf.multiply))
 binary(
     "Div",
     lambda a, b: int_div(a, b) if a.dtype.is_integer else tf.divide(a, b),
-    limits="integers round toward zero (C semantics, as onnxruntime); uint64: TFLite needs "
-    "Select TF ops",
+    limits="integers round toward zero (C semantics, as onnxruntime)",
 )
 variadic("Sum", tf.add)
 extremum("Max", tf.maximum)
@@ -256,6 +313,8 @@ handler("Mean", layout=agnostic)(lambda ctx: _fold(ctx, tf.add) / ctx.num_inputs
 def mod(ctx):
     """fmod=0: sign of the divisor (Python %); fmod=1: sign of the dividend (C fmod)."""
     a, b = widen(ctx.x(0)), widen(ctx.x(1))
+    if a.dtype == tf.uint64:
+        return uint64_divmod(a, b)[1]  # both modes agree on unsigned values
     return trunc_mod(a, b) if ctx.attr("fmod", 0) else tf.math.floormod(a, b)
 
 

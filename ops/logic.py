@@ -7,7 +7,7 @@ built from XOR, shifts and integer arithmetic on 32-bit lanes.
 from __future__ import annotations
 
 import tensorflow as tf
-from onnx2tf_alt.ops.elementwise import binary, int64_floordiv, ordered, widen
+from onnx2tf_alt.ops.elementwise import binary, int64_floordiv, ordered, uint64_halve, widen
 
 from onnx2tf_alt.layout import agnostic
 from onnx2tf_alt.registry import handler
@@ -73,25 +73,28 @@ def _power_of_two(amount):
 
 def _shift_left(x, amount):
     """x * 2^amount in int64, wrapping (no LEFT_SHIFT builtin); the builder truncates
-    narrower types back. int64 takes the scale in two factors that each fit int64."""
+    narrower types back. int64 takes the scale in two factors that each fit int64; uint64
+    wraps the same way on its int64 bits (returned as int64)."""
     if x.dtype == tf.uint64:
-        return tf.bitwise.left_shift(x, tf.cast(amount, x.dtype))
+        return _shift_left(tf.bitcast(x, tf.int64), amount)
     if x.dtype != tf.int64:
         return tf.cast(x, tf.int64) * _power_of_two(amount)
     return x * _power_of_two(tf.minimum(amount, 31)) * _power_of_two(tf.maximum(amount - 31, 0))
 
 
 def _shift_right(x, amount):
-    """Arithmetic for signed x, logical for unsigned x."""
+    """Arithmetic for signed x, logical for unsigned x (uint64: its bits as int64)."""
     if x.dtype == tf.int64:  # no int64 RIGHT_SHIFT: floor division by 2^amount
         return int64_floordiv(x, _power_of_two(amount))
-    if x.dtype == tf.uint64:
-        return tf.bitwise.right_shift(x, tf.cast(amount, x.dtype))
+    if x.dtype == tf.uint64:  # one logical halving makes it non-negative, then as int64
+        bits = tf.bitcast(x, tf.int64)
+        rest = int64_floordiv(uint64_halve(bits)[0], _power_of_two(tf.maximum(amount - 1, 0)))
+        return tf.where(amount > 0, rest, bits)
     lanes = x.dtype if x.dtype == tf.uint32 else tf.int32
     return tf.bitwise.right_shift(tf.cast(x, lanes), tf.cast(amount, lanes))
 
 
-@handler("BitShift", layout=agnostic, limits="uint64: TFLite needs Select TF ops")
+@handler("BitShift", layout=agnostic)
 def bit_shift(ctx):
     """Shift amounts outside [0, width) give the sign fill alone: -1 for a negative x shifted
     right, else 0 (ONNX; onnxruntime agrees for unsigned types)."""
@@ -107,4 +110,5 @@ def bit_shift(ctx):
     if right and not x.dtype.is_unsigned:
         fill = fill - tf.cast(widen(x) < 0, shifted.dtype)
     outside = tf.logical_or(shift < 0, shift >= bits)
-    return tf.where(outside, fill, shifted)
+    result = tf.where(outside, fill, shifted)  # TFLite has no uint64 SELECT: int64 bits
+    return tf.bitcast(result, tf.uint64) if x.dtype == tf.uint64 else result

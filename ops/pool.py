@@ -192,19 +192,23 @@ def _max_with_indices(ctx, win: Window, x):
 def max_pool(ctx):
     win = _window(ctx)
     lowest = _lowest(ctx.dtype(0))
+    x = ctx.x(0)
+    if x.dtype.is_integer:  # int8 / uint8: TFLite's max pool takes them only quantized
+        x = tf.cast(x, tf.float32)  # exact; the builder casts the result back
+        lowest = float(lowest) - 1  # below every value, so Indices never pick the padding
     if len(ctx.node.outputs) > 1 and ctx.node.outputs[1]:
-        return _max_with_indices(ctx, win, pad_spatial(ctx.x(0), win.explicit_pads(), lowest))
+        return _max_with_indices(ctx, win, pad_spatial(x, win.explicit_pads(), lowest))
     padding = win.tf_padding()
     if padding is not None:
-        return _pool_nd(ctx.x(0), "MAX", win.kernel, win.strides, padding)
+        return _pool_nd(x, "MAX", win.kernel, win.strides, padding)
     pads = win.explicit_pads()
     if not win.dilated and all(max(p) <= 1 < k for p, k in zip(pads, win.kernel)):
         # A one-element border that repeats the edge never changes a window's max (each
         # window still holds that edge element) and, unlike the dtype's lowest value, keeps
         # INT8 quantization ranges sane. TFLite: MIRROR_PAD.
-        x = tf.pad(ctx.x(0), [[0, 0], *[list(p) for p in pads], [0, 0]], mode="SYMMETRIC")
+        x = tf.pad(x, [[0, 0], *[list(p) for p in pads], [0, 0]], mode="SYMMETRIC")
     else:
-        x = pad_spatial(ctx.x(0), pads, lowest)
+        x = pad_spatial(x, pads, lowest)
     if win.dilated:
         return tf.reduce_max(tf.stack([s for _, s in _tap_slices(x, win)], axis=-1), axis=-1)
     return _pool_nd(x, "MAX", win.kernel, win.strides, "VALID")

@@ -50,9 +50,12 @@ def _quant_dtype(ctx) -> np.dtype:
 def _along(ctx, i: int, axis: int, data: int = 0, default=0.0):
     """Input i, a per-tensor (scalar) or per-axis (1-D along logical `axis` of input `data`)
     quantization parameter, as float32 shaped to broadcast against input `data`: a numpy
-    array when constant, else a tensor. `default` when the input is omitted."""
+    array when constant, else a tensor. `default` when the input is omitted. With a
+    `block_size` attribute, it is blocked (input `data`'s rank, one entry per block)."""
     if not ctx.has(i):
         return np.float32(default)
+    if ctx.attr("block_size", 0):
+        return _unblocked(ctx, i, axis % ctx.rank(data), data, ctx.attr("block_size"))
     rank = ctx.rank(data)
     value = ctx.const(i)
     if value is not None:
@@ -70,6 +73,23 @@ def _along(ctx, i: int, axis: int, data: int = 0, default=0.0):
     return tf.reshape(tensor, shape)
 
 
+def _unblocked(ctx, i: int, axis: int, data: int, block: int):
+    """A blocked parameter repeated `block` times along logical `axis` (cut to the data's
+    length), in input `data`'s layout: numpy when constant, else one GATHER."""
+    length = ctx.shape(data)[axis]
+    value = ctx.const(i)
+    if value is not None:
+        if length is None:
+            raise NotImplementedError("blocked quantization needs a static length along axis")
+        value = np.repeat(np.asarray(value, np.float32), block, axis=axis)[
+            (slice(None),) * axis + (slice(0, length),)]
+        return np.transpose(value, ctx.perm(data))
+    p = ctx.axis(axis, data)
+    positions = np.arange(length, dtype=np.int32) if length is not None else tf.range(
+        tf.shape(ctx.x(data))[p])
+    return tf.gather(tf.cast(ctx.x(i), tf.float32), positions // block, axis=p)
+
+
 def _is_numpy(value) -> bool:
     return isinstance(value, (np.ndarray, np.generic))
 
@@ -79,16 +99,10 @@ def quantize(x, scale, zero_point, qmin: int, qmax: int):
     return tf.clip_by_value(tf.round(x / scale) + zero_point, float(qmin), float(qmax))
 
 
-def _check_unblocked(ctx) -> None:
-    if ctx.attr("block_size", 0):
-        raise NotImplementedError("blocked quantization (block_size > 0) is not supported")
-
-
 @handler("QuantizeLinear", since=10, layout=same_as_input(0),
-         limits="per-tensor and per-axis; int8, uint8, int16, uint16 (no float8, int4, "
-                "block_size)")
+         limits="per-tensor, per-axis and blocked; int8, uint8, int16, uint16 (no float8, "
+                "int4)")
 def quantize_linear(ctx):
-    _check_unblocked(ctx)
     qmin, qmax = integer_range(_quant_dtype(ctx))
     axis = ctx.attr("axis", 1)
     scale, zero_point = _along(ctx, 1, axis), _along(ctx, 2, axis)
@@ -99,10 +113,9 @@ def quantize_linear(ctx):
 
 
 @handler("DequantizeLinear", since=10, layout=same_as_input(0),
-         limits="per-tensor and per-axis; int8, uint8, int16, uint16, int32 (no float8, "
-                "int4, block_size)")
+         limits="per-tensor, per-axis and blocked; int8, uint8, int16, uint16, int32 (no "
+                "float8, int4)")
 def dequantize_linear(ctx):
-    _check_unblocked(ctx)
     if np.dtype(ctx.dtype(0)).kind not in "iu":
         raise NotImplementedError(f"dequantization of {ctx.dtype(0)} is not supported")
     axis = ctx.attr("axis", 1)

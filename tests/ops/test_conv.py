@@ -155,6 +155,17 @@ def test_conv_transpose2d():
     assert counts.get("TRANSPOSE_CONV") == len(cases), counts
 
 
+def test_conv_transpose_same_kernel_shorter_than_stride():
+    """SAME asks for in * stride, but with a kernel shorter than the stride the pads would
+    be negative: onnxruntime keeps the full s * (in - 1) + k instead (26, not 27, here)."""
+    cases = [(3, (3, 2), {"strides": [2, 3], "auto_pad": "SAME_UPPER"}),
+             (3, (3, 2), {"strides": [2, 3], "auto_pad": "SAME_LOWER"}),
+             (2, (1, 2), {"strides": [3, 4], "auto_pad": "SAME_UPPER"}, 1, False)]
+    check_cases("ConvTranspose", randn(2, 4, 7, 9), cases)
+    check_cases("ConvTranspose", randn(2, 4, 11), [(3, (2,), {"strides": [3],
+                                                             "auto_pad": "SAME_UPPER"})])
+
+
 def test_conv_transpose2d_groups():
     cases = [
         (3, (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, 2),

@@ -55,6 +55,24 @@ def test_nms_thresholds_and_limits():
                 outputs=["a", "b", "c", "da"])
 
 
+@pytest.mark.parametrize("runtime", [False, True], ids=["constant", "runtime"])
+def test_nms_iou_equal_to_threshold_is_kept(runtime):
+    """ONNX suppresses only IoU > threshold; TFLite's NMS suppresses IoU >= threshold, so
+    boxes whose IoU with a kept box is exactly the threshold (1/7, 1/4, 0 for touching
+    boxes) must survive, in TF and in TFLite alike."""
+    boxes = np.array([[[0, 0, 1, 1], [0.5, 0.5, 1.5, 1.5], [0, 0.5, 1, 2], [1, 0, 2, 1]]],
+                     np.float32)  # IoU with box 0: 1/7, 1/4, 0
+    scores = np.array([[[0.9, 0.8, 0.7, 0.6], [0.6, 0.9, 0.8, 0.7]]], np.float32)
+    thresholds = {"seventh": np.float32(1 / 7), "quarter": 0.25, "zero": 0.0,
+                  "negative_zero": -0.0}
+    values = {name: scalar(t) for name, t in thresholds.items()}
+    limit = {"limit": np.array([4], np.int64)}
+    nodes = [node("NonMaxSuppression", ["boxes", "scores", "limit", name], f"y_{name}")
+             for name in thresholds]
+    feeds = {"boxes": boxes, "scores": scores, **(values if runtime else {})}
+    check_nodes(nodes, feeds, {**limit, **({} if runtime else values)}, opset=11)
+
+
 def test_nms_center_point_box_runtime_thresholds_opset10():
     boxes, scores = nms_inputs(3, 2, 9)
     centred = np.concatenate([(boxes[..., 1::-1] + boxes[..., 3:1:-1]) / 2,

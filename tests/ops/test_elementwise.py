@@ -109,6 +109,28 @@ def test_int64_division_large_values(tmp_path):
     assert_keras_reloads(converted, {"a": a, "b": b}, tmp_path)
 
 
+def no_flex(census):
+    assert not any(name.startswith("Flex") for name in census), census
+
+
+def test_uint64_division_whole_range(tmp_path):
+    """Dividends and divisors of every magnitude up to 2^64 - 1 (divisors at and above 2^63
+    too), through TFLite builtins only."""
+    info = np.iinfo(np.uint64)
+    a = rng.integers(0, info.max, (4, 40), dtype=np.uint64, endpoint=True)
+    a.flat[:6] = [info.max, info.max - 1, 2**63, 2**63 - 1, 0, 1]
+    b = rng.integers(1, info.max, (4, 40), dtype=np.uint64, endpoint=True)
+    b >>= rng.integers(0, 64, (4, 40)).astype(np.uint64)
+    b = np.maximum(b, np.uint64(1))
+    b.flat[:8] = [info.max, 2**63, 2**63 - 1, 3, 1, 2**63 + 1, 2, info.max]
+    nodes = [node("Div", ["a", "b"], "div"), node("Mod", ["a", "b"], "mod"),
+             node("Mod", ["a", "b"], "fmod", fmod=1), node("Div", ["a", "c"], "div_row")]
+    feeds = {"a": a, "b": b, "c": b[:1]}
+    converted, census = check_nodes(nodes, feeds)
+    no_flex(census)
+    assert_keras_reloads(converted, feeds, tmp_path)
+
+
 def test_float_mod():
     a = (rng.standard_normal(SHAPE) * 10).astype(np.float32)
     b = np.sign(rng.standard_normal((1, 7))) * rng.uniform(0.5, 4, (1, 7))

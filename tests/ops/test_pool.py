@@ -67,6 +67,27 @@ def test_max_pool2d():
     assert counts.get("MAX_POOL_2D") == 7, counts
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_max_pool_8bit(dtype):
+    """8-bit MaxPool (opset 12+) runs in float32: TFLite's MAX_POOL_2D takes 8-bit values
+    only quantized. The dtype's extremes reach the padded borders."""
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max, X2, dtype=dtype, endpoint=True)
+    x[:, :, 0, :3] = info.min
+    x[:, :, -1, -3:] = info.max
+    cases = [
+        {"kernel_shape": [3, 3]},
+        {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        {"kernel_shape": [3, 3], "strides": [2, 1], "pads": [0, 1, 2, 1]},
+        {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"},
+        {"kernel_shape": [2, 2], "strides": [2, 2], "dilations": [1, 2], "ceil_mode": 1},
+    ]
+    counts = check_cases("MaxPool", x, cases, opset=12)
+    assert counts.get("MAX_POOL_2D") == 4, counts
+    check_cases("MaxPool", x, [{"kernel_shape": [2, 3], "pads": [1, 1, 0, 1]}], opset=12,
+                indices=True)
+
+
 @pytest.mark.parametrize("opset", [7, 10, 12, 23])
 def test_max_pool_opsets(opset):
     cases = [{"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 2, 0, 1]},

@@ -11,7 +11,7 @@ import pytest
 from onnx import helper
 from onnx2tf_alt.ops.quant import EXACT_LIMIT
 
-from harness import check_node, check_nodes, make_model
+from harness import check_node, check_nodes
 
 rng = np.random.default_rng(0)
 
@@ -128,14 +128,59 @@ def test_qdq_between_convs_keeps_channel_last():
     assert converted.plan.perms["qc"] == (0, 2, 3, 1)
 
 
-def test_blocked_quantization_is_reported():
-    from onnx2tf_alt.api import build
-    from onnx2tf_alt.errors import ConversionError
+def blocked(shape, axis: int, block: int):
+    """Shape of a blocked parameter: ceil(dim / block) entries along `axis`."""
+    shape = list(shape)
+    shape[axis] = -(-shape[axis] // block)
+    return tuple(shape)
 
-    node = helper.make_node("DequantizeLinear", ["q", "s"], ["y"], axis=1, block_size=4)
-    model = make_model([node], {"q": ints(np.int8, 2, 8)}, ["y"], {"s": randn(2, 2)}, opset=21)
-    with pytest.raises(ConversionError, match="block_size"):
-        build(onnx_graph=model)
+
+@pytest.mark.parametrize("runtime", [False, True], ids=["constant", "runtime"])
+def test_blocked_quantize_dequantize(runtime):
+    """block_size along several axes, blocks that do not divide the axis; scales and zero
+    points as initializers or as graph inputs fed at run time."""
+    x = randn(2, 6, 5, 7, scale=3.0)
+    nodes, params, inputs = [], {}, {"x": x}
+    for axis, block in [(1, 2), (2, 3), (-1, 4), (0, 1)]:
+        tag = f"{axis}_{block}".replace("-", "m")
+        shape = blocked(x.shape, axis, block)
+        params[f"s{tag}"] = rng.uniform(0.01, 0.1, shape).astype(np.float32)
+        params[f"z{tag}"] = ints(np.uint8, *shape, low=100, high=150)
+        inputs[f"q{tag}"] = ints(np.uint8, *x.shape)
+        nodes += [
+            helper.make_node("QuantizeLinear", ["x", f"s{tag}", f"z{tag}"], [f"quantize{tag}"],
+                             axis=axis, block_size=block),
+            helper.make_node("DequantizeLinear", [f"q{tag}", f"s{tag}", f"z{tag}"],
+                             [f"dequantize{tag}"], axis=axis, block_size=block),
+        ]
+    nodes.append(helper.make_node("DequantizeLinear", ["q1_2", "s1_2"], ["no_zero_point"],
+                                  axis=1, block_size=2))
+    if runtime:
+        inputs.update(params)
+    _, census = check_nodes(nodes, inputs, None if runtime else params, opset=21)
+    assert not any(name.startswith("Flex") for name in census), census
+
+
+@pytest.mark.parametrize("runtime", [False, True], ids=["constant", "runtime"])
+def test_blocked_qdq_between_convs_keeps_channel_last(runtime):
+    """Conv -> blocked QuantizeLinear -> DequantizeLinear (blocks of channels) -> Conv: the
+    parameters are expanded along the channel-last axis, with no TRANSPOSE."""
+    x = randn(2, 4, 7, 5)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["c1", "s", "z"], ["q"], axis=1, block_size=4),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["dq"], axis=1, block_size=4),
+        helper.make_node("Conv", ["dq", "w2"], ["out"]),
+    ]
+    shape = blocked((2, 6, 7, 5), 1, 4)
+    params = {"s": rng.uniform(0.02, 0.08, shape).astype(np.float32),
+              "z": ints(np.int8, *shape, low=-5, high=5)}
+    init = {"w1": randn(6, 4, 3, 3), "w2": randn(5, 6, 1, 1)}
+    inputs = {"x": x, **(params if runtime else {})}
+    converted, census = check_nodes(nodes, inputs, {**init, **({} if runtime else params)},
+                                    opset=21, outputs=["q", "out"])
+    assert "TRANSPOSE" not in census, census
+    assert converted.plan.perms["q"] == (0, 2, 3, 1)
 
 
 # --- DynamicQuantizeLinear --------------------------------------------------------------------
