@@ -169,20 +169,13 @@ def probe_conversion(converted, found: list[Target]):
 def debug_tflite(converted, found: list[Target]) -> tuple[bytes, dict[str, str]]:
     """A float32 .tflite whose `serving_default` signature returns every target tensor.
 
-    Returns the flatbuffer and {ONNX value name: signature output name}.
+    Returns the flatbuffer and {ONNX value name: signature output name}. Builtins only: the
+    interpreter that runs the check has no Flex delegate.
     """
-    import tensorflow as tf
-
-    from onnx2tf_alt.export.saved_model import serving_function
+    from onnx2tf_alt.export.tflite import tflite_bytes
 
     probe = probe_conversion(converted, found).result
-    serve = serving_function(probe)
-    converter = tf.lite.TFLiteConverter.from_concrete_functions(
-        [serve.get_concrete_function()], probe.model
-    )
-    # Builtins only: the interpreter that runs the check has no Flex delegate.
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    return converter.convert(), dict(probe.output_names)
+    return tflite_bytes(probe, select_tf_ops=False), dict(probe.output_names)
 
 
 def tflite_values(

@@ -12,11 +12,11 @@ from onnx2tf_alt.export.saved_model import serving_function
 log = logging.getLogger("onnx2tf_alt")
 
 
-def tflite_bytes(result: BuildResult, float16: bool = False) -> bytes:
+def tflite_bytes(result: BuildResult, float16: bool = False, select_tf_ops: bool = True) -> bytes:
     """The model as a .tflite flatbuffer with a `serving_default` signature.
 
     TFLite builtins only; when the graph needs ops TFLite lacks, Select TF ops are allowed
-    with a warning (the file then needs the Flex delegate).
+    with a warning (the file then needs the Flex delegate) unless `select_tf_ops` is False.
     """
     serve = serving_function(result)
     concrete = serve.get_concrete_function()
@@ -39,7 +39,9 @@ def tflite_bytes(result: BuildResult, float16: bool = False) -> bytes:
 
     try:
         return converter(select_tf_ops=False).convert()
-    except Exception as exc:  # noqa: BLE001 - retried with TF ops, then reported
+    except Exception as exc:  # retried with TF ops (unless not allowed), then reported
+        if not select_tf_ops:
+            raise
         message = str(exc).strip().splitlines()
         log.warning(
             "TFLite builtins cannot express this model (%s); using Select TF ops, which need "
