@@ -4,7 +4,10 @@ Opset 13 normalizes over one axis; earlier opsets coerce the input to 2-D at `ax
 normalize over the flattened tail [axis, rank). Softmax and LogSoftmax over several axes
 do not depend on the order of those axes, so both versions run on the input's own layout:
 TFLite gets its SOFTMAX / LOG_SOFTMAX when the axes are physically last, and reduce ops
-over the physical axes otherwise (never a transpose).
+over the physical axes otherwise (never a transpose). Half precision (TF only: TFLite
+computes float16 models in float32 and has no bfloat16) is computed step by step as the
+ONNX reference does in numpy, each step rounded to the half type: the TF kernels would sum
+float16 in float16 and bfloat16 in float32, where numpy does the opposite.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import tensorflow as tf
 
 from onnx2tf_alt.layout import logical, same_as_input
 from onnx2tf_alt.registry import handler
+
+HALF = (tf.float16, tf.bfloat16)
 
 
 def _flatten_tail(x, start: int):
@@ -35,16 +40,28 @@ def _is_tail(axes: list[int], rank: int) -> bool:
 def softmax(x, axes: list[int], log: bool = False):
     """(Log)softmax of x over the physical `axes` (sorted)."""
     rank = x.shape.rank
-    if _is_tail(axes, rank):
+    if _is_tail(axes, rank) and x.dtype not in HALF:
         fn = tf.nn.log_softmax if log else tf.nn.softmax
         if len(axes) == 1:
             return fn(x)
         return _restore(fn(_flatten_tail(x, axes[0])), x)
     z = x - tf.reduce_max(x, axis=axes, keepdims=True)
     if log:
-        return z - tf.math.log(tf.reduce_sum(tf.exp(z), axis=axes, keepdims=True))
+        return z - tf.math.log(_sum(tf.exp(z), axes))
     e = tf.exp(z)
-    return e / tf.reduce_sum(e, axis=axes, keepdims=True)
+    return e / _sum(e, axes)
+
+
+def _sum(x, axes: list[int]):
+    """Sum over `axes`, kept, accumulated as numpy does: float16 in float32, bfloat16 over
+    one axis in order in bfloat16 (the last running sum of a cumsum)."""
+    if x.dtype == tf.float16:
+        return tf.cast(tf.reduce_sum(tf.cast(x, tf.float32), axis=axes, keepdims=True), x.dtype)
+    if x.dtype == tf.bfloat16 and len(axes) == 1:
+        depth = x.shape[axes[0]]
+        last = depth - 1 if depth is not None else tf.shape(x)[axes[0]] - 1
+        return tf.gather(tf.cumsum(x, axis=axes[0]), [last], axis=axes[0])
+    return tf.reduce_sum(x, axis=axes, keepdims=True)
 
 
 def hardmax(x, axes: list[int]):

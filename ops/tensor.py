@@ -294,7 +294,8 @@ def _pad(ctx, pads, value, mode: str, axes=None):
     if mode == "reflect":
         x = tf.pad(x, grow, mode="REFLECT")
     else:
-        x = tf.pad(x, grow, constant_values=tf.cast(value, x.dtype))
+        # an expanded function may hand a one-element constant_value rather than a scalar
+        x = tf.pad(x, grow, constant_values=tf.cast(tf.reshape(value, []), x.dtype))
     return _crop(x, phys)
 
 

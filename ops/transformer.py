@@ -2,16 +2,20 @@
 
 All run in the logical (ONNX) layout. Attention keeps the head axis where ONNX has it:
 grouped-query attention folds the query heads of one KV head into the query sequence axis,
-so K and V are never repeated. Half-precision inputs are computed in float32 (the builder
-casts the outputs back to the ONNX dtype).
+so K and V are never repeated. float16 inputs are computed in float32 (the builder casts the
+outputs back to the ONNX dtype). Attention computes bfloat16 op by op in bfloat16, rounding
+where the ONNX reference rounds (TFLite has no bfloat16 kernels, so this is the TF model's).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import tensorflow as tf
 
 from onnx2tf_alt.registry import handler
+
+from .softmax import softmax
 
 _NEG_INF = np.float32(-np.inf)
 
@@ -70,13 +74,13 @@ def _attention_masks(ctx, dtype, q_len: int, kv_len: int, past_len: int):
     additive, allowed = None, []
     if ctx.has(3):
         mask = ctx.x(3)
-        pad = kv_len - (mask.shape[-1] or kv_len)
+        width = mask.shape[-1] or kv_len
         if mask.dtype != tf.bool:
             mask = tf.cast(mask, dtype)
-        if pad > 0:
-            widths = [[0, 0]] * (mask.shape.rank - 1) + [[0, pad]]
-            fill = False if mask.dtype == tf.bool else _NEG_INF
-            mask = tf.pad(mask, widths, constant_values=fill)
+        if width < kv_len:  # keys past the mask are masked: zero bias, not allowed
+            widths = [[0, 0]] * (mask.shape.rank - 1) + [[0, kv_len - width]]
+            mask = tf.pad(mask, widths, constant_values=False if mask.dtype == tf.bool else 0)
+            allowed.append(ctx.const_tensor(np.arange(kv_len) < width))
         if mask.dtype == tf.bool:
             allowed.append(mask)
         else:
@@ -99,17 +103,45 @@ def _attention_masks(ctx, dtype, q_len: int, kv_len: int, past_len: int):
     return additive, combined
 
 
+def _mask_out(scores, allowed, keep_inf: bool):
+    """scores with -inf where not `allowed`.
+
+    The TFLite converter stores a -inf constant as the lowest finite float, which is all a
+    softmax needs; where the masked scores are an output (`keep_inf`), the -inf is made at
+    run time instead: the lowest float added to itself overflows to -inf.
+    """
+    if not keep_inf:
+        return tf.where(allowed, scores, tf.constant(_NEG_INF, scores.dtype))
+    lowest = tf.constant(scores.dtype.min, scores.dtype)
+    zero = tf.constant(0, scores.dtype)
+    return tf.where(allowed, scores, lowest) + tf.where(allowed, zero, lowest)
+
+
+def _key_softmax(scores, precision: int | None):
+    """Softmax over the keys in the model's softmax_precision: bfloat16 is honoured, any
+    other precision runs in float32 (as float16 inputs do)."""
+    if precision is None:
+        return softmax(scores, [3])
+    target = tf.bfloat16 if precision == onnx.TensorProto.BFLOAT16 else tf.float32
+    return tf.cast(softmax(tf.cast(scores, target), [3]), scores.dtype)
+
+
+def _attention_dtype(q):
+    """bfloat16 stays (the reference rounds every step to it); float16 runs in float32."""
+    return q.dtype if q.dtype == tf.bfloat16 else _compute_dtype(q)
+
+
 @handler(
     "Attention",
     since=23,
     limits=(
-        "static query and key/value sequence lengths; half precision computed in float32; "
-        "in TFLite, masked entries of qk_matmul_output mode 2 read -FLT_MAX, not -inf"
+        "static query and key/value sequence lengths; float16 computed in float32; "
+        "softmax_precision other than bfloat16 computed in float32"
     ),
 )
 def attention(ctx):
     q, k, v = (ctx.x(i) for i in range(3))
-    dtype = _compute_dtype(q)
+    dtype = _attention_dtype(q)
     q, k, v = (tf.cast(t, dtype) for t in (q, k, v))
     three_d = q.shape.rank == 3
     if three_d:
@@ -141,10 +173,10 @@ def attention(ctx):
     if additive is not None:
         scores = scores + additive
     if allowed is not None:
-        scores = tf.where(allowed, scores, tf.constant(_NEG_INF, dtype))
+        scores = _mask_out(scores, allowed, keep_inf=mode == 2)
     if mode == 2:
         qk_out = scores
-    probs = tf.nn.softmax(scores)
+    probs = _key_softmax(scores, ctx.attr("softmax_precision"))
     if additive is not None or allowed is not None:
         # A row with no attendable key yields 0 (softmax alone would give NaN).
         open_keys = allowed if additive is None else additive > _NEG_INF

@@ -209,6 +209,25 @@ def test_slice_channels_between_convs_has_no_transpose():
                         out_channels=3)
 
 
+def test_slice_above_tflite_rank_merges_whole_axes():
+    """7-D slices (as in NegativeLogLikelihoodLoss's expanded graphs): runs of axes taken
+    whole are merged so TFLite's 5-D STRIDED_SLICE takes them, with no Select TF op;
+    constant and run-time starts, negative steps, a symbolic batch."""
+    x = data(3, 2, 4, 1, 3, 2, 5)
+    inits = {"s1": ints(1), "e1": ints(2), "a1": ints(1),
+             "s2": ints(-1, 0), "e2": ints(-100, 5), "a2": ints(2, -1), "p2": ints(-2, 2),
+             "e3": ints(3), "a3": ints(4)}
+    nodes = [node("Slice", ["x", "s1", "e1", "a1"], "one_axis"),
+             node("Slice", ["x", "s2", "e2", "a2", "p2"], "two_axes_stepped"),
+             node("Slice", ["x", "start", "e3", "a3"], "runtime_start")]
+    feeds = {"x": x, "start": ints(1)}
+    outputs = [n.output[0] for n in nodes]
+    model = make_model(nodes, feeds, outputs, inits, input_shapes={"x": ["N", 2, 4, 1, 3, 2, 5]})
+    converted = check_model(model, feeds)
+    census = count_tflite_ops(converted.tflite)
+    assert not any(name.startswith("Flex") for name in census), census
+
+
 RUNTIME_SLICES = [
     ([1, 0], [4, -1], [1, -1], [1, 2]),
     ([-1, 4], [INT64_MIN, 0], [3, 2], [-2, -1]),

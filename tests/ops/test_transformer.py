@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
+from onnx import helper
 
-from harness import assert_keras_reloads, check_node
+from harness import assert_keras_reloads, check_node, check_nodes
 
 rng = np.random.default_rng(0)
 OPSET = 23
@@ -111,3 +112,35 @@ def test_attention_keras_files_reload(tmp_path):
                            {"q_num_heads": 4, "kv_num_heads": 2, "is_causal": 1},
                            opset=OPSET, tflite=False)
     assert_keras_reloads(converted, feeds, tmp_path)
+
+
+def test_attention_softmax_precision():
+    check_attention(normal(2, 3, 4, 8), normal(2, 3, 6, 8), normal(2, 3, 6, 8),
+                    {"softmax_precision": 1, "qk_matmul_output_mode": 3}, mask=normal(4, 6),
+                    num_outputs=4)
+
+
+def test_attention_nonpad_kv_seqlen_at_run_time():
+    inputs = {"Q": normal(2, 4, 3, 8), "K": normal(2, 2, 6, 8), "V": normal(2, 2, 6, 8),
+              "nonpad": np.array([4, 6], np.int64)}
+    check_node("Attention", inputs, {"is_causal": 1}, opset=24,
+               input_order=["Q", "K", "V", "", "", "", "nonpad"])
+
+
+def test_additive_inf_bias_from_constants():
+    """A causal -inf bias built from constants (as Attention's function body builds it) and
+    added to run-time values stays -inf in TFLite, through Add and Sub."""
+    tri = np.triu(np.ones((4, 6), bool), 1)
+    inf_bias = np.where(tri, -np.inf, 0).astype(np.float32)
+    nodes = [
+        helper.make_node("Where", ["tri", "neg_inf", "zero"], ["causal"]),
+        helper.make_node("Add", ["mask", "causal"], ["bias"]),
+        helper.make_node("Add", ["scores", "bias"], ["masked"]),
+        helper.make_node("Add", ["inf_bias", "scores"], ["masked_const_first"]),
+        helper.make_node("Sub", ["scores", "inf_bias"], ["minus_inf"]),
+        helper.make_node("Sub", ["inf_bias", "scores"], ["inf_minus"]),
+    ]
+    inits = {"tri": tri, "neg_inf": np.array(-np.inf, np.float32),
+             "zero": np.array(0, np.float32), "inf_bias": inf_bias}
+    check_nodes(nodes, {"mask": normal(4, 6), "scores": normal(2, 3, 4, 6)}, inits, opset=OPSET,
+                outputs=["masked", "masked_const_first", "minus_inf", "inf_minus"])
