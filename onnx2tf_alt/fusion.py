@@ -68,7 +68,8 @@ class _GraphIndex:
             for name in dict.fromkeys(n.input):
                 self.consumers.setdefault(name, []).append(i)
         self.outputs = {o.name for o in graph.output}
-        self.constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+        # Values of small initializers only; weights are shape-only stand-ins (no copy).
+        self.constants = {i.name: _light_value(i) for i in graph.initializer}
         for n in self.nodes:
             if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
                 value = _constant_node_value(n)
@@ -105,6 +106,13 @@ class _GraphIndex:
         if any(name in self.constants and not self.is_scalar(name) for name in inputs):
             return None
         return [name for name in inputs if name not in self.constants]
+
+
+def _light_value(tensor: onnx.TensorProto) -> np.ndarray:
+    if int(np.prod(tensor.dims, dtype=np.int64)) <= 16:
+        return numpy_helper.to_array(tensor)
+    dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    return np.broadcast_to(np.zeros((), dtype), tuple(tensor.dims))
 
 
 def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
@@ -212,13 +220,15 @@ def _replace(graph: onnx.GraphProto, index: _GraphIndex, match: _Match, contrib:
     dead = {name for n in fused for name in n.input if name in index.constants} - still_used
     kept = [n for n in kept if not (n.op_type == "Constant" and n.output[0] in dead)]
     stale = {o for n in fused for o in n.output} - {match.output}
-    _keep_only(graph.node, kept)
-    _keep_only(graph.initializer, [i for i in graph.initializer if i.name not in dead])
-    _keep_only(graph.input, [i for i in graph.input if i.name not in dead])
-    _keep_only(graph.value_info, [v for v in graph.value_info if v.name not in stale])
+    del graph.node[:]
+    graph.node.extend(kept)
+    _remove_named(graph.initializer, dead)
+    _remove_named(graph.input, dead)
+    _remove_named(graph.value_info, stale)
 
 
-def _keep_only(field, items) -> None:
-    items = list(items)
-    del field[:]
-    field.extend(items)
+def _remove_named(field, names: set[str]) -> None:
+    """Delete the entries called `names` in place (the others, weights included, are not
+    copied)."""
+    for i in reversed([i for i, item in enumerate(field) if item.name in names]):
+        del field[i]

@@ -99,16 +99,54 @@ def set_input_shapes(
                 dim.dim_value = symbols[dim.dim_param]
 
 
+# Initializers above this many elements are weights, never shape data: shape inference runs
+# on a copy of the model that declares them as typed inputs instead of carrying their values
+# (ONNX's inference serializes the whole model on every call).
+INFERENCE_VALUE_LIMIT = 4096
+
+
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference (with data propagation) plus `fill_same_shape_gaps`, on a
+    weight-free copy; the inferred value infos and output types are written into `model`."""
+    light = _weight_free_copy(model)
     for _ in range(4):
         try:
-            model = shape_inference.infer_shapes(model, data_prop=True)
+            light = shape_inference.infer_shapes(light, data_prop=True)
         except Exception as exc:  # noqa: BLE001 - a partial inference still lets us convert
             log.warning("ONNX shape inference failed (%s); continuing with known shapes", exc)
-            return model
-        if not fill_same_shape_gaps(model):
             break
+        if not fill_same_shape_gaps(light):
+            break
+    graph = model.graph
+    del graph.value_info[:]
+    graph.value_info.extend(light.graph.value_info)
+    del graph.output[:]
+    graph.output.extend(light.graph.output)
     return model
+
+
+def _weight_free_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with its large initializers turned into graph inputs of the same type."""
+    light = onnx.ModelProto()
+    for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version"):
+        setattr(light, field, getattr(model, field))
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    graph, copy = model.graph, light.graph
+    copy.name = graph.name
+    copy.node.extend(graph.node)
+    copy.input.extend(graph.input)
+    copy.output.extend(graph.output)
+    copy.value_info.extend(graph.value_info)
+    copy.sparse_initializer.extend(graph.sparse_initializer)
+    declared = {i.name for i in graph.input}
+    for init in graph.initializer:
+        if int(np.prod(init.dims, dtype=np.int64)) <= INFERENCE_VALUE_LIMIT:
+            copy.initializer.append(init)
+        elif init.name not in declared:
+            copy.input.append(helper.make_tensor_value_info(init.name, init.data_type,
+                                                            list(init.dims)))
+    return light
 
 
 # Ops whose first output has the shape and dtype of their first input. Used where ONNX shape
