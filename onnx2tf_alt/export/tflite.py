@@ -7,7 +7,7 @@ import logging
 import tensorflow as tf
 
 from onnx2tf_alt.builder import BuildResult
-from onnx2tf_alt.export.saved_model import serving_function
+from onnx2tf_alt.export.saved_model import serving_module
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -18,13 +18,8 @@ def tflite_bytes(result: BuildResult, float16: bool = False, select_tf_ops: bool
     TFLite builtins only; when the graph needs ops TFLite lacks, Select TF ops are allowed
     with a warning (the file then needs the Flex delegate) unless `select_tf_ops` is False.
     """
-    serve = serving_function(result)
-    concrete = serve.get_concrete_function()
-    # A light trackable (the weights and the function) keeps the signature without the
-    # cost of serializing every Keras layer, which passing the whole model would incur.
-    holder = tf.Module()
-    holder.weights = list(result.model.weights)
-    holder.serve = serve
+    holder = serving_module(result)
+    concrete = holder.serve.get_concrete_function()
 
     def converter(select_tf_ops: bool):
         conv = tf.lite.TFLiteConverter.from_concrete_functions([concrete], holder)
