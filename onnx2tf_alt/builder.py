@@ -198,6 +198,10 @@ class ModelBuilder:
         for name, perm, out in zip(node.outputs, out_perms, results):
             if not name:
                 continue
+            if hasattr(out, "numpy"):  # computed eagerly from constants: a constant, ONNX order
+                out = out.numpy()
+                if out.ndim == len(perm):
+                    out = np.transpose(out, np.argsort(perm))
             if isinstance(out, np.ndarray) or np.isscalar(out):
                 array = np.asarray(out, dtype=graph.dtypes.get(name))
                 self.values[name] = Value(perm=P.identity(array.ndim), const=array)

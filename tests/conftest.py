@@ -18,8 +18,8 @@ def pytest_runtest_logreport(report):
             _node_results.append(props)
 
 
-def pytest_terminal_summary(terminalreporter):
-    if not _node_results:
+def pytest_terminal_summary(terminalreporter, config):
+    if not _node_results or hasattr(config, "workerinput"):  # the xdist controller reports
         return
     from conformance.summary import summarize, write_expectations
 

@@ -133,7 +133,7 @@ def tflite_run(converted, feeds, tflite_model: bytes | None = None):
     except ValueError as exc:
         if "Invalid tensor size" not in str(exc):
             raise
-        outputs = _run_with_empty_tensors(interpreter, physical)
+        outputs = _run_with_empty_tensors(Interpreter(model_content=content), physical)
     return to_logical(converted, outputs)
 
 

@@ -44,20 +44,26 @@ def summarize(results: list[dict]) -> list[str]:
 
 
 def write_expectations(results: list[dict]) -> int:
-    """Rewrite expectations.txt: still-failing entries kept, new failures added with their
-    reason, fixed ones dropped. Returns the number of lines written."""
+    """Rewrite expectations.txt: failing tests listed with their current reason, fixed ones
+    dropped; tests this run did not include (a -k selection) keep their lines. Returns the
+    number of lines written."""
     from conformance.test_node_suite import read_expectations
 
     old = read_expectations()
+    ran = {props.get("name") for props in results}
     entries: dict[str, dict[str, str]] = {}
+    for (name, backend), reason in old.items():
+        if name not in ran:
+            entries.setdefault(name, {})[backend] = reason
     for props in results:
         name = props.get("name")
         for backend in BACKENDS:
             outcome = props.get(backend)
+            reason = props.get(f"{backend}_reason")
             if outcome == "xfail":
-                entries.setdefault(name, {})[backend] = old[(name, backend)]
+                entries.setdefault(name, {})[backend] = reason or old[(name, backend)]
             elif outcome == "fail" and not props.get(f"{backend}_now_passes"):
-                entries.setdefault(name, {})[backend] = props.get(f"{backend}_reason", "fails")
+                entries.setdefault(name, {})[backend] = reason or "fails"
     lines = []
     for name in sorted(entries):
         reasons = entries[name]
