@@ -379,3 +379,20 @@ def test_checker_compares_quantized_files_dequantized(full, tmp_path):
     with open(os.path.join(out, "cnn_accuracy_report.json")) as f:
         saved = json.load(f)
     assert set(saved["backends"]) == {"tf", "tflite", *quantized}
+
+
+def test_per_tensor_writes_the_int16_files_per_channel(tmp_path):
+    """-qt per-tensor with a depthwise conv: TFLite's 16x8 mode has no per-tensor depthwise
+    kernels, so the INT16 files keep per-channel weights (said in the report); all written."""
+    path = str(tmp_path / "cnn.onnx")
+    onnx.save(small_cnn(), path)
+    out = str(tmp_path / "out")
+    convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
+            output_integer_quantized_tflite=True, quant_type="per-tensor")
+    with open(os.path.join(out, "cnn_quant_report.json")) as f:
+        report = json.load(f)
+    assert [f.get("error") for f in report["files"]] == [None] * 4, report["files"]
+    assert any("per-channel weights" in note for note in report["notes"]), report["notes"]
+    int16 = read(out, "cnn_full_integer_quant_with_int16_act.tflite")
+    assert "DEPTHWISE_CONV_2D" in count_tflite_ops(int16)
+    assert _weight_scale_counts(read(out, "cnn_full_integer_quant.tflite")) == [1, 1, 1]

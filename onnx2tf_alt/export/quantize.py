@@ -166,7 +166,11 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
         if select_tf_ops:
             ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
         conv.target_spec.supported_ops = ops
-        if options.quant_type == "per-tensor" and variant.calibrated:  # -qt: INT8 files only
+        int16 = INT16_OPS in variant.supported_ops
+        # -qt per-tensor: the INT8 files. TFLite's 16x8 mode cannot quantize depthwise
+        # kernels per tensor ("Quantized dimension ... do not match"): INT16 files stay
+        # per-channel (the report says so).
+        if options.quant_type == "per-tensor" and variant.calibrated and not int16:
             conv._experimental_disable_per_channel = True
         if variant.calibrated and calibration:
             conv.representative_dataset = lambda: (_physical(converted, s) for s in calibration)
@@ -338,6 +342,10 @@ def write_quantized(
     if qdq:
         report.notes.append("QDQ model: quantized with its own 8-bit ranges, without "
                             "calibration; no INT16-activation files")
+    elif options.quant_type == "per-tensor" and options.integer:
+        report.notes.append("per-tensor applies to the INT8 files; the INT16-activation files "
+                            "keep per-channel weights (TFLite's 16x8 mode has no per-tensor "
+                            "depthwise kernels)")
     reference, why_not = _measure(float_tflite, converted, samples.held_out)
     if reference is None:
         report.notes.append(f"the float32 TFLite cannot run here ({why_not}): no metrics")
