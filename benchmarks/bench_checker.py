@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_model import convert  # the same timed CLI run as bench_model
+from bench_model import convert, run_rows  # the same timed CLI run as bench_model
 
 
 def bench(path: str) -> dict:
@@ -45,16 +45,7 @@ def main() -> None:
     parser.add_argument("models", nargs="+")
     parser.add_argument("--json")
     args = parser.parse_args()
-    rows = []
-    for path in args.models:
-        try:
-            rows.append(bench(path))
-        except Exception as exc:  # noqa: BLE001 - one failing model must not hide the others
-            rows.append({"model": os.path.basename(path), "error": str(exc).strip()[-300:]})
-        print(json.dumps(rows[-1]), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+    run_rows([(path, lambda p=path: bench(p)) for path in args.models], args.json)
 
 
 if __name__ == "__main__":

@@ -115,16 +115,23 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--json")
     args = parser.parse_args()
+    run_rows([(path, lambda p=path: bench(p, args.runs)) for path in args.models], args.json)
+
+
+def run_rows(jobs, json_path: str | None) -> list[dict]:
+    """Run each (model path, job) in turn, printing its row as JSON; a failing job becomes
+    an error row (one failing model must not hide the others). Optionally saves all rows."""
     rows = []
-    for path in args.models:
+    for path, job in jobs:
         try:
-            rows.append(bench(path, args.runs))
-        except Exception as exc:  # noqa: BLE001 - one failing model must not hide the others
+            rows.append(job())
+        except Exception as exc:  # noqa: BLE001 - reported in the row
             rows.append({"model": os.path.basename(path), "error": str(exc).strip()[-300:]})
         print(json.dumps(rows[-1]), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
+    if json_path:
+        with open(json_path, "w") as f:
             json.dump(rows, f, indent=2)
+    return rows
 
 
 if __name__ == "__main__":

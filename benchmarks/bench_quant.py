@@ -23,6 +23,9 @@ import tempfile
 import numpy as np
 import onnx
 
+sys.path.insert(0, os.path.dirname(__file__))
+from bench_model import run_rows  # the benchmarks' shared row loop
+
 
 def cli(path: str, out: str, *flags: str) -> None:
     subprocess.run([sys.executable, "-m", "onnx2tf_alt", "-i", path, "-o", out, "-n", *flags],
@@ -73,7 +76,7 @@ def variants_row(path: str, tmp: str) -> dict:
     return row
 
 
-def qdq_row(path: str, tmp: str, per_channel: bool) -> dict:
+def qdq_row(path: str, per_channel: bool, tmp: str) -> dict:
     from ai_edge_litert.interpreter import Interpreter
     from onnxruntime import InferenceSession
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
@@ -132,21 +135,17 @@ def main() -> None:
     parser.add_argument("--qdq", action="store_true")
     parser.add_argument("--json")
     args = parser.parse_args()
-    rows = []
+    def in_tmp(row_fn, *args):
+        with tempfile.TemporaryDirectory() as tmp:
+            return row_fn(*args, tmp)
+
+    jobs = []
     for path in args.models:
-        jobs = [lambda tmp, p=path: variants_row(p, tmp)]
         if args.qdq:
-            jobs = [lambda tmp, p=path, pc=pc: qdq_row(p, tmp, pc) for pc in (False, True)]
-        for job in jobs:
-            with tempfile.TemporaryDirectory() as tmp:
-                try:
-                    rows.append(job(tmp))
-                except Exception as exc:  # noqa: BLE001 - one failure must not hide the rest
-                    rows.append({"model": os.path.basename(path), "error": str(exc)[-300:]})
-            print(json.dumps(rows[-1]), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+            jobs += [(path, lambda p=path, pc=pc: in_tmp(qdq_row, p, pc)) for pc in (False, True)]
+        else:
+            jobs.append((path, lambda p=path: in_tmp(variants_row, p)))
+    run_rows(jobs, args.json)
 
 
 if __name__ == "__main__":

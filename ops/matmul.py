@@ -18,6 +18,8 @@ from onnx2tf_alt import perms as P
 from onnx2tf_alt.layout import Decision
 from onnx2tf_alt.registry import handler
 
+from .shape import dims_of
+
 
 def _identity_outputs(node, graph) -> list:
     return [P.identity(graph.rank(o) or 0) for o in node.outputs]
@@ -135,15 +137,6 @@ def parse_einsum(equation: str, ranks: list[int]) -> tuple[list[str], list[str],
     return letters, pads, out
 
 
-def _dims(x) -> list:
-    """Dimensions of x: ints where static, scalar tensors where not."""
-    static = x.shape.as_list()
-    if None not in static:
-        return static
-    dynamic = tf.shape(x)
-    return [d if d is not None else dynamic[i] for i, d in enumerate(static)]
-
-
 def _product(dims: list):
     return math.prod(dims) if all(isinstance(d, int) for d in dims) else tf.reduce_prod(
         tf.stack([tf.cast(d, tf.int32) for d in dims])
@@ -164,7 +157,7 @@ def _arrange(x, letters: str, order: list[str]):
     if move == sorted(move):
         return x
     if P.moves_only_unit_axes(tuple(x.shape.as_list()), move):
-        return _reshape(x, [_dims(x)[a] for a in move])
+        return _reshape(x, [dims_of(x)[a] for a in move])
     return tf.transpose(x, move)
 
 
@@ -203,7 +196,7 @@ def _as_matrices(x, letters: str, batch, rows, cols):
         flag = False
     x = _arrange(x, letters, batch + rows + cols)
     if len(rows) != 1 or len(cols) != 1:
-        dims = _dims(x)
+        dims = dims_of(x)
         nb, nr = len(batch), len(rows)
         x = _reshape(x, [*dims[:nb], _product(dims[nb:nb + nr]), _product(dims[nb + nr:])])
     return x, flag
@@ -243,10 +236,10 @@ def _contract(a, la: str, b, lb: str, keep: set[str], want: str | None):
     b_mat, tb = _as_matrices(b, lb, batch, contract, b_only)
     y = tf.linalg.matmul(a_mat, b_mat, transpose_a=ta, transpose_b=tb)
     if len(a_only) != 1 or len(b_only) != 1:
-        a_dims, b_dims = _dims(a), _dims(b)
+        a_dims, b_dims = dims_of(a), dims_of(b)
         y = _reshape(
             y,
-            _dims(y)[: len(batch)]
+            dims_of(y)[: len(batch)]
             + [a_dims[la.index(c)] for c in a_only]
             + [b_dims[lb.index(c)] for c in b_only],
         )

@@ -53,6 +53,15 @@ def _transpose_perm(node: Node, graph: Graph, in_perm):
     return P.compose_transpose(in_perm, onnx_perm)
 
 
+
+def dims_of(x) -> list:
+    """Dims of tensor x: ints where static, run-time scalars elsewhere."""
+    static = x.shape.as_list()
+    if None not in static:
+        return static
+    dynamic = tf.shape(x)
+    return [d if d is not None else dynamic[i] for i, d in enumerate(static)]
+
 @handler("Transpose", layout=derived(_transpose_perm))
 def transpose(ctx):
     return ctx.x(0)  # the plan already gave the output the composed perm: no data moves

@@ -14,7 +14,7 @@ from onnx2tf_alt.graph import Graph, Node
 from onnx2tf_alt.layout import derived, same_as_input
 from onnx2tf_alt.registry import handler
 
-from .shape import scalar, shape_tensor
+from .shape import dims_of, scalar, shape_tensor
 
 INT32_MAX = 2**31 - 1
 
@@ -128,7 +128,7 @@ def _strided_slice(x, begin: list, end: list, strides: list, begin_mask: int, en
             groups.append([a])
     if len(strides) <= TFLITE_SLICE_RANK or len(groups) > TFLITE_SLICE_RANK:
         return tf.strided_slice(x, _stacked(begin), _stacked(end), strides, begin_mask, end_mask)
-    dims = _dims(x)
+    dims = dims_of(x)
     merged = _reshaped(x, [_product([dims[a] for a in g]) for g in groups])
     firsts = [g[0] for g in groups]
     y = tf.strided_slice(
@@ -136,7 +136,7 @@ def _strided_slice(x, begin: list, end: list, strides: list, begin_mask: int, en
         [strides[a] for a in firsts],
         sum(1 << i for i, a in enumerate(firsts) if begin_mask >> a & 1),
         sum(1 << i for i, a in enumerate(firsts) if end_mask >> a & 1))
-    sliced = _dims(y)
+    sliced = dims_of(y)
     out = [d for i, g in enumerate(groups) for d in ([dims[a] for a in g] if whole[g[0]]
                                                     else [sliced[i]])]
     return _reshaped(y, out)
@@ -144,15 +144,6 @@ def _strided_slice(x, begin: list, end: list, strides: list, begin_mask: int, en
 
 def _stacked(values: list):
     return values if all(isinstance(v, int) for v in values) else tf.stack(values)
-
-
-def _dims(x) -> list:
-    """Dims of x: ints where static, run-time scalars elsewhere."""
-    static = x.shape.as_list()
-    if None not in static:
-        return static
-    dynamic = tf.shape(x)
-    return [d if d is not None else dynamic[i] for i, d in enumerate(static)]
 
 
 def _product(dims: list):
