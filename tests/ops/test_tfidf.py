@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from harness import check_node
+from harness import check_node, count_tflite_ops
 
 rng = np.random.default_rng(5)
 
@@ -27,7 +27,8 @@ def test_tfidf_vectorizer(mode, low, high, skips, shape, dtype):
     }
     if mode != "TF":
         attrs["weights"] = rng.uniform(0.5, 2, len(INDEXES)).astype(np.float32).tolist()
-    check_node("TfIdfVectorizer", {"x": x}, attrs, opset=9)
+    converted = check_node("TfIdfVectorizer", {"x": x}, attrs, opset=9)
+    assert_builtins_only(converted.tflite)
 
 
 def test_tfidf_vectorizer_shared_output_columns():
@@ -38,4 +39,13 @@ def test_tfidf_vectorizer_shared_output_columns():
         "ngram_counts": [0, 4], "ngram_indexes": [5, 0, 5, 2, 1, 2],
         "pool_int64s": [2, 3, 5, 7, 2, 3, 5, 5],
     }
-    check_node("TfIdfVectorizer", {"x": x}, attrs, opset=9)
+    converted = check_node("TfIdfVectorizer", {"x": x}, attrs, opset=9)
+    assert_builtins_only(converted.tflite)
+
+
+def assert_builtins_only(content: bytes) -> None:
+    """EQUAL / LOGICAL_AND / SUM / matmul builtins: no Flex (Select TF) ops, no TRANSPOSE."""
+    census = count_tflite_ops(content)
+    assert "FULLY_CONNECTED" in census or "BATCH_MATMUL" in census, census
+    assert not any(op.startswith("Flex") or op == "DELEGATE" for op in census), census
+    assert "TRANSPOSE" not in census, census
