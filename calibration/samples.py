@@ -127,13 +127,9 @@ def _units(data: CustomData, shape, dtype) -> np.ndarray:
             raise InputError(f"-cind MEAN and STD apply to float inputs; '{data.name}' is {dtype}.")
         array = (array.astype(np.float32) - _per_channel(data.mean, shape, data.name)) / (
             _per_channel(data.std, shape, data.name))
-    if array.dtype != dtype:
-        if not np.can_cast(array.dtype, dtype, casting="same_kind"):
-            raise InputError(
-                f"-cind array for '{data.name}' has dtype {array.dtype}; the input is {dtype}."
-            )
-        array = array.astype(dtype)
-    return array
+    from onnx2tf_alt.check.inputs import cast_custom
+
+    return cast_custom(data.name, array, dtype)
 
 
 def _per_channel(values: np.ndarray, shape, name: str) -> np.ndarray:

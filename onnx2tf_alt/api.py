@@ -6,10 +6,11 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import onnx
 
+from onnx2tf_alt import perms as P
 from onnx2tf_alt.errors import ConversionError, InputError
 from onnx2tf_alt.graph import Graph, graph_from_model
 from onnx2tf_alt.layout import Plan, plan_layouts
@@ -28,8 +29,16 @@ class Converted:
     graph: Graph
     plan: Plan
     model: onnx.ModelProto
-    layout_options: dict = field(default_factory=dict)  # the -k / -kt names given to build()
     _tflite_result: object = None
+
+    def rebuild(self, model: onnx.ModelProto) -> Converted:
+        """Build `model` (a rewrite of this one) with exactly this conversion's input layouts."""
+        keep, force = [], []
+        for name, perm in self.result.input_perms.items():
+            if len(perm) >= 3:
+                (keep if P.is_identity(perm) else force).append(name)
+        return build(onnx_graph=model, keep_ncw_or_nchw_or_ncdhw_input_names=keep,
+                     keep_nwc_or_nhwc_or_ndhwc_input_names=force)
 
     def tflite_result(self):
         """The BuildResult the .tflite files are converted from: `result` itself, or for a
@@ -41,8 +50,7 @@ class Converted:
             self._tflite_result = self.result
             if needs_float32_compute(self.model):
                 log.info("TFLite has few float64/float16 kernels: .tflite files compute in float32")
-                demoted = compute_in_float32(self.model)
-                self._tflite_result = build(onnx_graph=demoted, **self.layout_options).result
+                self._tflite_result = self.rebuild(compute_in_float32(self.model)).result
         return self._tflite_result
 
 
@@ -104,11 +112,7 @@ def build(
     except ConversionError as error:
         error.prepared_model = model
         raise
-    layout_options = {
-        "keep_ncw_or_nchw_or_ncdhw_input_names": keep_ncw_or_nchw_or_ncdhw_input_names,
-        "keep_nwc_or_nhwc_or_ndhwc_input_names": keep_nwc_or_nhwc_or_ndhwc_input_names,
-    }
-    return Converted(result, graph, plan, model, layout_options)
+    return Converted(result=result, graph=graph, plan=plan, model=model)
 
 
 def _stem(input_onnx_file_path: str | None) -> str:

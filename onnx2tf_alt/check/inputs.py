@@ -108,10 +108,16 @@ def _checked_custom(name: str, array: np.ndarray, shape: tuple, dtype: np.dtype)
             f"-cind array for '{name}' has shape {list(array.shape)}; the model expects "
             f"{[d if d is not None else '?' for d in shape]} (ONNX layout)."
         )
-    if array.dtype != dtype:
-        if not np.can_cast(array.dtype, dtype, casting="same_kind"):
-            raise InputError(
-                f"-cind array for '{name}' has dtype {array.dtype}; the model expects {dtype}."
-            )
-        array = array.astype(dtype)
-    return array
+    return cast_custom(name, array, dtype)
+
+
+def cast_custom(name: str, array: np.ndarray, dtype) -> np.ndarray:
+    """A -cind array in the input's dtype; a cast across kinds (float data for an integer
+    input, ...) is an InputError."""
+    if array.dtype == dtype:
+        return array
+    if not np.can_cast(array.dtype, dtype, casting="same_kind"):
+        raise InputError(
+            f"-cind array for '{name}' has dtype {array.dtype}; the model expects {dtype}."
+        )
+    return array.astype(dtype)

@@ -17,7 +17,7 @@ import os
 
 from onnx2tf_alt.check.compare import BackendReport, compare
 from onnx2tf_alt.check.observe import ort_values, probe_conversion, targets
-from onnx2tf_alt.export.quantize import _rebuild, quantized_tflite, run_tflite, variants
+from onnx2tf_alt.export.quantize import quantized_tflite, run_tflite, variants
 
 QUANT_MIN_COSINE = 0.98
 
@@ -29,7 +29,7 @@ def quantized_backends(converted, plan, found, feeds, full: bool, folder: str,
     feeds = plan.samples.held_out[0] if plan.samples.held_out else feeds
     reference = ort_values(converted.model, feeds, [t.onnx_name for t in found])
     qdq = plan.qdq_model is not None
-    rebuilt = _rebuild(converted, plan.qdq_model) if qdq else None
+    rebuilt = converted.rebuild(plan.qdq_model) if qdq else None
     calibration = [] if qdq else plan.samples.calibration
     reports = []
     for variant in variants(plan.options, qdq):

@@ -23,7 +23,6 @@ import tensorflow as tf
 from onnx import helper, numpy_helper
 
 from calibration.samples import CustomData, Samples, plan_samples
-from onnx2tf_alt import perms as P
 from onnx2tf_alt.check.observe import to_onnx_order
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.export.saved_model import serving_function
@@ -130,18 +129,6 @@ def _pair_params(quantize: onnx.NodeProto, dequantize: onnx.NodeProto, constants
     qmin, qmax = integer_range(zero_point.dtype)
     return {"scale": float(scale.reshape(())), "zero_point": int(zero_point.reshape(())),
             "qmin": qmin, "qmax": qmax}
-
-
-def _rebuild(converted, model: onnx.ModelProto):
-    """Build `model` (a rewrite of converted.model) with the same input layouts."""
-    from onnx2tf_alt.api import build
-
-    keep, force = [], []
-    for name, perm in converted.result.input_perms.items():
-        if len(perm) >= 3:
-            (keep if P.is_identity(perm) else force).append(name)
-    return build(onnx_graph=model, keep_ncw_or_nchw_or_ncdhw_input_names=keep,
-                 keep_nwc_or_nhwc_or_ndhwc_input_names=force)
 
 
 # --- conversion ----------------------------------------------------------------------------
@@ -333,7 +320,7 @@ def write_quantized(
     `folder`; returns the file names. A variant the TFLite converter cannot produce is
     reported (log and report) and skipped; the others are still written."""
     options, samples, qdq = plan.options, plan.samples, plan.qdq_model is not None
-    rebuilt = _rebuild(converted, plan.qdq_model) if qdq else None
+    rebuilt = converted.rebuild(plan.qdq_model) if qdq else None
     calibration = [] if qdq else samples.calibration
     report = QuantReport(
         model=stem, quant_type=options.quant_type, qdq=qdq, sources=samples.sources,
