@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 
 import onnx
@@ -17,6 +15,7 @@ from onnx2tf_alt.layout import Plan, plan_layouts
 from onnx2tf_alt.loader import load_model
 from onnx2tf_alt.prepare import prepare_model
 from onnx2tf_alt.progress import Progress
+from onnx2tf_alt.validate import check_consistency
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -73,14 +72,33 @@ def build(
     keep_ncw_or_nchw_or_ncdhw_input_names: list[str] | None = None,
     keep_nwc_or_nhwc_or_ndhwc_input_names: list[str] | None = None,
     show_progress: bool = False,
+    allow_newer_opset: bool = False,
 ) -> Converted:
     """Load, prepare, plan and build the Keras model without writing any file."""
+    model = load_model(input_onnx_file_path, onnx_graph, allow_newer_opset)
+    return build_loaded(
+        model, batch_size, overwrite_input_shape, keep_ncw_or_nchw_or_ncdhw_input_names,
+        keep_nwc_or_nhwc_or_ndhwc_input_names, show_progress,
+    )
+
+
+def build_loaded(
+    model: onnx.ModelProto,
+    batch_size: int | None = None,
+    overwrite_input_shape: list[str] | None = None,
+    keep_ncw_or_nchw_or_ncdhw_input_names: list[str] | None = None,
+    keep_nwc_or_nhwc_or_ndhwc_input_names: list[str] | None = None,
+    show_progress: bool = False,
+) -> Converted:
+    """`build` for a model `load_model` returned (which this takes over and modifies)."""
     from onnx2tf_alt.builder import ModelBuilder
     from onnx2tf_alt.registry import find_handler
 
-    model = load_model(input_onnx_file_path, onnx_graph)
+    if batch_size is not None and batch_size < 1:
+        raise InputError(f"-b/--batch_size must be at least 1 (got {batch_size}).")
     model = prepare_model(model, batch_size, overwrite_input_shape)
     graph = graph_from_model(model)
+    check_consistency(graph)
     for flag, names in (
         ("-k", keep_ncw_or_nchw_or_ncdhw_input_names),
         ("-kt", keep_nwc_or_nhwc_or_ndhwc_input_names),
@@ -166,17 +184,6 @@ def _float32_tflite(converted: Converted, folder: str, stem: str) -> bytes:
         return f.read()
 
 
-def _move_into(tmp: str, folder: str) -> None:
-    os.makedirs(folder, exist_ok=True)
-    for entry in os.listdir(tmp):
-        target = os.path.join(folder, entry)
-        if os.path.isdir(target) and not os.path.islink(target):
-            shutil.rmtree(target)
-        elif os.path.exists(target):
-            os.remove(target)
-        shutil.move(os.path.join(tmp, entry), target)
-
-
 def convert(
     input_onnx_file_path: str | None = None,
     onnx_graph: onnx.ModelProto | None = None,
@@ -203,6 +210,8 @@ def convert(
     output_quant_dtype: str = "int8",
     quant_norm_mean: list[float] | None = None,
     quant_norm_std: list[float] | None = None,
+    allow_newer_opset: bool = False,
+    command_line: list[str] | None = None,
 ):
     """Convert an ONNX model (path or ModelProto) and write its outputs; returns the Keras model.
 
@@ -228,24 +237,47 @@ def convert(
     std)]` (N samples along axis 0) for the others; a float model input with neither fails
     with an InputError before anything is written. QDQ models need no calibration data.
     """
+    call = {k: v for k, v in locals().items() if k not in ("onnx_graph", "command_line")}
     del output_signaturedefs  # always on
     from calibration.samples import first_sample, parse_custom_data
     from onnx2tf_alt.check.inputs import load_custom_inputs
-    from onnx2tf_alt.export.quantize import QuantOptions, plan_quantization, write_quantized
+    from onnx2tf_alt.export.manifest import Manifest
+    from onnx2tf_alt.export.names import planned_outputs
+    from onnx2tf_alt.export.publish import OutputFolder
+    from onnx2tf_alt.loader import external_data_paths
     from onnx2tf_alt.logs import configure_logging
 
     configure_logging("error" if non_verbose else verbosity)
+    if batch_size is not None and batch_size < 1:
+        raise InputError(f"-b/--batch_size must be at least 1 (got {batch_size}).")
+    stem = _stem(input_onnx_file_path)
+    sources = []
+    if onnx_graph is None and input_onnx_file_path is not None:
+        if not os.path.isfile(input_onnx_file_path):
+            raise InputError(
+                f"Input model '{input_onnx_file_path}' does not exist or is not a file.")
+        sources = [os.path.abspath(input_onnx_file_path),
+                   *external_data_paths(input_onnx_file_path)]
+    check = check_onnx_tf_outputs_elementwise_close or check_onnx_tf_outputs_elementwise_close_full
+    folder = OutputFolder(output_folder_path, protected=sources)
+    folder.check_usable()
+    folder.check_claims(planned_outputs(
+        stem, output_h5, output_keras_v3, output_tflite, output_dynamic_range_quantized_tflite,
+        output_integer_quantized_tflite, check,
+    ))
+    command = list(command_line) if command_line is not None else ["onnx2tf_alt.convert", call]
     custom_data = parse_custom_data(custom_input_op_name_np_data_path)
     custom_inputs = load_custom_inputs([e[:2] for e in custom_input_op_name_np_data_path or []])
+
+    from onnx2tf_alt.export.quantize import QuantOptions, plan_quantization, write_quantized
+
     quant_options = QuantOptions(
         output_dynamic_range_quantized_tflite, output_integer_quantized_tflite, quant_type,
         input_quant_dtype, output_quant_dtype,
     )
-    folder = os.path.abspath(output_folder_path)
     try:
-        converted = build(
-            input_onnx_file_path=input_onnx_file_path,
-            onnx_graph=onnx_graph,
+        converted = build_loaded(
+            load_model(input_onnx_file_path, onnx_graph, allow_newer_opset),
             batch_size=batch_size,
             overwrite_input_shape=overwrite_input_shape,
             keep_ncw_or_nchw_or_ncdhw_input_names=keep_ncw_or_nchw_or_ncdhw_input_names,
@@ -255,7 +287,8 @@ def convert(
     except ConversionError as error:
         from onnx2tf_alt.check.repro import report_failures
 
-        report_failures(error, folder, custom_inputs)
+        report_failures(error, folder, Manifest.for_failure_report(sources, command),
+                        custom_inputs)
         raise
     custom_inputs = first_sample(custom_inputs, converted.graph)
     quant_plan = None
@@ -263,34 +296,29 @@ def convert(
         quant_plan = plan_quantization(
             converted, quant_options, custom_data, quant_norm_mean, quant_norm_std
         )
-    parent = os.path.dirname(folder)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".onnx2tf_alt_", dir=parent)
-    try:
-        stem = _stem(input_onnx_file_path)
-        written = write_outputs(converted, tmp, stem, output_h5, output_keras_v3, output_tflite)
-        if quant_plan is not None:
-            written += write_quantized(
-                converted, tmp, stem, quant_plan, _float32_tflite(converted, tmp, stem),
-                print_table=not non_verbose,
-            )
-        _move_into(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    log.info("wrote %s to %s", ", ".join(written), folder)
     model = converted.result.model
     model.onnx2tf_alt_report = None
-    if check_onnx_tf_outputs_elementwise_close or check_onnx_tf_outputs_elementwise_close_full:
-        from onnx2tf_alt.check.run import check_and_report
+    with folder.staging() as stage:
+        written = write_outputs(converted, stage, stem, output_h5, output_keras_v3, output_tflite)
+        if quant_plan is not None:
+            written += write_quantized(
+                converted, stage, stem, quant_plan, _float32_tflite(converted, stage, stem),
+                print_table=not non_verbose,
+            )
+        if check:
+            from onnx2tf_alt.check.run import check_and_report
 
-        model.onnx2tf_alt_report = check_and_report(
-            converted, folder, stem,
-            full=check_onnx_tf_outputs_elementwise_close_full,
-            atol=check_onnx_tf_outputs_elementwise_close_atol,
-            rtol=check_onnx_tf_outputs_elementwise_close_rtol,
-            custom_inputs=custom_inputs,
-            tflite_path=os.path.join(folder, f"{stem}_float32.tflite") if output_tflite else None,
-            print_table=not non_verbose,
-            quant_plan=quant_plan,
-        )
+            model.onnx2tf_alt_report = check_and_report(
+                converted, stage, stem,
+                full=check_onnx_tf_outputs_elementwise_close_full,
+                atol=check_onnx_tf_outputs_elementwise_close_atol,
+                rtol=check_onnx_tf_outputs_elementwise_close_rtol,
+                custom_inputs=custom_inputs,
+                tflite_path=os.path.join(stage, f"{stem}_float32.tflite")
+                if output_tflite else None,
+                print_table=not non_verbose,
+                quant_plan=quant_plan,
+            )
+        folder.publish(stage, Manifest.for_conversion(stem, sources, command))
+    log.info("wrote %s to %s", ", ".join(written), folder.path)
     return model

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 from onnx2tf_alt.version import __version__
@@ -150,12 +151,33 @@ def parser() -> argparse.ArgumentParser:
         help="standard deviation the photographs are divided by after -qnm (default: "
         "ImageNet's 0.229 0.224 0.225)",
     )
+    p.add_argument(
+        "--allow_newer_opset",
+        action="store_true",
+        help="convert a model whose opset is newer than the installed onnx package knows, "
+        "with the newest known opset's semantics (refused otherwise)",
+    )
     p.add_argument("-V", "--version", action="version", version=f"onnx2tf-alt {__version__}")
     return p
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised like Ctrl-C so that every `finally` cleans up."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum, _frame):
+    raise Interrupted(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    command = ["onnx2tf-alt", *(sys.argv[1:] if argv is None else argv)]
     args = parser().parse_args(argv)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_interrupted)
     from onnx2tf_alt.logs import configure_logging, quiet_native_stderr
 
     verbosity = "error" if args.non_verbose else args.verbosity
@@ -169,25 +191,38 @@ def main(argv: list[str] | None = None) -> int:
     from onnx2tf_alt.errors import Onnx2TfError
 
     try:
-        convert(**vars(args))
+        convert(**vars(args), command_line=command)
     except Onnx2TfError as exc:
         if verbosity == "debug":
             logging.getLogger("onnx2tf_alt").exception("conversion failed")
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted; no output was written", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(
+            f"interrupted ({signal.Signals(signum).name}); outputs are published only when "
+            f"complete, so '{args.output_folder_path}' holds what it held before (or, if the "
+            "signal came after publication, the complete new conversion)",
+            file=sys.stderr,
+        )
+        return 128 + signum
     except Exception as exc:
         if verbosity == "debug":
             raise
         print(
-            f"error: internal error ({type(exc).__name__}: {exc}). No output was written. "
-            "Re-run with -v debug for the traceback and report it.",
+            f"error: internal error ({type(exc).__name__}: {_first_line(exc)}). No output was "
+            "written. Re-run with -v debug for the traceback and report it.",
             file=sys.stderr,
         )
         return 1
     return 0
+
+
+def _first_line(exc: Exception) -> str:
+    from onnx2tf_alt.errors import printable as escape
+
+    lines = str(exc).strip().splitlines()
+    return escape(lines[0] if lines else "")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+def printable(text: object) -> str:
+    """`text` with control characters and undecodable bytes escaped ('Con\\x10'): names
+    read from a corrupt file can hold anything."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
+
+
 class Onnx2TfError(Exception):
     """Base class of every error this package raises on purpose."""
 
@@ -37,12 +43,24 @@ class NodeFailure:
     attributes: dict = field(default_factory=dict)
 
     def describe(self) -> str:
-        domain = self.domain or "ai.onnx"
+        domain = printable(self.domain or "ai.onnx")
         io = ", ".join(f"{s} {d}" for s, d in zip(self.input_shapes, self.input_dtypes))
         return (
-            f"node '{self.node_name}' ({domain}::{self.op_type}, opset {self.opset}; "
-            f"inputs: {io or 'none'}): {self.reason}"
+            f"node '{printable(self.node_name)}' ({domain}::{printable(self.op_type)}, opset "
+            f"{self.opset}; inputs: {io or 'none'}): {short_reason(self.reason)}"
         )
+
+
+def short_reason(reason: str) -> str:
+    """The part of an exception message a person needs: TF wraps the cause of a failed op
+    between "Exception encountered when calling layer ..." and a dump of the call's
+    arguments; keep the cause alone (the full text stays in conversion_errors.json)."""
+    text = reason.split("Call arguments received by layer")[0]
+    lines = [line for line in text.splitlines()
+             if line.strip() and "Exception encountered when calling layer" not in line]
+    kind = reason.split(":", 1)[0] + ": " if "Exception encountered" in reason else ""
+    text = " ".join(line.strip() for line in lines)
+    return printable(kind + text if not text.startswith(kind) else text)
 
 
 class ConversionError(Onnx2TfError):

@@ -7,16 +7,22 @@ import os
 
 import onnx
 from google.protobuf.message import DecodeError
+from onnx import external_data_helper
 
-from onnx2tf_alt.errors import InputError
+from onnx2tf_alt.errors import InputError, printable
 
 log = logging.getLogger("onnx2tf_alt")
 
 
-def load_model(path: str | os.PathLike | None = None, proto: onnx.ModelProto | None = None):
+def load_model(
+    path: str | os.PathLike | None = None,
+    proto: onnx.ModelProto | None = None,
+    allow_newer_opset: bool = False,
+) -> onnx.ModelProto:
     """The ModelProto to convert (a copy: the caller's proto and file are never modified).
 
-    External data is read from the model's folder.
+    External data is read from the model's folder. An opset newer than the installed onnx
+    package knows is refused unless `allow_newer_opset` (then it converts as the newest).
     """
     if proto is not None:
         model = onnx.ModelProto()
@@ -26,25 +32,28 @@ def load_model(path: str | os.PathLike | None = None, proto: onnx.ModelProto | N
         if path is None:
             raise InputError("No model given: pass -i/--input_onnx_file_path (a .onnx file).")
         path = os.fspath(path)
-        if not os.path.isfile(path):
-            raise InputError(f"Input model '{path}' does not exist or is not a file.")
-        try:
-            model = onnx.load(path, load_external_data=True)
-        except (DecodeError, RuntimeError, ValueError, OSError) as exc:
-            raise InputError(
-                f"'{path}' could not be read as an ONNX model ({type(exc).__name__}: {exc}). "
-                "Check that the file is a complete .onnx export (not truncated, not another "
-                "format) and that any external-data files sit beside it."
-            ) from exc
+        model = _read(path, load_external_data=False)
         source = f"'{path}'"
+        external_data_paths(path, model)  # every file present and readable
+        try:
+            external_data_helper.load_external_data_for_model(model, os.path.dirname(path))
+        except (OSError, ValueError) as exc:
+            raise InputError(
+                f"The external data of {source} could not be read ({type(exc).__name__}: "
+                f"{exc}). Keep the model's data files beside it, complete and unchanged."
+            ) from exc
     if not model.graph.node and not model.graph.output:
         raise InputError(f"{source} holds no ONNX graph (no nodes and no outputs).")
+    _check_opset(model, source, allow_newer_opset)
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
-        first = str(exc).strip().splitlines()[0]
+        first = printable(str(exc).strip().splitlines()[0])
         if "deprecated" in first:  # e.g. GroupNormalization-18: still well-defined, convert it
             log.warning("onnx.checker: %s", first)
+            return model
+        if allow_newer_opset and "opset" in first.lower():
+            log.warning("onnx.checker: %s (converting anyway: --allow_newer_opset)", first)
             return model
         raise InputError(
             f"{source} is not a valid ONNX model: {first}. Re-export it, or repair it with "
@@ -53,3 +62,65 @@ def load_model(path: str | os.PathLike | None = None, proto: onnx.ModelProto | N
     except ValueError:
         pass  # models over 2 GB cannot be checked in memory; the loader already parsed them
     return model
+
+
+def _read(path: str, load_external_data: bool) -> onnx.ModelProto:
+    if not os.path.isfile(path):
+        raise InputError(f"Input model '{path}' does not exist or is not a file.")
+    try:
+        return onnx.load(path, load_external_data=load_external_data)
+    except (DecodeError, RuntimeError, ValueError, OSError) as exc:
+        raise InputError(
+            f"'{path}' could not be read as an ONNX model ({type(exc).__name__}: "
+            f"{printable(str(exc))}). Check that the file is a complete .onnx export (not "
+            "truncated, not another format) and that any external-data files sit beside it."
+        ) from exc
+
+
+def external_data_paths(path: str, model: onnx.ModelProto | None = None) -> list[str]:
+    """The external-data files `path` refers to (absolute paths); InputError when one is
+    missing, unreadable or outside the model's folder. `model`: the file loaded without
+    its external data (read again when omitted)."""
+    if model is None:
+        model = _read(path, load_external_data=False)
+    base = os.path.dirname(os.path.abspath(path))
+    found = []
+    for tensor in external_data_helper._get_all_tensors(model):
+        if not external_data_helper.uses_external_data(tensor):
+            continue
+        info = external_data_helper.ExternalDataInfo(tensor)
+        location = os.path.normpath(os.path.join(base, info.location))
+        if not location.startswith(base + os.sep):
+            raise InputError(
+                f"Tensor '{printable(tensor.name)}' of '{path}' points at external data "
+                f"outside the model's folder ('{printable(info.location)}'); refusing to read it."
+            )
+        if not os.path.isfile(location) or not os.access(location, os.R_OK):
+            raise InputError(
+                f"External-data file '{location}' of tensor '{printable(tensor.name)}' is "
+                f"missing or unreadable. Keep the files that '{os.path.basename(path)}' was "
+                "saved with beside it."
+            )
+        if location not in found:
+            found.append(location)
+    return found
+
+
+def _check_opset(model: onnx.ModelProto, source: str, allow_newer_opset: bool) -> None:
+    known = onnx.defs.onnx_opset_version()
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx") and entry.version > known:
+            if allow_newer_opset:
+                log.warning(
+                    "%s uses opset %d; the installed onnx %s knows up to %d: converting with "
+                    "opset-%d semantics (--allow_newer_opset)",
+                    source, entry.version, onnx.__version__, known, known,
+                )
+                entry.version = known
+                return
+            raise InputError(
+                f"{source} uses ONNX opset {entry.version}, newer than the installed onnx "
+                f"{onnx.__version__} knows (up to {known}). Upgrade onnx, re-export with "
+                f"opset <= {known}, or pass --allow_newer_opset to convert it with opset-{known} "
+                "semantics."
+            )

@@ -1,8 +1,9 @@
 """Logging set-up shared by the CLI and the Python API.
 
 TensorFlow's native libraries write start-up chatter straight to file descriptor 2, where
-TF_CPP_MIN_LOG_LEVEL no longer reaches all of it. Unless debugging, the CLI points fd 2 at
-a temporary file and keeps Python's own stderr (logs, progress bar) on the terminal.
+TF_CPP_MIN_LOG_LEVEL no longer reaches all of it, and onnxruntime prints its execution
+provider warnings there. Unless debugging, the CLI points fd 2 at an anonymous file and keeps
+Python's own stderr (logs, progress bar) on the terminal.
 """
 
 from __future__ import annotations
@@ -20,19 +21,16 @@ LEVELS = {
 }
 
 
-def quiet_native_stderr() -> str:
-    """Send native (C++) stderr to a temporary file; Python's stderr stays where it was.
-
-    Returns the file's path, whose content is worth showing only when debugging a crash.
-    """
+def quiet_native_stderr() -> None:
+    """Send native (C++) stderr to an anonymous temporary file; Python's stderr stays where
+    it was. The file has no name (it is unlinked at once), so nothing is left behind; with
+    `-v debug` the CLI does not call this and native messages reach the terminal."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     sys.stderr.flush()
     terminal = os.dup(2)
     sys.stderr = os.fdopen(terminal, "w", buffering=1)
-    fd, path = tempfile.mkstemp(prefix="onnx2tf_alt_native_", suffix=".log")
-    os.dup2(fd, 2)
-    os.close(fd)
-    return path
+    with tempfile.TemporaryFile(prefix="onnx2tf_alt_native_") as sink:
+        os.dup2(sink.fileno(), 2)
 
 
 def configure_logging(verbosity: str) -> None:

@@ -87,6 +87,10 @@ def ort_session(model: onnx.ModelProto, expose: list[str]):
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
+    # onnxruntime's own warnings (e.g. execution providers) go to its default logger; they
+    # are for debugging only (-v debug)
+    ort.set_default_logger_severity(
+        2 if logging.getLogger("onnx2tf_alt").isEnabledFor(logging.DEBUG) else 3)
     return ort.InferenceSession(
         exposed.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )

@@ -24,7 +24,9 @@ from onnx import helper, numpy_helper
 
 from onnx2tf_alt.check.inputs import make_inputs
 from onnx2tf_alt.check.observe import ort_values
-from onnx2tf_alt.errors import ConversionError, NodeFailure
+from onnx2tf_alt.errors import ConversionError, InputError, NodeFailure
+from onnx2tf_alt.export.manifest import Manifest
+from onnx2tf_alt.export.publish import OutputFolder
 from onnx2tf_alt.graph import Graph, Node, graph_from_model
 
 log = logging.getLogger("onnx2tf_alt")
@@ -33,19 +35,26 @@ REPORTS_FOLDER = "reports"
 
 
 def report_failures(
-    exc: ConversionError, output_folder: str, custom_inputs: dict[str, np.ndarray] | None
+    exc: ConversionError,
+    output: OutputFolder,
+    manifest: Manifest,
+    custom_inputs: dict[str, np.ndarray] | None,
 ) -> str | None:
-    """Write `<output_folder>/reports/` for a ConversionError raised by `api.build` (which
-    attaches the prepared model as `exc.prepared_model`) and name the folder in the error's
-    message. Returns the folder, or None when there is nothing to report."""
+    """Publish `<output>/reports/` for a ConversionError raised by `api.build` (which
+    attaches the prepared model as `exc.prepared_model`), replacing only an earlier failure
+    report, and name the folder in the error's message. Returns the folder, or None when
+    there is nothing to report or it could not be written (said in the message)."""
     model = getattr(exc, "prepared_model", None)
     if model is None or not exc.failures:
         return None
-    folder = os.path.join(output_folder, REPORTS_FOLDER)
+    folder = os.path.join(output.path, REPORTS_FOLDER)
     try:
-        write_failure_reports(model, exc.failures, folder, custom_inputs)
-    except Exception as err:  # noqa: BLE001 - the conversion error matters more
-        log.warning("could not write the per-node failure reports: %s", err)
+        with output.staging() as stage:
+            write_failure_reports(model, exc.failures, os.path.join(stage, REPORTS_FOLDER),
+                                  custom_inputs)
+            output.publish(stage, manifest, reports_only=True)
+    except (OSError, InputError) as err:
+        exc.args = (f"{exc}\nThe failure reports were not written: {err}",)
         return None
     note = f"Repro models and input values of the failing nodes: {folder} " \
            "(conversion_errors.json lists them)."
@@ -60,24 +69,46 @@ def write_failure_reports(
     custom_inputs: dict[str, np.ndarray] | None = None,
 ) -> dict:
     """Write the repro files of `failures` (nodes of the prepared `model`) into `folder`;
-    returns what conversion_errors.json holds."""
+    returns what conversion_errors.json holds. That file is always written: a repro that
+    cannot be made is noted in its entry (`repro_note`), with the reason."""
     os.makedirs(folder, exist_ok=True)
+    entries = [{**vars(failure)} for failure in failures]
+    sources: dict = {}
+    try:
+        sources = _write_repros(model, failures, entries, folder, custom_inputs)
+    except Exception as err:  # noqa: BLE001 - the failure list matters more than the repros
+        for entry in entries:
+            entry.setdefault("repro_note", f"no repro written: {type(err).__name__}: {err}")
+    summary = {
+        "failures": entries,
+        "test_inputs": sources,  # model input -> "random" (seed 0) or "file" (-cind)
+        "replay": "onnxruntime.InferenceSession('<node>.onnx').run(None, "
+        "dict(numpy.load('<node>_inputs.npz')))",
+    }
+    with open(os.path.join(folder, "conversion_errors.json"), "w") as f:
+        json.dump(summary, f, indent=2, default=str)
+    return summary
+
+
+def _write_repros(model, failures, entries, folder, custom_inputs) -> dict:
+    """One repro model (and its inputs, when they can be computed) per failure."""
     graph = graph_from_model(model)
     nodes = {n.name: n for n in graph.nodes}
     captured, why_missing, sources = _capture_inputs(model, graph, failures, nodes, custom_inputs)
     taken: set[str] = set()
-    entries = []
-    for failure in failures:
-        entry = {**vars(failure)}
+    for failure, entry in zip(failures, entries):
         node = nodes.get(failure.node_name)
         if node is None:
             entry["repro_note"] = "node not found in the prepared model"
-            entries.append(entry)
             continue
         stem = _file_stem(node.name, taken)
-        repro = repro_model(node, graph, model)
-        path = os.path.join(folder, f"{stem}.onnx")
-        onnx.save(repro, path)
+        try:
+            repro = repro_model(node, graph, model)
+            path = os.path.join(folder, f"{stem}.onnx")
+            onnx.save(repro, path)
+        except Exception as err:  # noqa: BLE001 - noted per node
+            entry["repro_note"] = f"no repro written: {type(err).__name__}: {err}"
+            continue
         entry["repro_model"] = os.path.basename(path)
         try:
             onnx.checker.check_model(repro)
@@ -91,16 +122,7 @@ def write_failure_reports(
         else:
             entry["inputs_npz"] = None
             entry["inputs_note"] = why_missing.get(node.name, "inputs could not be computed")
-        entries.append(entry)
-    summary = {
-        "failures": entries,
-        "test_inputs": sources,  # model input -> "random" (seed 0) or "file" (-cind)
-        "replay": "onnxruntime.InferenceSession('<node>.onnx').run(None, "
-        "dict(numpy.load('<node>_inputs.npz')))",
-    }
-    with open(os.path.join(folder, "conversion_errors.json"), "w") as f:
-        json.dump(summary, f, indent=2, default=str)
-    return summary
+    return sources
 
 
 def repro_model(node: Node, graph: Graph, model: onnx.ModelProto) -> onnx.ModelProto:

@@ -98,7 +98,7 @@ def check_and_report(
 ) -> AccuracyReport:
     """The check `convert` runs for -coto / -cotof: the shipped float32 .tflite (when
     written) for the model outputs, a debugging one for all values; table on stdout,
-    JSON and HTML in `folder`."""
+    JSON and HTML in `folder` (the staging folder: reports are published with the model)."""
     tflite_model = None
     if tflite_path is not None and not full:
         with open(tflite_path, "rb") as f:
@@ -108,13 +108,13 @@ def check_and_report(
         tflite=tflite_path is not None, tflite_model=tflite_model, model_name=stem,
         quantized=None if quant_plan is None else (quant_plan, folder, stem),
     )
-    json_path, html_path = write_reports(report, folder, stem)
+    write_reports(report, folder, stem)
     if print_table:
         print(console_table(report), flush=True)
     log.log(
         logging.INFO if report.passed else logging.WARNING,
-        "accuracy check %s; report: %s and %s",
-        "passed" if report.passed else "FAILED", json_path, html_path,
+        "accuracy check %s; report: %s_accuracy_report.json and .html",
+        "passed" if report.passed else "FAILED", stem,
     )
     return report
 

@@ -25,6 +25,7 @@ from onnx import helper, numpy_helper
 from calibration.samples import CustomData, Samples, plan_samples
 from onnx2tf_alt.check.observe import to_onnx_order
 from onnx2tf_alt.errors import InputError
+from onnx2tf_alt.export.names import DYNAMIC_RANGE_SUFFIXES, INTEGER_SUFFIXES
 from onnx2tf_alt.export.saved_model import serving_function
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
 
@@ -66,20 +67,20 @@ def variants(options: QuantOptions, qdq: bool) -> list[Variant]:
     with calibration data (their ranges make every quantized op integer anyway)."""
     builtins = (tf.lite.OpsSet.TFLITE_BUILTINS,)
     chosen = []
+    integer, full_integer, integer_int16, full_integer_int16 = INTEGER_SUFFIXES
     if options.dynamic_range:
-        chosen.append(Variant("dynamic_range_quant", builtins, calibrated=False))
+        chosen.append(Variant(DYNAMIC_RANGE_SUFFIXES[0], builtins, calibrated=False))
     if options.integer:
         io = (QUANT_DTYPES[options.input_quant_dtype], QUANT_DTYPES[options.output_quant_dtype])
         int8_only = builtins if qdq else (tf.lite.OpsSet.TFLITE_BUILTINS_INT8,)
         chosen += [
-            Variant("integer_quant", builtins),
-            Variant("full_integer_quant", int8_only, io_dtypes=io),
+            Variant(integer, builtins),
+            Variant(full_integer, int8_only, io_dtypes=io),
         ]
         if not qdq:
             chosen += [
-                Variant("integer_quant_with_int16_act", (INT16_OPS, *builtins)),
-                Variant("full_integer_quant_with_int16_act", (INT16_OPS,),
-                        io_dtypes=(tf.int16, tf.int16)),
+                Variant(integer_int16, (INT16_OPS, *builtins)),
+                Variant(full_integer_int16, (INT16_OPS,), io_dtypes=(tf.int16, tf.int16)),
             ]
     return chosen
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+
 import tensorflow as tf
 
 from onnx2tf_alt.builder import BuildResult
@@ -42,3 +45,22 @@ def save_saved_model(result: BuildResult, folder: str) -> None:
     Serving and the TF.js / CoreML converters (the Keras files are -oh5 / -okv3)."""
     holder = serving_module(result)
     tf.saved_model.save(holder, folder, signatures={"serving_default": holder.serve})
+    if os.environ.get("SOURCE_DATE_EPOCH"):
+        _content_uuid(os.path.join(folder, "fingerprint.pb"))
+
+
+def _content_uuid(path: str) -> None:
+    """Reproducible builds (SOURCE_DATE_EPOCH set): the fingerprint's random uuid becomes a
+    digest of its content hashes, so equal models get byte-identical saved_models."""
+    from tensorflow.core.protobuf import fingerprint_pb2
+
+    if not os.path.isfile(path):
+        return
+    fingerprint = fingerprint_pb2.FingerprintDef()
+    with open(path, "rb") as f:
+        fingerprint.ParseFromString(f.read())
+    fingerprint.uuid = ""
+    digest = hashlib.sha256(fingerprint.SerializeToString(deterministic=True)).digest()
+    fingerprint.uuid = str(int.from_bytes(digest[:16], "big"))
+    with open(path, "wb") as f:
+        f.write(fingerprint.SerializeToString(deterministic=True))

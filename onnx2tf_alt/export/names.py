@@ -1,0 +1,40 @@
+"""The names of the files a conversion writes, known before it converts (no TensorFlow
+import), so that the output folder can be checked first."""
+
+from __future__ import annotations
+
+SAVED_MODEL_ENTRIES = ("saved_model.pb", "fingerprint.pb", "variables/", "assets/")
+DYNAMIC_RANGE_SUFFIXES = ("dynamic_range_quant",)
+INTEGER_SUFFIXES = (
+    "integer_quant",
+    "full_integer_quant",
+    "integer_quant_with_int16_act",
+    "full_integer_quant_with_int16_act",
+)
+
+
+def planned_outputs(
+    stem: str,
+    output_h5: bool = False,
+    output_keras_v3: bool = False,
+    output_tflite: bool = True,
+    dynamic_range: bool = False,
+    integer: bool = False,
+    check: bool = False,
+) -> list[str]:
+    """Every entry of the output folder the options may write (folders end in '/')."""
+    names = [*SAVED_MODEL_ENTRIES, f"{stem}_io_layout.json", f"{stem}_manifest.json"]
+    if output_tflite:
+        names += [f"{stem}_float32.tflite", f"{stem}_float16.tflite"]
+    if output_h5:
+        names.append(f"{stem}.h5")
+    if output_keras_v3:
+        names.append(f"{stem}.keras")
+    suffixes = (DYNAMIC_RANGE_SUFFIXES if dynamic_range else ()) + (
+        INTEGER_SUFFIXES if integer else ())
+    names += [f"{stem}_{s}.tflite" for s in suffixes]
+    if suffixes:
+        names.append(f"{stem}_quant_report.json")
+    if check:
+        names += [f"{stem}_accuracy_report.json", f"{stem}_accuracy_report.html"]
+    return names

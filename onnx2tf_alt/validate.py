@@ -1,0 +1,92 @@
+"""Consistency checks of a prepared model, so that an invalid model is reported as such
+(exit 2, naming the node and the shapes that disagree) instead of as a failed TF layer.
+
+ONNX's checker and shape inference do not compare, e.g., a Conv's weight channels with its
+input's; onnxruntime loads such a model and fails only when it runs.
+"""
+
+from __future__ import annotations
+
+from onnx2tf_alt.errors import InputError, printable
+from onnx2tf_alt.graph import Graph, Node
+
+
+class InvalidModelError(InputError):
+    """The model contradicts itself: no converter can give it a meaning."""
+
+
+def _known(shape) -> bool:
+    return shape is not None and all(isinstance(d, int) and d > 0 for d in shape)
+
+
+def _fail(node: Node, detail: str) -> None:
+    raise InvalidModelError(
+        f"The model is invalid: node '{printable(node.name)}' ({printable(node.op_type)}) "
+        f"{detail}. onnxruntime would fail on it too when run; fix the model where it was "
+        "exported."
+    )
+
+
+def _conv(node: Node, graph: Graph) -> None:
+    x, w = (graph.shapes.get(n) for n in node.inputs[:2])
+    if not (_known(x) and _known(w)) or len(x) != len(w) or len(x) < 3:
+        return
+    group = int(node.attrs.get("group", 1))
+    if node.op_type == "Conv":
+        wanted = w[1] * group
+        if x[1] != wanted:
+            _fail(node, f"reads '{printable(node.inputs[0])}' with {x[1]} channels (shape "
+                  f"{list(x)}), but its weights '{printable(node.inputs[1])}' (shape "
+                  f"{list(w)}) expect {w[1]} x group {group} = {wanted}")
+        if w[0] % group:
+            _fail(node, f"has {w[0]} output channels (weights {list(w)}), not a multiple of "
+                  f"group {group}")
+    elif x[1] != w[0]:
+        _fail(node, f"reads '{printable(node.inputs[0])}' with {x[1]} channels (shape "
+              f"{list(x)}), but its weights '{printable(node.inputs[1])}' (shape {list(w)}) "
+              f"expect {w[0]}")
+
+
+def _matmul(node: Node, graph: Graph) -> None:
+    a, b = (graph.shapes.get(n) for n in node.inputs[:2])
+    if not (_known(a) and _known(b)) or len(a) < 1 or len(b) < 1:
+        return
+    if node.op_type == "Gemm":
+        if len(a) != 2 or len(b) != 2:
+            return
+        k_a = a[0] if node.attrs.get("transA", 0) else a[1]
+        k_b = b[1] if node.attrs.get("transB", 0) else b[0]
+    else:
+        k_a, k_b = a[-1], b[0] if len(b) == 1 else b[-2]
+    if k_a != k_b:
+        _fail(node, f"multiplies '{printable(node.inputs[0])}' (shape {list(a)}) by "
+              f"'{printable(node.inputs[1])}' (shape {list(b)}): inner dimensions {k_a} and "
+              f"{k_b} differ")
+
+
+def _batch_norm(node: Node, graph: Graph) -> None:
+    x = graph.shapes.get(node.inputs[0])
+    if not _known(x) or len(x) < 2:
+        return
+    for name in node.inputs[1:5]:
+        shape = graph.shapes.get(name)
+        if name and _known(shape) and list(shape) != [x[1]]:
+            _fail(node, f"normalizes '{printable(node.inputs[0])}' with {x[1]} channels (shape "
+                  f"{list(x)}), but its parameter '{printable(name)}' has shape {list(shape)}")
+
+
+CHECKS = {
+    "Conv": _conv,
+    "ConvTranspose": _conv,
+    "MatMul": _matmul,
+    "Gemm": _matmul,
+    "BatchNormalization": _batch_norm,
+}
+
+
+def check_consistency(graph: Graph) -> None:
+    """Raise InvalidModelError for the first node whose static shapes contradict its op."""
+    for node in graph.nodes:
+        check = CHECKS.get(node.op_type)
+        if check is not None and node.domain in ("", "ai.onnx"):
+            check(node, graph)
