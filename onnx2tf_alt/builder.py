@@ -36,10 +36,11 @@ class Value:
 class BuildResult:
     model: tf_keras.Model
     input_names: dict[str, str]  # ONNX name -> Keras / signature name
-    output_names: dict[str, str]
+    output_names: dict[str, str]  # the first key of each output value
     input_perms: dict[str, Perm]
     output_perms: dict[str, Perm]
     values: dict[str, Value] = field(default_factory=dict)
+    output_keys: list[str] = field(default_factory=list)  # one per graph output, in order
 
 
 def keras_name(onnx_name: str, taken: set[str]) -> str:
@@ -164,9 +165,11 @@ class ModelBuilder:
         if failures:
             raise ConversionError(failures)
 
-        outputs, output_names = {}, {}
+        outputs, output_names, output_keys = {}, {}, []
         for name in graph.outputs:
-            output_names[name] = keras_name(name, taken)
+            key = keras_name(name, taken)  # a value listed twice gets a second, distinct key
+            output_names.setdefault(name, key)
+            output_keys.append(key)
             want = plan.output_perms[name]
             value = self.values[name]
             if value.const is not None:
@@ -176,12 +179,13 @@ class ModelBuilder:
                 tensor = self.input_tensor(name, want, len(want))
             if any(tensor is t for t in inputs):
                 tensor = tf.identity(tensor)
-            outputs[output_names[name]] = tensor
+            outputs[key] = tensor
         model = tf_keras.Model(inputs=inputs, outputs=outputs)
         return BuildResult(
             model=model,
             input_names=input_names,
             output_names=output_names,
+            output_keys=output_keys,
             input_perms={n: plan.perms[n] for n in graph.inputs},
             output_perms=dict(plan.output_perms),
             values=self.values,

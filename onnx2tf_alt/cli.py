@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import shutil
 import signal
 import sys
+import tempfile
 
 from onnx2tf_alt.version import __version__
 
@@ -176,27 +180,12 @@ def _raise_interrupted(signum, _frame):
 def main(argv: list[str] | None = None) -> int:
     command = ["onnx2tf-alt", *(sys.argv[1:] if argv is None else argv)]
     args = parser().parse_args(argv)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even where started ignoring it
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_interrupted)
-    from onnx2tf_alt.logs import configure_logging, quiet_native_stderr
-
-    verbosity = "error" if args.non_verbose else args.verbosity
-    if verbosity != "debug":
-        quiet_native_stderr()
-    configure_logging(verbosity)
-    if not args.input_onnx_file_path:
-        print("error: -i/--input_onnx_file_path is required (the .onnx model).", file=sys.stderr)
-        return 2
-    from onnx2tf_alt.api import convert
-    from onnx2tf_alt.errors import Onnx2TfError
-
     try:
-        convert(**vars(args), command_line=command)
-    except Onnx2TfError as exc:
-        if verbosity == "debug":
-            logging.getLogger("onnx2tf_alt").exception("conversion failed")
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        with private_temp_folder():
+            return _run(args, command)
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)
         print(
@@ -206,6 +195,51 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 128 + signum
+
+
+@contextlib.contextmanager
+def private_temp_folder():
+    """Point TMPDIR (and Python's tempfile) at a folder of this run's own, removed at the
+    end: the libraries we call write there too (onnxruntime leaves a `.ses` file in the
+    temp folder on import), and a run must leave nothing behind."""
+    from onnx2tf_alt.export.publish import signals_deferred
+
+    folder = tempfile.mkdtemp(prefix="onnx2tf_alt_run_")
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = folder, folder
+    try:
+        yield folder
+    finally:
+        with signals_deferred():
+            shutil.rmtree(folder, ignore_errors=True)
+        if saved[0] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved[0]
+        tempfile.tempdir = saved[1]
+
+
+def _run(args: argparse.Namespace, command: list[str]) -> int:
+    from onnx2tf_alt.logs import configure_logging, quiet_native_stderr
+
+    verbosity = "error" if args.non_verbose else args.verbosity
+    if verbosity != "debug":
+        quiet_native_stderr()
+    configure_logging(verbosity)
+    if not args.input_onnx_file_path:
+        print("error: -i/--input_onnx_file_path is required (the .onnx model).", file=sys.stderr)
+        return 2
+    from onnx2tf_alt.errors import Onnx2TfError
+
+    try:
+        from onnx2tf_alt.api import convert
+
+        convert(**vars(args), command_line=command)
+    except Onnx2TfError as exc:
+        if verbosity == "debug":
+            logging.getLogger("onnx2tf_alt").exception("conversion failed")
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     except Exception as exc:
         if verbosity == "debug":
             raise

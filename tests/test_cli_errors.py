@@ -4,27 +4,12 @@ and nothing left in the output folder."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import onnx
 import pytest
 
+from cli_runner import run_cli
 from models import custom_op_model, tiny_cnn
-
-
-def run_cli(*args, cwd=None):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.run(
-        [sys.executable, "-m", "onnx2tf_alt", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=300,
-    )
-    return proc.returncode, proc.stdout + proc.stderr
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,8 @@ def io_layout(result: BuildResult, graph: Graph) -> dict:
         "perm_meaning": "physical axis i of the TF/TFLite tensor holds ONNX axis perm[i]",
         "inputs": [entry(n, result.input_names[n], result.input_perms[n]) for n in graph.inputs],
         "outputs": [
-            entry(n, result.output_names[n], result.output_perms[n]) for n in graph.outputs
+            entry(n, key, result.output_perms[n])
+            for n, key in zip(graph.outputs, result.output_keys)
         ],
     }
 

@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 
 from onnx2tf_alt.errors import InputError
@@ -28,17 +29,32 @@ from onnx2tf_alt.export.manifest import (
 
 STAGING_PREFIX = ".onnx2tf_alt_"
 PSEUDO_FILE_SYSTEMS = ("/proc", "/sys", "/dev")
-DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM/SIGHUP back until the block ends (then they are delivered)."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, DEFERRED_SIGNALS)
+    """Hold SIGINT/SIGTERM/SIGHUP back until the block ends, then act on the first one as
+    its handler would have. Python runs signal handlers in the main thread between
+    bytecodes, so swapping the handlers defers them whichever thread the OS picked (a
+    thread mask would not: TF and onnxruntime threads would still take them)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers can only be swapped, and only run, in the main thread
+        return
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum))
+                for s in DEFERRED_SIGNALS}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        if caught:
+            handler = previous[caught[0]]
+            if callable(handler):
+                handler(caught[0], None)
+            elif handler != signal.SIG_IGN:
+                signal.raise_signal(caught[0])
 
 
 def _inside(path: str, folder: str) -> bool:

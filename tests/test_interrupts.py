@@ -1,0 +1,94 @@
+"""SIGINT and SIGTERM at any moment leave the output folder as it was or complete, and no
+temporary files anywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import onnx
+import pytest
+
+from cli_runner import cli_env, leftovers, manifest_files, run_cli, tree
+from models import tiny_cnn
+
+MOMENTS = 10
+
+
+def _state(out) -> str:
+    """'old', 'new' or a description of a mixed folder."""
+    files = tree(out)
+    manifest = json.loads((out / "cnn_manifest.json").read_text())
+    listed = {k: v["sha256"] for k, v in manifest["files"].items()}
+    if set(files) != manifest_files(out, "cnn") or any(files[k] != h for k, h in listed.items()):
+        return f"mixed: {sorted(files)}"
+    return "new" if "cnn.keras" in files else "old"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_at_any_moment_leaves_the_old_or_the_new_conversion(tmp_path, signum):
+    source = tmp_path / "cnn.onnx"
+    onnx.save(tiny_cnn()[0], source)
+    out, scratch = tmp_path / "out", tmp_path / "tmp"
+    scratch.mkdir()
+    assert run_cli("-i", source, "-o", out, "-n")[0] == 0
+    old = tree(out)
+    args = [sys.executable, "-m", "onnx2tf_alt", "-i", str(source), "-o", str(out), "-n",
+            "-oh5", "-okv3"]
+    start = time.monotonic()
+    assert run_cli(*args[3:], tmpdir=scratch)[0] == 0
+    duration = time.monotonic() - start
+    assert _state(out) == "new"
+    assert run_cli("-i", source, "-o", out, "-n")[0] == 0  # back to the old file set
+    assert set(tree(out)) == set(old)
+
+    seen = []
+    for k in range(MOMENTS):
+        proc = subprocess.Popen(args, env=cli_env(scratch), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        time.sleep(duration * (k + 0.5) / MOMENTS)
+        proc.send_signal(signum)
+        output, _ = proc.communicate(timeout=300)
+        assert "Traceback" not in output, output
+        assert proc.returncode in (0, 128 + signum, -signum), (proc.returncode, output)
+        state = _state(out)
+        assert state in ("old", "new"), (k, state, output)
+        assert leftovers(tmp_path, scratch) == [] and os.listdir(scratch) == []
+        seen.append(state)
+        if state == "new":
+            assert run_cli("-i", source, "-o", out, "-n")[0] == 0
+    assert "old" in seen  # the signals did interrupt conversions
+
+
+def test_a_signal_during_publication_is_held_until_it_is_complete(tmp_path, monkeypatch):
+    """The moment evenly spaced signals rarely hit: between the renames of the final move."""
+    from onnx2tf_alt.export import publish
+    from onnx2tf_alt.export.manifest import Manifest
+
+    out = tmp_path / "out"
+    folder = publish.OutputFolder(out)
+
+    def publish_files(names, content):
+        with folder.staging() as stage:
+            for name in names:
+                os.makedirs(os.path.dirname(os.path.join(stage, name)), exist_ok=True)
+                with open(os.path.join(stage, name), "w") as f:
+                    f.write(content)
+            folder.publish(stage, Manifest("m_manifest.json"))
+
+    publish_files(["a.txt", "sub/b.txt"], "old")
+    real_move = publish._move
+
+    def move_then_signal(source, target):
+        real_move(source, target)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(publish, "_move", move_then_signal)
+    with pytest.raises(KeyboardInterrupt):
+        publish_files(["c.txt", "sub/d.txt"], "new")
+    assert set(tree(out)) == {"c.txt", "sub/d.txt", "m_manifest.json"}
+    assert leftovers(tmp_path) == []

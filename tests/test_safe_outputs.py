@@ -1,0 +1,281 @@
+"""The user's files: the converter replaces only what its manifests list, never writes over
+its input, publishes all outputs at once, and ends every bad case with exit 2 and a message.
+
+Each case runs the real CLI and checks the exit code, the message, every file of the output
+folder (sha256 before and after), the input's sha256, and leftovers in the parent folder
+and in the run's own TMPDIR.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from onnx import external_data_helper, helper
+
+from cli_runner import leftovers, manifest_files, run_cli, tree
+from harness import make_model
+from models import tiny_cnn
+
+STEM = "cnn"
+MODEL_FILES = {"saved_model.pb", "fingerprint.pb", "variables/variables.index",
+               "variables/variables.data-00000-of-00001", f"{STEM}_float32.tflite",
+               f"{STEM}_float16.tflite", f"{STEM}_io_layout.json", f"{STEM}_manifest.json"}
+
+
+@pytest.fixture(scope="module")
+def model_bytes() -> bytes:
+    return tiny_cnn()[0].SerializeToString()
+
+
+@pytest.fixture
+def work(tmp_path, model_bytes):
+    """A project folder with the model, a temp folder of its own, and a runner that checks
+    what every run must: no traceback, no leftovers, the input unchanged."""
+    (tmp_path / "tmp").mkdir()
+    source = tmp_path / f"{STEM}.onnx"
+    source.write_bytes(model_bytes)
+
+    def run(*args, input_path=source, expect: int, phrases=()):
+        before = input_path.read_bytes() if input_path.exists() else None
+        code, output = run_cli(*args, cwd=tmp_path, tmpdir=tmp_path / "tmp")
+        assert code == expect, output
+        assert "Traceback" not in output, output
+        for phrase in phrases:
+            assert phrase in output, output
+        if before is not None:
+            assert input_path.read_bytes() == before, "the input was modified"
+        assert leftovers(tmp_path, tmp_path / "tmp", *[p for p in tmp_path.iterdir()
+                                                        if p.is_dir()]) == []
+        assert os.listdir(tmp_path / "tmp") == [], "temporary files were left behind"
+        return output
+
+    run.root, run.source = tmp_path, source
+    return run
+
+
+def test_stale_files_of_the_previous_conversion_are_replaced_foreign_ones_kept(work):
+    out = work.root / "out"
+    work("-i", work.source, "-o", out, "-oh5", "-okv3", expect=0)
+    assert set(tree(out)) == MODEL_FILES | {f"{STEM}.h5", f"{STEM}.keras"}
+    (out / "notes.txt").write_text("mine")
+    work("-i", work.source, "-o", out, expect=0)
+    assert set(tree(out)) == MODEL_FILES | {"notes.txt"}
+    assert set(tree(out)) - {"notes.txt"} == manifest_files(out, STEM)
+    manifest = json.loads((out / f"{STEM}_manifest.json").read_text())
+    assert manifest["source"]["sha256"] == tree(work.root)[f"{STEM}.onnx"]
+    assert manifest["command"][-2:] == ["-o", str(out)]
+    assert all(len(e["sha256"]) == 64 for e in manifest["files"].values())
+
+
+def test_a_different_model_into_the_same_folder_replaces_the_whole_previous_set(work):
+    out = work.root / "out"
+    other = work.root / "other.onnx"
+    other.write_bytes(work.source.read_bytes())
+    work("-i", work.source, "-o", out, "-oh5", expect=0)
+    work("-i", other, "-o", out, input_path=other, expect=0)
+    assert not any(name.startswith(STEM) for name in tree(out)), sorted(tree(out))
+
+
+@pytest.mark.parametrize("foreign", ["saved_model.pb", "variables/variables.index",
+                                     "variables/mine.txt", "assets/labels.txt",
+                                     f"{STEM}_float32.tflite"])
+def test_refuses_to_write_over_a_file_it_did_not_write(work, foreign):
+    out = work.root / "out"
+    (out / foreign).parent.mkdir(parents=True, exist_ok=True)
+    (out / foreign).write_text("user data")
+    before = tree(out)
+    work("-i", work.source, "-o", out, expect=2,
+         phrases=[str(out / foreign), "was not written by onnx2tf_alt", "another -o"])
+    assert tree(out) == before
+
+
+def test_a_file_the_user_changed_after_conversion_is_theirs(work):
+    out = work.root / "out"
+    work("-i", work.source, "-o", out, expect=0)
+    (out / f"{STEM}_io_layout.json").write_text("edited by hand")
+    before = tree(out)
+    work("-i", work.source, "-o", out, expect=2, phrases=[f"{STEM}_io_layout.json"])
+    assert tree(out) == before
+
+
+@pytest.mark.parametrize("where", ["assets/cnn.onnx", "variables/cnn.onnx", "saved_model.pb",
+                                   "fingerprint.pb"])
+def test_the_input_is_never_an_output(work, where):
+    out = work.root / "proj"
+    placed = out / where
+    placed.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(work.source, placed)
+    (out / "labels.txt").write_text("user data")
+    before = tree(out)
+    work("-i", placed, "-o", out, input_path=placed, expect=2,
+         phrases=["lies at or inside an output path", "another -o"])
+    assert tree(out) == before
+
+
+def test_input_beside_the_outputs_is_fine(work):
+    out = work.root
+    work("-i", work.source, "-o", out, expect=0)
+    assert MODEL_FILES <= set(tree(out))
+
+
+def test_the_input_inside_a_previous_failure_report_is_protected(work):
+    out = work.root / "out"
+    custom = _custom_op_model()
+    bad = work.root / "custom.onnx"
+    onnx.save(custom, bad)
+    work("-i", bad, "-o", out, input_path=bad, expect=1, phrases=["FancyOp"])
+    repro = out / "reports" / "fancy.onnx"
+    assert repro.is_file() and (out / "reports" / "conversion_errors.json").is_file()
+    work("-i", repro, "-o", out, input_path=repro, expect=2,
+         phrases=["lies at or inside an output path"])
+
+
+def test_failure_reports_replace_each_other_and_go_with_success(work):
+    out = work.root / "out"
+    bad = work.root / "cnn_bad.onnx"
+    onnx.save(_custom_op_model(), bad)
+    work("-i", work.source, "-o", out, expect=0)
+    model = tree(out)
+    work("-i", bad, "-o", out, input_path=bad, expect=1)
+    assert {k: v for k, v in tree(out).items() if not k.startswith("reports/")} == model
+    assert {"reports/conversion_errors.json", "reports/manifest.json"} <= set(tree(out))
+    work("-i", work.source, "-o", out, expect=0)
+    assert not (out / "reports").exists()
+
+
+def test_output_path_is_a_file(work):
+    target = work.root / "taken.txt"
+    target.write_text("user data")
+    work("-i", work.source, "-o", target, expect=2, phrases=["is an existing file"])
+    assert target.read_text() == "user data"
+
+
+def test_output_on_a_pseudo_file_system(work):
+    work("-i", work.source, "-o", "/proc/onnx2tf_alt_out", expect=2,
+         phrases=["pseudo file system"])
+
+
+def test_output_folder_not_writable(tmp_path, monkeypatch):
+    from onnx2tf_alt.errors import InputError
+    from onnx2tf_alt.export.publish import OutputFolder
+
+    monkeypatch.setattr(os, "access", lambda *a, **k: False)  # root may write anywhere
+    with pytest.raises(InputError, match="cannot be written"):
+        OutputFolder(tmp_path / "out").check_usable()
+
+
+@pytest.mark.parametrize("batch", ["0", "-3"])
+def test_batch_below_one(work, batch):
+    work("-i", work.source, "-o", work.root / "out", "-b", batch, expect=2,
+         phrases=["at least 1"])
+    assert not (work.root / "out").exists()
+
+
+def test_opset_newer_than_onnx_knows(work):
+    model = tiny_cnn()[0]
+    model.opset_import[0].version = onnx.defs.onnx_opset_version() + 1
+    newer = work.root / "newer.onnx"
+    onnx.save(model, newer)
+    work("-i", newer, "-o", work.root / "out", input_path=newer, expect=2,
+         phrases=["newer than the installed onnx", "--allow_newer_opset"])
+    assert not (work.root / "out").exists()
+    work("-i", newer, "-o", work.root / "out", "--allow_newer_opset", input_path=newer,
+         expect=0)
+
+
+def test_missing_external_data(work):
+    model = tiny_cnn()[0]
+    path = work.root / "ext.onnx"
+    external_data_helper.convert_model_to_external_data(
+        model, all_tensors_to_one_file=True, location="ext.data", size_threshold=0)
+    onnx.save(model, path)
+    (work.root / "ext.data").unlink()
+    work("-i", path, "-o", work.root / "out", input_path=path, expect=2,
+         phrases=["ext.data", "missing or unreadable"])
+
+
+def test_external_data_is_protected_too(work):
+    model = tiny_cnn()[0]
+    out = work.root / "out"
+    out.mkdir()
+    path = out / "ext.onnx"
+    external_data_helper.convert_model_to_external_data(
+        model, all_tensors_to_one_file=True, location="saved_model.pb", size_threshold=0)
+    onnx.save(model, path)
+    work("-i", path, "-o", out, input_path=path, expect=2,
+         phrases=["saved_model.pb", "lies at or inside an output path"])
+
+
+def test_inconsistent_conv_is_an_invalid_model(work):
+    w = onnx.numpy_helper.from_array(np.zeros((4, 5, 3, 3), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv1")], "bad",
+        [helper.make_tensor_value_info("x", 1, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", 1, [1, 4, 6, 6])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = work.root / "bad.onnx"
+    onnx.save(model, path)
+    output = work("-i", path, "-o", work.root / "out", input_path=path, expect=2,
+                  phrases=["model is invalid", "conv1", "[1, 3, 8, 8]", "[4, 5, 3, 3]"])
+    assert "Call arguments" not in output and "TFOpLambda" not in output
+    assert not (work.root / "out").exists()
+
+
+def test_corrupt_names_are_escaped(work):
+    model = _custom_op_model(op_type="Con\x10")
+    path = work.root / "names.onnx"
+    path.write_bytes(model.SerializeToString())
+    output = work("-i", path, "-o", work.root / "out", input_path=path, expect=1)
+    assert "Con\\x10" in output and "\x10" not in output and "b'" not in output
+    assert (work.root / "out" / "reports" / "conversion_errors.json").is_file()
+
+
+def test_duplicate_graph_outputs_get_distinct_names(work):
+    x = np.ones((2, 3), np.float32)
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": x}, ["y"])
+    model.graph.output.append(model.graph.output[0])
+    path = work.root / "dup.onnx"
+    onnx.save(model, path)
+    out = work.root / "out"
+    work("-i", path, "-o", out, input_path=path, expect=0)
+    layout = json.loads((out / "dup_io_layout.json").read_text())
+    assert [o["tf_name"] for o in layout["outputs"]] == ["y", "y_1"]
+    assert [o["onnx_name"] for o in layout["outputs"]] == ["y", "y"]
+    from ai_edge_litert.interpreter import Interpreter
+
+    runner = Interpreter(str(out / "dup_float32.tflite")).get_signature_runner()
+    result = runner(x=x)
+    assert set(result) == {"y", "y_1"}
+    np.testing.assert_array_equal(result["y"], result["y_1"])
+
+
+def test_two_conversions_are_byte_identical(work):
+    """fingerprint.pb (a random uuid) and the .keras metadata (its save time) are the only
+    differences by design; SOURCE_DATE_EPOCH fixes both, as reproducible builds expect."""
+    os.environ["SOURCE_DATE_EPOCH"] = "1700000000"  # the subprocess inherits it
+    try:
+        first, second = work.root / "a", work.root / "b"
+        work("-i", work.source, "-o", first, "-oh5", "-okv3", expect=0)
+        work("-i", work.source, "-o", second, "-oh5", "-okv3", expect=0)
+    finally:
+        del os.environ["SOURCE_DATE_EPOCH"]
+    a, b = tree(first), tree(second)
+    manifest = f"{STEM}_manifest.json"
+    assert {k: v for k, v in a.items() if k != manifest} == {
+        k: v for k, v in b.items() if k != manifest}
+    files = [json.loads((f / manifest).read_text())["files"] for f in (first, second)]
+    assert files[0] == files[1]
+
+
+def _custom_op_model(op_type: str = "FancyOp") -> onnx.ModelProto:
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node(op_type, ["a"], ["y"], domain="com.example", name="fancy")]
+    graph = helper.make_graph(nodes, "custom", [helper.make_tensor_value_info("x", 1, [1, 4])],
+                              [helper.make_tensor_value_info("y", 1, [1, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("com.example", 1)])
