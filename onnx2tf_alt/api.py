@@ -15,7 +15,7 @@ from onnx2tf_alt.layout import Plan, plan_layouts
 from onnx2tf_alt.loader import load_model
 from onnx2tf_alt.prepare import prepare_model
 from onnx2tf_alt.progress import Progress
-from onnx2tf_alt.validate import check_consistency
+from onnx2tf_alt.validate import check_consistency, check_inference
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -96,6 +96,7 @@ def build_loaded(
 
     if batch_size is not None and batch_size < 1:
         raise InputError(f"-b/--batch_size must be at least 1 (got {batch_size}).")
+    check_inference(model)
     model = prepare_model(model, batch_size, overwrite_input_shape)
     graph = graph_from_model(model)
     check_consistency(graph)

@@ -13,6 +13,8 @@ from onnx2tf_alt.errors import InputError, printable
 
 log = logging.getLogger("onnx2tf_alt")
 
+MAX_CHECKED_BYTES = 2**31 - 1  # protobuf's limit: onnx.checker cannot serialize a larger model
+
 
 def load_model(
     path: str | os.PathLike | None = None,
@@ -59,8 +61,15 @@ def load_model(
             f"{source} is not a valid ONNX model: {first}. Re-export it, or repair it with "
             "onnx tools before converting."
         ) from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{source} is corrupt: a name or string in it is not valid UTF-8 ({exc.reason} at "
+            f"byte {exc.start}). Re-export the model."
+        ) from exc
     except ValueError:
-        pass  # models over 2 GB cannot be checked in memory; the loader already parsed them
+        if model.ByteSize() <= MAX_CHECKED_BYTES:
+            raise
+        # models over 2 GB cannot be checked in memory; the loader already parsed them
     return model
 
 

@@ -85,8 +85,54 @@ CHECKS = {
 
 
 def check_consistency(graph: Graph) -> None:
-    """Raise InvalidModelError for the first node whose static shapes contradict its op."""
+    """Raise InvalidModelError for the first node that reads a value nothing produces, or
+    whose static shapes contradict its op."""
+    known = set(graph.inputs) | set(graph.constants)
+    for node in graph.nodes:
+        for name in node.inputs:
+            if name and name not in known:
+                _fail(node, f"reads '{printable(name)}', which no earlier node, graph input or "
+                      "initializer produces")
+        known.update(node.outputs)
+    for name in graph.outputs:
+        if name not in known:
+            raise InvalidModelError(
+                f"The model is invalid: graph output '{printable(name)}' is produced by no "
+                "node, input or initializer; fix the model where it was exported."
+            )
     for node in graph.nodes:
         check = CHECKS.get(node.op_type)
         if check is not None and node.domain in ("", "ai.onnx"):
             check(node, graph)
+
+
+def check_inference(model) -> None:
+    """Strict ONNX shape inference on a weight-free copy of the loaded model. When it fails
+    and onnxruntime's own inference rejects the model too, the model is invalid
+    (InvalidModelError, naming the node); otherwise conversion goes on with the shapes that
+    can be known (ONNX's strict inference also trips over gaps onnxruntime fills)."""
+    from onnx import shape_inference
+
+    from onnx2tf_alt.prepare import weight_free_copy
+
+    try:
+        shape_inference.infer_shapes(weight_free_copy(model), strict_mode=True)
+        return
+    except Exception as exc:  # noqa: BLE001 - judged with onnxruntime below
+        problem = exc
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        ort.InferenceSession(model.SerializeToString(), options,
+                             providers=["CPUExecutionProvider"])
+    except Exception as ort_exc:  # noqa: BLE001 - only its verdict matters
+        if "InferenceError" in str(ort_exc):
+            lines = [line.strip() for line in str(problem).splitlines() if line.strip()]
+            detail = " ".join(lines).replace("[ShapeInferenceError] Inference error(s): ", "")
+            raise InvalidModelError(
+                f"The model is invalid: its shapes contradict each other ({printable(detail)}); "
+                "onnxruntime rejects it as well. Fix the model where it was exported."
+            ) from problem

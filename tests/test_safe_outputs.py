@@ -213,16 +213,40 @@ def test_external_data_is_protected_too(work):
 
 def test_inconsistent_conv_is_an_invalid_model(work):
     w = onnx.numpy_helper.from_array(np.zeros((4, 5, 3, 3), np.float32), "w")
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv1")], "bad",
-        [helper.make_tensor_value_info("x", 1, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", 1, [1, 4, 6, 6])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    path = work.root / "bad.onnx"
-    onnx.save(model, path)
+    path = _write(work, "badconv", [helper.make_node("Conv", ["x", "w"], ["y"], name="conv1")],
+                  [("x", [1, 3, 8, 8])], [("y", [1, 4, 6, 6])], [w])
     output = work("-i", path, "-o", work.root / "out", input_path=path, expect=2,
                   phrases=["model is invalid", "conv1", "[1, 3, 8, 8]", "[4, 5, 3, 3]"])
     assert "Call arguments" not in output and "TFOpLambda" not in output
+    assert not (work.root / "out").exists()
+
+
+def _write(work, name: str, nodes, inputs, outputs, initializers=()) -> os.PathLike:
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info(n, 1, s)
+                                            for n, s in inputs],
+                              [helper.make_tensor_value_info(n, 1, s) for n, s in outputs],
+                              list(initializers))
+    path = work.root / f"{name}.onnx"
+    path.write_bytes(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    return path
+
+
+def test_shapes_that_contradict_each_other_are_an_invalid_model(work):
+    path = _write(work, "badadd", [helper.make_node("Add", ["a", "b"], ["y"], name="add1")],
+                  [("a", [2, 3]), ("b", [4, 5])], [("y", [2, 3])])
+    work("-i", path, "-o", work.root / "out", input_path=path, expect=2,
+         phrases=["model is invalid", "add1", "Incompatible dimensions"])
+    assert not (work.root / "out").exists()
+
+
+def test_a_dangling_input_is_an_invalid_model(work):
+    model = _custom_op_model()
+    model.graph.node[1].op_type, model.graph.node[1].domain = "Relu", ""
+    model.graph.node[1].input[0] = "nowhere"
+    path = work.root / "dangling.onnx"
+    path.write_bytes(model.SerializeToString())  # onnx.save would check it
+    work("-i", path, "-o", work.root / "out", input_path=path, expect=2, phrases=["nowhere"])
     assert not (work.root / "out").exists()
 
 
