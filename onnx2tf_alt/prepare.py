@@ -108,7 +108,7 @@ INFERENCE_VALUE_LIMIT = 4096
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX shape inference (with data propagation) plus `fill_same_shape_gaps`, on a
     weight-free copy; the inferred value infos and output types are written into `model`."""
-    light = _weight_free_copy(model)
+    light = weight_free_copy(model)
     for _ in range(4):
         try:
             light = shape_inference.infer_shapes(light, data_prop=True)
@@ -125,7 +125,7 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _weight_free_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+def weight_free_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` with its large initializers turned into graph inputs of the same type."""
     light = onnx.ModelProto()
     for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version"):
