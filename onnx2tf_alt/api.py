@@ -216,10 +216,14 @@ def convert(
 ):
     """Convert an ONNX model (path or ModelProto) and write its outputs; returns the Keras model.
 
-    Outputs go to a temporary folder beside `output_folder_path` and are moved into place
-    only when every one of them was written, so a failed run leaves nothing behind except
-    `reports/`: when nodes cannot be converted, it holds a one-node repro model and the
-    input values of each (see onnx2tf_alt/check/repro.py), and the error names it.
+    Outputs are staged beside `output_folder_path` and published in one step that replaces
+    exactly the previous conversion's files (export/publish.py, export/manifest.py); a file
+    the converter did not write, or the input itself, is never touched (InputError before
+    converting). A failed run publishes only `reports/`: when nodes cannot be converted, it
+    holds a one-node repro model and the input values of each (see
+    onnx2tf_alt/check/repro.py), and the error names it. `command_line` is recorded in the
+    manifest (the CLI passes its argv; Python calls record their keyword arguments).
+    `allow_newer_opset` converts an opset newer than the installed onnx knows.
     `output_signaturedefs` is accepted for onnx2tf compatibility: the saved_model and the
     .tflite files always carry a `serving_default` signature.
 
