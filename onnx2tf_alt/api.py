@@ -212,6 +212,7 @@ def convert(
     quant_norm_mean: list[float] | None = None,
     quant_norm_std: list[float] | None = None,
     allow_newer_opset: bool = False,
+    calibration_method: str = "tf",
     command_line: list[str] | None = None,
 ):
     """Convert an ONNX model (path or ModelProto) and write its outputs; returns the Keras model.
@@ -278,7 +279,7 @@ def convert(
 
     quant_options = QuantOptions(
         output_dynamic_range_quantized_tflite, output_integer_quantized_tflite, quant_type,
-        input_quant_dtype, output_quant_dtype,
+        input_quant_dtype, output_quant_dtype, calibration_method,
     )
     try:
         converted = build_loaded(

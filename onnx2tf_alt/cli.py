@@ -124,6 +124,14 @@ def parser() -> argparse.ArgumentParser:
         help="weight quantization of the -oiqt files (default: per-channel)",
     )
     p.add_argument(
+        "--calibration_method",
+        choices=["tf", "minmax", "percentile", "entropy"],
+        default="tf",
+        help="activation ranges of the -oiqt INT8 files: tf (TF's min-max over the samples), "
+        "or onnxruntime's minmax / percentile (99.999%%) / entropy calibrator on the ONNX "
+        "graph (default: tf). The INT16-activation files always use tf",
+    )
+    p.add_argument(
         "-iqd",
         "--input_quant_dtype",
         choices=["int8", "uint8", "float32"],
@@ -204,14 +212,16 @@ def private_temp_folder():
     temp folder on import), and a run must leave nothing behind."""
     from onnx2tf_alt.export.publish import signals_deferred
 
-    folder = tempfile.mkdtemp(prefix="onnx2tf_alt_run_")
-    saved = os.environ.get("TMPDIR"), tempfile.tempdir
-    os.environ["TMPDIR"], tempfile.tempdir = folder, folder
+    folder, saved = None, (os.environ.get("TMPDIR"), tempfile.tempdir)
     try:
+        with signals_deferred():  # a signal now is acted on once `folder` is known
+            folder = tempfile.mkdtemp(prefix="onnx2tf_alt_run_")
+            os.environ["TMPDIR"], tempfile.tempdir = folder, folder
         yield folder
     finally:
         with signals_deferred():
-            shutil.rmtree(folder, ignore_errors=True)
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
         if saved[0] is None:
             os.environ.pop("TMPDIR", None)
         else:

@@ -1,5 +1,6 @@
 """Consistency checks of a prepared model, so that an invalid model is reported as such
 (exit 2, naming the node and the shapes that disagree) instead of as a failed TF layer.
+Only shapes the model fixes itself are compared (graph inputs and constants).
 
 ONNX's checker and shape inference do not compare, e.g., a Conv's weight channels with its
 input's; onnxruntime loads such a model and fails only when it runs.
@@ -19,6 +20,18 @@ def _known(shape) -> bool:
     return shape is not None and all(isinstance(d, int) and d > 0 for d in shape)
 
 
+def _declared(graph: Graph, names: list[str]):
+    """The shapes of `names` where the model itself fixes them (graph inputs, constants);
+    None for any other: shapes ONNX inference derived can be wrong (e.g. its STFT output)
+    without the model being so, and a false 'invalid model' would block a valid one."""
+    shapes = []
+    for name in names:
+        if not name or not (name in graph.inputs or graph.is_const(name)):
+            return None
+        shapes.append(graph.shapes.get(name))
+    return shapes
+
+
 def _fail(node: Node, detail: str) -> None:
     raise InvalidModelError(
         f"The model is invalid: node '{printable(node.name)}' ({printable(node.op_type)}) "
@@ -28,7 +41,7 @@ def _fail(node: Node, detail: str) -> None:
 
 
 def _conv(node: Node, graph: Graph) -> None:
-    x, w = (graph.shapes.get(n) for n in node.inputs[:2])
+    x, w = _declared(graph, node.inputs[:2]) or (None, None)
     if not (_known(x) and _known(w)) or len(x) != len(w) or len(x) < 3:
         return
     group = int(node.attrs.get("group", 1))
@@ -48,7 +61,7 @@ def _conv(node: Node, graph: Graph) -> None:
 
 
 def _matmul(node: Node, graph: Graph) -> None:
-    a, b = (graph.shapes.get(n) for n in node.inputs[:2])
+    a, b = _declared(graph, node.inputs[:2]) or (None, None)
     if not (_known(a) and _known(b)) or len(a) < 1 or len(b) < 1:
         return
     if node.op_type == "Gemm":
@@ -65,9 +78,9 @@ def _matmul(node: Node, graph: Graph) -> None:
 
 
 def _batch_norm(node: Node, graph: Graph) -> None:
-    x = graph.shapes.get(node.inputs[0])
-    if not _known(x) or len(x) < 2:
-        return
+    x = (_declared(graph, node.inputs[:1]) or [None])[0]
+    if not _known(x) or len(x) < 2 or node.attrs.get("spatial", 1) == 0:
+        return  # spatial=0 (opset < 9): parameters of shape C x D1 x ...
     for name in node.inputs[1:5]:
         shape = graph.shapes.get(name)
         if name and _known(shape) and list(shape) != [x[1]]:

@@ -187,6 +187,23 @@ def test_chained_custom_op_says_why_inputs_are_missing(tmp_path):
         onnx.checker.check_model(onnx.load(tmp_path / entry["repro_model"]))
 
 
+def test_failure_report_lists_failures_even_without_repros(tmp_path, monkeypatch):
+    from onnx2tf_alt.check import repro
+
+    def no_repro(*args):
+        raise RuntimeError("disk full")
+
+    model, _ = custom_op_model()
+    with pytest.raises(ConversionError) as info:
+        build(onnx_graph=model)
+    monkeypatch.setattr(repro, "repro_model", no_repro)
+    write_failure_reports(info.value.prepared_model, info.value.failures, tmp_path)
+    summary = json.loads((tmp_path / "conversion_errors.json").read_text())
+    assert [e["node_name"] for e in summary["failures"]] == ["fancy_1", "other_2"]
+    assert all("disk full" in e["repro_note"] for e in summary["failures"])
+    assert sorted(os.listdir(tmp_path)) == ["conversion_errors.json"]
+
+
 def test_handler_failure_report_uses_the_whole_model(faulty, tmp_path):
     def broken(out):
         raise NotImplementedError("deliberately broken")

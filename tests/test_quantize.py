@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from calibration import image_samples
 from calibration.samples import CustomData, first_sample, parse_custom_data, plan_samples
 from onnx2tf_alt.api import build, convert
+from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.export.quantize import (
     QuantOptions,
     Variant,
@@ -396,3 +397,68 @@ def test_per_tensor_writes_the_int16_files_per_channel(tmp_path):
     int16 = read(out, "cnn_full_integer_quant_with_int16_act.tflite")
     assert "DEPTHWISE_CONV_2D" in count_tflite_ops(int16)
     assert _weight_scale_counts(read(out, "cnn_full_integer_quant.tflite")) == [1, 1, 1]
+
+
+# --- --calibration_method: onnxruntime's calibrators on the ONNX graph ------------------------
+
+
+def test_int8_parameters_match_onnxruntime():
+    from onnxruntime.quantization.quant_utils import compute_scale_zp
+
+    from onnx2tf_alt.export.calibrate import int8_parameters
+
+    for low, high in [(-1.5, 3.0), (0.0, 6.0), (0.2, 0.9), (-4.0, -1.0)]:
+        ours = int8_parameters(low, high)
+        zero_point, scale = compute_scale_zp(np.float32(low), np.float32(high), -128, 127)
+        assert ours["zero_point"] == int(zero_point) and ours["scale"] == pytest.approx(
+            float(scale), rel=1e-6), (low, high)
+
+
+def test_fake_quantized_model_leaves_fused_activations_alone():
+    from onnx2tf_alt.export.calibrate import fake_quantized, onnx_ranges
+
+    model = small_cnn()
+    samples = [{"x": h["x"]} for h in held_out_images()]
+    ranges = onnx_ranges(model, samples, "percentile")
+    assert {"x", "r1", "r2", "r3", "sum", "logits"} <= set(ranges)
+    rewritten = fake_quantized(model, ranges)
+    quantized = {n.output[0] for n in rewritten.graph.node if n.op_type == "FakeQuantize"}
+    assert {"r1", "r2", "r3", "sum", "pool", "flat", "logits"} <= quantized
+    assert not {"c1", "c2", "c3"} & quantized  # each feeds only a Relu, fused in TFLite
+    assert [o.name for o in rewritten.graph.output] == ["logits"]
+    onnx.checker.check_model(rewritten)
+
+
+@pytest.mark.parametrize("method", ["percentile", "entropy"])
+def test_calibration_method_quantizes_with_onnxruntime_ranges(method, cnn, tmp_path):
+    path = str(tmp_path / "cnn.onnx")
+    onnx.save(small_cnn(), path)
+    out = str(tmp_path / "out")
+    convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
+            output_integer_quantized_tflite=True, calibration_method=method)
+    with open(os.path.join(out, "cnn_quant_report.json")) as f:
+        report = json.load(f)
+    assert report["calibration_method"] == method and not report["qdq"]
+    assert [f["variant"] for f in report["files"]] == list(ALL_VARIANTS[1:])
+    samples = held_out_images()
+    reference = run_tflite(read(cnn["out"], "cnn_float32.tflite"), cnn["converted"], samples)
+    for variant in ("integer_quant", "full_integer_quant"):
+        content = read(out, f"cnn_{variant}.tflite")
+        actual = run_tflite(content, cnn["converted"], samples)
+        cosines = [cosine(a["logits"], r["logits"]) for a, r in zip(actual, reference)]
+        assert min(cosines) >= 0.98, (variant, cosines)
+        ops = count_tflite_ops(content)
+        assert ops.get("CONV_2D") == 2 and ops.get("DEPTHWISE_CONV_2D") == 1, ops
+    full = read(out, "cnn_full_integer_quant.tflite")
+    assert set(tensor_census(full)) <= {"int8", "int32"}, tensor_census(full)
+    assert "DEQUANTIZE" not in count_tflite_ops(full)
+
+
+def test_unknown_calibration_method_is_refused(tmp_path):
+    path = str(tmp_path / "cnn.onnx")
+    onnx.save(small_cnn(), path)
+    with pytest.raises(InputError, match="calibration_method"):
+        convert(input_onnx_file_path=path, output_folder_path=str(tmp_path / "out"),
+                non_verbose=True, output_integer_quantized_tflite=True,
+                calibration_method="magic")
+    assert not os.path.exists(tmp_path / "out")

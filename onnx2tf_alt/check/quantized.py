@@ -28,19 +28,19 @@ def quantized_backends(converted, plan, found, feeds, full: bool, folder: str,
     `feeds` are used when the plan holds no held-out sample."""
     feeds = plan.samples.held_out[0] if plan.samples.held_out else feeds
     reference = ort_values(converted.model, feeds, [t.onnx_name for t in found])
-    qdq = plan.qdq_model is not None
-    rebuilt = converted.rebuild(plan.qdq_model) if qdq else None
-    calibration = [] if qdq else plan.samples.calibration
+    rebuilt = converted.rebuild(plan.range_model) if plan.range_model is not None else None
     reports = []
-    for variant in variants(plan.options, qdq):
+    for variant in variants(plan.options, plan.qdq_model is not None,
+                            plan.range_model is not None):
         name = f"tflite:{variant.suffix}"
         path = os.path.join(folder, f"{stem}_{variant.suffix}.tflite")
         if not os.path.isfile(path):
             reports.append(BackendReport(name, error="the file was not written"))
             continue
-        source = rebuilt if qdq and variant.calibrated else converted
+        source = rebuilt if plan.takes_ranges(variant) else converted
         try:
-            values = _values(source, variant, plan, calibration, found, feeds, full, path)
+            values = _values(source, variant, plan, plan.calibration_for(variant), found, feeds,
+                             full, path)
         except Exception as exc:  # noqa: BLE001 - reported, with every value unobserved
             lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
             reports.append(BackendReport(name, error=lines[-1] if lines else type(exc).__name__))

@@ -134,13 +134,15 @@ class OutputFolder:
             base = self.path  # renames must stay on its file system; the parent may be closed
         else:
             os.makedirs(parent, exist_ok=True)
-        with signals_deferred():
-            stage = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=base)
+        stage = None
         try:
+            with signals_deferred():  # a signal now is acted on once `stage` is known
+                stage = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=base)
             yield stage
         finally:
             with signals_deferred():
-                shutil.rmtree(stage, ignore_errors=True)
+                if stage is not None:
+                    shutil.rmtree(stage, ignore_errors=True)
 
     def publish(self, stage: str, manifest: Manifest, reports_only: bool = False) -> None:
         """Replace the previous conversion's files (or, with `reports_only`, the previous

@@ -25,6 +25,7 @@ from onnx import helper, numpy_helper
 from calibration.samples import CustomData, Samples, plan_samples
 from onnx2tf_alt.check.observe import to_onnx_order
 from onnx2tf_alt.errors import InputError
+from onnx2tf_alt.export.calibrate import DEFAULT_METHOD, METHODS, fake_quantized, onnx_ranges
 from onnx2tf_alt.export.names import DYNAMIC_RANGE_SUFFIXES, INTEGER_SUFFIXES
 from onnx2tf_alt.export.saved_model import serving_function
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
@@ -45,6 +46,7 @@ class QuantOptions:
     quant_type: str = "per-channel"
     input_quant_dtype: str = "int8"
     output_quant_dtype: str = "int8"
+    calibration_method: str = DEFAULT_METHOD
 
     @property
     def any(self) -> bool:
@@ -61,10 +63,14 @@ class Variant:
     io_dtypes: tuple | None = None  # (input, output) types of integer I/O; None: float I/O
 
 
-def variants(options: QuantOptions, qdq: bool) -> list[Variant]:
-    """The files the options ask for. QDQ models fix 8-bit ranges, so no INT16 ones; their
-    integer-only file is not restricted to INT8 builtins, which the converter allows only
-    with calibration data (their ranges make every quantized op integer anyway)."""
+def variants(options: QuantOptions, qdq: bool, from_ranges: bool | None = None
+             ) -> list[Variant]:
+    """The files the options ask for. QDQ models fix 8-bit ranges, so no INT16 ones. An
+    integer-only file made `from_ranges` (FakeQuantize nodes: a QDQ model's, or the
+    calibrators' of --calibration_method; default: `qdq`) is not restricted to INT8
+    builtins, which the converter allows only with calibration data (the ranges make every
+    quantized op integer anyway)."""
+    from_ranges = qdq if from_ranges is None else from_ranges
     builtins = (tf.lite.OpsSet.TFLITE_BUILTINS,)
     chosen = []
     integer, full_integer, integer_int16, full_integer_int16 = INTEGER_SUFFIXES
@@ -72,7 +78,7 @@ def variants(options: QuantOptions, qdq: bool) -> list[Variant]:
         chosen.append(Variant(DYNAMIC_RANGE_SUFFIXES[0], builtins, calibrated=False))
     if options.integer:
         io = (QUANT_DTYPES[options.input_quant_dtype], QUANT_DTYPES[options.output_quant_dtype])
-        int8_only = builtins if qdq else (tf.lite.OpsSet.TFLITE_BUILTINS_INT8,)
+        int8_only = builtins if from_ranges else (tf.lite.OpsSet.TFLITE_BUILTINS_INT8,)
         chosen += [
             Variant(integer, builtins),
             Variant(full_integer, int8_only, io_dtypes=io),
@@ -251,6 +257,7 @@ class QuantReport:
     sources: dict[str, str]
     calibration_samples: int
     held_out_samples: int
+    calibration_method: str = DEFAULT_METHOD
     files: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -260,7 +267,8 @@ class QuantReport:
 
 def console_table(report: QuantReport) -> str:
     title = (f"quantization report ({report.quant_type}; {report.calibration_samples} "
-             f"calibration, {report.held_out_samples} held-out samples; vs the float32 TFLite)")
+             f"calibration samples, ranges: {report.calibration_method}; "
+             f"{report.held_out_samples} held-out samples; vs the float32 TFLite)")
     lines = [
         title,
         *report.notes,
@@ -287,6 +295,21 @@ class QuantPlan:
     options: QuantOptions
     samples: Samples
     qdq_model: onnx.ModelProto | None  # the FakeQuantize rewrite of a QDQ model
+    # the model with FakeQuantize ranges from onnxruntime's calibrators (--calibration_method)
+    calibrated_model: onnx.ModelProto | None = None
+
+    @property
+    def range_model(self) -> onnx.ModelProto | None:
+        """The FakeQuantize model whose ranges the 8-bit calibrated files take, if any."""
+        return self.qdq_model if self.qdq_model is not None else self.calibrated_model
+
+    def takes_ranges(self, variant: Variant) -> bool:
+        """Whether `variant` is quantized from `range_model` (no calibration samples)."""
+        int16 = INT16_OPS in variant.supported_ops
+        return self.range_model is not None and variant.calibrated and not int16
+
+    def calibration_for(self, variant: Variant) -> list[dict[str, np.ndarray]]:
+        return [] if self.takes_ranges(variant) else self.samples.calibration
 
 
 def plan_quantization(
@@ -303,10 +326,17 @@ def plan_quantization(
     for flag, value in (("-iqd", options.input_quant_dtype), ("-oqd", options.output_quant_dtype)):
         if value not in QUANT_DTYPES:
             raise InputError(f"{flag} must be one of {list(QUANT_DTYPES)}, got '{value}'.")
+    if options.calibration_method not in METHODS:
+        raise InputError(f"--calibration_method must be one of {list(METHODS)}, got "
+                         f"'{options.calibration_method}'.")
     qdq_model = fake_quant_model(converted.model) if options.integer else None
     samples = plan_samples(converted.graph, custom or {}, mean, std,
                            need_calibration=options.integer and qdq_model is None)
-    return QuantPlan(options, samples, qdq_model)
+    calibrated = None
+    if options.integer and qdq_model is None and options.calibration_method != "tf":
+        ranges = onnx_ranges(converted.model, samples.calibration, options.calibration_method)
+        calibrated = fake_quantized(converted.model, ranges)
+    return QuantPlan(options, samples, qdq_model, calibrated)
 
 
 def write_quantized(
@@ -321,12 +351,17 @@ def write_quantized(
     `folder`; returns the file names. A variant the TFLite converter cannot produce is
     reported (log and report) and skipped; the others are still written."""
     options, samples, qdq = plan.options, plan.samples, plan.qdq_model is not None
-    rebuilt = converted.rebuild(plan.qdq_model) if qdq else None
-    calibration = [] if qdq else samples.calibration
+    rebuilt = converted.rebuild(plan.range_model) if plan.range_model is not None else None
     report = QuantReport(
         model=stem, quant_type=options.quant_type, qdq=qdq, sources=samples.sources,
-        calibration_samples=len(calibration), held_out_samples=len(samples.held_out),
+        calibration_samples=0 if qdq else len(samples.calibration),
+        held_out_samples=len(samples.held_out),
+        calibration_method="model's own QDQ ranges" if qdq else options.calibration_method,
     )
+    if plan.calibrated_model is not None:
+        report.notes.append(
+            f"INT8 files: activation ranges from onnxruntime's {options.calibration_method} "
+            "calibrator on the ONNX graph; INT16-activation files: TF's min-max calibration")
     if qdq:
         report.notes.append("QDQ model: quantized with its own 8-bit ranges, without "
                             "calibration; no INT16-activation files")
@@ -338,12 +373,12 @@ def write_quantized(
     if reference is None:
         report.notes.append(f"the float32 TFLite cannot run here ({why_not}): no metrics")
     written = []
-    for variant in variants(options, qdq):
+    for variant in variants(options, qdq, plan.range_model is not None):
         name = f"{stem}_{variant.suffix}.tflite"
-        source = rebuilt if qdq and variant.calibrated else converted
+        source = rebuilt if plan.takes_ranges(variant) else converted
         entry = {"file": name, "variant": variant.suffix}
         try:
-            content = quantized_tflite(source, variant, options, calibration)
+            content = quantized_tflite(source, variant, options, plan.calibration_for(variant))
         except Exception as exc:  # noqa: BLE001 - reported; the other files are still written
             entry["error"] = _short(exc)
             log.warning("%s was not written: %s", name, entry["error"])

@@ -1,0 +1,121 @@
+"""Activation ranges for the INT8 files, measured on the ONNX graph with onnxruntime's
+calibrators, and handed to the TFLite quantizer as FakeQuantize nodes.
+
+TF's own post-training quantizer takes the plain min and max of every activation over the
+calibration samples (`--calibration_method tf`). Heads that end in a sigmoid or a softmax
+and activations with rare outliers lose most of their resolution to that: a handful of
+extreme values stretch the range. onnxruntime's Percentile and Entropy calibrators clip
+them. Their ranges become `FakeQuantize` nodes (ops/quant.py) after every float
+activation, which TF's converter turns into the same INT8 model a quantization-aware one
+would be.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN
+
+METHODS = ("tf", "minmax", "percentile", "entropy")
+DEFAULT_METHOD = "tf"
+PERCENTILE = 99.999
+# Values a TFLite kernel fuses into the op that produces them carry no range of their own:
+# a FakeQuantize there would stop CONV_2D/ADD/FULLY_CONNECTED fusing RELU/RELU6.
+FUSED_CONSUMERS = {"Relu", "Clip"}
+INT8_MIN, INT8_MAX = -128, 127
+
+
+class _Reader:
+    """onnxruntime's CalibrationDataReader protocol over our samples (ONNX layout)."""
+
+    def __init__(self, samples: list[dict[str, np.ndarray]]):
+        self._samples = iter(samples)
+
+    def get_next(self):
+        return next(self._samples, None)
+
+
+def onnx_ranges(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]],
+                method: str) -> dict[str, tuple[float, float]]:
+    """{value name: (low, high)} of every float activation of `model` over `samples`."""
+    from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
+
+    kind = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
+            "entropy": CalibrationMethod.Entropy}[method]
+    options = {"symmetric": False, "percentile": PERCENTILE}
+    with tempfile.TemporaryDirectory(prefix="onnx2tf_alt_calibrate_") as folder:
+        path = os.path.join(folder, "model.onnx")
+        onnx.save(model, path, save_as_external_data=model.ByteSize() > 2**31 - 1)
+        calibrator = create_calibrator(
+            path, None, os.path.join(folder, "augmented.onnx"), kind,
+            use_external_data_format=model.ByteSize() > 2**31 - 1,
+            providers=["CPUExecutionProvider"], extra_options=options,
+        )
+        calibrator.collect_data(_Reader(samples))
+        data = calibrator.compute_data()
+        del calibrator  # its session holds the files open
+    ranges = {}
+    for name, entry in data.data.items():
+        low, high = (float(np.asarray(v).reshape(-1)[0]) for v in entry.range_value)
+        if np.isfinite(low) and np.isfinite(high):
+            ranges[name] = (low, high)
+    return ranges
+
+
+def int8_parameters(low: float, high: float) -> dict:
+    """Asymmetric int8 scale and zero point of [low, high], widened to hold 0 (as
+    onnxruntime computes them)."""
+    low, high = min(low, 0.0), max(high, 0.0)
+    scale = (high - low) / (INT8_MAX - INT8_MIN) or 1.0
+    zero_point = int(np.clip(round(INT8_MIN - low / scale), INT8_MIN, INT8_MAX))
+    return {"scale": float(scale), "zero_point": zero_point, "qmin": INT8_MIN,
+            "qmax": INT8_MAX}
+
+
+def fake_quantized(model: onnx.ModelProto, ranges: dict[str, tuple[float, float]]
+                   ) -> onnx.ModelProto:
+    """A copy of `model` with a FakeQuantize node on every value of `ranges` (graph inputs
+    and node outputs), except where TFLite fuses the value's only consumer."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = copy.graph
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+
+    def wanted(name: str) -> bool:
+        users = consumers.get(name, [])
+        fused = users and name not in outputs and all(
+            n.op_type in FUSED_CONSUMERS for n in users)
+        return name in ranges and not fused
+
+    nodes = []
+    for info in graph.input:
+        if wanted(info.name):
+            quantized = f"{info.name}__fake_quant"
+            nodes.append(_fake_quant(info.name, quantized, ranges[info.name]))
+            for user in consumers.get(info.name, []):
+                user.input[:] = [quantized if n == info.name else n for n in user.input]
+    for node in graph.node:
+        nodes.append(node)
+        for k, name in enumerate(node.output):
+            if name and wanted(name):
+                node.output[k] = f"{name}__float"
+                nodes.append(_fake_quant(node.output[k], name, ranges[name]))
+    del graph.node[:]
+    graph.node.extend(nodes)
+    if not any(o.domain == FAKE_QUANT_DOMAIN for o in copy.opset_import):
+        copy.opset_import.append(helper.make_opsetid(FAKE_QUANT_DOMAIN, 1))
+    return copy
+
+
+def _fake_quant(source: str, target: str, value_range: tuple[float, float]) -> onnx.NodeProto:
+    return helper.make_node("FakeQuantize", [source], [target], name=f"{target}__fq",
+                            domain=FAKE_QUANT_DOMAIN, **int8_parameters(*value_range))
