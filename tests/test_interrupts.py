@@ -61,6 +61,7 @@ def test_a_signal_at_any_moment_leaves_the_old_or_the_new_conversion(tmp_path, s
         seen.append(state)
         if state == "new":
             assert run_cli("-i", source, "-o", out, "-n")[0] == 0
+    print(f"{signal.Signals(signum).name} at {MOMENTS} moments of {duration:.1f} s: {seen}")
     assert "old" in seen  # the signals did interrupt conversions
 
 

@@ -409,7 +409,8 @@ def test_int8_parameters_match_onnxruntime():
 
     for low, high in [(-1.5, 3.0), (0.0, 6.0), (0.2, 0.9), (-4.0, -1.0)]:
         ours = int8_parameters(low, high)
-        zero_point, scale = compute_scale_zp(np.float32(low), np.float32(high), -128, 127)
+        zero_point, scale = compute_scale_zp(np.float32(low), np.float32(high), np.int8(-128),
+                                             np.int8(127))
         assert ours["zero_point"] == int(zero_point) and ours["scale"] == pytest.approx(
             float(scale), rel=1e-6), (low, high)
 
@@ -429,7 +430,21 @@ def test_fake_quantized_model_leaves_fused_activations_alone():
     onnx.checker.check_model(rewritten)
 
 
-@pytest.mark.parametrize("method", ["percentile", "entropy"])
+def test_clipping_calibrators_narrow_the_min_max_ranges():
+    from onnx2tf_alt.export.calibrate import onnx_ranges
+
+    model = small_cnn()
+    samples = [{"x": h["x"]} for h in held_out_images()]
+    full = onnx_ranges(model, samples, "minmax")
+    for method in ("percentile", "entropy"):
+        clipped = onnx_ranges(model, samples, method)
+        assert set(clipped) == set(full)
+        for name, (low, high) in clipped.items():
+            assert full[name][0] - 1e-6 <= low <= high <= full[name][1] + 1e-6, (method, name)
+        assert any(clipped[n][1] < full[n][1] - 1e-6 for n in full), method
+
+
+@pytest.mark.parametrize("method", ["minmax", "percentile"])
 def test_calibration_method_quantizes_with_onnxruntime_ranges(method, cnn, tmp_path):
     path = str(tmp_path / "cnn.onnx")
     onnx.save(small_cnn(), path)

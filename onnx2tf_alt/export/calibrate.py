@@ -12,6 +12,8 @@ would be.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import tempfile
 
@@ -56,8 +58,10 @@ def onnx_ranges(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]],
             use_external_data_format=model.ByteSize() > 2**31 - 1,
             providers=["CPUExecutionProvider"], extra_options=options,
         )
-        calibrator.collect_data(_Reader(samples))
-        data = calibrator.compute_data()
+        with contextlib.redirect_stdout(io.StringIO()):  # the calibrators print progress
+            for sample in samples:  # one at a time: a collection holds every activation
+                calibrator.collect_data(_Reader([sample]))
+            data = calibrator.compute_data()
         del calibrator  # its session holds the files open
     ranges = {}
     for name, entry in data.data.items():
@@ -96,11 +100,19 @@ def fake_quantized(model: onnx.ModelProto, ranges: dict[str, tuple[float, float]
             n.op_type in FUSED_CONSUMERS for n in users)
         return name in ranges and not fused
 
+    types = {v.name: v.type for v in [*graph.input, *graph.value_info, *graph.output]}
+
+    def typed(name: str, like: str) -> None:
+        # FakeQuantize has no ONNX shape inference: its input's type is stated instead
+        if like in types:
+            graph.value_info.append(onnx.ValueInfoProto(name=name, type=types[like]))
+
     nodes = []
     for info in graph.input:
         if wanted(info.name):
             quantized = f"{info.name}__fake_quant"
             nodes.append(_fake_quant(info.name, quantized, ranges[info.name]))
+            typed(quantized, info.name)
             for user in consumers.get(info.name, []):
                 user.input[:] = [quantized if n == info.name else n for n in user.input]
     for node in graph.node:
@@ -109,6 +121,7 @@ def fake_quantized(model: onnx.ModelProto, ranges: dict[str, tuple[float, float]
             if name and wanted(name):
                 node.output[k] = f"{name}__float"
                 nodes.append(_fake_quant(node.output[k], name, ranges[name]))
+                typed(node.output[k], name)
     del graph.node[:]
     graph.node.extend(nodes)
     if not any(o.domain == FAKE_QUANT_DOMAIN for o in copy.opset_import):
