@@ -1,6 +1,6 @@
 """Convert ONNX models with the CLI and compare, side by side in one run, the float32 TFLite
 latency (ai-edge-litert, 1 and 2 threads, median of N runs) with onnxruntime's on the same
-input; also report conversion wall time, peak memory, max error and the TRANSPOSE count.
+input; also report conversion wall time, peak memory, max error, the TRANSPOSE count and the census of TFLite ops.
 
     python benchmarks/bench_model.py model.onnx [more.onnx ...] [--runs 20] [--json out.json]
 """
@@ -105,6 +105,7 @@ def bench(path: str, runs: int) -> dict:
         for op in Interpreter(model_path=tflite_path)._get_ops_details():
             ops[op["op_name"]] = ops.get(op["op_name"], 0) + 1
         row["tflite_transposes"] = ops.get("TRANSPOSE", 0)
+        row["tflite_ops"] = dict(sorted(ops.items()))
         row["onnx_transposes"] = sum(n.op_type == "Transpose" for n in model.graph.node)
     return row
 

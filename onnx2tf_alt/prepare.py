@@ -12,7 +12,7 @@ from onnx2tf_alt.control_flow import inline_control_flow
 from onnx2tf_alt.dense_flatten import flatten_channel_last
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.fusion import fuse_patterns
-from onnx2tf_alt.shuffle import shuffles_to_gather
+from onnx2tf_alt.shuffle import absorb_channel_shuffles
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -332,5 +332,5 @@ def prepare_model(
             break
         model = infer_shapes(model)
     flatten_channel_last(model)
-    shuffles_to_gather(model)
+    absorb_channel_shuffles(model)
     return infer_shapes(fuse_patterns(model))

@@ -69,6 +69,19 @@ def pad_spatial(x, pads, pad_value=0.0):
     return tf.pad(x, paddings, constant_values=pad_value)
 
 
+def replicate_edges(x, pads):
+    """Pad the spatial axes of a channel-last tensor by [(begin, end)] copies of their edges,
+    from slices and a concatenation per axis (TFLite STRIDED_SLICE and CONCATENATION, which
+    XNNPACK runs; MIRROR_PAD it does not). Spatial sizes may be unknown."""
+    for axis, (begin, end) in enumerate(pads, start=1):
+        before = (slice(None),) * axis
+        parts = [x[(*before, slice(None, 1))]] * begin if begin else []
+        parts.append(x)
+        parts += [x[(*before, slice(-1, None))]] * end if end else []
+        x = tf.concat(parts, axis) if len(parts) > 1 else x
+    return x
+
+
 def tf_padding(x, pads, kernel, strides, dilations, spatial, pad_value=0.0):
     """Return (x, 'SAME'|'VALID'): x padded explicitly only when TF's SAME does not match."""
     if all(p == (0, 0) for p in pads):

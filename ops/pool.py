@@ -2,9 +2,10 @@
 
 Undilated windows become TF pools (TFLite MAX_POOL_2D / AVERAGE_POOL_2D): 1-D runs as 2-D
 with a unit height and 3-D as two 2-D pools (TFLite has no 3-D pool; max and mean are
-separable). Padding TF's SAME does not reproduce is added explicitly (the dtype's lowest
-value for max, zeros for sums) and averages are rescaled to the spec's divisor. Dilated
-windows, and MaxPool's Indices, are reduced from one strided slice per kernel tap.
+separable). Padding TF's SAME does not reproduce (pads no window reaches do not count) is
+added explicitly (for max copies of the edge where every window holds a real element, else
+the dtype's lowest value; zeros for sums) and averages are rescaled to the spec's divisor.
+Dilated windows, and MaxPool's Indices, are reduced from one strided slice per kernel tap.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from onnx2tf_alt.ops._spatial import (
     outer,
     pad_spatial,
     pool_output_size,
+    replicate_edges,
+    same_pads,
     taps_inside,
 )
 
@@ -52,30 +55,40 @@ class Window:
         if any(size is None for size in self.spatial):
             raise NotImplementedError(f"{what} needs static spatial dims; use -ois")
 
-    def ceil_extra(self) -> list[int]:
-        """End padding that ceil_mode adds beyond `pads` (never counted in averages)."""
-        if not self.ceil_mode:
-            return [0] * len(self.kernel)
-        return [
-            max((out - 1) * s + (k - 1) * d + 1 - (size + b + e), 0)
-            for out, size, k, s, d, (b, e) in zip(self.out_sizes(), *self._axes())
-        ]
-
     def tf_padding(self) -> str | None:
-        """'VALID' or 'SAME' when a TF pool reproduces this window as is, else None."""
-        if self.dilated or any(self.ceil_extra()):
+        """'VALID' or 'SAME' when a TF pool visits exactly this window's taps, else None.
+
+        Pads no window reaches do not count (explicit_pads), so ceil_mode and floor-mode
+        leftovers often fold into SAME: TF's SAME pool skips its padded cells, which for a max
+        equals padding with the lowest value and for an average excludes them from the divisor.
+        """
+        if self.dilated:
             return None
-        if all(p == (0, 0) for p in self.pads):
+        if any(size is None for size in self.spatial):
+            if self.ceil_mode:
+                return None
+            if all(p == (0, 0) for p in self.pads):
+                return "VALID"
+            return "SAME" if is_tf_same(self.pads, self.kernel, self.strides, self.dilations,
+                                        self.spatial) else None
+        pads = self.explicit_pads()
+        if all(p == (0, 0) for p in pads):
             return "VALID"
-        if is_tf_same(self.pads, self.kernel, self.strides, self.dilations, self.spatial):
+        same = [(math.ceil(size / s), same_pads(size, k, s, 1)[0])
+                for size, k, s in zip(self.spatial, self.kernel, self.strides)]
+        if same == [(out, b) for out, (b, _) in zip(self.out_sizes(), pads)]:
             return "SAME"
         return None
 
     def explicit_pads(self) -> list[tuple[int, int]]:
-        """(begin, end) that make every window lie inside the padded tensor."""
+        """(begin, end) that make every window lie inside the padded tensor; end pads that no
+        window reaches (floor-mode leftovers) are dropped, ceil_mode's extra ones added."""
         if any(p is None for p in self.pads):
             self.require_static("this padding")
-        return [(b, e + x) for (b, e), x in zip(self.pads, self.ceil_extra())]
+        if not self.ceil_mode and any(size is None for size in self.spatial):
+            return list(self.pads)
+        return [(b, max((out - 1) * s + (k - 1) * d + 1 - size - b, 0))
+                for out, size, k, s, d, (b, _) in zip(self.out_sizes(), *self._axes())]
 
     def out_sizes(self) -> list[int]:
         self.require_static("this pooling window")
@@ -202,11 +215,11 @@ def max_pool(ctx):
     if padding is not None:
         return _pool_nd(x, "MAX", win.kernel, win.strides, padding)
     pads = win.explicit_pads()
-    if not win.dilated and all(max(p) <= 1 < k for p, k in zip(pads, win.kernel)):
-        # A one-element border that repeats the edge never changes a window's max (each
-        # window still holds that edge element) and, unlike the dtype's lowest value, keeps
-        # INT8 quantization ranges sane. TFLite: MIRROR_PAD.
-        x = tf.pad(x, [[0, 0], *[list(p) for p in pads], [0, 0]], mode="SYMMETRIC")
+    if not win.dilated and all(max(p) < k for p, k in zip(pads, win.kernel)):
+        # Copies of the edge never change a window's max while each window still holds a real
+        # element (and so, being contiguous, the edge it copies). Unlike the dtype's lowest
+        # value (a PADV2), they keep INT8 calibration ranges sane.
+        x = replicate_edges(x, pads)
     else:
         x = pad_spatial(x, pads, lowest)
     if win.dilated:

@@ -22,7 +22,7 @@ import math
 import numpy as np
 import tensorflow as tf
 from onnx2tf_alt.ops._spatial import kernel_attrs, tf_padding
-from onnx2tf_alt.ops.conv import _conv, _depthwise, _per_group
+from onnx2tf_alt.ops.conv import _depthwise, _grouped
 
 from onnx2tf_alt.layout import agnostic, channel_last, same_as_input
 from onnx2tf_alt.registry import handler
@@ -220,8 +220,7 @@ def _conv_accumulator(ctx, x_zero_point: int, w_input: int, w_zero_point: int):
         x, padding = tf_padding(x, pads, kernel, strides, dilations, ctx.shape(0)[2:])
         if depthwise:
             return _depthwise(ctx, x, w, strides, dilations, padding)
-        return _per_group(x, w, groups, lambda xi, wi: _conv(ctx, xi, wi, strides, dilations,
-                                                            padding))
+        return _grouped(ctx, x, w, groups, strides, dilations, padding)
 
     if ctx.has(x_zero_point) and ctx.shape(x_zero_point) not in ((), (1,)):
         raise NotImplementedError("the input zero point must be a scalar")

@@ -142,8 +142,9 @@ def test_reshape_merging_non_adjacent_axes_runs_logically():
 
 
 def test_channel_shuffle_needs_no_transpose():
-    """Prepared, a channel shuffle (Reshape -> Transpose -> Reshape reordering only C) is one
-    Gather on the channel axis (onnx2tf_alt/shuffle.py), which runs in NHWC as it is."""
+    """Prepared, a channel shuffle (Reshape -> Transpose -> Reshape reordering only C) between
+    two Convs is folded into the second one's weights (onnx2tf_alt/shuffle.py): no node, no
+    transpose."""
     inits = {"s": np.array([1, 2, 4, 3, 5], np.int64), "back": np.array([1, 8, 3, 5], np.int64)}
     nodes = [
         conv("x", "a", 8, 3, inits),
@@ -153,9 +154,29 @@ def test_channel_shuffle_needs_no_transpose():
         conv("b", "y", 2, 8, inits),
     ]
     graph, p = plan(nodes, {"x": (1, 3, 3, 5)}, ["y"], inits)
-    assert [n.op_type for n in graph.nodes] == ["Conv", "Gather", "Conv"]
+    assert [n.op_type for n in graph.nodes] == ["Conv", "Conv"]
     assert p.transposes(graph) == set()
-    assert p.perms["b"] == NHWC
+    assert p.perms["y"] == NHWC
+
+
+def test_unabsorbed_channel_shuffle_runs_channel_last():
+    """A shuffle no Conv absorbs (Relu -> shuffle -> Relu -> Conv) stays Reshape -> Transpose
+    -> Reshape; the plan runs it on the NHWC tensor (one transpose of the regrouped 5-D
+    tensor, which XNNPACK runs faster than a Gather) and lands NHWC again."""
+    inits = {"s": np.array([1, 2, 4, 3, 5], np.int64), "back": np.array([1, 8, 3, 5], np.int64)}
+    nodes = [
+        conv("x", "a", 8, 3, inits),
+        helper.make_node("Relu", ["a"], ["a2"]),
+        helper.make_node("Reshape", ["a2", "s"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Reshape", ["t", "back"], ["b"]),
+        helper.make_node("Relu", ["b"], ["b2"]),
+        conv("b2", "y", 2, 8, inits),
+    ]
+    graph, p = plan(nodes, {"x": (1, 3, 3, 5)}, ["y"], inits)
+    assert "Gather" not in [n.op_type for n in graph.nodes]
+    assert p.perms["a2"] == NHWC and p.perms["b"] == NHWC
+    assert {name for name, _ in p.transposes(graph)} == {"t"}
 
 
 def test_flatten_after_pooling_is_free():

@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from harness import check_model, check_nodes, count_tflite_ops, make_model
+from harness import (
+    assert_close,
+    check_model,
+    check_nodes,
+    count_tflite_ops,
+    make_model,
+    ort_run,
+    to_logical,
+    to_physical,
+)
 
 rng = np.random.default_rng(0)
 
@@ -59,7 +68,9 @@ def test_conv2d_pads_groups():
     pads = [[0, 0, 0, 0], [1, 1, 1, 1], [0, 1, 2, 1]]
     cases = [(8, (3, 3), {"pads": p}, g) for p in pads for g in (1, 2, 4)]
     counts = check_cases("Conv", randn(2, 4, 9, 7), cases)
-    assert counts.get("CONV_2D") == 3 * (1 + 2) and counts.get("DEPTHWISE_CONV_2D") == 3, counts
+    # group 2 is one CONV_2D with grouped filters (no SPLIT / CONCATENATION), group 4 depthwise
+    assert counts.get("CONV_2D") == 3 * 2 and counts.get("DEPTHWISE_CONV_2D") == 3, counts
+    assert "SPLIT" not in counts and "CONCATENATION" not in counts, counts
 
 
 def test_conv2d_attrs():
@@ -86,6 +97,44 @@ def test_conv2d_depthwise():
     ]
     counts = check_cases("Conv", randn(2, 4, 7, 9), cases)
     assert counts.get("DEPTHWISE_CONV_2D") == 5 and "CONV_2D" not in counts, counts
+
+
+def test_grouped_conv_is_one_conv2d():
+    """1 < group < channels: one CONV_2D whose filters hold in_channels / group inputs, which
+    XNNPACK runs as one grouped convolution (faster than SPLIT + a CONV_2D per group +
+    CONCATENATION); odd sizes, batch 3, strides, dilations, asymmetric and SAME pads."""
+    cases = [
+        (6, (3, 3), {"pads": [1, 1, 1, 1]}, 3),
+        (12, (3, 3), {"strides": [2, 2], "pads": [0, 1, 2, 1]}, 2),
+        (6, (3, 2), {"dilations": [2, 1], "pads": [2, 0, 1, 1]}, 6),
+        (4, (3, 3), {"strides": [2, 1], "dilations": [1, 2], "pads": [1, 2, 1, 2]}, 2, False),
+        (4, (3, 3), {"strides": [2, 1], "auto_pad": "SAME_UPPER"}, 4),
+        (12, (1, 1), {"strides": [2, 2]}, 4),
+        (6, (2, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}, 3),
+    ]
+    counts = check_cases("Conv", randn(3, 12, 9, 11), cases)
+    assert counts.get("CONV_2D") == len(cases), counts
+    assert "SPLIT" not in counts and "CONCATENATION" not in counts, counts
+    counts = check_cases("Conv", randn(3, 6, 13), [(9, (3,), {"pads": [1, 2]}, 3),
+                                                    (4, (2,), {"strides": [2]}, 2)])
+    assert counts.get("CONV_2D") == 2 and "SPLIT" not in counts, counts
+
+
+def test_grouped_conv2d_without_xnnpack():
+    """TFLite's own kernels (no XNNPACK delegate) compute the grouped CONV_2D too."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    x = randn(2, 8, 7, 9)
+    node, init = conv_node("Conv", x, 0, 6, (3, 3), {"strides": [2, 1], "pads": [1, 0, 2, 1]},
+                           group=2)
+    model = make_model([node], {"x": x}, list(node.output), init)
+    converted = check_model(model, {"x": x})
+    interpreter = Interpreter(
+        model_content=converted.tflite,
+        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    outputs = interpreter.get_signature_runner("serving_default")(
+        **to_physical(converted, {"x": x}))
+    assert_close(to_logical(converted, outputs)[0], ort_run(model, {"x": x})[0])
 
 
 @pytest.mark.parametrize("opset", [7, 11, 23])
@@ -121,7 +170,7 @@ def test_conv1d():
         (8, (3,), {"strides": [2], "pads": [1, 1]}, 4),
     ]
     counts = check_cases("Conv", randn(2, 4, 11), cases)
-    assert counts.get("CONV_2D") == 3 + 2 and counts.get("DEPTHWISE_CONV_2D") == 1, counts
+    assert counts.get("CONV_2D") == 3 + 1 and counts.get("DEPTHWISE_CONV_2D") == 1, counts
 
 
 def test_conv3d():
@@ -241,7 +290,8 @@ def test_conv2d_runtime_weights():
         (4, (3, 3), {"strides": [2, 2], "dilations": [2, 1], "pads": [1, 1, 2, 0]}, 4, False),
     ]
     counts = check_runtime_cases("Conv", randn(2, 4, 7, 9), cases)
-    assert counts.get("CONV_2D") == 1 + 1 + 1 + 1 + 2, counts
+    assert counts.get("CONV_2D") == 1 + 1 + 1 + 1 + 1, counts
+    assert "SPLIT" not in counts and "CONCATENATION" not in counts, counts
     assert counts.get("DEPTHWISE_CONV_2D") == 2, counts
 
 

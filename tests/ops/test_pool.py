@@ -31,7 +31,8 @@ def label(op, attrs) -> str:
 def check_cases(op, x, cases, opset=18, indices=False, input_shapes=None):
     """One `op` node per attribute dict, on one input x (an array, or a shape for random
     data); with `indices` each node also outputs MaxPool's Indices. Returns the TFLite
-    census, which must hold no TRANSPOSE and no Flex op."""
+    census, which must hold no TRANSPOSE, no Flex op and no MIRROR_PAD (XNNPACK does not run
+    it)."""
     x = x if isinstance(x, np.ndarray) else randn(*x)
     nodes = []
     for attrs in cases:
@@ -43,7 +44,7 @@ def check_cases(op, x, cases, opset=18, indices=False, input_shapes=None):
                                input_shapes=input_shapes), {"x": x})
         return None
     _, counts = check_nodes(nodes, {"x": x}, opset=opset)
-    assert "TRANSPOSE" not in counts, counts
+    assert "TRANSPOSE" not in counts and "MIRROR_PAD" not in counts, counts
     assert not any(name.startswith("Flex") for name in counts), counts
     return counts
 
@@ -65,6 +66,46 @@ def test_max_pool2d():
     ]
     counts = check_cases("MaxPool", X2, cases)
     assert counts.get("MAX_POOL_2D") == 7, counts
+
+
+def test_max_pool_pads_fold_into_same():
+    """Pads that TF's SAME reproduces once unreached end pads are dropped (odd sizes, ceil_mode
+    leftovers): one MAX_POOL_2D and nothing else."""
+    cases = [
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},
+        {"kernel_shape": [3, 3], "strides": [2, 3], "pads": [1, 1, 1, 1], "ceil_mode": 1},
+        {"kernel_shape": [2, 3], "strides": [2, 2], "pads": [0, 1, 1, 1]},
+        {"kernel_shape": [5, 3], "pads": [2, 1, 2, 1]},
+    ]
+    counts = check_cases("MaxPool", (3, 4, 9, 7), cases)
+    assert counts == {"MAX_POOL_2D": len(cases)}, counts
+    counts = check_cases("MaxPool", (2, 3, 11), [
+        {"kernel_shape": [3], "strides": [2], "pads": [1, 1]},
+        {"kernel_shape": [3], "strides": [2], "ceil_mode": 1},
+    ])
+    assert "PAD" not in counts and "CONCATENATION" not in counts, counts
+
+
+def test_max_pool_explicit_pads_without_mirror_pad():
+    """Pads TF's SAME does not reproduce (even sizes, as in ResNet's stem; begin-heavy pads):
+    copies of the edge through STRIDED_SLICE + CONCATENATION, not MIRROR_PAD (XNNPACK does not run
+    it) nor a PADV2 with the lowest value (it breaks INT8 calibration)."""
+    cases = [
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+        {"kernel_shape": [3, 2], "strides": [1, 2], "pads": [1, 0, 0, 1]},
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1},
+        {"kernel_shape": [5, 5], "strides": [2, 2], "pads": [2, 2, 2, 2]},
+        {"kernel_shape": [4, 3], "strides": [3, 2], "pads": [3, 1, 0, 2]},
+    ]
+    counts = check_cases("MaxPool", (3, 5, 8, 10), cases)
+    assert counts.get("MAX_POOL_2D") == len(cases), counts
+    assert "PADV2" not in counts and "PAD" not in counts, counts
+    counts = check_cases("MaxPool", (2, 3, 6, 8, 10), [
+        {"kernel_shape": [3, 3, 3], "strides": [2, 2, 2], "pads": [1, 1, 1, 1, 1, 1]},
+    ])
+    assert counts.get("MAX_POOL_2D") == 2 and "PADV2" not in counts, counts
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
