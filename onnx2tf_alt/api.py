@@ -225,6 +225,8 @@ def convert(
     onnx2tf_alt/check/repro.py), and the error names it. `command_line` is recorded in the
     manifest (the CLI passes its argv; Python calls record their keyword arguments).
     `allow_newer_opset` converts an opset newer than the installed onnx knows.
+    `calibration_method` ("tf", "minmax", "percentile", "entropy") picks where the INT8
+    files' activation ranges come from (export/calibrate.py).
     `output_signaturedefs` is accepted for onnx2tf compatibility: the saved_model and the
     .tflite files always carry a `serving_default` signature.
 
