@@ -309,7 +309,11 @@ class QuantPlan:
         return self.range_model is not None and variant.calibrated and not int16
 
     def calibration_for(self, variant: Variant) -> list[dict[str, np.ndarray]]:
-        return [] if self.takes_ranges(variant) else self.samples.calibration
+        """A QDQ model's own ranges need no samples; the calibrators' FakeQuantize ranges
+        still do, for the tensors inside a lowered op (e.g. HardSigmoid's multiply-add) that
+        no ONNX value names: without them TFLite leaves those ops in float."""
+        return [] if self.qdq_model is not None and self.takes_ranges(variant) else (
+            self.samples.calibration)
 
 
 def plan_quantization(
