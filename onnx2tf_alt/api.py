@@ -11,6 +11,7 @@ import onnx
 from onnx2tf_alt import perms as P
 from onnx2tf_alt.errors import ConversionError, InputError
 from onnx2tf_alt.graph import Graph, graph_from_model
+from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.layout import Plan, plan_layouts
 from onnx2tf_alt.loader import load_model
 from onnx2tf_alt.prepare import prepare_model
@@ -159,10 +160,12 @@ def write_outputs(
     written = ["saved_model.pb", "variables"]
     if output_tflite:
         for suffix, float16 in (("float32", False), ("float16", True)):
+            checkpoint()
             name = f"{stem}_{suffix}.tflite"
             with open(os.path.join(folder, name), "wb") as f:
                 f.write(tflite_bytes(converted.tflite_result(), float16=float16))
             written.append(name)
+    checkpoint()
     if output_h5:
         save_h5(result, os.path.join(folder, f"{stem}.h5"))
         written.append(f"{stem}.h5")

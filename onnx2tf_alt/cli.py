@@ -11,6 +11,7 @@ import signal
 import sys
 import tempfile
 
+from onnx2tf_alt import interrupts
 from onnx2tf_alt.version import __version__
 
 
@@ -173,27 +174,15 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised like Ctrl-C so that every `finally` cleans up."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _raise_interrupted(signum, _frame):
-    raise Interrupted(signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     command = ["onnx2tf-alt", *(sys.argv[1:] if argv is None else argv)]
     args = parser().parse_args(argv)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even where started ignoring it
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _raise_interrupted)
+    interrupts.install()  # also where SIGINT was ignored when the process started
     try:
         with private_temp_folder():
-            return _run(args, command)
+            code = _run(args, command)
+            interrupts.checkpoint()  # a signal held back during the final publication
+            return code
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)
         print(
@@ -251,6 +240,8 @@ def _run(args: argparse.Namespace, command: list[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except Exception as exc:
+        if interrupts.requested() is not None:  # what a stopped TF call raised instead
+            raise interrupts.Interrupted(interrupts.requested()) from exc
         if verbosity == "debug":
             raise
         print(

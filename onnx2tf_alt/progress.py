@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
+from onnx2tf_alt.interrupts import checkpoint
+
 
 class Progress:
     def __init__(self, total: int, enabled: bool = True, stream=None):
@@ -15,6 +17,7 @@ class Progress:
         self._last_draw = 0.0
 
     def step(self, node) -> None:
+        checkpoint()  # a requested stop ends the build between two nodes
         self.done += 1
         if not self.enabled:
             return

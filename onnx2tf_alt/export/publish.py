@@ -26,10 +26,10 @@ from onnx2tf_alt.export.manifest import (
     relative_path,
     safe_relative,
 )
+from onnx2tf_alt.interrupts import SIGNALS, checkpoint
 
 STAGING_PREFIX = ".onnx2tf_alt_"
 PSEUDO_FILE_SYSTEMS = ("/proc", "/sys", "/dev")
-DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager
@@ -43,7 +43,7 @@ def signals_deferred() -> Iterator[None]:
         return
     caught: list[int] = []
     previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum))
-                for s in DEFERRED_SIGNALS}
+                for s in SIGNALS}
     try:
         yield
     finally:
@@ -147,6 +147,7 @@ class OutputFolder:
     def publish(self, stage: str, manifest: Manifest, reports_only: bool = False) -> None:
         """Replace the previous conversion's files (or, with `reports_only`, the previous
         failure report's) with the files in `stage`, described by `manifest`, in one step."""
+        checkpoint()  # a stop requested before publication leaves the previous state
         manifest.describe_files(stage)
         manifest.write(stage)
         entries = sorted(os.listdir(stage))

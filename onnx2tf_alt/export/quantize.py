@@ -28,6 +28,7 @@ from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.export.calibrate import DEFAULT_METHOD, METHODS, fake_quantized, onnx_ranges
 from onnx2tf_alt.export.names import DYNAMIC_RANGE_SUFFIXES, INTEGER_SUFFIXES
 from onnx2tf_alt.export.saved_model import serving_function
+from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
 
 log = logging.getLogger("onnx2tf_alt")
@@ -378,6 +379,7 @@ def write_quantized(
         report.notes.append(f"the float32 TFLite cannot run here ({why_not}): no metrics")
     written = []
     for variant in variants(options, qdq, plan.range_model is not None):
+        checkpoint()
         name = f"{stem}_{variant.suffix}.tflite"
         source = rebuilt if plan.takes_ranges(variant) else converted
         entry = {"file": name, "variant": variant.suffix}
