@@ -125,16 +125,22 @@ def tensor_census(content: bytes) -> dict[str, int]:
 # --- the small CNN, every variant, shipped photographs -------------------------------------
 
 
-@pytest.fixture(scope="module")
-def cnn(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("cnn")
+def quantize_small_cnn(folder, **flags) -> tuple[str, str, dict]:
+    """small_cnn() saved in `folder` and converted with -oiqt and `flags`: (model path,
+    output folder, quant report)."""
     path = str(folder / "cnn.onnx")
     onnx.save(small_cnn(), path)
     out = str(folder / "out")
     convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
-            output_dynamic_range_quantized_tflite=True, output_integer_quantized_tflite=True)
+            output_integer_quantized_tflite=True, **flags)
     with open(os.path.join(out, "cnn_quant_report.json")) as f:
-        report = json.load(f)
+        return path, out, json.load(f)
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory):
+    path, out, report = quantize_small_cnn(tmp_path_factory.mktemp("cnn"),
+                                           output_dynamic_range_quantized_tflite=True)
     return {"out": out, "converted": build(input_onnx_file_path=path), "report": report}
 
 
@@ -446,13 +452,7 @@ def test_clipping_calibrators_narrow_the_min_max_ranges():
 
 @pytest.mark.parametrize("method", ["minmax", "percentile"])
 def test_calibration_method_quantizes_with_onnxruntime_ranges(method, cnn, tmp_path):
-    path = str(tmp_path / "cnn.onnx")
-    onnx.save(small_cnn(), path)
-    out = str(tmp_path / "out")
-    convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
-            output_integer_quantized_tflite=True, calibration_method=method)
-    with open(os.path.join(out, "cnn_quant_report.json")) as f:
-        report = json.load(f)
+    _, out, report = quantize_small_cnn(tmp_path, calibration_method=method)
     assert report["calibration_method"] == method and not report["qdq"]
     assert [f["variant"] for f in report["files"]] == list(ALL_VARIANTS[1:])
     samples = held_out_images()
