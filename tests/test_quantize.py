@@ -436,6 +436,29 @@ def test_fake_quantized_model_leaves_fused_activations_alone():
     onnx.checker.check_model(rewritten)
 
 
+def test_fake_quantized_model_leaves_foldable_scale_and_shift_alone():
+    """Conv -> Mul(constant) -> Add(constant) -> Relu (a BatchNorm as exported by some
+    tools): TFLite folds the three into one CONV_2D, so only the Relu output gets a range."""
+    from onnx2tf_alt.export.calibrate import fake_quantized
+
+    rng = np.random.default_rng(3)
+    inits = {"w": _conv_weights(rng, 4, 3), "s": rng.random((1, 4, 1, 1)).astype(np.float32),
+             "t": rng.random((1, 4, 1, 1)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["c", "s"], ["m"]),
+             helper.make_node("Add", ["m", "t"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "bn_like", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ranges = {name: (-1.0, 1.0) for name in ("x", "c", "m", "a", "y")}
+    rewritten = fake_quantized(model, ranges)
+    quantized = {n.input[0] for n in rewritten.graph.node if n.op_type == "FakeQuantize"}
+    assert quantized == {"x", "y__float"}, quantized
+
+
 def test_clipping_calibrators_narrow_the_min_max_ranges():
     from onnx2tf_alt.export.calibrate import onnx_ranges
 

@@ -26,9 +26,12 @@ from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN
 METHODS = ("tf", "minmax", "percentile", "entropy")
 DEFAULT_METHOD = "tf"
 PERCENTILE = 99.999
-# Values a TFLite kernel fuses into the op that produces them carry no range of their own:
-# a FakeQuantize there would stop CONV_2D/ADD/FULLY_CONNECTED fusing RELU/RELU6.
+# Values that TFLite folds into the op that produces them carry no range of their own: a
+# FakeQuantize there would stop CONV_2D/ADD/FULLY_CONNECTED fusing RELU/RELU6, or the
+# converter folding a constant scale or shift (a BatchNorm exported as Mul/Add) into the
+# weights. TF's calibration on the samples covers whatever range is still needed.
 FUSED_CONSUMERS = {"Relu", "Clip"}
+AFFINE_CONSUMERS = {"Mul", "Add", "Sub", "Div"}
 INT8_MIN, INT8_MAX = -128, 127
 
 
@@ -94,10 +97,20 @@ def fake_quantized(model: onnx.ModelProto, ranges: dict[str, tuple[float, float]
             consumers.setdefault(name, []).append(node)
     outputs = {o.name for o in graph.output}
 
+    constants = {i.name for i in graph.initializer} | {
+        o for n in graph.node if n.op_type == "Constant" for o in n.output}
+
+    def folded_into_producer(user: onnx.NodeProto, name: str) -> bool:
+        if user.op_type in FUSED_CONSUMERS:
+            return True
+        others = [n for n in user.input if n != name]
+        return user.op_type in AFFINE_CONSUMERS and bool(others) and all(
+            n in constants for n in others)
+
     def wanted(name: str) -> bool:
         users = consumers.get(name, [])
         fused = users and name not in outputs and all(
-            n.op_type in FUSED_CONSUMERS for n in users)
+            folded_into_producer(n, name) for n in users)
         return name in ranges and not fused
 
     types = {v.name: v.type for v in [*graph.input, *graph.value_info, *graph.output]}
