@@ -83,6 +83,11 @@ def build(
     )
 
 
+def _check_batch_size(batch_size: int | None) -> None:
+    if batch_size is not None and batch_size < 1:
+        raise InputError(f"-b/--batch_size must be at least 1 (got {batch_size}).")
+
+
 def build_loaded(
     model: onnx.ModelProto,
     batch_size: int | None = None,
@@ -95,8 +100,7 @@ def build_loaded(
     from onnx2tf_alt.builder import ModelBuilder
     from onnx2tf_alt.registry import find_handler
 
-    if batch_size is not None and batch_size < 1:
-        raise InputError(f"-b/--batch_size must be at least 1 (got {batch_size}).")
+    _check_batch_size(batch_size)
     check_inference(model)
     model = prepare_model(model, batch_size, overwrite_input_shape)
     graph = graph_from_model(model)
@@ -259,14 +263,10 @@ def convert(
     from onnx2tf_alt.logs import configure_logging
 
     configure_logging("error" if non_verbose else verbosity)
-    if batch_size is not None and batch_size < 1:
-        raise InputError(f"-b/--batch_size must be at least 1 (got {batch_size}).")
+    _check_batch_size(batch_size)
     stem = _stem(input_onnx_file_path)
     sources = []
     if onnx_graph is None and input_onnx_file_path is not None:
-        if not os.path.isfile(input_onnx_file_path):
-            raise InputError(
-                f"Input model '{input_onnx_file_path}' does not exist or is not a file.")
         sources = [os.path.abspath(input_onnx_file_path),
                    *external_data_paths(input_onnx_file_path)]
     check = check_onnx_tf_outputs_elementwise_close or check_onnx_tf_outputs_elementwise_close_full
