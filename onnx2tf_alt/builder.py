@@ -200,7 +200,7 @@ class ModelBuilder:
         result = handler.fn(ctx)
         results = list(result) if isinstance(result, (list, tuple)) else [result]
         for name, perm, out in zip(node.outputs, out_perms, results):
-            if not name:
+            if not name or out is None:  # omitted, or named but read by nothing
                 continue
             if hasattr(out, "numpy"):  # computed eagerly from constants: a constant, ONNX order
                 out = out.numpy()

@@ -78,4 +78,18 @@ class ConversionError(Onnx2TfError):
                 "No handler exists for these op types in this opset. Replace them in the ONNX "
                 "graph (e.g. with onnx-graphsurgeon) or add a handler in ops/ (see README)."
             )
+        lines += sorted({hint for f in unsupported if (hint := producing_tool(f))})
         super().__init__("\n".join(lines))
+
+
+def producing_tool(failure: NodeFailure) -> str | None:
+    """Where an unsupported op of onnxruntime's domain comes from, and what to do about it."""
+    if failure.domain != "com.microsoft":
+        return None
+    op = printable(failure.op_type)
+    quantized = op.startswith(("Q", "DynamicQuantize", "MatMulInteger", "MatMulNBits",
+                               "GatherBlockQuantized", "DequantizeLinear"))
+    tool = ("onnxruntime's quantization tools (quantize_dynamic / quantize_static / "
+            "MatMulNBitsQuantizer)" if quantized else "onnxruntime's transformers optimizer")
+    return (f"com.microsoft::{op} comes from {tool}; convert the model as exported, before "
+            "that step, or open an issue asking for this op.")

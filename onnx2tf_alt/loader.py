@@ -14,6 +14,9 @@ from onnx2tf_alt.errors import InputError, printable
 log = logging.getLogger("onnx2tf_alt")
 
 MAX_CHECKED_BYTES = 2**31 - 1  # protobuf's limit: onnx.checker cannot serialize a larger model
+# Ops onnxruntime runs in the ONNX domain beyond the ONNX spec (its transformers optimizer
+# writes them): LayerNormalization below opset 17, SimplifiedLayerNormalization.
+ORT_ONNX_DOMAIN_OPS = ("LayerNormalization", "SimplifiedLayerNormalization")
 
 
 def load_model(
@@ -53,6 +56,9 @@ def load_model(
         first = printable(str(exc).strip().splitlines()[0])
         if "deprecated" in first:  # e.g. GroupNormalization-18: still well-defined, convert it
             log.warning("onnx.checker: %s", first)
+            return model
+        if any(f"No Op registered for {op} " in first for op in ORT_ONNX_DOMAIN_OPS):
+            log.warning("onnx.checker: %s (an onnxruntime op; converting anyway)", first)
             return model
         if allow_newer_opset and "opset" in first.lower():
             log.warning("onnx.checker: %s (converting anyway: --allow_newer_opset)", first)

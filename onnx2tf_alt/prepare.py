@@ -106,16 +106,17 @@ INFERENCE_VALUE_LIMIT = 4096
 
 
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """ONNX shape inference (with data propagation) plus `fill_same_shape_gaps`, on a
-    weight-free copy; the inferred value infos and output types are written into `model`."""
+    """ONNX shape inference (with data propagation) plus `fill_same_shape_gaps` and
+    `fill_handler_gaps`, on a weight-free copy; the inferred value infos and output types
+    are written into `model`."""
     light = weight_free_copy(model)
-    for _ in range(4):
+    for _ in range(16):  # each round also infers past one more op ONNX does not know
         try:
             light = shape_inference.infer_shapes(light, data_prop=True)
         except Exception as exc:  # noqa: BLE001 - a partial inference still lets us convert
             log.warning("ONNX shape inference failed (%s); continuing with known shapes", exc)
             break
-        if not fill_same_shape_gaps(light):
+        if not fill_same_shape_gaps(light) + fill_handler_gaps(light):
             break
     graph = model.graph
     del graph.value_info[:]
@@ -158,6 +159,7 @@ SAME_SHAPE_OPS = {
     "Softsign", "Gelu", "Erf", "Clip", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs",
     "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Softmax", "LogSoftmax", "Identity",
     "Dropout", "ThresholdedRelu", "Shrink", "Hardmax",
+    "BiasGelu", "FastGelu", "QuickGelu",  # com.microsoft (onnxruntime's transformers optimizer)
 }
 
 
@@ -198,6 +200,55 @@ def fill_same_shape_gaps(model: onnx.ModelProto) -> int:
                 fill(name, source, elem_type)
                 filled += 1
     return filled
+
+
+def fill_handler_gaps(model: onnx.ModelProto) -> int:
+    """Types of the outputs of ops from other domains (com.microsoft, ...), which ONNX shape
+    inference does not know, from their handlers' `infer` (in graph order).
+
+    Returns how many values were filled, so inference can run again downstream of them.
+    """
+    graph = model.graph
+    foreign = [n for n in graph.node
+               if n.domain not in ("", "ai.onnx") or not onnx.defs.has(n.op_type)]
+    if not foreign:
+        return 0
+    from onnx2tf_alt.registry import find_handler  # imports the ops (TensorFlow) only here
+
+    infos = {v.name: v for v in [*graph.input, *graph.value_info, *graph.output]}
+    for init in graph.initializer:
+        infos.setdefault(init.name, helper.make_tensor_value_info(
+            init.name, init.data_type, list(init.dims)))
+    declared = {v.name: v for v in graph.value_info}
+    declared.update({o.name: o for o in graph.output})
+    opsets = {o.domain: o.version for o in model.opset_import}
+    filled = 0
+    for node in foreign:
+        if all(_has_shape(infos.get(o)) for o in node.output if o):
+            continue
+        found = find_handler(node.op_type, node.domain, opsets.get(node.domain, 1))
+        types = [_type_of(infos.get(i)) if i else None for i in node.input]
+        if found is None or found.infer is None or any(
+                t is None for i, t in zip(node.input, types) if i):
+            continue
+        for name, result in zip(node.output, found.infer(node, types)):
+            if not name or result is None or _has_shape(infos.get(name)):
+                continue
+            info = helper.make_tensor_value_info(name, result[0], list(result[1]))
+            target = declared.get(name) or graph.value_info.add()
+            target.CopyFrom(info)
+            infos[name] = target
+            filled += 1
+    return filled
+
+
+def _type_of(info) -> tuple[int, list] | None:
+    """(elem_type, dims: int, str or None each) of a value info with a shape."""
+    if not _has_shape(info):
+        return None
+    dims = [d.dim_value if d.HasField("dim_value") else d.dim_param or None
+            for d in info.type.tensor_type.shape.dim]
+    return info.type.tensor_type.elem_type, dims
 
 
 def _has_shape(info) -> bool:

@@ -20,6 +20,9 @@ class Handler:
     fn: Callable
     layout: LayoutPolicy
     limits: str = ""
+    # (node, input types) -> output types, for ops ONNX shape inference does not know
+    # (other domains); a type is (ONNX elem_type, dims) and dims hold int, str or None.
+    infer: Callable | None = None
 
 
 _REGISTRY: dict[tuple[str, str], list[Handler]] = {}
@@ -38,12 +41,14 @@ def handler(
     domain: str = "",
     layout: LayoutPolicy = logical,
     limits: str = "",
+    infer: Callable | None = None,
 ) -> Callable:
     """Register `fn(ctx)` as the converter of `op_type` from opset `since` on."""
 
     def register(fn: Callable) -> Callable:
         versions = _REGISTRY.setdefault((_domain_key(domain), op_type), [])
-        versions.append(Handler(op_type, _domain_key(domain), since, fn, layout, limits))
+        versions.append(Handler(op_type, _domain_key(domain), since, fn, layout, limits,
+                                infer))
         versions.sort(key=lambda h: h.since)
         return fn
 

@@ -73,6 +73,11 @@ def non_max_suppression(ctx):
         limit = min(limit, boxes_count or INT32_MAX, INT32_MAX)
         if limit <= 0:
             return np.zeros((0, 3), np.int64)
+    if boxes_count is None or not isinstance(limit, int):
+        # TFLite sizes (and zero-fills) NMS outputs to max_output_size: a limit of INT32_MAX
+        # (torchvision exports INT64_MAX) would allocate 8 GB and take seconds, so never
+        # ask for more boxes than there are.
+        limit = tf.minimum(limit, tf.shape(ctx.x(0))[1])
     iou = _strictly_above(_scalar_input(ctx, 3, 0.0, float))
     score_threshold = _scalar_input(ctx, 4, float("-inf"), float)
     boxes, scores = ctx.x(0), ctx.x(1)

@@ -27,7 +27,7 @@ def broadcast_like_data(node: Node, graph: Graph, in_perms: list[Perm | None]) -
     return Decision(wanted, [base if r == len(base) else P.identity(r) for r in ranks])
 
 
-def _normalize(x, axes, epsilon):
+def normalize(x, axes, epsilon):
     """((x - mean) * inv_std, mean, inv_std) over physical `axes` (statistics keep dims)."""
     mean = tf.reduce_mean(x, axes, keepdims=True)
     centered = x - mean
@@ -129,17 +129,19 @@ def _to_channel(vector, ctx):
 @handler("InstanceNormalization", since=6, layout=channel_last(0))
 def instance_normalization(ctx):
     spatial = list(range(1, ctx.rank(0) - 1))
-    y, _, _ = _normalize(ctx.x(0), spatial, ctx.attr("epsilon", 1e-5))
+    y, _, _ = normalize(ctx.x(0), spatial, ctx.attr("epsilon", 1e-5))
     return y * ctx.x(1) + ctx.x(2)
 
 
-@handler("LayerNormalization", since=17, layout=broadcast_like_data)
+# onnxruntime also runs LayerNormalization below opset 17 (a contrib op of the ONNX domain,
+# which its transformers optimizer writes).
+@handler("LayerNormalization", since=1, layout=broadcast_like_data)
 def layer_normalization(ctx):
     rank = ctx.rank(0)
     axis = ctx.attr("axis", -1) % rank
     x = ctx.x(0)
     axes = ctx.axes(range(axis, rank))
-    y, mean, inv_std = _normalize(_stashed(ctx, x), axes, ctx.attr("epsilon", 1e-5))
+    y, mean, inv_std = normalize(_stashed(ctx, x), axes, ctx.attr("epsilon", 1e-5))
     y = tf.cast(y, x.dtype) * ctx.x(1)
     if ctx.has(2):
         y = y + ctx.x(2)
@@ -158,7 +160,7 @@ def _group_normalize(ctx, x):
         dims = [n, -1, *inner]
     else:
         dims = tf.concat([tf.shape(x)[:1], [-1, *inner]], axis=0)
-    y, _, _ = _normalize(tf.reshape(x, dims), [1, 3], ctx.attr("epsilon", 1e-5))
+    y, _, _ = normalize(tf.reshape(x, dims), [1, 3], ctx.attr("epsilon", 1e-5))
     return y
 
 

@@ -230,12 +230,18 @@ def max_pool(ctx):
 @handler("AveragePool", layout=channel_last(0),
          limits="static spatial dims unless the padding is VALID or TF SAME")
 def average_pool(ctx):
+    return average(ctx, ctx.x(0))
+
+
+def average(ctx, x):
+    """AveragePool of the channel-last x with the node's attributes (QLinearAveragePool
+    pools its dequantized input with it)."""
     win = _window(ctx)
     include_pad = bool(ctx.attr("count_include_pad", 0))
     padding = win.tf_padding()
     if padding == "VALID" or (padding == "SAME" and not include_pad):  # TF SAME skips pads
-        return _pool_nd(ctx.x(0), "AVG", win.kernel, win.strides, padding)
-    return _window_sum(ctx, ctx.x(0), win, 1.0 / win.divisor(include_pad))
+        return _pool_nd(x, "AVG", win.kernel, win.strides, padding)
+    return _window_sum(ctx, x, win, 1.0 / win.divisor(include_pad))
 
 
 def _abs_pow(x, p: float):

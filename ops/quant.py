@@ -141,13 +141,18 @@ def fake_quantize(ctx):
 
 @handler("DynamicQuantizeLinear", since=11, layout=same_as_input(0))
 def dynamic_quantize_linear(ctx):
-    """uint8 over [min(x, 0), max(x, 0)]; scale 1 when x is all zeros (as onnxruntime)."""
     x = tf.cast(ctx.x(0), tf.float32)
+    scale, zero_point = dynamic_uint8_params(x)
+    return [quantize(x, scale, zero_point, 0, 255), scale, zero_point]
+
+
+def dynamic_uint8_params(x):
+    """(scale, zero point) of float32 x as uint8 over [min(x, 0), max(x, 0)]; scale 1 when
+    x is all zeros (as onnxruntime quantizes at run time)."""
     low = tf.minimum(tf.reduce_min(x), 0.0)
     high = tf.maximum(tf.reduce_max(x), 0.0)
     scale = tf.where(tf.equal(high, low), tf.ones_like(high), (high - low) / 255.0)
-    zero_point = tf.round(tf.clip_by_value(-low / scale, 0.0, 255.0))
-    return [quantize(x, scale, zero_point, 0, 255), scale, zero_point]
+    return scale, tf.round(tf.clip_by_value(-low / scale, 0.0, 255.0))
 
 
 # --- exact integer products ----------------------------------------------------------------
@@ -230,22 +235,35 @@ def _conv_accumulator(ctx, x_zero_point: int, w_input: int, w_zero_point: int):
 def _matmul_accumulator(ctx, a: int, a_zero_point: int, b: int, b_zero_point: int):
     """int32 numpy-style matmul of (A - a_zp) and (B - b_zp); a_zp per row, b_zp per column."""
     a_value = _centered(ctx, a, a_zero_point, axis=-2 if ctx.rank(a) > 1 else 0)
-    b_const = ctx.const(b)
-    b_zp = _along(ctx, b_zero_point, axis=-1, data=b)
-    if b_const is not None and _is_numpy(b_zp):
-        b_value = b_const.astype(np.float32) - b_zp
+    return exact_matmul(ctx, a_value, centered_operand(ctx, b, b_zero_point, axis=-1))
+
+
+def centered_operand(ctx, i: int, zero_point_input: int, axis: int):
+    """Input i minus its zero point (scalar, or along logical `axis`) as float32: a numpy
+    array when both are constants, else a tensor."""
+    zero_point = _along(ctx, zero_point_input, axis, data=i)
+    value = ctx.const(i)
+    if value is not None and _is_numpy(zero_point):
+        return value.astype(np.float32) - zero_point
+    return tf.cast(ctx.x(i), tf.float32) - zero_point
+
+
+def exact_matmul(ctx, a_value, b_value):
+    """int32 numpy-style matmul of integer-valued float32 operands: a tensor `a_value` and a
+    numpy array or tensor `b_value` of unsigned or signed 8-bit values minus zero points."""
+    a_rank, b_rank = a_value.shape.rank, len(b_value.shape)
+    if _is_numpy(b_value):
         bound = float(np.abs(b_value).reshape(-1, b_value.shape[-1]).sum(axis=0).max()
                       if b_value.ndim > 1 else np.abs(b_value).sum())
         b_value = ctx.const_tensor(b_value)
     else:
-        b_value = tf.cast(ctx.x(b), tf.float32) - b_zp
-        bound = 255.0 * ctx.shape(b)[0 if ctx.rank(b) == 1 else -2]
+        bound = 255.0 * b_value.shape[0 if b_rank == 1 else -2]
     squeeze = []
-    if ctx.rank(b) == 1:
+    if b_rank == 1:
         b_value, squeeze = b_value[:, tf.newaxis], [-1]
 
     def linear(x):
-        if ctx.rank(a) == 1:
+        if a_rank == 1:
             return tf.squeeze(tf.matmul(x[tf.newaxis, :], b_value), [-2, *squeeze])
         y = tf.matmul(x, b_value)
         return tf.squeeze(y, squeeze) if squeeze else y

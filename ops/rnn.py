@@ -248,10 +248,13 @@ def rnn(ctx):
 
 
 @handler("LSTM", since=7, layout=sequence_as_arrived, limits=LIMITS)
-def lstm(ctx):
+def lstm(ctx, recurrence: type | None = None):
     """Gates i, o, f, c (ONNX order) with optional peepholes P (i, o, f) and input_forget
-    (f = 1 - i); clip bounds every gate's pre-activation."""
-    rec = _Recurrence(ctx, 4, ["Sigmoid", "Tanh", "Tanh"])
+    (f = 1 - i); clip bounds every gate's pre-activation. `recurrence`: a _Recurrence
+    subclass, for LSTM variants that read their weights otherwise (DynamicQuantizeLSTM)."""
+    rec = (recurrence or _Recurrence)(ctx, 4, ["Sigmoid", "Tanh", "Tanh"])
+    if recurrence is None and _fits_fused_lstm(ctx, rec):
+        return _fused_lstm(ctx, rec)
     peepholes = rec.weight(7) if ctx.has(7) else None
     couple = bool(ctx.attr("input_forget", 0))
     clip = rec.clip
@@ -285,6 +288,81 @@ def lstm(ctx):
 
     cells = [cell(d) for d in range(len(rec.reverse))]
     return rec.run(cells, rec.wb + rec.rb, rec.initial_states([5, 6]))
+
+
+# --- LSTM as TFLite's fused kernel ---------------------------------------------------------
+# A tf_keras LSTM layer (default activations, no clip) is what the TFLite converter turns into
+# one UNIDIRECTIONAL_SEQUENCE_LSTM op instead of ~12 ops per time step. That kernel returns
+# the output sequence only, so a node whose final cell state Y_c is read stays unrolled.
+_KERAS_GATES = [0, 2, 3, 1]  # Keras i, f, c, o from ONNX i, o, f, c
+
+
+def _is_read(graph, name: str) -> bool:
+    """Whether any node (also inside control-flow bodies) or the graph outputs read name."""
+    def reads(nodes) -> bool:
+        for node in nodes:
+            if name in node.input:
+                return True
+            if any(a.type == a.GRAPH and reads(a.g.node) for a in node.attribute):
+                return True
+        return False
+
+    return name in graph.outputs or reads(n.proto for n in graph.nodes if n.proto is not None)
+
+
+def _fits_fused_lstm(ctx, rec: _Recurrence) -> bool:
+    names = [n.lower() for n in ctx.attr("activations", ["Sigmoid", "Tanh", "Tanh"])]
+    peepholes = ctx.const(7) if ctx.has(7) else np.zeros(1)
+    lengths = ctx.const(4) if ctx.has(4) else np.full(1, rec.steps)
+    outputs = ctx.node.outputs
+    # A non-zero constant initial state comes out of TFLite's conversion ignored: only
+    # zero, absent or run-time states are left to the fused kernel.
+    states = [ctx.const(i) for i in (5, 6) if ctx.has(i)]
+    return (
+        all(s is None or not s.any() for s in states) and
+        set(names) <= {"sigmoid", "tanh"} and names[:3] == ["sigmoid", "tanh", "tanh"]
+        and names[3:] in ([], ["sigmoid", "tanh", "tanh"])
+        and ctx.attr("clip") is None and not ctx.attr("input_forget", 0)
+        and peepholes is not None and not peepholes.any()
+        and lengths is not None and (lengths == rec.steps).all()
+        and all(isinstance(w, np.ndarray) for w in (rec.w, rec.r, rec.wb))
+        and rec.dtype == np.float32
+        and not (len(outputs) > 2 and outputs[2] and _is_read(ctx.graph, outputs[2]))
+    )
+
+
+def _keras_weights(w: np.ndarray, r: np.ndarray, bias: np.ndarray, hidden: int) -> list:
+    """One direction's ONNX W [4H, I], R [4H, H] and summed bias [4H] as Keras' kernel,
+    recurrent kernel and bias (gate order i, f, c, o; [in, out] matrices)."""
+    def gates(a):
+        return np.concatenate([a[k * hidden:(k + 1) * hidden] for k in _KERAS_GATES], 0)
+
+    return [np.ascontiguousarray(gates(w).T), np.ascontiguousarray(gates(r).T), gates(bias)]
+
+
+def _fused_lstm(ctx, rec: _Recurrence) -> list:
+    import tf_keras
+
+    x, time_axis = ctx.x(0), rec.time_axis
+    bias = rec.wb + rec.rb
+    ys, finals = [], []
+    for d, (reverse, state) in enumerate(zip(rec.reverse, rec.initial_states([5, 6]))):
+        layer = tf_keras.layers.LSTM(rec.hidden, return_sequences=True, go_backwards=reverse,
+                                     time_major=time_axis == 0)
+        initial = None
+        if any(s is not None for s in state):
+            like = next(s for s in state if s is not None)
+            initial = [tf.zeros_like(like) if s is None else s for s in state]
+        y = layer(x, initial_state=initial)
+        layer.set_weights(_keras_weights(rec.w[d], rec.r[d], bias[d], rec.hidden))
+        finals.append(tf.gather(y, rec.steps - 1, axis=time_axis))  # the last step run
+        ys.append(tf.reverse(y, [time_axis]) if reverse else y)
+    outputs = ctx.node.outputs
+    y = None
+    if outputs[0]:
+        y = tf.stack(ys, axis=time_axis + 1)  # [T, D, B, H] or [B, T, D, H]
+    y_h = tf.stack(finals, axis=rec.layout) if len(outputs) > 1 and outputs[1] else None
+    return [y, y_h, None][:len(outputs)]
 
 
 @handler("GRU", since=7, layout=sequence_as_arrived, limits=LIMITS)

@@ -37,10 +37,37 @@ def _reshape(x, dims: list):
     return tf.reshape(x, tf.stack([tf.cast(d, tf.int32) for d in dims]))
 
 
-def _split_heads(x, heads: int):
+def split_heads(x, heads: int):
     """[B, S, H*D] -> [B, H, S, D]."""
     b, s, hidden = _dims(x)
     return tf.transpose(_reshape(x, [b, s, heads, hidden // heads]), [0, 2, 1, 3])
+
+
+def merge_heads(y):
+    """[B, H, S, D] -> [B, S, H*D]."""
+    b, heads, s, head_size = _dims(y)
+    return _reshape(tf.transpose(y, [0, 2, 1, 3]), [b, s, heads * head_size])
+
+
+def grouped_scores(q, k, scale: float):
+    """q kᵀ * scale [B, Hq, S, T] of q [B, Hq, S, D] and k [B, Hkv, T, D].
+
+    Query heads h*G .. h*G+G-1 share KV head h: they are folded into the query rows, so K
+    is never repeated. Both operands are scaled by sqrt(scale) (as the ONNX reference).
+    """
+    b, q_heads, q_len, head_size = _dims(q)
+    kv_heads, kv_len = k.shape[1], _dims(k)[2]
+    root = tf.constant(np.sqrt(scale), q.dtype)
+    q_rows = _reshape(q * root, [b, kv_heads, (q_heads // kv_heads) * q_len, head_size])
+    return _reshape(tf.matmul(q_rows, k * root, transpose_b=True), [b, q_heads, q_len, kv_len])
+
+
+def grouped_values(probs, v):
+    """probs [B, Hq, S, T] times v [B, Hkv, T, Dv] -> [B, Hq, S, Dv] (heads grouped)."""
+    b, q_heads, q_len, kv_len = _dims(probs)
+    kv_heads = v.shape[1]
+    rows = _reshape(probs, [b, kv_heads, (q_heads // kv_heads) * q_len, kv_len])
+    return _reshape(tf.matmul(rows, v), [b, q_heads, q_len, v.shape[3]])
 
 
 def _structural_allowed(q_len: int, kv_len: int, offset, causal: bool, left: int, right: int):
@@ -103,7 +130,7 @@ def _attention_masks(ctx, dtype, q_len: int, kv_len: int, past_len: int):
     return additive, combined
 
 
-def _mask_out(scores, allowed, keep_inf: bool):
+def mask_out(scores, allowed, keep_inf: bool):
     """scores with -inf where not `allowed`.
 
     The TFLite converter stores a -inf constant as the lowest finite float, which is all a
@@ -145,25 +172,19 @@ def attention(ctx):
     q, k, v = (tf.cast(t, dtype) for t in (q, k, v))
     three_d = q.shape.rank == 3
     if three_d:
-        q = _split_heads(q, ctx.attr("q_num_heads"))
-        k = _split_heads(k, ctx.attr("kv_num_heads"))
-        v = _split_heads(v, ctx.attr("kv_num_heads"))
+        q = split_heads(q, ctx.attr("q_num_heads"))
+        k = split_heads(k, ctx.attr("kv_num_heads"))
+        v = split_heads(v, ctx.attr("kv_num_heads"))
     past_len = 0
     if ctx.has(4):
         past_len = int(ctx.shape(4)[2])
         k = tf.concat([tf.cast(ctx.x(4), dtype), k], axis=2)
         v = tf.concat([tf.cast(ctx.x(5), dtype), v], axis=2)
     present_k, present_v = k, v
-    b, q_heads, q_len, head_size = _dims(q)
-    kv_heads, kv_len = k.shape[1], k.shape[2]
-    if not isinstance(q_len, int) or kv_len is None:
+    q_len, head_size, kv_len = q.shape[2], q.shape[3], k.shape[2]
+    if q_len is None or kv_len is None:
         raise NotImplementedError("Attention needs static query and key/value sequence lengths")
-    scale = ctx.attr("scale", 1.0 / np.sqrt(head_size))
-    root = tf.constant(np.sqrt(scale), dtype)
-    groups = q_heads // kv_heads
-    # Query heads h*groups .. h*groups+groups-1 share KV head h: fold them into the rows.
-    q_rows = _reshape(q * root, [b, kv_heads, groups * q_len, head_size])
-    scores = _reshape(tf.matmul(q_rows, k * root, transpose_b=True), [b, q_heads, q_len, kv_len])
+    scores = grouped_scores(q, k, ctx.attr("scale", 1.0 / np.sqrt(head_size)))
     softcap = ctx.attr("softcap", 0.0)
     if softcap > 0:
         scores = tf.tanh(scores / softcap) * softcap
@@ -173,7 +194,7 @@ def attention(ctx):
     if additive is not None:
         scores = scores + additive
     if allowed is not None:
-        scores = _mask_out(scores, allowed, keep_inf=mode == 2)
+        scores = mask_out(scores, allowed, keep_inf=mode == 2)
     if mode == 2:
         qk_out = scores
     probs = _key_softmax(scores, ctx.attr("softmax_precision"))
@@ -186,11 +207,16 @@ def attention(ctx):
         probs = tf.where(masked_row, tf.zeros_like(probs), probs)
     if mode == 3:
         qk_out = probs
-    probs = _reshape(probs, [b, kv_heads, groups * q_len, kv_len])
-    y = _reshape(tf.matmul(probs, v), [b, q_heads, q_len, v.shape[3]])
+    y = grouped_values(probs, v)
     if three_d:
-        y = _reshape(tf.transpose(y, [0, 2, 1, 3]), [b, q_len, q_heads * v.shape[3]])
+        y = merge_heads(y)
     return [y, present_k, present_v, qk_out]
+
+
+def rms_normalize(x, axes: list[int], epsilon: float):
+    """x / sqrt(mean(x², axes) + epsilon) (the statistic keeps dims)."""
+    mean_square = tf.reduce_mean(tf.square(x), axis=axes, keepdims=True)
+    return x * tf.math.rsqrt(mean_square + epsilon)
 
 
 @handler("RMSNormalization", since=23, limits="half precision computed in float32")
@@ -199,36 +225,41 @@ def rms_normalization(ctx):
     dtype = _compute_dtype(x)
     x = tf.cast(x, dtype)
     axes = list(range(ctx.attr("axis", -1) % ctx.rank(0), ctx.rank(0)))
-    mean_square = tf.reduce_mean(tf.square(x), axis=axes, keepdims=True)
-    y = x * tf.math.rsqrt(mean_square + ctx.attr("epsilon", 1e-5))
+    y = rms_normalize(x, axes, ctx.attr("epsilon", 1e-5))
     return y * tf.cast(ctx.x(1), dtype)
 
 
-@handler("RotaryEmbedding", since=23)
-def rotary_embedding(ctx):
-    x = ctx.x(0)
+def rotate(x, cos, sin, head_axis: int, num_heads: int, rotary: int, interleaved: bool):
+    """Rotary embedding of x [B, S, H*D] (split into `num_heads`) or 4-D, whose head axis is
+    `head_axis`; cos and sin [B, S, rotary/2] broadcast over it. The first `rotary` (0: all)
+    features of each head rotate, as interleaved pairs or as two halves."""
     dims = _dims(x)
-    if len(dims) == 3:  # [B, S, H*D] -> [B, S, H, D]; cos/sin broadcast over axis 2
-        x = _reshape(x, [dims[0], dims[1], ctx.attr("num_heads"), dims[2] // ctx.attr("num_heads")])
-        head_axis = 2
-    else:  # [B, H, S, D]; cos/sin broadcast over axis 1
-        head_axis = 1
-    cos, sin = ctx.x(1), ctx.x(2)
-    if ctx.has(3):
-        cos, sin = tf.gather(cos, ctx.x(3)), tf.gather(sin, ctx.x(3))
+    if len(dims) == 3:  # [B, S, H*D] -> [B, S, H, D]
+        x = _reshape(x, [dims[0], dims[1], num_heads, dims[2] // num_heads])
     cos, sin = tf.expand_dims(cos, head_axis), tf.expand_dims(sin, head_axis)
     head_size = x.shape[-1]
-    rotary = ctx.attr("rotary_embedding_dim", 0) or head_size
-    rotate, keep = x[..., :rotary], x[..., rotary:]
-    if ctx.attr("interleaved", 0):
-        pairs = _reshape(rotate, [*_dims(rotate)[:-1], rotary // 2, 2])
+    rotary = rotary or head_size
+    part, keep = x[..., :rotary], x[..., rotary:]
+    if interleaved:
+        pairs = _reshape(part, [*_dims(part)[:-1], rotary // 2, 2])
         x1, x2 = pairs[..., 0], pairs[..., 1]
     else:
-        x1, x2 = rotate[..., : rotary // 2], rotate[..., rotary // 2 :]
+        x1, x2 = part[..., : rotary // 2], part[..., rotary // 2 :]
     real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
-    if ctx.attr("interleaved", 0):
-        rotated = _reshape(tf.stack([real, imag], axis=-1), _dims(rotate))
+    if interleaved:
+        rotated = _reshape(tf.stack([real, imag], axis=-1), _dims(part))
     else:
         rotated = tf.concat([real, imag], axis=-1)
     y = tf.concat([rotated, keep], axis=-1) if rotary < head_size else rotated
     return _reshape(y, dims)
+
+
+@handler("RotaryEmbedding", since=23)
+def rotary_embedding(ctx):
+    """x [B, S, H*D] or [B, H, S, D]; cos and sin broadcast over the head axis."""
+    cos, sin = ctx.x(1), ctx.x(2)
+    if ctx.has(3):
+        cos, sin = tf.gather(cos, ctx.x(3)), tf.gather(sin, ctx.x(3))
+    head_axis = 2 if ctx.rank(0) == 3 else 1
+    return rotate(ctx.x(0), cos, sin, head_axis, ctx.attr("num_heads", 0),
+                  ctx.attr("rotary_embedding_dim", 0), bool(ctx.attr("interleaved", 0)))

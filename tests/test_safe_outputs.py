@@ -24,7 +24,8 @@ from models import tiny_cnn
 STEM = "cnn"
 MODEL_FILES = {"saved_model.pb", "fingerprint.pb", "variables/variables.index",
                "variables/variables.data-00000-of-00001", f"{STEM}_float32.tflite",
-               f"{STEM}_float16.tflite", f"{STEM}_io_layout.json", f"{STEM}_manifest.json"}
+               f"{STEM}_float16.tflite", f"{STEM}_io_layout.json", f"{STEM}_manifest.json",
+               f"{STEM}_delegates.json"}
 
 
 @pytest.fixture(scope="module")

@@ -172,7 +172,7 @@ def check_files(
         shipped = os.path.join(converted_path, f"{layout_stem}_float32.tflite")
         if os.path.isfile(shipped):
             with open(shipped, "rb") as f:
-                tflite_model = f.read()
+                tflite_model = _with_tf_names(f.read(), recorded)
     converted = build(input_onnx_file_path=input_onnx_file_path, **build_kwargs)
     if recorded is not None:
         _verify_layout(converted, recorded, converted_path)
@@ -185,6 +185,18 @@ def check_files(
         os.makedirs(report_folder, exist_ok=True)
         write_reports(report, report_folder, stem)
     return report
+
+
+def _with_tf_names(content: bytes, layout: dict) -> bytes:
+    """A -coion .tflite (ONNX names, see export/tflite_names.py) renamed back to the
+    signature keys the checker feeds (`tf_name`); other files as they are."""
+    from onnx2tf_alt.export.tflite_names import rename_io
+
+    names = {side: {e["tflite_name"]: e["tf_name"] for e in layout.get(side, [])
+                    if e.get("tflite_name", e["tf_name"]) != e["tf_name"]}
+             for side in ("inputs", "outputs")}
+    return rename_io(content, names["inputs"], names["outputs"]) if any(names.values()) else (
+        content)
 
 
 def _read_io_layout(folder: str, stem: str) -> tuple[dict, str]:

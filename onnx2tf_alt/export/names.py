@@ -25,7 +25,7 @@ def planned_outputs(
     """Every entry of the output folder the options may write (folders end in '/')."""
     names = [*SAVED_MODEL_ENTRIES, f"{stem}_io_layout.json", f"{stem}_manifest.json"]
     if output_tflite:
-        names += [f"{stem}_float32.tflite", f"{stem}_float16.tflite"]
+        names += [f"{stem}_float32.tflite", f"{stem}_float16.tflite", f"{stem}_delegates.json"]
     if output_h5:
         names.append(f"{stem}.h5")
     if output_keras_v3:

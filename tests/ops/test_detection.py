@@ -86,6 +86,42 @@ def test_nms_center_point_box_runtime_thresholds_opset10():
     check_model(model, inputs)
 
 
+def test_nms_unbounded_limit_with_runtime_box_count():
+    """torchvision's exports: boxes and scores of a run-time length, and max_output_boxes
+    INT64_MAX. TFLite sizes and zero-fills its NMS outputs to max_output_size, so the
+    limit handed to it must be the box count, not INT32_MAX (8 GB, seconds per call)."""
+    boxes, scores = nms_inputs(1, 1, 23)
+    nodes = [
+        node("Unsqueeze", ["flat_boxes", "zero"], "boxes"),
+        node("Unsqueeze", ["flat_scores", "zero_one"], "scores"),
+        node("NonMaxSuppression", ["boxes", "scores", "unbounded", "iou"], "selected"),
+    ]
+    feeds = {"flat_boxes": boxes[0], "flat_scores": scores[0, 0]}
+    inits = {"zero": np.array([0], np.int64), "zero_one": np.array([0, 1], np.int64),
+             "unbounded": np.array([2**63 - 1], np.int64), "iou": scalar(0.3)}
+    model = make_model(nodes, feeds, ["selected"], inits, opset=13,
+                       input_shapes={"flat_boxes": ["n", 4], "flat_scores": ["n"]})
+    converted = check_model(model, feeds)
+
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=converted.tflite,
+                              experimental_preserve_all_tensors=True)
+    for detail in interpreter.get_input_details():
+        name = next(n for n in feeds if n in detail["name"])
+        interpreter.resize_tensor_input(detail["index"], feeds[name].shape)
+    interpreter.allocate_tensors()
+    for detail in interpreter.get_input_details():
+        name = next(n for n in feeds if n in detail["name"])
+        interpreter.set_tensor(detail["index"], feeds[name])
+    interpreter.invoke()
+    nms = [op for op in interpreter._get_ops_details()
+           if op["op_name"] == "NON_MAX_SUPPRESSION_V4"]
+    assert len(nms) == 1
+    limit = interpreter.get_tensor(nms[0]["inputs"][2])
+    assert int(limit) <= len(boxes[0]) + 1, limit  # + the never-selected padding box
+
+
 def test_yolo_style_detector_head():
     """Conv -> Reshape/Transpose to (N, boxes, 4 + C) -> Slice boxes and scores -> Transpose
     scores to (N, C, boxes) -> NonMaxSuppression: the selected indices match."""

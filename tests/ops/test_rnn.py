@@ -220,6 +220,34 @@ def test_omitted_outputs():
             _spec("LSTM", direction="forward", initial="const", outputs=("y", "", "y_c"))])
 
 
+def test_lstm_as_fused_kernel():
+    """An LSTM with default activations whose final cell state nothing reads runs as one
+    UNIDIRECTIONAL_SEQUENCE_LSTM per direction (no ops per time step); one whose Y_c is
+    read stays unrolled. Initial states constant, run-time or absent; lengths all full."""
+    full = [SEQ] * BATCH
+    fused = [
+        _spec("LSTM", direction="bidirectional", initial="input", outputs=("y", "y_h", "")),
+        _spec("LSTM", direction="reverse", bias=False, outputs=("y", "", "")),
+        _spec("LSTM", direction="forward", lens=(full, "const"),
+              activations=["sigmoid", "TANH", "Tanh"], outputs=("", "y_h", "")),
+    ]
+    for swapped in (False, True):  # time-major, and batch-major as PyTorch exports it
+        converted = _check(fused, swapped_input=swapped)
+        ops = count_tflite_ops(converted.tflite)
+        assert ops.get("UNIDIRECTIONAL_SEQUENCE_LSTM") == 4, ops
+        assert "FULLY_CONNECTED" not in ops and "LOGISTIC" not in ops, ops
+    unrolled = [_spec("LSTM", direction="forward", outputs=("y", "", "y_c")),  # Y_c read
+                _spec("LSTM", direction="forward", initial="const", outputs=("y", "", ""))]
+    ops = count_tflite_ops(_check(unrolled).tflite)
+    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" not in ops, ops
+    assert ops["LOGISTIC"] >= 2 * 3 * SEQ - 1, ops  # gates i, f, o at every step
+
+
+def test_lstm_fused_kernel_batch_first_layout():
+    _check_batch_first([_spec("LSTM", direction="bidirectional", initial="input",
+                              outputs=("y", "y_h", ""))], swapped_input=True)
+
+
 @pytest.mark.parametrize("opset", [7, 22])
 def test_opsets_and_builtin_ops(opset):
     converted = _check([_spec(op, direction="forward", initial="input")

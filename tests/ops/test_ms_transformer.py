@@ -1,0 +1,464 @@
+"""onnxruntime's com.microsoft transformer fusions and weight-only quantized ops against
+onnxruntime, through TF and the float32 TFLite: one-node models here; graphs written by
+onnxruntime's own tools in tests/test_ms_tools.py."""
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+from onnx2tf_alt.errors import ConversionError
+
+from harness import (
+    assert_close,
+    check_model,
+    convert,
+    count_tflite_ops,
+    ort_run,
+    tensor_info,
+    tf_run,
+    tflite_run,
+)
+
+rng = np.random.default_rng(0)
+MS = "com.microsoft"
+
+
+def normal(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def contrib_model(op, inputs, initializers=None, attrs=None, order=None, outputs=None,
+                  domain=MS, opset=14, input_shapes=None):
+    """One node, each output read by an Identity that is a graph output (typed by an
+    onnxruntime run): ONNX shape inference does not know these ops, so the converter must
+    infer the node's output shapes itself.
+
+    `outputs` lists (name, dtype) pairs, ("", None) for an omitted output; `input_shapes`
+    may declare inputs with symbolic dims."""
+    initializers = initializers or {}
+    outputs = outputs or [("y", np.float32)]
+    order = order or [*inputs, *initializers]
+    raw = [f"{n}_raw" if n else "" for n, _ in outputs]
+    nodes = [helper.make_node(op, order, raw, domain=domain, **(attrs or {}))]
+    nodes += [helper.make_node("Identity", [r], [n]) for r, (n, _) in zip(raw, outputs) if n]
+    graph = helper.make_graph(
+        nodes, "test", [tensor_info(n, a, (input_shapes or {}).get(n)) for n, a in inputs.items()],
+        [tensor_info(n, t, None) for n, t in outputs if n],
+        [numpy_helper.from_array(a, n) for n, a in initializers.items()],
+    )
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 10
+    results = ort_run(model, inputs)
+    del model.graph.output[:]
+    model.graph.output.extend(tensor_info(n, r) for (n, _), r in
+                              zip([o for o in outputs if o[0]], results))
+    return model
+
+
+def check_contrib(*args, tol=1e-4, **kwargs):
+    """Convert, compare with onnxruntime (TF and TFLite), return the TFLite op census."""
+    inputs = args[1]
+    converted = check_model(contrib_model(*args, **kwargs), inputs, tol=tol)
+    return count_tflite_ops(converted.tflite)
+
+
+# --- normalization -----------------------------------------------------------------------
+
+WITH_SUM = [("y", np.float32), ("", None), ("", None), ("sum", np.float32)]
+
+
+@pytest.mark.parametrize("skip_shape, bias, beta", [((2, 5, 8), True, True),
+                                                    ((5, 8), False, True),
+                                                    ((1, 5, 8), True, False)])
+def test_skip_layer_normalization(skip_shape, bias, beta):
+    params = {"gamma": normal(8), "beta": normal(8), "bias": normal(8)}
+    order = ["x", "skip", "gamma", "beta" if beta else "", "bias" if bias else ""]
+    params = {k: v for k, v in params.items() if k in order}
+    census = check_contrib("SkipLayerNormalization", {"x": normal(2, 5, 8),
+                                                      "skip": normal(*skip_shape)},
+                           params, {"epsilon": 1e-5}, order,
+                           WITH_SUM)
+    assert census.get("TRANSPOSE", 0) == 0
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_skip_simplified_layer_normalization(bias):
+    params = {"gamma": normal(12), "bias": normal(12)}
+    order = ["x", "skip", "gamma", "bias" if bias else ""]
+    params = {k: v for k, v in params.items() if k in order}
+    check_contrib("SkipSimplifiedLayerNormalization", {"x": normal(3, 4, 12),
+                                                       "skip": normal(3, 4, 12)},
+                  params, {"epsilon": 1e-6}, order,
+                  WITH_SUM)
+
+
+@pytest.mark.parametrize("shape, axis", [((2, 5, 8), -1), ((2, 5, 8), 1), ((3, 7), -1)])
+def test_simplified_layer_normalization(shape, axis):
+    check_contrib("SimplifiedLayerNormalization", {"x": normal(*shape)},
+                  {"scale": normal(*shape[axis:])}, {"axis": axis, "epsilon": 1e-5},
+                  domain="")
+
+
+def test_layer_normalization_below_opset_17():
+    """onnxruntime's LayerNormalization of opsets 1-16 (its optimizer writes it there)."""
+    check_contrib("LayerNormalization", {"x": normal(2, 5, 8)},
+                  {"scale": normal(8), "bias": normal(8)}, {"epsilon": 1e-5}, domain="")
+
+
+EMBED_TABLES = {"word": normal(30, 16), "position": normal(12, 16), "segment": normal(2, 16),
+                "gamma": normal(16), "beta": normal(16)}
+
+
+@pytest.mark.parametrize("segments, mask, positions", [(True, True, False),
+                                                       (False, False, False),
+                                                       (True, False, True)])
+def test_embed_layer_normalization(segments, mask, positions):
+    ids = rng.integers(0, 30, (3, 7)).astype(np.int32)
+    inputs = {"ids": ids}
+    if segments:
+        inputs["segment_ids"] = rng.integers(0, 2, (3, 7)).astype(np.int32)
+    if mask:
+        inputs["mask"] = (np.arange(7) < np.array([[7], [4], [1]])).astype(np.int32)
+    if positions:
+        inputs["position_ids"] = rng.integers(0, 12, (3, 7)).astype(np.int32)
+    order = ["ids", "segment_ids" if segments else "", "word", "position",
+             "segment" if segments else "", "gamma", "beta", "mask" if mask else "",
+             "position_ids" if positions else ""]
+    tables = {k: v for k, v in EMBED_TABLES.items() if k in order}
+    outputs = [("y", np.float32), ("mask_index", np.int32), ("sum", np.float32)]
+    check_contrib("EmbedLayerNormalization", inputs, tables, {"epsilon": 1e-12}, order,
+                  outputs)
+
+
+# --- bias fusions without a CPU kernel in onnxruntime ------------------------------------
+
+def _graph_model(nodes, inputs, initializers, y_type):
+    graph = helper.make_graph(nodes, "test", [tensor_info(n, a) for n, a in inputs.items()],
+                              [tensor_info("y", y_type)],
+                              [numpy_helper.from_array(a, n) for n, a in initializers.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14),
+                                                    helper.make_opsetid(MS, 1)])
+    model.ir_version = 10
+    return model
+
+
+def check_against_decomposed(op, order, inputs, initializers, reference_nodes):
+    """An op onnxruntime runs on CUDA only: the reference is onnxruntime running the standard
+    ops it stands for (`reference_nodes`, writing y)."""
+    expected = ort_run(_graph_model(reference_nodes, inputs, initializers, np.float32),
+                       inputs)[0]
+    nodes = [helper.make_node(op, order, ["y_raw"], domain=MS),
+             helper.make_node("Identity", ["y_raw"], ["y"])]
+    converted = convert(_graph_model(nodes, inputs, initializers, expected))
+    assert_close(tf_run(converted, inputs)[0], expected, what="TF")
+    assert_close(tflite_run(converted, inputs)[0], expected, what="TFLite")
+
+
+def test_bias_add():
+    check_against_decomposed(
+        "BiasAdd", ["x", "bias", "skip"], {"x": normal(2, 9, 6), "skip": normal(2, 9, 6)},
+        {"bias": normal(6)},
+        [helper.make_node("Add", ["x", "bias"], ["t"]), helper.make_node("Add", ["t", "skip"],
+                                                                         ["y"])])
+
+
+def test_bias_split_gelu():
+    halves = [helper.make_node("Add", ["x", "bias"], ["t"]),
+              helper.make_node("Split", ["t"], ["left", "right"], axis=-1),
+              helper.make_node("Gelu", ["right"], ["g"], domain=MS),
+              helper.make_node("Mul", ["left", "g"], ["y"])]
+    check_against_decomposed("BiasSplitGelu", ["x", "bias"], {"x": normal(2, 16, 10)},
+                             {"bias": normal(10)}, halves)
+
+
+# --- matrix products and convolution ---------------------------------------------------
+
+@pytest.mark.parametrize("op, trans_a, trans_b, alpha", [
+    ("FusedMatMul", 0, 0, 1.0), ("FusedMatMul", 1, 0, 0.5), ("FusedMatMul", 1, 1, -1.5),
+    ("TransposeMatMul", 0, 1, 1.0), ("TransposeMatMul", 1, 0, 1.0)])
+def test_fused_matmul(op, trans_a, trans_b, alpha):
+    a = normal(2, 3, *((4, 5) if trans_a else (5, 4)))
+    b = normal(3, *((6, 4) if trans_b else (4, 6)))
+    attrs = {"transA": trans_a, "transB": trans_b}
+    if op == "FusedMatMul":
+        attrs["alpha"] = alpha
+    census = check_contrib(op, {"a": a, "b": b}, attrs=attrs)
+    assert census.get("TRANSPOSE", 0) == 0
+
+
+def test_fused_matmul_constant_weights():
+    check_contrib("FusedMatMul", {"a": normal(2, 5, 4)}, {"w": normal(6, 4)},
+                  {"transB": 1, "alpha": 0.25})
+
+
+@pytest.mark.parametrize("activation, params", [("Relu", None), ("Tanh", None),
+                                                ("LeakyRelu", [0.2]),
+                                                ("Clip", [-0.5, 0.7]),
+                                                ("HardSigmoid", [0.3, 0.4]), ("", None)])
+def test_fused_conv(activation, params):
+    attrs = {"pads": [1, 0, 1, 2], "strides": [1, 2]}
+    if activation:
+        attrs["activation"] = activation
+    if params:
+        attrs["activation_params"] = params
+    census = check_contrib("FusedConv", {"x": normal(2, 3, 7, 9)},
+                           {"w": normal(4, 3, 3, 3), "b": normal(4)}, attrs)
+    assert census.get("TRANSPOSE", 0) <= 2  # the NCHW model input and output only
+
+
+def test_fused_conv_with_sum():
+    """A 4th input Z is added before the activation (Conv + Add + Relu fused)."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["z"], pads=[1, 1, 1, 1]),
+        helper.make_node("FusedConv", ["x", "w", "b", "z"], ["y"], domain=MS, pads=[1, 1, 1, 1],
+                         activation="Relu"),
+    ]
+    inputs = {"x": normal(2, 3, 6, 5)}
+    weights = {"w0": normal(4, 3, 3, 3), "w": normal(4, 3, 3, 3), "b": normal(4)}
+    graph = helper.make_graph(nodes, "test", [tensor_info("x", inputs["x"])],
+                              [tensor_info("y", np.float32, [2, 4, 6, 5])],
+                              [numpy_helper.from_array(a, n) for n, a in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14),
+                                                    helper.make_opsetid(MS, 1)])
+    model.ir_version = 10
+    converted = check_model(model, inputs)
+    assert count_tflite_ops(converted.tflite).get("TRANSPOSE", 0) <= 2
+
+
+# --- attention -----------------------------------------------------------------------------
+
+def _lengths(batch, length):
+    return rng.integers(1, length + 1, batch).astype(np.int32)
+
+
+def _raw_mask(*shape):
+    mask = (rng.random(shape) > 0.3).astype(np.int32)
+    mask[..., 0] = 1  # every query keeps a key
+    return mask
+
+
+ATTENTION_MASKS = {
+    "none": None,
+    "lengths": lambda b, s, t: _lengths(b, t),
+    "end_start": lambda b, s, t: np.concatenate([np.full(b, t - 1), rng.integers(0, 2, b)]
+                                                ).astype(np.int32),
+    "raw_2d": lambda b, s, t: _raw_mask(b, t),
+    "raw_3d": lambda b, s, t: _raw_mask(b, s, t),
+}
+
+
+@pytest.mark.parametrize("mask, unidirectional", [
+    *((mask, 0) for mask in ATTENTION_MASKS), ("none", 1), ("raw_2d", 1), ("end_start", 1)])
+def test_attention(mask, unidirectional):
+    batch, seq, hidden, heads = 2, 5, 12, 3
+    inputs = {"x": normal(batch, seq, 10)}
+    order = ["x", "w", "bias"]
+    if ATTENTION_MASKS[mask]:
+        inputs["mask_index"] = ATTENTION_MASKS[mask](batch, seq, seq)
+        order.append("mask_index")
+    check_contrib("Attention", inputs, {"w": normal(10, 3 * hidden), "bias": normal(3 * hidden)},
+                  {"num_heads": heads, "unidirectional": unidirectional}, order)
+
+
+@pytest.mark.parametrize("mask", ["raw_2d", "lengths"])
+def test_attention_dynamic_lengths(mask):
+    """Batch and sequence length unknown until run time (a model exported with dynamic axes)."""
+    inputs = {"x": normal(2, 5, 8), "mask_index": ATTENTION_MASKS[mask](2, 5, 5)}
+    shapes = {"x": ["batch", "sequence", 8],
+              "mask_index": ["batch", "sequence"] if mask == "raw_2d" else ["batch"]}
+    check_contrib("Attention", inputs, {"w": normal(8, 24), "bias": normal(24)},
+                  {"num_heads": 2, "unidirectional": 1}, ["x", "w", "bias", "mask_index"],
+                  input_shapes=shapes)
+
+
+def test_attention_sizes_scale_and_bias():
+    """qkv_hidden_sizes with a wider V, a scale, an attention bias and a mask filter value."""
+    inputs = {"x": normal(3, 4, 8), "mask_index": _raw_mask(3, 4),
+              "attention_bias": normal(3, 2, 4, 4)}
+    check_contrib("Attention", inputs, {"w": normal(8, 8 + 8 + 12), "bias": normal(28)},
+                  {"num_heads": 2, "qkv_hidden_sizes": [8, 8, 12], "scale": 0.3,
+                   "mask_filter_value": -1000.0},
+                  ["x", "w", "bias", "mask_index", "", "attention_bias"])
+
+
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_attention_past_and_present(unidirectional):
+    batch, seq, past_len, heads, head_size = 2, 3, 4, 2, 4
+    hidden = heads * head_size
+    inputs = {"x": normal(batch, seq, hidden), "mask_index": _raw_mask(batch, past_len + seq),
+              "past": normal(2, batch, heads, past_len, head_size)}
+    check_contrib("Attention", inputs, {"w": normal(hidden, 3 * hidden)},
+                  {"num_heads": heads, "unidirectional": unidirectional},
+                  ["x", "w", "", "mask_index", "past"],
+                  [("y", np.float32), ("present", np.float32)])
+
+
+@pytest.mark.parametrize("mask, four_d_kv", [("none", False), ("lengths", True),
+                                             ("raw_2d", False), ("raw_2d", True)])
+def test_multi_head_attention(mask, four_d_kv):
+    batch, seq, kv_len, heads, head_size = 2, 4, 6, 3, 4
+    hidden = heads * head_size
+    key, value = normal(batch, kv_len, hidden), normal(batch, kv_len, hidden)
+    if four_d_kv:
+        key = key.reshape(batch, kv_len, heads, head_size).transpose(0, 2, 1, 3).copy()
+        value = value.reshape(batch, kv_len, heads, head_size).transpose(0, 2, 1, 3).copy()
+    inputs = {"q": normal(batch, seq, hidden), "k": key, "v": value}
+    order = ["q", "k", "v", ""]
+    if ATTENTION_MASKS[mask]:
+        inputs["key_padding_mask"] = ATTENTION_MASKS[mask](batch, seq, kv_len)
+        order.append("key_padding_mask")
+    check_contrib("MultiHeadAttention", inputs, attrs={"num_heads": heads}, order=order)
+
+
+def test_multi_head_attention_bias_and_present():
+    batch, seq, heads, head_size, past_len = 2, 3, 2, 4, 5
+    hidden = heads * head_size
+    inputs = {"q": normal(batch, seq, hidden), "k": normal(batch, seq, hidden),
+              "v": normal(batch, seq, hidden),
+              "attention_bias": normal(1, heads, seq, past_len + seq),
+              "past_key": normal(batch, heads, past_len, head_size),
+              "past_value": normal(batch, heads, past_len, head_size)}
+    check_contrib("MultiHeadAttention", inputs, {"bias": normal(3 * hidden)},
+                  {"num_heads": heads, "unidirectional": 1, "scale": 0.5},
+                  ["q", "k", "v", "bias", "", "attention_bias", "past_key", "past_value"],
+                  [("y", np.float32), ("present_key", np.float32),
+                   ("present_value", np.float32)])
+
+
+def _rotary_caches(positions, half):
+    angles = rng.random((positions, half)).astype(np.float32) * 3
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+@pytest.mark.parametrize("interleaved, shape, num_heads, rotary_dim", [
+    (0, (2, 5, 24), 3, 0), (1, (2, 5, 24), 3, 0), (0, (2, 3, 5, 8), 0, 0),
+    (1, (2, 5, 16), 2, 4)])
+def test_rotary_embedding(interleaved, shape, num_heads, rotary_dim):
+    head = shape[-1] // (num_heads or 1) if len(shape) == 3 else shape[-1]
+    cos, sin = _rotary_caches(16, (rotary_dim or head) // 2)
+    seq = shape[-2] if len(shape) == 4 else shape[1]
+    positions = rng.integers(0, 16 - seq, (shape[0], seq)).astype(np.int64)
+    attrs = {"interleaved": interleaved}
+    if num_heads:
+        attrs["num_heads"] = num_heads
+    if rotary_dim:
+        attrs["rotary_embedding_dim"] = rotary_dim
+    check_contrib("RotaryEmbedding", {"x": normal(*shape), "position_ids": positions},
+                  {"cos": cos, "sin": sin}, attrs)
+
+
+def test_rotary_embedding_start_offset():
+    cos, sin = _rotary_caches(12, 4)
+    check_contrib("RotaryEmbedding", {"x": normal(2, 5, 16), "offset": np.array([3], np.int64)},
+                  {"cos": cos, "sin": sin}, {"num_heads": 2})
+
+
+@pytest.mark.parametrize("heads, kv_heads, rotary", [(4, 2, False), (3, 3, False),
+                                                    (4, 2, True), (4, 1, True)])
+def test_group_query_attention(heads, kv_heads, rotary):
+    batch, seq = 2, 5
+    head_size = 16 if rotary else 8  # onnxruntime rotates heads of a multiple of 16 only
+    inputs = {"q": normal(batch, seq, heads * head_size),
+              "k": normal(batch, seq, kv_heads * head_size),
+              "v": normal(batch, seq, kv_heads * head_size),
+              "seqlens_k": np.full(batch, seq - 1, np.int32),
+              "total_sequence_length": np.array(seq, np.int32)}
+    initializers, order = {}, ["q", "k", "v", "", "", "seqlens_k", "total_sequence_length"]
+    attrs = {"num_heads": heads, "kv_num_heads": kv_heads}
+    if rotary:
+        initializers["cos"], initializers["sin"] = _rotary_caches(16, head_size // 2)
+        order += ["cos", "sin"]
+        attrs["do_rotary"] = 1
+    outputs = [("y", np.float32), ("present_key", np.float32), ("present_value", np.float32)]
+    check_contrib("GroupQueryAttention", inputs, initializers, attrs, order, outputs)
+
+
+# --- weight-only quantization ------------------------------------------------------------
+
+def _pack(codes, bits):
+    """Codes [..., n] (n a multiple of 8 / bits) packed low bits first into uint8."""
+    per_byte = 8 // bits
+    codes = codes.reshape(*codes.shape[:-1], -1, per_byte).astype(np.uint8)
+    return np.bitwise_or.reduce(codes << (np.arange(per_byte) * bits).astype(np.uint8),
+                                axis=-1).astype(np.uint8)
+
+
+@pytest.mark.parametrize("bits, block, k, zero_points", [
+    (4, 16, 40, "none"), (4, 16, 40, "packed"), (4, 32, 64, "float"), (4, 128, 100, "packed"),
+    (8, 16, 24, "none"), (8, 16, 24, "packed"), (2, 16, 32, "float"),
+])  # onnxruntime's CPU kernel has no 8-bit weights with float zero points
+def test_matmul_nbits(bits, block, k, zero_points):
+    n, blocks = 6, -(-k // block)
+    codes = rng.integers(0, 1 << bits, (n, blocks, block))
+    initializers = {"B": _pack(codes, bits), "scales": normal(n * blocks) * 0.1}
+    order = ["A", "B", "scales"]
+    if zero_points == "packed":
+        zero = rng.integers(0, 1 << bits, (n, -(-blocks * bits // 8) * 8 // bits))
+        initializers["zero_points"] = _pack(zero, bits).reshape(-1)
+        order.append("zero_points")
+    elif zero_points == "float":
+        initializers["zero_points"] = normal(n * blocks) + (1 << (bits - 1))
+        order.append("zero_points")
+    initializers["bias"] = normal(n)
+    order += [""] * (5 - len(order)) + ["bias"]
+    attrs = {"K": k, "N": n, "bits": bits, "block_size": block}
+    census = check_contrib("MatMulNBits", {"A": normal(2, 3, k)}, initializers, attrs, order)
+    assert census.get("TRANSPOSE", 0) == 0
+
+
+@pytest.mark.parametrize("bits, block, with_zero_points", [(4, 16, False), (4, 32, True),
+                                                          (8, 32, False), (8, 16, True)])
+def test_gather_block_quantized(bits, block, with_zero_points):
+    rows, dim = 20, 64
+    blocks = dim // block
+    codes = rng.integers(0, 1 << bits, (rows, dim))
+    data = _pack(codes, bits) if bits == 4 else codes.astype(np.uint8)
+    initializers = {"data": data, "scales": normal(rows, blocks) * 0.1}
+    order = ["data", "indices", "scales"]
+    if with_zero_points:
+        zero = rng.integers(0, 1 << bits, (rows, blocks))
+        initializers["zero_points"] = _pack(zero, bits) if bits == 4 else zero.astype(np.uint8)
+        order.append("zero_points")
+    indices = rng.integers(-rows, rows, (2, 5)).astype(np.int64)
+    check_contrib("GatherBlockQuantized", {"indices": indices}, initializers,
+                  {"bits": bits, "block_size": block, "gather_axis": 0, "quantize_axis": 1},
+                  order)
+
+
+@pytest.mark.parametrize("op, tool", [("DecoderMaskedMultiHeadAttention", "transformers optimizer"),
+                                      ("QOrderedMatMul", "quantization tools")])
+def test_unsupported_contrib_op_names_its_tool(op, tool):
+    node = helper.make_node(op, ["x"], ["y"], domain=MS)
+    graph = helper.make_graph([node], "test", [tensor_info("x", np.float32, [2, 3])],
+                              [tensor_info("y", np.float32, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14),
+                                                    helper.make_opsetid(MS, 1)])
+    model.ir_version = 10
+    hint = f"com.microsoft::{op} comes from onnxruntime's {tool}"
+    with pytest.raises(ConversionError, match=hint):
+        convert(model)
+
+
+@pytest.mark.parametrize("heads, kv_heads, rotary, batch, seq", [(4, 2, False, 2, 1),
+                                                               (4, 1, True, 1, 3)])
+def test_group_query_attention_with_past(heads, kv_heads, rotary, batch, seq):
+    """A decoding step after a cache of 6 positions, every row full (onnxruntime takes
+    several new tokens after a cache for batch 1 only)."""
+    past_len, head_size = 6, 16
+    inputs = {"q": normal(batch, seq, heads * head_size),
+              "k": normal(batch, seq, kv_heads * head_size),
+              "v": normal(batch, seq, kv_heads * head_size),
+              "past_key": normal(batch, kv_heads, past_len, head_size),
+              "past_value": normal(batch, kv_heads, past_len, head_size),
+              "seqlens_k": np.full(batch, past_len + seq - 1, np.int32),
+              "total_sequence_length": np.array(past_len + seq, np.int32)}
+    initializers = {}
+    order = ["q", "k", "v", "past_key", "past_value", "seqlens_k", "total_sequence_length"]
+    attrs = {"num_heads": heads, "kv_num_heads": kv_heads}
+    if rotary:
+        initializers["cos"], initializers["sin"] = _rotary_caches(16, head_size // 2)
+        order += ["cos", "sin"]
+        attrs["do_rotary"] = 1
+    outputs = [("y", np.float32), ("present_key", np.float32), ("present_value", np.float32)]
+    check_contrib("GroupQueryAttention", inputs, initializers, attrs, order, outputs)
