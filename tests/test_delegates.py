@@ -20,11 +20,16 @@ DATA = os.path.join(os.path.dirname(__file__), "data")
 rng = np.random.default_rng(0)
 
 # (model, TFLite op) -> why no delegated equivalent exists.
-ALLOWED: dict[tuple[str, str], str] = {}
+ALLOWED: dict[tuple[str, str], str] = {
+    ("resize", "RESIZE_NEAREST_NEIGHBOR"): (
+        "XNNPACK has no nearest resize; the delegated equivalent for integer scales "
+        "(CONCATENATION + DEPTH_TO_SPACE, or RESHAPE + CONCATENATION) was measured no faster "
+        "(Conv -> 2x upsample -> Concat -> Conv at 40x40x128, 1 thread: 91.8 and 91.5 ms "
+        "against 89.4 ms for the resize cut into its own partition)"),
+}
 # Lowerings that leave ops on the reference kernels today although a delegated equivalent
 # exists (to be fixed in the handlers; strict, so a fix makes the marker fail until removed).
 KNOWN_GAPS = {
-    "resize": "nearest Resize -> RESIZE_NEAREST_NEIGHBOR (XNNPACK has no kernel for it)",
     "pad": "constant Pad with a non-zero value -> PADV2 (XNNPACK takes only PAD)",
     "slice_concat": "Slice with steps 2 -> STRIDED_SLICE with strides != 1",
     "lstm": "LSTM time steps -> UNPACK / PACK",

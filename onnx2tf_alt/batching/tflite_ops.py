@@ -1,0 +1,29 @@
+"""The op census of a .tflite file, read straight from its flatbuffer (no interpreter)."""
+
+from __future__ import annotations
+
+from ai_edge_litert import schema_py_generated as schema
+
+_BUILTIN_NAMES = {v: k for k, v in vars(schema.BuiltinOperator).items() if k.isupper()}
+
+
+def tflite_op_counts(path: str) -> dict[str, int]:
+    """Operator name -> how many times it occurs, over every subgraph of `path`."""
+    with open(path, "rb") as f:
+        model = schema.Model.GetRootAs(f.read(), 0)
+    names = [_op_name(model.OperatorCodes(i)) for i in range(model.OperatorCodesLength())]
+    counts: dict[str, int] = {}
+    for g in range(model.SubgraphsLength()):
+        subgraph = model.Subgraphs(g)
+        for o in range(subgraph.OperatorsLength()):
+            name = names[subgraph.Operators(o).OpcodeIndex()]
+            counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _op_name(code) -> str:
+    # Codes below 127 live in the deprecated int8 field; newer ones only in the int32 one.
+    builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+    if builtin == schema.BuiltinOperator.CUSTOM:
+        return f"CUSTOM:{code.CustomCode().decode()}"
+    return _BUILTIN_NAMES.get(builtin, f"BUILTIN_{builtin}")
