@@ -2,12 +2,19 @@
 latency (ai-edge-litert, 1 and 2 threads, median of N runs) with onnxruntime's on the same
 input; also report conversion wall time, peak memory, max error, the TRANSPOSE count and the census of TFLite ops.
 
+With `--peer DIR`, the float32 file another converter wrote for the same ONNX
+(`DIR/<stem>/<stem>_float32.tflite`, e.g. from onnx2tf) is timed in the same loop, on the
+same input laid out as its signature wants; runs of the three runtimes are interleaved so
+that a busy machine slows them alike.
+
     python benchmarks/bench_model.py model.onnx [more.onnx ...] [--runs 20] [--json out.json]
+        [--peer DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -40,14 +47,37 @@ def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]
     return feeds
 
 
-def median_latency(fn, runs: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
+def interleaved_medians(fns: dict, runs: int) -> dict[str, float]:
+    """Median milliseconds of each callable, run in turn (one warm-up each)."""
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+
+
+def peer_feeds(runner, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The ONNX feeds laid out for another converter's signature: matched by name (else by
+    order), transposed to its shape (channel-last orders tried first)."""
+    wanted = runner.get_input_details()
+    by_order = list(feeds.values())
+    out = {}
+    for k, (key, detail) in enumerate(wanted.items()):
+        array = feeds.get(key, by_order[k] if k < len(by_order) else None)
+        shape = tuple(int(d) for d in detail["shape"])
+        rank = array.ndim
+        last = (0, *range(2, rank), 1) if rank > 2 else tuple(range(rank))
+        for perm in [tuple(range(rank)), last, *itertools.permutations(range(rank))]:
+            if tuple(array.shape[p] for p in perm) == shape:
+                out[key] = np.ascontiguousarray(np.transpose(array, perm))
+                break
+        else:
+            raise ValueError(f"peer input {key} {shape} matches no layout of {array.shape}")
+    return out
 
 
 def convert(path: str, out: str, *flags: str) -> tuple[float, float]:
@@ -67,7 +97,7 @@ def convert(path: str, out: str, *flags: str) -> tuple[float, float]:
     return wall, usage.ru_maxrss / 1024
 
 
-def bench(path: str, runs: int) -> dict:
+def bench(path: str, runs: int, peer_dir: str | None = None) -> dict:
     from ai_edge_litert.interpreter import Interpreter
 
     model = onnx.load(path)
@@ -81,6 +111,7 @@ def bench(path: str, runs: int) -> dict:
         tflite_path = os.path.join(out, f"{stem}_float32.tflite")
         row = {"model": stem, "convert_s": round(wall, 2), "convert_peak_mib": round(peak_mib)}
         phys = {e["tf_name"]: np.transpose(feeds[e["onnx_name"]], e["perm"]) for e in layout["inputs"]}
+        peer_path = os.path.join(peer_dir, stem, f"{stem}_float32.tflite") if peer_dir else None
         for threads in (1, 2):
             interpreter = Interpreter(model_path=tflite_path, num_threads=threads)
             runner = interpreter.get_signature_runner("serving_default")
@@ -88,11 +119,23 @@ def bench(path: str, runs: int) -> dict:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
             session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-            tfl_ms = median_latency(lambda r=runner: r(**phys), runs)
-            ort_ms = median_latency(lambda s=session: s.run(None, feeds), runs)
-            row[f"tflite_ms_{threads}t"] = round(tfl_ms, 3)
-            row[f"ort_ms_{threads}t"] = round(ort_ms, 3)
-            row[f"ratio_{threads}t"] = round(tfl_ms / ort_ms, 2)
+            fns = {"tflite": lambda r=runner: r(**phys),
+                   "ort": lambda s=session: s.run(None, feeds)}
+            if peer_path and os.path.exists(peer_path):
+                peer = Interpreter(model_path=peer_path, num_threads=threads)
+                peer_runner = peer.get_signature_runner()
+                peer_in = peer_feeds(peer_runner, feeds)
+                fns["peer"] = lambda r=peer_runner, f=peer_in: r(**f)
+            ms = interleaved_medians(fns, runs)
+            row[f"tflite_ms_{threads}t"] = round(ms["tflite"], 3)
+            row[f"ort_ms_{threads}t"] = round(ms["ort"], 3)
+            row[f"ratio_{threads}t"] = round(ms["tflite"] / ms["ort"], 2)
+            if "peer" in ms:
+                row[f"peer_ratio_{threads}t"] = round(ms["peer"] / ms["ort"], 2)
+                row[f"ours_vs_peer_{threads}t"] = round(ms["tflite"] / ms["peer"], 2)
+        if peer_path and os.path.exists(peer_path):
+            peer_ops = Interpreter(model_path=peer_path)._get_ops_details()
+            row["peer_transposes"] = sum(op["op_name"] == "TRANSPOSE" for op in peer_ops)
         outputs = runner(**phys)
         expected = session.run(None, feeds)
         errors = []
@@ -115,8 +158,10 @@ def main() -> None:
     parser.add_argument("models", nargs="+")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--json")
+    parser.add_argument("--peer", help="folder of another converter's outputs, one per stem")
     args = parser.parse_args()
-    run_rows([(path, lambda p=path: bench(p, args.runs)) for path in args.models], args.json)
+    run_rows([(path, lambda p=path: bench(p, args.runs, args.peer)) for path in args.models],
+             args.json)
 
 
 def run_rows(jobs, json_path: str | None) -> list[dict]:

@@ -315,11 +315,12 @@ def _fits_fused_lstm(ctx, rec: _Recurrence) -> bool:
     peepholes = ctx.const(7) if ctx.has(7) else np.zeros(1)
     lengths = ctx.const(4) if ctx.has(4) else np.full(1, rec.steps)
     outputs = ctx.node.outputs
-    # A non-zero constant initial state comes out of TFLite's conversion ignored: only
-    # zero, absent or run-time states are left to the fused kernel.
+    # A non-zero constant initial state comes out of TFLite's conversion ignored (zero ones
+    # are made at run time, _zero_states), and one value cannot feed both state inputs.
     states = [ctx.const(i) for i in (5, 6) if ctx.has(i)]
+    distinct_states = not (ctx.has(5) and ctx.has(6) and ctx.node.inputs[5] == ctx.node.inputs[6])
     return (
-        all(s is None or not s.any() for s in states) and
+        all(s is None or not s.any() for s in states) and distinct_states and
         set(names) <= {"sigmoid", "tanh"} and names[:3] == ["sigmoid", "tanh", "tanh"]
         and names[3:] in ([], ["sigmoid", "tanh", "tanh"])
         and ctx.attr("clip") is None and not ctx.attr("input_forget", 0)
@@ -340,20 +341,32 @@ def _keras_weights(w: np.ndarray, r: np.ndarray, bias: np.ndarray, hidden: int) 
     return [np.ascontiguousarray(gates(w).T), np.ascontiguousarray(gates(r).T), gates(bias)]
 
 
+def _zero_states(x, time_axis: int, hidden: int, count: int, unique: int) -> list:
+    """`count` [batch, hidden] zero tensors computed from X at run time. A constant initial
+    state becomes a TFLite variable tensor that keeps the final state of one invocation for
+    the next; and a state input must be a value nothing else reads, hence one split, and a
+    factor `unique` to this node, so that the converter cannot merge two nodes' zeros."""
+    if not count:
+        return []
+    first = tf.gather(x, 0, axis=time_axis)[:, :1] * 0.0 * float(unique)
+    zeros = first + tf.zeros([1, count * hidden], x.dtype)
+    return tf.split(zeros, count, axis=-1) if count > 1 else [zeros]
+
+
 def _fused_lstm(ctx, rec: _Recurrence) -> list:
     import tf_keras
 
     x, time_axis = ctx.x(0), rec.time_axis
     bias = rec.wb + rec.rb
+    initial = rec.initial_states([5, 6])
+    missing = sum(s is None for state in initial for s in state)
+    unique = 1 + ctx.graph.nodes.index(ctx.node)
+    zeros = iter(_zero_states(x, time_axis, rec.hidden, missing, unique))
     ys, finals = [], []
-    for d, (reverse, state) in enumerate(zip(rec.reverse, rec.initial_states([5, 6]))):
+    for d, (reverse, state) in enumerate(zip(rec.reverse, initial)):
         layer = tf_keras.layers.LSTM(rec.hidden, return_sequences=True, go_backwards=reverse,
                                      time_major=time_axis == 0)
-        initial = None
-        if any(s is not None for s in state):
-            like = next(s for s in state if s is not None)
-            initial = [tf.zeros_like(like) if s is None else s for s in state]
-        y = layer(x, initial_state=initial)
+        y = layer(x, initial_state=[next(zeros) if s is None else s for s in state])
         layer.set_weights(_keras_weights(rec.w[d], rec.r[d], bias[d], rec.hidden))
         finals.append(tf.gather(y, rec.steps - 1, axis=time_axis))  # the last step run
         ys.append(tf.reverse(y, [time_axis]) if reverse else y)

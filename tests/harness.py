@@ -134,6 +134,11 @@ def tflite_run(converted, feeds, tflite_model: bytes | None = None):
         if "Invalid tensor size" not in str(exc):
             raise
         outputs = _run_with_empty_tensors(Interpreter(model_content=content), physical)
+    else:  # a file must not carry state from one invocation to the next (TFLite variables)
+        again = runner(**physical)
+        for key, value in outputs.items():
+            assert np.array_equal(value, again[key], equal_nan=value.dtype.kind in "fc"), (
+                f"TFLite output {key} changed between two invocations on the same input")
     return to_logical(converted, outputs)
 
 
