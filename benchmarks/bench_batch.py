@@ -1,8 +1,10 @@
 """Convert a small model zoo with `onnx2tf-alt batch`: --jobs 1 against --jobs 2, a resumed
 rerun, a --baseline with an injected regression, and (with --ray) the same batch on a
-local Ray cluster; prints the counts by outcome and the wall times.
+local Ray cluster; prints the counts by outcome and the wall times. With --check every batch
+also checks accuracy and times each .tflite against onnxruntime (and the baseline gets an
+injected latency regression too).
 
-    python benchmarks/bench_batch.py [--work DIR] [--ray]
+    python benchmarks/bench_batch.py [--work DIR] [--ray] [--check]
 
 The zoo: tiny onnx.helper models (Conv/Relu/Pool/Gemm/elementwise variants), the shipped
 tests/data/mobilenet_block.onnx, one model with an op no handler converts, one stopped by
@@ -91,6 +93,8 @@ def run_batch(*args: str) -> tuple[int, float, list[dict]]:
     with open(os.path.join(out, "batch_results.jsonl")) as f:
         records = [json.loads(line) for line in f]
     print(proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else proc.stderr[-500:])
+    print("".join(f"{line}\n" for line in proc.stdout.splitlines() if "regression:" in line),
+          end="")
     return proc.returncode, wall, records
 
 
@@ -106,7 +110,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--work", help="working folder (default: a new temporary one)")
     p.add_argument("--ray", action="store_true", help="also run the batch on local Ray")
+    p.add_argument("--check", action="store_true", help="pass --check to every batch")
     args = p.parse_args()
+    check = ["--check"] if args.check else []
     work = args.work or tempfile.mkdtemp(prefix="bench_batch_")
     manifest = build_zoo(os.path.join(work, "zoo"))
     with open(manifest) as f:
@@ -115,7 +121,7 @@ def main() -> None:
     for label, out, extra in [("jobs 1", "out1", ["--jobs", "1"]),
                               ("jobs 2", "out2", ["--jobs", "2"]),
                               ("jobs 2, resumed", "out2", ["--jobs", "2"])]:
-        code, wall, records = run_batch(manifest, "-o", os.path.join(work, out), *extra)
+        code, wall, records = run_batch(manifest, "-o", os.path.join(work, out), *extra, *check)
         resumed = sum(bool(r.get("resumed")) for r in records)
         rows[label] = wall
         print(f"{label:18s} exit {code}  {wall:6.1f} s  resumed {resumed:2d}  {counts(records)}")
@@ -126,14 +132,17 @@ def main() -> None:
     for r in previous:  # inject a regression: mobilenet_block used to take a tenth of the time
         if r["name"] == "mobilenet_block":
             r["wall_s"] = r["wall_s"] / 10
+            if "latency_ratio" in r:  # ... and to run at half the ratio, in a tenth of the ms
+                r["latency_ratio"] /= 2
+                r["latency_ms"]["tflite"] /= 10
     with open(baseline, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in previous)
     code, wall, _ = run_batch(manifest, "-o", os.path.join(work, "out3"), "--jobs", "2",
-                              "--baseline", baseline)
+                              "--baseline", baseline, *check)
     print(f"{'--baseline':18s} exit {code}  {wall:6.1f} s  (fresh folder; exit 1 expected)")
     if args.ray:
         code, wall, records = run_batch(manifest, "-o", os.path.join(work, "out_ray"),
-                                        "--ray", "local", "--jobs", "2")
+                                        "--ray", "local", "--jobs", "2", *check)
         same = ({r["name"]: r["outcome"] for r in records}
                 == {r["name"]: r["outcome"] for r in previous})
         print(f"{'ray local':18s} exit {code}  {wall:6.1f} s  {counts(records)}  "

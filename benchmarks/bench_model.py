@@ -17,7 +17,6 @@ import argparse
 import itertools
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,37 +26,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-
-def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    inits = {i.name for i in model.graph.initializer}
-    feeds = {}
-    for info in model.graph.input:
-        if info.name in inits:
-            continue
-        t = info.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in t.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
-        if np.issubdtype(dtype, np.floating):
-            feeds[info.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype == np.bool_:
-            feeds[info.name] = rng.integers(0, 2, shape).astype(bool)
-        else:
-            feeds[info.name] = rng.integers(0, 8, shape).astype(dtype)
-    return feeds
-
-
-def interleaved_medians(fns: dict, runs: int) -> dict[str, float]:
-    """Median milliseconds of each callable, run in turn (one warm-up each)."""
-    for fn in fns.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(runs):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+# The same timing as `onnx2tf-alt batch --check`.
+from onnx2tf_alt.batching.latency import interleaved_medians, random_feeds
 
 
 def peer_feeds(runner, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -121,11 +91,15 @@ def bench(path: str, runs: int, peer_dir: str | None = None) -> dict:
             session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
             fns = {"tflite": lambda r=runner: r(**phys),
                    "ort": lambda s=session: s.run(None, feeds)}
-            if peer_path and os.path.exists(peer_path):
-                peer = Interpreter(model_path=peer_path, num_threads=threads)
-                peer_runner = peer.get_signature_runner()
-                peer_in = peer_feeds(peer_runner, feeds)
-                fns["peer"] = lambda r=peer_runner, f=peer_in: r(**f)
+            if peer_path and os.path.exists(peer_path) and "peer_error" not in row:
+                try:  # a peer's file that does not run is reported, not fatal
+                    peer = Interpreter(model_path=peer_path, num_threads=threads)
+                    peer_runner = peer.get_signature_runner()
+                    peer_in = peer_feeds(peer_runner, feeds)
+                    peer_runner(**peer_in)
+                    fns["peer"] = lambda r=peer_runner, f=peer_in: r(**f)
+                except Exception as exc:  # noqa: BLE001 - reported in the row
+                    row["peer_error"] = str(exc).strip().splitlines()[0][:200]
             ms = interleaved_medians(fns, runs)
             row[f"tflite_ms_{threads}t"] = round(ms["tflite"], 3)
             row[f"ort_ms_{threads}t"] = round(ms["ort"], 3)
@@ -133,7 +107,7 @@ def bench(path: str, runs: int, peer_dir: str | None = None) -> dict:
             if "peer" in ms:
                 row[f"peer_ratio_{threads}t"] = round(ms["peer"] / ms["ort"], 2)
                 row[f"ours_vs_peer_{threads}t"] = round(ms["tflite"] / ms["peer"], 2)
-        if peer_path and os.path.exists(peer_path):
+        if peer_path and os.path.exists(peer_path) and "peer_error" not in row:
             peer_ops = Interpreter(model_path=peer_path)._get_ops_details()
             row["peer_transposes"] = sum(op["op_name"] == "TRANSPOSE" for op in peer_ops)
         outputs = runner(**phys)

@@ -53,6 +53,30 @@ def _corner_boxes(boxes):
     return tf.concat([low[..., 1:2], low[..., 0:1], high[..., 1:2], high[..., 0:1]], axis=-1)
 
 
+def _selected_plus_one(boxes, scores, limit, iou, score_threshold):
+    """One (batch, class) run: the selected box indices + 1, with 0 for TFLite's padding.
+
+    onnxruntime takes boxes by decreasing score and, among equal scores, by increasing
+    index; TFLite's NMS orders equal scores its own way. So the boxes are sorted first (TOPK
+    keeps equal scores in index order) and NMS gets their ranks, n down to 1 (0 below the
+    score threshold: never selected), which select exactly what onnxruntime selects. A
+    never-selected box in front stands for TFLite's padding of its fixed-size output with
+    index 0, so that padding maps to 0 here and is dropped the same way in TF.
+    """
+    count = scores.shape[0]
+    if count is None:
+        count = tf.shape(scores)[0]
+        ranks = tf.cast(tf.range(count, 0, -1), tf.float32)
+    else:
+        ranks = tf.constant(np.arange(count, 0, -1, dtype=np.float32))
+    ordered, order = tf.math.top_k(scores, k=count)
+    ranks = tf.where(ordered > score_threshold, ranks, 0.0)
+    ranks = tf.concat([[0.0], ranks], axis=0)
+    ordered_boxes = tf.concat([tf.zeros([1, 4], boxes.dtype), tf.gather(boxes, order)], 0)
+    keep = tf.image.non_max_suppression(ordered_boxes, ranks, limit, iou, 0.5)
+    return tf.gather(tf.concat([[-1], order], axis=0), keep) + 1
+
+
 @handler("NonMaxSuppression", since=10,
          limits="static batch and class counts; TF keeps an IoU one float32 step above "
                 "iou_threshold")
@@ -83,17 +107,13 @@ def non_max_suppression(ctx):
     boxes, scores = ctx.x(0), ctx.x(1)
     if ctx.attr("center_point_box", 0):
         boxes = _corner_boxes(boxes)
-    # A never-selected box 0 in front: TFLite pads its fixed-size NMS output with index 0,
-    # so the padding is told apart from real selections (and dropped) the same way in TF.
-    boxes = tf.unstack(tf.pad(boxes, [[0, 0], [1, 0], [0, 0]]), axis=0)
-    scores = tf.pad(scores, [[0, 0], [0, 0], [1, 0]], constant_values=float("-inf"))
+    boxes = tf.unstack(boxes, axis=0)
     scores = tf.unstack(tf.reshape(scores, [batches * classes, -1]), axis=0)
-    width = boxes_count + 1 if boxes_count is not None else tf.shape(boxes[0])[0]
-    codes = []  # (batch * classes + class) * width + box, one run per (batch, class)
+    width = boxes_count + 1 if boxes_count is not None else tf.shape(boxes[0])[0] + 1
+    codes = []  # (batch * classes + class) * width + box + 1, one run per (batch, class)
     for pair, class_scores in enumerate(scores):
-        keep = tf.image.non_max_suppression(
-            boxes[pair // classes], class_scores, limit, iou, score_threshold
-        )
+        keep = _selected_plus_one(boxes[pair // classes], class_scores, limit, iou,
+                                  score_threshold)
         codes.append(keep + pair * width if pair else keep)
     codes = tf.concat(codes, axis=0) if len(codes) > 1 else codes[0]
     codes = tf.gather(codes, tf.reshape(tf.where(codes % width > 0), [-1]))

@@ -106,6 +106,7 @@ def test_folder_batch_outcomes_and_results(zoo):
         assert os.path.isfile(out / name / f"{name}_float32.tflite")
         assert r["wall_s"] > 0 and r["peak_rss_mb"] > 100  # TF alone takes more
         assert r["sizes"][f"{name}_float32.tflite"] > 0
+        assert "latency_ratio" not in r  # timed only with --check
     assert records["relu"]["tflite_ops"] == {"RELU": 1}
     assert records["add"]["tflite_ops"] == {"ADD": 1}
     # The conv's input and output are kept channel-last: no TRANSPOSE at all.
@@ -168,6 +169,11 @@ def test_manifest_flags_expectations_and_caps(tmp_path):
     assert r["outcome"] == "ok" and "-okv3" in r["flags"] and "-coto" in r["flags"]
     assert os.path.isfile(out / "add" / "add.keras")
     assert r["check"]["passed"] and r["check"]["max_abs_err"] == 0.0
+    # --check also times the float32 .tflite against onnxruntime (values vary: none asserted).
+    assert isinstance(r["latency_ratio"], float) and r["latency_ratio"] > 0, r
+    assert r["latency_ms"]["tflite"] > 0 and r["latency_ms"]["onnxruntime"] > 0
+    assert f"| {r['latency_ratio']:.2f} |" in (out / "batch_summary.md").read_text()
+    assert "TFLite/ORT" in (out / "batch_summary.html").read_text()
     assert (records["bad"]["outcome"], records["bad"]["actual"]) == ("expected-failure",
                                                                      "failed")
     slow, big = records["relu_slow"], records["relu_big"]
@@ -186,6 +192,7 @@ def test_manifest_flags_expectations_and_caps(tmp_path):
     again = onnx2tf_alt.batch(str(manifest), str(out), jobs=2, check=True)
     assert all(r["resumed"] for r in again.results) and again.exit_code == 0
     assert [r["outcome"] for r in again.results] == [r["outcome"] for r in report.results]
+    assert _by_name(again)["add"]["latency_ratio"] == r["latency_ratio"]  # of that run
 
 
 def test_cli_rerun_resumes_and_baseline_regression_exits_1(zoo, tmp_path):
@@ -235,6 +242,18 @@ def test_baseline_regression_kinds():
     # A resumed record's wall time is the old run's: never a slowdown.
     assert regressions([rec("b", wall=16.0, resumed=True)], old, Thresholds()) == []
 
+    def timed(name, ratio, tflite_ms):
+        return rec(name, latency_ratio=ratio, latency_ms={"tflite": tflite_ms})
+
+    old = [timed("g", 1.0, 2.0), timed("h", 1.0, 2.0), timed("i", 1.0, 0.01)]
+    new = [timed("g", 1.3, 2.6), timed("h", 1.2, 2.4), timed("i", 3.0, 0.03)]
+    found = regressions(new, old, Thresholds())
+    # h: 1.2x; i: 3x but 0.02 ms longer (a tiny model's jitter).
+    assert [(r["name"], r["kind"]) for r in found] == [("g", "latency")]
+    assert found[0]["why"] == "TFLite/onnxruntime latency ratio 1.00 -> 1.30"
+    looser = regressions(new, old, Thresholds(latency_ratio=1.1))
+    assert [r["name"] for r in looser] == ["g", "h"]
+
 
 def test_bad_usage_exits_2(tmp_path, capsys, monkeypatch):
     models = tmp_path / "models"
@@ -260,8 +279,9 @@ def test_bad_usage_exits_2(tmp_path, capsys, monkeypatch):
 def test_arguments_split_between_batch_and_conversion():
     mine, theirs = split_arguments(
         ["zoo", "-o", "out", "-ois", "x:1,3,8,8", "--jobs=2", "-oh5", "--force", "-k", "x",
-         "--timeout", "30"])
-    assert mine == ["zoo", "-o", "out", "--jobs=2", "--force", "--timeout", "30"]
+         "--timeout", "30", "--latency_ratio", "1.5"])
+    assert mine == ["zoo", "-o", "out", "--jobs=2", "--force", "--timeout", "30",
+                    "--latency_ratio", "1.5"]
     assert theirs == ["-ois", "x:1,3,8,8", "-oh5", "-k", "x"]
 
 

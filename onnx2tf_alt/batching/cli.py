@@ -16,7 +16,7 @@ import sys
 from onnx2tf_alt.batching.results import RESULTS, SUMMARY_HTML, SUMMARY_MD, outcome_counts
 
 _VALUE = {"-o", "--output_folder_path", "-j", "--jobs", "--timeout", "--memory_limit_mb",
-          "--baseline", "--ray", "--time_ratio", "--error_ratio"}
+          "--baseline", "--ray", "--time_ratio", "--error_ratio", "--latency_ratio"}
 _SWITCH = {"--force", "--check", "-h", "--help"}
 
 
@@ -41,13 +41,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="convert again models an earlier run already converted")
     p.add_argument("--check", action="store_true",
-                   help="check each model against onnxruntime (-coto) and record the verdict")
+                   help="check each model against onnxruntime (-coto), record the verdict and "
+                   "the float32 .tflite's latency over onnxruntime's (1 thread)")
     p.add_argument("--baseline", metavar="PREVIOUS/batch_results.jsonl",
                    help="mark regressions against a previous batch; exit 1 when any")
     p.add_argument("--time_ratio", type=float, default=1.5, help="slower than this many "
                    "times the baseline's wall time (and by > 2 s) is a regression (default 1.5)")
     p.add_argument("--error_ratio", type=float, default=10.0, help="a check error this many "
                    "times the baseline's (and > 1e-5) is a regression (default 10)")
+    p.add_argument("--latency_ratio", type=float, default=1.25, help="a TFLite/onnxruntime "
+                   "latency ratio this many times the baseline's (and the TFLite run > 0.1 ms "
+                   "longer) is a regression (default 1.25)")
     p.add_argument("--ray", metavar="ADDRESS", help="run the conversions as Ray tasks: a "
                    "cluster address, auto (this machine's cluster) or local (start one)")
     return p
@@ -95,8 +99,8 @@ def main(argv: list[str]) -> int:
         report = batch(
             args.source, args.output_folder_path, flags, jobs=args.jobs, timeout=args.timeout,
             memory_limit_mb=args.memory_limit_mb, force=args.force, check=args.check,
-            baseline=args.baseline, thresholds=Thresholds(args.time_ratio,
-                                                          error_ratio=args.error_ratio),
+            baseline=args.baseline, thresholds=Thresholds(
+                args.time_ratio, error_ratio=args.error_ratio, latency_ratio=args.latency_ratio),
             ray=args.ray, progress=True,
         )
     except InputError as exc:

@@ -21,7 +21,7 @@ def make_record(job: Job, child: dict, folder: str, log_path: str, base: dict) -
               "peak_rss_mb": child["peak_rss_mb"], "resumed": False}
     actual = _actual_outcome(child)
     if actual == "ok":
-        record.update(outputs(folder, stem_of(job)))
+        record.update(outputs(folder, stem_of(job)), **(child.get("latency") or {}))
         if record.get("check") and not record["check"]["passed"]:
             actual, record["error_kind"] = "failed", "accuracy check failed"
     elif actual == "failed":

@@ -1,4 +1,4 @@
-"""batch_summary.html: one self-contained page, a sortable table and three bar charts."""
+"""batch_summary.html: one self-contained page, a sortable table and bar charts."""
 
 from __future__ import annotations
 
@@ -9,22 +9,38 @@ from onnx2tf_alt.batching.results import SUMMARY_HTML, outcome_counts, row
 
 _COLORS = {"ok": "#3a3", "expected-failure": "#8a8", "failed": "#d33", "timeout": "#e90",
            "memory": "#a4c", "crashed": "#555"}
-# Click a header to sort by it; numbers sort as numbers, a second click reverses.
+# Click a header to sort by it, a second click reverses. Cells that are numbers sort as
+# numbers, before text; empty cells stay last either way.
 _SORT_JS = """
-document.querySelectorAll('th').forEach((th, i) => th.onclick = () => {
-  const body = th.closest('table').tBodies[0], up = th.dataset.up !== '1';
-  th.dataset.up = up ? '1' : '0';
-  const key = r => { const t = r.cells[i].textContent, n = parseFloat(t);
-                     return isNaN(n) ? t : n; };
-  [...body.rows].sort((a, b) => { const x = key(a), y = key(b);
-    return (x > y ? 1 : x < y ? -1 : 0) * (up ? 1 : -1); }).forEach(r => body.append(r));
+const heads = document.querySelectorAll('th');
+heads.forEach((th, i) => th.onclick = () => {
+  const body = th.closest('table').tBodies[0], dir = th.dataset.up === '1' ? -1 : 1;
+  heads.forEach(h => delete h.dataset.up);
+  th.dataset.up = dir === 1 ? '1' : '0';
+  const key = r => { const t = r.cells[i].textContent.trim(), n = Number(t);
+                     return t === '' ? null : isNaN(n) ? t : n; };
+  const order = (x, y) => {
+    if (x === null || y === null) return (x === null) - (y === null);
+    if (typeof x !== typeof y) return (typeof x === 'number' ? -1 : 1) * dir;
+    return (x > y ? 1 : x < y ? -1 : 0) * dir;
+  };
+  [...body.rows].sort((a, b) => order(key(a), key(b))).forEach(r => body.append(r));
 });
 """
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; } table { border-collapse: collapse; }
-td, th { border: 1px solid #ccc; padding: 3px 8px; text-align: left; }
-th { background: #eee; cursor: pointer; } .charts { display: flex; gap: 3em; flex-wrap: wrap; }
-"""
+td, th { border: 1px solid #ccc; padding: 3px 8px; text-align: left; white-space: nowrap; }
+td.wrap { white-space: normal; min-width: 14em; } h2.bad { color: #d33; }
+th { background: #eee; cursor: pointer; }
+th[data-up='1']::after { content: ' \\25B2'; } th[data-up='0']::after { content: ' \\25BC'; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+.charts { display: flex; gap: 1em 3em; flex-wrap: wrap; margin-bottom: 1.5em; }
+.hint { color: #666; font-size: 90%; }
+""" + "".join(f"td.o-{k} {{ color: {c}; font-weight: bold; }}\n" for k, c in _COLORS.items()
+              if k not in ("ok", "expected-failure"))
+
+# The class of a table column's cells: outcomes coloured, the error text may wrap.
+_CELL_CSS = {"outcome": "o-{outcome}", "error": "wrap"}
 
 
 def write_summary_html(folder: str, records: list[dict], regressions: list[dict],
@@ -45,6 +61,12 @@ def write_summary_html(folder: str, records: list[dict], regressions: list[dict]
         charts.append(_bars("Worst accuracy (max abs error)",
                             [(r["name"], r["check"]["max_abs_err"], "#36c") for r in worst],
                             "{:.2g}"))
+    timed = [r for r in records if isinstance(r.get("latency_ratio"), (int, float))]
+    if timed:
+        charts.append(_bars("Slowest to run (TFLite / onnxruntime)",
+                            [(r["name"], r["latency_ratio"], "#c63")
+                             for r in sorted(timed, key=lambda r: -r["latency_ratio"])[:10]],
+                            "{:.2f}x"))
     text = ", ".join(f"{k} {v}" for k, v in counts.items())
     parts = [
         ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Batch conversion summary"
@@ -67,7 +89,7 @@ def _regressions(regressions: list[dict]) -> str:
         return ""
     items = "".join(f"<li><b>{html.escape(r['name'])}</b>: {html.escape(r['why'])}</li>"
                     for r in regressions)
-    return f"<h2>Regressions</h2><ul>{items}</ul>"
+    return f"<h2 class='bad'>Regressions</h2><ul>{items}</ul>"
 
 
 def _table(records: list[dict]) -> str:
@@ -76,10 +98,23 @@ def _table(records: list[dict]) -> str:
         return ""
     head = "".join(f"<th>{html.escape(k)}</th>" for k in rows[0])
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r.values()) + "</tr>"
-        for r in rows
+        "<tr>" + "".join(_cell(v, _CELL_CSS.get(k, "").format(**record))
+                         for k, v in r.items()) + "</tr>"
+        for record, r in zip(records, rows)
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return ("<p class='hint'>Click a column header to sort by it.</p>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+
+
+def _cell(value, css: str) -> str:
+    text = str(value)
+    try:
+        float(text)
+        css = "n"  # numbers align right
+    except ValueError:
+        pass
+    attribute = f" class='{css}'" if css else ""
+    return f"<td{attribute}>{html.escape(text)}</td>"
 
 
 def _bars(title: str, items: list[tuple[str, float, str]], fmt: str) -> str:

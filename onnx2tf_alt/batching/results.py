@@ -62,14 +62,20 @@ def row(record: dict) -> dict:
         "outcome": record["outcome"] + (" (resumed)" if record.get("resumed") else ""),
         "exit": record.get("exit_code", ""),
         "error": record.get("error_kind", ""),
-        "wall s": record.get("wall_s", ""),
+        "wall s": _fixed(record.get("wall_s"), 1),
         "peak MB": record.get("peak_rss_mb", ""),
         "ops": record.get("op_count", ""),
         "TRANSPOSE": record.get("transposes", ""),
         "tflite KB": _tflite_kb(record),
         "check": "" if not check else ("pass" if check["passed"] else "FAIL")
         + ("" if err is None else f" {err:.2g}"),
+        "TFLite/ORT": _fixed(record.get("latency_ratio"), 2)
+        or ("n/a" if "latency_error" in record else ""),
     }
+
+
+def _fixed(value, digits: int) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, (int, float)) else ""
 
 
 def _tflite_kb(record: dict) -> str:

@@ -35,6 +35,7 @@ from onnx2tf_alt.version import __version__
 STATE = ".batch"  # logs, temporary folders and the lock, inside OUT_ROOT
 DEFAULT_TIMEOUT_S = 3600.0
 _MB_PER_JOB = 2048  # a small CNN's conversion peaks at 0.7-1.5 GB resident
+_MEASURED = ("latency_ratio", "latency_ms", "latency_error")  # by latency.py, after converting
 
 
 @dataclass
@@ -70,10 +71,11 @@ def batch(
     into `output_root/<name>/`, each in a child process running the CLI with `flags` (CLI
     conversion flags), at most `jobs` at a time, stopped after `timeout` seconds or above
     `memory_limit_mb` resident. Models converted before with the same input, flags and
-    converter version (or failed before as expected) are skipped unless `force`. `check` adds -coto. `baseline` (a previous
-    batch_results.jsonl) marks regressions. `ray` (an address, "auto", or "local" for a new
-    local cluster) runs the conversions as Ray tasks. Writes batch_results.jsonl,
-    batch_summary.md and batch_summary.html into `output_root`."""
+    converter version (or failed before as expected) are skipped unless `force`. `check`
+    adds -coto and times each converted float32 .tflite against onnxruntime (latency.py).
+    `baseline` (a previous batch_results.jsonl) marks regressions. `ray` (an address,
+    "auto", or "local" for a new local cluster) runs the conversions as Ray tasks. Writes
+    batch_results.jsonl, batch_summary.md and batch_summary.html into `output_root`."""
     start = time.monotonic()
     models = load_jobs(source)
     root = os.path.abspath(output_root)
@@ -135,7 +137,8 @@ def _plan(job: Job, root: str, flags: list[str], check: bool, timeout, memory) -
     task = Task(job.name, argv, os.path.join(state, "logs", f"{job.name}.log"),
                 os.path.join(state, "tmp", job.name),
                 job.timeout if job.timeout is not None else timeout,
-                job.memory_limit_mb if job.memory_limit_mb is not None else memory)
+                job.memory_limit_mb if job.memory_limit_mb is not None else memory,
+                [job.path, folder, stem_of(job)] if check else None)
     base = {"name": job.name, "path": job.path, "input_sha256": sha256_of(job.path),
             "flags": argv_flags, "converter": __version__, "expect": job.expect,
             "timeout": task.timeout, "memory_limit_mb": task.memory_limit_mb}
@@ -161,6 +164,8 @@ def _resumed(plan: _Plan, before: dict | None) -> dict:
     same = before is not None and before.get("input_sha256") == plan.base["input_sha256"]
     record["wall_s"] = before.get("wall_s") if same else None
     record["peak_rss_mb"] = before.get("peak_rss_mb") if same else None
+    if same:
+        record.update({key: before[key] for key in _MEASURED if key in before})
     actual = "ok"
     if record.get("check") and not record["check"]["passed"]:
         actual, record["error_kind"] = "failed", "accuracy check failed"

@@ -5,10 +5,13 @@ anything it starts form one process group that can be stopped as a whole. The me
 is on resident memory (RSS), polled: an address-space limit (RLIMIT_AS) does not work with
 TensorFlow, which maps about 4x the memory it uses (2.6 GB of address space for a 0.65 GB
 conversion) and dies on import, with an unrelated-looking error, under any useful limit.
+With --check, a second child (latency.py) then times the result, under what is left of the
+caps; the batch parent itself never imports TensorFlow or a runtime.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -37,6 +40,9 @@ class Task:
     tmp_path: str
     timeout: float | None = None
     memory_limit_mb: float | None = None
+    # After a conversion that succeeded: the latency.py arguments MODEL FOLDER STEM (the
+    # batch's --check), run as a second child under what is left of the caps.
+    measure: list | None = None
 
 
 @dataclass
@@ -48,6 +54,7 @@ class ChildResult:
     stopped_for: str | None  # "timeout" or "memory" when we stopped it
     wall_s: float
     peak_rss_mb: float
+    latency: dict | None = None  # latency.py's result, when the task asked for it
 
 
 def run_task(task: Task | dict) -> dict:
@@ -55,14 +62,45 @@ def run_task(task: Task | dict) -> dict:
     task = Task(**task) if isinstance(task, dict) else task
     os.makedirs(os.path.dirname(task.log_path), exist_ok=True)
     os.makedirs(task.tmp_path, exist_ok=True)
+    start = time.monotonic()
+    try:
+        code, peak_kb, stopped_for = _run_child(["onnx2tf_alt", *task.argv], task, start, "wb")
+        wall_s = round(time.monotonic() - start, 3)
+        latency = None
+        if task.measure and code == 0 and stopped_for is None:
+            latency = _measure(task, start)
+    finally:
+        shutil.rmtree(task.tmp_path, ignore_errors=True)
+    return asdict(ChildResult(task.name, code, stopped_for, wall_s, round(peak_kb / 1024, 1),
+                              latency))
+
+
+def _measure(task: Task, start: float) -> dict:
+    """Time the converted model in a child of its own (latency.py), under what is left of
+    the task's caps; its result, or {"latency_error": why}."""
+    out = os.path.join(task.tmp_path, "latency.json")
+    code, _, stopped_for = _run_child(
+        ["onnx2tf_alt.batching.latency", *task.measure, out], task, start, "ab")
+    if stopped_for is not None:
+        return {"latency_error": f"measuring was stopped ({stopped_for} cap)"}
+    try:
+        with open(out) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {"latency_error": f"measuring ended with exit code {code}; see the log"}
+
+
+def _run_child(module_argv: list[str], task: Task, start: float,
+               log_mode: str) -> tuple[int, float, str | None]:
+    """Run `python -m MODULE ARGS...` in a session of its own, its output going to the
+    task's log, until it ends or a cap stops it: (exit code, peak RSS KiB, why stopped)."""
     env = dict(os.environ, TMPDIR=task.tmp_path)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    start = time.monotonic()
-    with _lock, open(task.log_path, "wb") as log:
+    with _lock, open(task.log_path, log_mode) as log:
         if _stopping.is_set():
             raise KeyboardInterrupt
         child = subprocess.Popen(
-            [sys.executable, "-m", "onnx2tf_alt", *task.argv],
+            [sys.executable, "-m", *module_argv],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             env=env, start_new_session=True,
         )
@@ -75,10 +113,7 @@ def run_task(task: Task | dict) -> dict:
         _kill_group(child.pid, signal.SIGKILL)  # anything the child left running
         with _lock:
             _live.discard(child.pid)
-        shutil.rmtree(task.tmp_path, ignore_errors=True)
-    result = ChildResult(task.name, code, stopped_for, round(time.monotonic() - start, 3),
-                         round(peak_kb / 1024, 1))
-    return asdict(result)
+    return code, peak_kb, stopped_for
 
 
 def stop_all() -> None:

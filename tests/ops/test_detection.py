@@ -86,6 +86,18 @@ def test_nms_center_point_box_runtime_thresholds_opset10():
     check_model(model, inputs)
 
 
+def test_nms_equal_scores_are_taken_in_index_order():
+    """onnxruntime takes equal scores by increasing box index (saturated sigmoids and
+    random-weight detectors tie often); TFLite's NMS orders ties its own way unless given
+    distinct ranks. Scores from 4 levels, overlapping boxes, two classes, a threshold."""
+    boxes = corner_boxes(2, 41)
+    scores = (rng.integers(0, 4, (2, 2, 41)) / 3).astype(np.float32)
+    inits = {"limit": np.array([9], np.int64), "iou": scalar(0.4), "score": scalar(0.3)}
+    nodes = [node("NonMaxSuppression", ["boxes", "scores", "limit", "iou", "score"], "a"),
+             node("NonMaxSuppression", ["boxes", "scores", "limit", "iou"], "b")]
+    check_nodes(nodes, {"boxes": boxes, "scores": scores}, inits, opset=11)
+
+
 def test_nms_unbounded_limit_with_runtime_box_count():
     """torchvision's exports: boxes and scores of a run-time length, and max_output_boxes
     INT64_MAX. TFLite sizes and zero-fills its NMS outputs to max_output_size, so the
