@@ -16,6 +16,7 @@ from onnx2tf_alt.errors import ConversionError, NodeFailure
 from onnx2tf_alt.graph import Graph, Node
 from onnx2tf_alt.keras_layers import constant_weights
 from onnx2tf_alt.layout import Plan
+from onnx2tf_alt.options import DEFAULT_OPTIONS, ConversionOptions
 from onnx2tf_alt.perms import Perm
 from onnx2tf_alt.progress import Progress
 from onnx2tf_alt.registry import find_handler
@@ -79,8 +80,10 @@ def _printable(value):
 
 
 class ModelBuilder:
-    def __init__(self, graph: Graph, plan: Plan, progress: Progress | None = None):
+    def __init__(self, graph: Graph, plan: Plan, progress: Progress | None = None,
+                 options: ConversionOptions | None = None):
         self.graph = graph
+        self.options = options or DEFAULT_OPTIONS
         self.plan = plan
         self.progress = progress
         self.values: dict[str, Value] = {
@@ -196,7 +199,7 @@ class ModelBuilder:
         opset = graph.opset_of(node.domain)
         handler = find_handler(node.op_type, node.domain, opset)
         out_perms = [self.plan.perms.get(o, ()) for o in node.outputs]
-        ctx = NodeContext(self, node, graph, wanted, out_perms, opset)
+        ctx = NodeContext(self, node, graph, wanted, out_perms, opset, self.options)
         result = handler.fn(ctx)
         results = list(result) if isinstance(result, (list, tuple)) else [result]
         for name, perm, out in zip(node.outputs, out_perms, results):

@@ -150,8 +150,9 @@ FLAGS: tuple[CompatFlag, ...] = (
     _row("-asms", "--auto_split_max_size", REFUSED, _SPLIT, ONE, (V2,)),
     _row("-asmsm", "--auto_split_max_size_mb", REFUSED, _SPLIT, ONE, (V1,)),
     _row("-asmmb", "--auto_split_max_size_mb", REFUSED, _SPLIT, ONE, (V2,)),
-    _row("-dgc", "--disable_group_convolution", EXPLAINED,
-         "grouped 1-D/2-D convolutions stay one grouped CONV_2D, which TFLite and XNNPACK run"),
+    _row("-dgc", "--disable_group_convolution", IMPLEMENTED,
+         "a grouped Conv becomes SPLIT + one CONV_2D per group + CONCATENATION (for TF.js); "
+         "default: one grouped CONV_2D"),
     _row("-eatfp16", "--enable_accumulation_type_float16", EXPLAINED,
          "the float16 file keeps float32 accumulation (no XNNPACK fp16-accumulation hint)"),
     _row("-ebu", "--enable_batchmatmul_unfold", EXPLAINED,
@@ -181,8 +182,10 @@ FLAGS: tuple[CompatFlag, ...] = (
     _row("-raff32", "--replace_argmax_to_fused_argmax_and_indices_is_float32", EXPLAINED,
          _ARGMAX),
     _row("-fasr", "--fused_argmax_scale_ratio", EXPLAINED, _ARGMAX, ONE),
-    _row("-rtpo", "--replace_to_pseudo_operators", EXPLAINED,
-         "ops keep their exact builtin lowering; no pseudo-operator replacement", ANY),
+    _row("-rtpo", "--replace_to_pseudo_operators", IMPLEMENTED,
+         "GeLU, HardSwish, LeakyReLU, PReLU, Pow lowered to the simplest delegate builtins "
+         "(exact within 1e-4); Erf, Abs, Neg, GatherND, MatMulInteger, Asin, Acos, Atan "
+         "already are"),
     _row("-me", "--mvn_epsilon", EXPLAINED,
          "MeanVarianceNormalization adds 1e-9 to the deviation, as onnxruntime does", ONE),
     _row("-prf", "--param_replacement_file", EXPLAINED,

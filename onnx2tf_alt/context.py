@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from onnx2tf_alt import perms as P
 from onnx2tf_alt.graph import Graph, Node
+from onnx2tf_alt.options import DEFAULT_OPTIONS, ConversionOptions
 from onnx2tf_alt.perms import Perm
 
 
@@ -16,11 +17,14 @@ class NodeContext:
     """Per-node view handed to a handler.
 
     `x(i)` is input i as a TF tensor in `perm(i)`; `const(i)` its value when it is a constant
-    (in ONNX order, untouched). Shapes and dtypes are the logical ONNX ones.
+    (in ONNX order, untouched). Shapes and dtypes are the logical ONNX ones. `options` are
+    the user's lowering choices (onnx2tf_alt/options.py).
     """
 
-    def __init__(self, builder, node: Node, graph: Graph, in_perms, out_perms, opset: int):
+    def __init__(self, builder, node: Node, graph: Graph, in_perms, out_perms, opset: int,
+                 options: ConversionOptions = DEFAULT_OPTIONS):
         self._builder = builder
+        self.options = options
         self.node = node
         self.graph = graph
         self.in_perms: list[Perm | None] = in_perms

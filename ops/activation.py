@@ -1,12 +1,16 @@
 """Activations: layout-agnostic elementwise functions, written in the forms the TFLite
 converter turns into its builtins (RELU, RELU6, LEAKY_RELU, PRELU, ELU, LOGISTIC, TANH,
-HARD_SWISH, GELU)."""
+HARD_SWISH, GELU).
+
+With -rtpo (ctx.options.replaces), HardSwish, LeakyRelu, PRelu and Gelu are instead written
+in forms the converter does not fuse: only ADD, MUL, MAXIMUM, MINIMUM, RELU(6), TANH, DIV,
+which GPU and NNAPI delegates take (`_pseudo_*`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
-from onnx2tf_alt.ops.elementwise import unary, widen
+from onnx2tf_alt.ops.elementwise import erf, unary, widen
 
 from onnx2tf_alt.layout import agnostic
 from onnx2tf_alt.registry import handler
@@ -39,13 +43,30 @@ unary("Sigmoid", tf.sigmoid)
 unary("Tanh", tf.tanh)
 unary("Softplus", softplus)
 unary("Softsign", tf.nn.softsign)
-unary("HardSwish", lambda x: x * tf.nn.relu6(x + 3) * (1 / 6))
 unary("Mish", lambda x: x * tf.tanh(softplus(x)))
+
+
+@handler("HardSwish", layout=agnostic)
+def hard_swish(ctx):
+    x = widen(ctx.x(0))
+    if ctx.options.replaces("HardSwish"):  # (x / 6) first: not matched as HARD_SWISH
+        return (x * (1 / 6)) * tf.nn.relu6(x + 3)
+    return x * tf.nn.relu6(x + 3) * (1 / 6)
+
+
+def _pseudo_leaky_relu(x, alpha: float):
+    """max(x, alpha x) where that is exact (0 <= alpha <= 1), else relu(x) + alpha min(x, 0)."""
+    if 0 <= alpha <= 1:
+        return tf.maximum(x, x * alpha)
+    return tf.nn.relu(x) + tf.minimum(x, tf.zeros_like(x)) * alpha
 
 
 @handler("LeakyRelu", layout=agnostic)
 def leaky_relu(ctx):
-    return tf.nn.leaky_relu(widen(ctx.x(0)), alpha=ctx.attr("alpha", 0.01))
+    x, alpha = widen(ctx.x(0)), ctx.attr("alpha", 0.01)
+    if ctx.options.replaces("LeakyRelu") and x.dtype.is_floating:
+        return _pseudo_leaky_relu(x, alpha)
+    return tf.nn.leaky_relu(x, alpha=alpha)
 
 
 @handler("Elu", layout=agnostic)
@@ -72,17 +93,31 @@ def hard_sigmoid(ctx):
     return tf.minimum(tf.nn.relu(x * ctx.attr("alpha", 0.2) + ctx.attr("beta", 0.5)), 1.0)
 
 
+def _pseudo_gelu(x, approximate: bool):
+    """Gelu by its definition, with erf as the builtin polynomial (elementwise.erf); the
+    tanh form is ordered so that the converter does not match it as GELU."""
+    if approximate:
+        return (tf.tanh((x + x * x * x * 0.044715) * float(np.sqrt(2 / np.pi))) + 1) * (x * 0.5)
+    return (erf(x * float(np.sqrt(0.5))) + 1) * (x * 0.5)
+
+
+def _gelu(ctx, approximate: bool):
+    x = widen(ctx.x(0))
+    if ctx.options.replaces("Gelu"):
+        return _pseudo_gelu(x, approximate)
+    return tf.nn.gelu(x, approximate=approximate)
+
+
 @handler("Gelu", since=1, layout=agnostic)
 def gelu(ctx):
     """Opset 20, and the nodes onnx2tf_alt.fusion makes in models of any opset."""
-    approximate = ctx.attr("approximate", "none") == "tanh"
-    return tf.nn.gelu(widen(ctx.x(0)), approximate=approximate)
+    return _gelu(ctx, ctx.attr("approximate", "none") == "tanh")
 
 
 @handler("Gelu", domain="com.microsoft", layout=agnostic)
 def ms_gelu(ctx):
     """onnxruntime's contrib Gelu (erf form); also what fusion makes below opset 20."""
-    return tf.nn.gelu(widen(ctx.x(0)), approximate=False)
+    return _gelu(ctx, approximate=False)
 
 
 @handler("BiasGelu", domain="com.microsoft", layout=agnostic)
@@ -135,6 +170,8 @@ def prelu(ctx):
         slope = tf.cast(ctx.x(1), x.dtype)
         return relu(x) + slope * tf.minimum(x, tf.zeros_like(x))
     slope = _physical_const(ctx, 1).astype(x.dtype.as_numpy_dtype)
+    if ctx.options.replaces("PRelu"):  # RELU, MINIMUM, MUL, ADD instead of PRELU
+        return tf.nn.relu(x) + tf.minimum(x, tf.zeros_like(x)) * ctx.const_tensor(slope)
     if slope.ndim > 1 and slope.shape[0] == 1:
         slope = slope[0]  # the converter makes PRELU only from a slope without batch axis
     return tf.nn.relu(x) + tf.nn.relu(-x) * ctx.const_tensor(-slope)

@@ -73,9 +73,10 @@ def _conv(ctx, x, w, strides, dilations, padding):
 
 def _grouped(ctx, x, w, groups: int, strides, dilations, padding):
     """Conv with groups: one CONV_2D with grouped filters (O, I / groups) in 1-D and 2-D,
-    which XNNPACK runs faster than SPLIT + a CONV_2D per group + CONCATENATION; 3-D per
-    group (TF's CPU Conv3D is not grouped)."""
-    if len(strides) <= 2:
+    which XNNPACK runs faster than SPLIT + a CONV_2D per group + CONCATENATION; per group
+    in 3-D (TF's CPU Conv3D is not grouped) and with -dgc (for runtimes without grouped
+    convolution, e.g. TF.js)."""
+    if len(strides) <= 2 and not ctx.options.disable_group_convolution:
         return _conv(ctx, x, w, strides, dilations, padding)
     return _per_group(x, w, groups, lambda xi, wi: _conv(ctx, xi, wi, strides, dilations,
                                                         padding))

@@ -319,6 +319,20 @@ def mod(ctx):
 
 
 _POW_SHORTCUTS = {1.0: tf.identity, 2.0: tf.square, 0.5: tf.sqrt, -1.0: tf.math.reciprocal}
+_POW_MUL_LIMIT = 64  # -rtpo: |integer exponents| up to this become MULs (at most 11)
+
+
+def _repeated_mul(x, n: int):
+    """x ** n for an integer 0 < |n| <= _POW_MUL_LIMIT by square-and-multiply with MUL (a
+    DIV more for n < 0): what -rtpo Pow makes instead of POW or SQUARE."""
+    result, square, k = None, x, abs(n)
+    while k:
+        if k & 1:
+            result = square if result is None else result * square
+        k >>= 1
+        if k:
+            square = square * square
+    return result if n > 0 else tf.math.reciprocal(result)
 
 
 @handler(
@@ -330,7 +344,11 @@ def pow_(ctx):
     x = widen(ctx.x(0))
     e = ctx.const(1)
     if x.dtype.is_floating and e is not None and e.size == 1:
-        shortcut = _POW_SHORTCUTS.get(float(e.reshape(-1)[0]))
+        exponent = float(e.reshape(-1)[0])
+        if (ctx.options.replaces("Pow") and exponent.is_integer()
+                and 0 < abs(exponent) <= _POW_MUL_LIMIT):
+            return _repeated_mul(x, int(exponent))
+        shortcut = _POW_SHORTCUTS.get(exponent)
         if shortcut is not None:
             return shortcut(x)
     e = widen(ctx.x(1))
@@ -359,16 +377,37 @@ def is_inf(ctx):
 
 
 # --- casts and pass-through ------------------------------------------------------------------
+# 4-bit integers: TF casts them only from and to their 8-bit counterparts.
+_FOUR_BIT = {"int4": tf.int8, "uint4": tf.uint8}
+
+
 def cast_to(x, dtype: np.dtype):
     """tf.cast; float -> int truncates toward zero, as onnxruntime's static_cast."""
     try:
         target = tf.as_dtype(np.dtype(dtype))
     except TypeError:
         raise NotImplementedError(f"Cast to {dtype} is not supported") from None
+    if x.dtype.name in _FOUR_BIT and target != _FOUR_BIT[x.dtype.name]:
+        x = tf.cast(x, _FOUR_BIT[x.dtype.name])
+    if target.name in _FOUR_BIT and x.dtype != target:
+        return tf.cast(_wrap_to_four_bits(x, target.name == "int4"), target)
     return tf.cast(x, target)
 
 
-@handler("Cast", layout=agnostic, limits="numeric and bool targets; no float8, no strings")
+def _wrap_to_four_bits(x, signed: bool):
+    """x as int8 / uint8 holding its low 4 bits (sign-extended when `signed`), floats first
+    rounded half away from zero: what onnxruntime's Cast to INT4 / UINT4 computes."""
+    if x.dtype.is_floating:
+        x = tf.sign(x) * tf.floor(tf.abs(x) + 0.5)
+    low = tf.bitwise.bitwise_and(tf.cast(x, tf.int32), 15)
+    if signed:
+        return tf.cast(low - 16 * tf.cast(low > 7, tf.int32), tf.int8)
+    return tf.cast(low, tf.uint8)
+
+
+@handler("Cast", layout=agnostic,
+         limits="numeric and bool targets (INT4/UINT4: TF model only, TFLite has no 4-bit "
+                "type); no float8, no strings")
 def cast(ctx):
     target = ctx.out_dtype()
     if target is None:
@@ -383,7 +422,8 @@ def _first_input_only(node, graph, in_perms) -> Decision:
 
 
 @handler("CastLike", layout=_first_input_only,
-         limits="numeric and bool targets; no float8, no strings")
+         limits="numeric and bool targets (INT4/UINT4: TF model only, TFLite has no 4-bit "
+                "type); no float8, no strings")
 def cast_like(ctx):
     return cast_to(ctx.x(0), ctx.dtype(1))
 

@@ -83,22 +83,33 @@ def grouped_conv() -> onnx.ModelProto:
     return make_model(nodes, {"x": x}, ["y"], inits, opset=17, input_shapes={"x": ["N", 6, 9, 7]})
 
 
-@pytest.fixture(scope="module", params=["mobilenet_block", "odd_cnn", "grouped_conv"])
+CONVERSIONS = {  # fixture id -> (model, extra CLI flags)
+    "mobilenet_block": ("mobilenet_block", ()),
+    "odd_cnn": ("odd_cnn", ()),
+    "grouped_conv": ("grouped_conv", ()),
+    # -dgc: one conv per group, for consumers without grouped convolution (TF.js)
+    "grouped_conv_dgc": ("grouped_conv", ("-dgc",)),
+}
+
+
+@pytest.fixture(scope="module", params=list(CONVERSIONS))
 def converted(request, tmp_path_factory):
-    """(onnx model, saved_model folder, ONNX-layout input of batch 3, onnxruntime outputs)."""
+    """(onnx model, saved_model folder, ONNX-layout input of batch 3, onnxruntime outputs,
+    the extra CLI flags of the conversion)."""
     folder = tmp_path_factory.mktemp(request.param)
-    if request.param == "mobilenet_block":
+    source, flags = CONVERSIONS[request.param]
+    if source == "mobilenet_block":
         model, onnx_path = onnx.load(MOBILENET), MOBILENET
     else:
-        model = {"odd_cnn": odd_cnn, "grouped_conv": grouped_conv}[request.param]()
-        onnx_path = folder / f"{request.param}.onnx"
+        model = {"odd_cnn": odd_cnn, "grouped_conv": grouped_conv}[source]()
+        onnx_path = folder / f"{source}.onnx"
         onnx.save(model, onnx_path)
-    code, log = run_cli("-i", onnx_path, "-o", folder / "saved_model", "-n")
+    code, log = run_cli("-i", onnx_path, "-o", folder / "saved_model", "-n", *flags)
     assert code == 0, log
     name = model.graph.input[0].name
     shape = [3] + [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[1:]]
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    return model, folder / "saved_model", x, ort_run(model, {name: x})[0]
+    return model, folder / "saved_model", x, ort_run(model, {name: x})[0], flags
 
 
 def _saved_model_io(folder: Path) -> tuple[dict, dict]:
@@ -158,14 +169,20 @@ main(process.argv.slice(2)).catch((error) => { console.error(error); process.exi
 """
 
 
-def _has_grouped_conv(model: onnx.ModelProto) -> bool:
-    """Whether a Conv has 1 < group < input channels (grouped, not depthwise)."""
+def _conv_groups(model: onnx.ModelProto) -> list[int]:
+    """Per Conv, its group count if 1 < group < input channels (grouped, not depthwise),
+    else 1."""
     weights = {init.name: init.dims for init in model.graph.initializer}
+    groups = []
     for node in model.graph.node:
-        group = next((a.i for a in node.attribute if a.name == "group"), 1)
-        if node.op_type == "Conv" and group > 1 and weights[node.input[1]][1] > 1:
-            return True
-    return False
+        if node.op_type == "Conv":
+            group = next((a.i for a in node.attribute if a.name == "group"), 1)
+            groups.append(group if group > 1 and weights[node.input[1]][1] > 1 else 1)
+    return groups
+
+
+def _has_grouped_conv(model: onnx.ModelProto) -> bool:
+    return max(_conv_groups(model), default=1) > 1
 
 
 def _tfjs_missing() -> str | None:
@@ -192,7 +209,7 @@ def _tfjs_missing() -> str | None:
 
 @pytest.mark.skipif(_tfjs_missing() is not None, reason=str(_tfjs_missing()))
 def test_tfjs_graph_model_matches_onnxruntime(converted, tmp_path):
-    model, saved_model, x, expected = converted
+    model, saved_model, x, expected, flags = converted
     graph_model = tmp_path / "tfjs"
     proc = subprocess.run(
         [
@@ -232,9 +249,9 @@ def test_tfjs_graph_model_matches_onnxruntime(converted, tmp_path):
         text=True,
         check=False,
     )
-    if _has_grouped_conv(model):
-        # TF.js's conv2d has no groups: the filter depth must equal the input depth. Asserted
-        # as the known limit, so that a fix (TF.js's or a grouped-conv split of ours) shows.
+    if _has_grouped_conv(model) and "-dgc" not in flags:
+        # TF.js's conv2d has no groups: the filter depth must equal the input depth, so a
+        # grouped model needs -dgc. Asserted as the known limit, so that a fix in TF.js shows.
         assert proc.returncode != 0 and "must match input depth for filter" in proc.stderr
         return
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -341,6 +358,9 @@ MIL_OPS = {
     "mul": lambda x, y: x * y,
     "real_div": lambda x, y: x / y,
     "concat": lambda values, axis, interleave=False: np.concatenate(values, int(axis)),
+    "split": lambda x, axis, num_splits=None, split_sizes=None: np.split(  # -dgc
+        x, int(num_splits) if split_sizes is None else np.cumsum(split_sizes)[:-1], int(axis)
+    ),
     "reduce_mean": lambda x, axes, keep_dims=False: np.mean(
         x, tuple(axes), keepdims=bool(keep_dims)
     ),
@@ -369,7 +389,10 @@ def _run_mil(function, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
             continue
         assert op.op_type in MIL_OPS, f"MIL op {op.op_type!r} ({op.name}) has no evaluator here"
         args = {k: value(v) for k, v in op.inputs.items()}
-        values[op.outputs[0].name] = np.asarray(MIL_OPS[op.op_type](**args), np.float32)
+        results = MIL_OPS[op.op_type](**args)
+        results = results if isinstance(results, list) else [results]  # split: several
+        for var, result in zip(op.outputs, results, strict=True):
+            values[var.name] = np.asarray(result, np.float32)
     return [values[var.name] for var in function.outputs]
 
 
@@ -380,7 +403,7 @@ def _run_mil(function, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
 def test_coreml_program_matches_onnxruntime(converted, tmp_path):
     import coremltools as ct
 
-    model, saved_model, x, expected = converted
+    model, saved_model, x, expected, flags = converted
     program = ct.convert(
         str(saved_model),
         source="tensorflow",
@@ -388,7 +411,8 @@ def test_coreml_program_matches_onnxruntime(converted, tmp_path):
         compute_precision=ct.precision.FLOAT32,
     )
     main = program.functions["main"]
-    conv_count = sum(node.op_type == "Conv" for node in model.graph.node)
+    # -dgc writes one conv per group of a grouped Conv
+    conv_count = sum(_conv_groups(model)) if "-dgc" in flags else len(_conv_groups(model))
     assert sum(op.op_type == "conv" for op in main.operations) == conv_count
     io_in, io_out = _saved_model_io(saved_model)
     (got,) = _run_mil(main, {io_in["tf_name"]: np.transpose(x, io_in["perm"])})

@@ -1,4 +1,5 @@
-"""The accuracy report as a console table, a JSON file and an HTML page with a plot."""
+"""The accuracy report as a console table, a JSON file and an HTML page with a plot; the
+page also summarizes `<stem>_delegates.json` (export/delegates.py) when it lies beside it."""
 
 from __future__ import annotations
 
@@ -99,8 +100,9 @@ tr.first { background: #ffe0e0; outline: 2px solid #c62828; }
 """
 
 
-def write_html(report: AccuracyReport, path: str) -> None:
-    """A self-contained page: summary, log-scale error plot (SVG), one table per runtime."""
+def write_html(report: AccuracyReport, path: str, delegates: dict | None = None) -> None:
+    """A self-contained page: summary, log-scale error plot (SVG), one table per runtime,
+    and the delegate report's section when `delegates` (its JSON) is given."""
     esc = html.escape
     verdict = "PASSED" if report.passed else "FAILED"
     inputs = ", ".join(
@@ -126,6 +128,8 @@ def write_html(report: AccuracyReport, path: str) -> None:
         parts.append(_svg_plot(report))
         for backend in report.backends.values():
             parts.append(_html_table(backend))
+    if delegates is not None:
+        parts.append(_delegate_section(delegates))
     parts.append("</body></html>")
     with open(path, "w") as f:
         f.write("\n".join(parts))
@@ -242,10 +246,53 @@ def _series(backend: BackendReport, k: int, x, y, top: float) -> list[str]:
     return out
 
 
+DELEGATE_ROWS = 50  # ops listed individually; the rest are counted
+
+
+def _delegate_section(delegates: dict) -> str:
+    """The summary line, ops per type (XNNPACK / GPU) and the ops off either delegate with
+    their ONNX nodes."""
+    esc = html.escape
+    ops = delegates["ops"]
+    counts: dict[str, list[int]] = {}
+    for o in ops:
+        row = counts.setdefault(o["op"], [0, 0, 0])
+        row[0] += 1
+        row[1] += o["delegated"] is True
+        row[2] += bool(o["gpu_issue"])
+    per_type = "".join(f"<tr><td>{esc(op)}</td><td class='num'>{n}</td><td class='num'>{x}</td>"
+                       f"<td class='num'>{g}</td></tr>" for op, (n, x, g) in sorted(counts.items()))
+    off = [o for o in ops if o["delegated"] is False or o["gpu_issue"]]
+    rows = []
+    for o in off[:DELEGATE_ROWS]:
+        nodes = ", ".join(f"{n['name']} ({n['op_type']})" for n in o["onnx_nodes"])
+        xnnpack = "yes" if o["delegated"] else "no"
+        rows.append(f"<tr><td class='num'>{o['index']}</td><td>{esc(o['op'])}</td>"
+                    f"<td>{xnnpack}</td><td>{esc(o['gpu_issue'] or '')}</td>"
+                    f"<td>{esc(nodes)}</td></tr>")
+    more = (f"<p class='note'>... {len(off) - DELEGATE_ROWS} more in the JSON file</p>"
+            if len(off) > DELEGATE_ROWS else "")
+    listing = ""
+    if off:
+        listing = (f"<table><thead><tr><th>#</th><th>op</th><th>XNNPACK</th><th>GPU issue"
+                   f"</th><th>ONNX nodes</th></tr></thead><tbody>{''.join(rows)}</tbody>"
+                   f"</table>{more}")
+    return (f"<h2>Delegates (float32 .tflite)</h2><p>{esc(delegates['summary'])}</p>"
+            "<table><thead><tr><th>op</th><th>count</th><th>on XNNPACK</th>"
+            f"<th>GPU-incompatible</th></tr></thead><tbody>{per_type}</tbody></table>"
+            f"{listing}")
+
+
 def write_reports(report: AccuracyReport, folder: str, stem: str) -> tuple[str, str]:
-    """`<stem>_accuracy_report.json` and `.html` in `folder`; returns both paths."""
+    """`<stem>_accuracy_report.json` and `.html` in `folder`, the page with the section of
+    `<stem>_delegates.json` when that file is in `folder`; returns both paths."""
     json_path = os.path.join(folder, f"{stem}_accuracy_report.json")
     html_path = os.path.join(folder, f"{stem}_accuracy_report.html")
     write_json(report, json_path)
-    write_html(report, html_path)
+    delegates_path = os.path.join(folder, f"{stem}_delegates.json")
+    delegates = None
+    if os.path.isfile(delegates_path):
+        with open(delegates_path) as f:
+            delegates = json.load(f)
+    write_html(report, html_path, delegates)
     return json_path, html_path
