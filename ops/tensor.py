@@ -228,6 +228,28 @@ def _gather_perm(node: Node, graph: Graph, in_perm):
     return tuple(in_perm) if rank == 1 else None
 
 
+def _is_run(indices: np.ndarray) -> bool:
+    """A scalar, or a 1-D run of consecutive indices: a slice (which XNNPACK takes, unlike
+    GATHER; e.g. attention's q, k, v = qkv[0], qkv[1], qkv[2])."""
+    flat = indices.reshape(-1)
+    return indices.ndim <= 1 and flat.size > 0 and bool(
+        (np.diff(flat) == 1).all() and flat[0] >= 0)
+
+
+def _slice_run(ctx, start: int, indices: np.ndarray, axis: int):
+    x = ctx.x(0)
+    begin = [0] * x.shape.rank
+    size = [-1 if d is None else d for d in x.shape.as_list()]  # XNNPACK takes no -1 size
+    begin[axis], size[axis] = start, indices.size
+    y = tf.slice(x, begin, size)
+    if indices.ndim == 1:
+        return y
+    out = ctx.out_phys_shape(0) if ctx.out_shape(0) is not None else None
+    if out is not None and sum(d is None for d in out) <= 1:
+        return tf.reshape(y, [-1 if d is None else int(d) for d in out])
+    return tf.squeeze(y, axis)
+
+
 @handler("Gather", layout=derived(_gather_perm))
 def gather(ctx):
     axis = ctx.attr("axis", 0) % ctx.rank(0)
@@ -235,6 +257,8 @@ def gather(ctx):
     indices = ctx.const(1)
     if indices is not None and (dim is not None or (indices >= 0).all()):
         indices = np.where(indices < 0, indices + (dim or 0), indices).astype(np.int32)
+        if _is_run(indices):
+            return _slice_run(ctx, int(indices.reshape(-1)[0]), indices, phys_axis)
         return tf.gather(ctx.x(0), ctx.const_tensor(indices), axis=phys_axis)
     indices = ctx.x(1)
     size = dim if dim is not None else tf.cast(tf.shape(ctx.x(0))[phys_axis], indices.dtype)

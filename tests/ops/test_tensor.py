@@ -296,6 +296,25 @@ def test_gather_channels_between_convs_has_no_transpose():
     check_between_convs(nodes, {"i": ints(3, 0, -1)}, out_channels=3)
 
 
+def test_gather_of_a_constant_run_is_a_slice():
+    """Scalar indices and runs of consecutive constant indices (attention's q, k, v =
+    qkv[0], qkv[1], qkv[2]) become SLICE, which XNNPACK takes, not GATHER; also with a
+    dynamic batch, where the dropped axis goes through a squeeze."""
+    qkv = data(3, 2, 4, 5, 6)
+    nodes = [node("Gather", ["qkv", f"i{k}"], f"g{k}", axis=axis)
+             for k, axis in enumerate([0, 0, 0, -1, 3, 2])]
+    inits = {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64),
+             "i2": np.array(-1, np.int64), "i3": ints(1, 2, 3), "i4": ints(-5, -4),
+             "i5": ints(2)}
+    outputs = [f"g{k}" for k in range(6)]
+    model = make_model(nodes, {"qkv": qkv}, outputs, inits)
+    census = count_tflite_ops(check_model(model, {"qkv": qkv}).tflite)
+    assert "GATHER" not in census and census["SLICE"] == 6, census
+    dynamic = make_model(nodes, {"qkv": qkv}, outputs, inits,
+                         input_shapes={"qkv": [3, "B", 4, 5, 6]})
+    assert "GATHER" not in count_tflite_ops(check_model(dynamic, {"qkv": qkv}).tflite)
+
+
 def test_gather_embedding():
     """An embedding lookup: run-time indices into a large constant table."""
     nodes = [node("Gather", ["t", "i"], "y", axis=0)]
