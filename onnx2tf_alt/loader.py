@@ -49,6 +49,7 @@ def load_model(
             ) from exc
     if not model.graph.node and not model.graph.output:
         raise InputError(f"{source} holds no ONNX graph (no nodes and no outputs).")
+    _check_has_inputs(model, source)
     _check_opset(model, source, allow_newer_opset)
     try:
         onnx.checker.check_model(model)
@@ -77,6 +78,19 @@ def load_model(
             raise
         # models over 2 GB cannot be checked in memory; the loader already parsed them
     return model
+
+
+def _check_has_inputs(model: onnx.ModelProto, source: str) -> None:
+    """A Keras, TF or TFLite model is called on at least one input; a graph without runtime
+    inputs computes constants, which onnxruntime (or onnx.reference) evaluates directly."""
+    constants = {i.name for i in model.graph.initializer}
+    if all(i.name in constants for i in model.graph.input):
+        outputs = ", ".join(f"'{printable(o.name)}'" for o in model.graph.output)
+        raise InputError(
+            f"{source} has no runtime inputs: its outputs ({outputs}) are constants, and a "
+            "TF / TFLite model needs at least one input. Evaluate it with onnxruntime or "
+            "onnx.reference instead, or give the graph an input."
+        )
 
 
 def _read(path: str, load_external_data: bool) -> onnx.ModelProto:

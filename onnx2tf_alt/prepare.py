@@ -110,6 +110,20 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     `fill_handler_gaps`, on a weight-free copy; the inferred value infos and output types
     are written into `model`."""
     light = weight_free_copy(model)
+    declared = _strip_declared_shapes(light)
+    light = _infer_rounds(light)
+    if _restore_unknown_shapes(light, declared):  # inference continues from those hints
+        light = _infer_rounds(light)
+    _merge_declared_shapes(light, declared)
+    graph = model.graph
+    del graph.value_info[:]
+    graph.value_info.extend(light.graph.value_info)
+    del graph.output[:]
+    graph.output.extend(light.graph.output)
+    return model
+
+
+def _infer_rounds(light: onnx.ModelProto) -> onnx.ModelProto:
     for _ in range(16):  # each round also infers past one more op ONNX does not know
         try:
             light = shape_inference.infer_shapes(light, data_prop=True)
@@ -118,12 +132,73 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
             break
         if not fill_same_shape_gaps(light) + fill_handler_gaps(light):
             break
-    graph = model.graph
-    del graph.value_info[:]
-    graph.value_info.extend(light.graph.value_info)
-    del graph.output[:]
-    graph.output.extend(light.graph.output)
-    return model
+    return light
+
+
+# Declared value_info and output shapes are hints, not truth: exporters and hand edits leave
+# stale ones (e.g. an output declared [1, seqlen] that computes [T, 1, C]). ONNX inference
+# keeps a declared shape it cannot merge with and silently propagates it; onnxruntime warns
+# ("Error merging shape info") and follows the computation. So inference runs without them,
+# and a declared shape only fills what inference leaves unknown.
+
+
+def _strip_declared_shapes(light: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+    """Clear the shapes of `light`'s value infos and outputs; returns copies of the declared
+    ones by value name."""
+    declared = {}
+    for info in [*light.graph.value_info, *light.graph.output]:
+        if info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape"):
+            declared[info.name] = onnx.ValueInfoProto()
+            declared[info.name].CopyFrom(info)
+            info.type.tensor_type.ClearField("shape")
+    return declared
+
+
+def _restore_unknown_shapes(light: onnx.ModelProto,
+                            declared: dict[str, onnx.ValueInfoProto]) -> int:
+    """Put back the declared shapes of values inference left without one; returns how many."""
+    infos = {v.name: v for v in [*light.graph.value_info, *light.graph.output]}
+    restored = 0
+    for name, hint in declared.items():
+        info = infos.get(name)
+        if info is None:
+            light.graph.value_info.append(hint)
+            restored += 1
+        elif not info.type.tensor_type.HasField("shape"):
+            info.type.tensor_type.shape.CopyFrom(hint.type.tensor_type.shape)
+            restored += 1
+    return restored
+
+
+def _merge_declared_shapes(light: onnx.ModelProto,
+                           declared: dict[str, onnx.ValueInfoProto]) -> None:
+    """Fill the dims inference left unknown from the declared shapes; where a declared shape
+    contradicts the inferred one, keep the inferred one and warn (once: the next inference
+    reads the merged shapes)."""
+    infos = {v.name: v for v in [*light.graph.value_info, *light.graph.output]}
+    outputs = {o.name for o in light.graph.output}
+    for name, hint in declared.items():
+        info = infos.get(name)
+        if info is None or not info.type.tensor_type.HasField("shape"):
+            continue
+        dims, hints = info.type.tensor_type.shape.dim, hint.type.tensor_type.shape.dim
+        if len(dims) != len(hints) or any(
+                d.HasField("dim_value") and h.HasField("dim_value") and d.dim_value != h.dim_value
+                for d, h in zip(dims, hints)):
+            log.warning(
+                "declared shape %s of %s '%s' contradicts the computed %s; using the computed "
+                "one", _dims_text(hints), "output" if name in outputs else "value",
+                name, _dims_text(dims))
+            continue
+        for dim, hinted in zip(dims, hints):
+            if not dim.HasField("dim_value") and (hinted.HasField("dim_value")
+                                                  or hinted.HasField("dim_param")):
+                dim.CopyFrom(hinted)
+
+
+def _dims_text(dims) -> str:
+    return "[" + ", ".join(
+        str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?" for d in dims) + "]"
 
 
 def weight_free_copy(model: onnx.ModelProto) -> onnx.ModelProto:

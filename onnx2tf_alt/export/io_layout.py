@@ -18,8 +18,9 @@ def io_layout(result: BuildResult, graph: Graph, onnx_names_in_tflite: bool = Fa
 
     tflite_inputs, tflite_outputs = tflite_keys(result, graph, onnx_names_in_tflite)
 
-    def entry(onnx_name: str, tf_name: str, perm, tflite_name: str) -> dict:
-        shape = graph.shapes.get(onnx_name) or ()
+    def entry(onnx_name: str, tf_name: str, perm, tflite_name: str, output: bool) -> dict:
+        shape = graph.shapes.get(onnx_name)
+        shape = _known_shape(shape, result, tf_name, perm) if output else tuple(shape or ())
         dtype = graph.dtypes.get(onnx_name)
         return {
             "onnx_name": onnx_name,
@@ -34,14 +35,30 @@ def io_layout(result: BuildResult, graph: Graph, onnx_names_in_tflite: bool = Fa
     return {
         "perm_meaning": "physical axis i of the TF/TFLite tensor holds ONNX axis perm[i]",
         "inputs": [
-            entry(n, result.input_names[n], result.input_perms[n], tflite_inputs[n])
+            entry(n, result.input_names[n], result.input_perms[n], tflite_inputs[n], False)
             for n in graph.inputs
         ],
         "outputs": [
-            entry(n, key, result.output_perms[n], tflite_key)
+            entry(n, key, result.output_perms[n], tflite_key, True)
             for n, key, tflite_key in zip(graph.outputs, result.output_keys, tflite_outputs)
         ],
     }
+
+
+def _known_shape(onnx_shape, result: BuildResult, tf_name: str, perm) -> tuple:
+    """The ONNX shape, with the dims inference left unknown taken from the static shape the
+    TF model computes (declared shapes are only hints; see prepare.py)."""
+    shape = tuple(onnx_shape or ())
+    if onnx_shape is not None and None not in shape:
+        return shape
+    outputs = result.model.output
+    tensor = outputs.get(tf_name) if isinstance(outputs, dict) else None
+    if tensor is None or tensor.shape.rank is None or tensor.shape.rank != len(perm):
+        return shape
+    computed = P.logical_shape(tuple(tensor.shape), perm)
+    if onnx_shape is None or len(shape) != len(computed):
+        return tuple(computed)
+    return tuple(c if d is None else d for d, c in zip(shape, computed))
 
 
 def save_io_layout(result: BuildResult, graph: Graph, path: str,

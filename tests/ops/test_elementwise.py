@@ -1,3 +1,4 @@
+import ml_dtypes
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -346,3 +347,28 @@ def test_channel_last_chain_has_no_transpose():
     ]
     _, census = check_nodes(nodes, feeds, consts, outputs=["y"])
     assert "TRANSPOSE" not in census, census
+
+
+
+FOUR_BIT = {"int4": (TensorProto.INT4, TensorProto.INT8),
+            "uint4": (TensorProto.UINT4, TensorProto.UINT8)}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
+def test_cast_to_four_bit_integers_and_back(dtype):
+    """Cast / CastLike to INT4 and UINT4 keep the low 4 bits (floats rounded half away from
+    zero first); 4-bit values cast to 8-bit ints and to float. onnxruntime returns no 4-bit
+    arrays, so each 4-bit value is read through a second Cast. TF only: TFLite has no 4-bit
+    tensor type (its converter refuses them; the node suite excludes them for TFLite too)."""
+    x = np.concatenate([np.arange(-20, 21), [2.5, -2.5, 0.5, -0.5, 7.5, 8.4, -8.5, 15.6]])
+    x = x.astype(dtype).reshape(7, 7)
+    nodes = []
+    for name, (narrow, wide) in FOUR_BIT.items():
+        nodes += [node("Cast", ["x"], f"{name}_q", to=narrow),
+                  node("Cast", [f"{name}_q"], f"{name}_wide", to=wide),
+                  node("Cast", [f"{name}_q"], f"{name}_float", to=TensorProto.FLOAT)]
+    nodes += [node("CastLike", ["x", "like"], "like_q"),
+              node("Cast", ["like_q"], "like_wide", to=TensorProto.INT8)]
+    outputs = [n.output[0] for n in nodes if not n.output[0].endswith("_q")]
+    check_nodes(nodes, {"x": x}, {"like": np.zeros((1,), ml_dtypes.int4)}, opset=21,
+                outputs=outputs, tflite=False)

@@ -407,3 +407,26 @@ def test_conv_expand_tile_reshape_keep_channel_last():
              "s": ints(1, 4, 1, 1), "back": ints(0, 0, 8, 5)}
     _, census = check_nodes(nodes, {"x": data(2, 3, 4, 5)}, inits, outputs=["y"])
     assert no_transpose(census)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_range_of_one_element_tensors_at_run_time(dtype):
+    """Run-time start/limit/delta of shape [1] (onnxruntime and the spec's function bodies
+    pass them): TFLite's RANGE wants scalars."""
+    feeds = {"r0": np.array([1], dtype), "r1": np.array([11], dtype),
+             "r2": np.array([3], dtype)}
+    check_nodes([node("Range", ["r0", "r1", "r2"], "y")], feeds)
+
+
+def test_model_without_inputs_is_refused_clearly():
+    from onnx2tf_alt.api import build
+    from onnx2tf_alt.errors import InputError
+
+    value = helper.make_tensor("v", onnx.TensorProto.FLOAT, [2], [1.0, 2.0])
+    graph = helper.make_graph(
+        [node("Constant", [], "c", value=value)], "constant_only", [],
+        [helper.make_tensor_value_info("c", onnx.TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(InputError, match=r"has no runtime inputs: its outputs \('c'\) are "
+                                         "constants"):
+        build(onnx_graph=model)
