@@ -8,7 +8,15 @@ full-integer files. With --qdq it also quantizes the model with onnxruntime.quan
 (QDQ, per-tensor and per-channel), converts that QDQ model with -oiqt and compares its INT8
 TFLite with onnxruntime running the QDQ model on the held-out photographs.
 
+--flags passes more CLI flags (e.g. a trained model's own -ois/-cind data,
+--calibration_method, --keep_float_auto); --per_channel_only skips the per-tensor run; each
+file's latency at 1 thread (median of --runs
+invocations, ai-edge-litert) is printed beside the float32 file's, with the float nodes the
+INT8 files kept (from the quant report's 'sensitivity').
+
     python benchmarks/bench_quant.py model.onnx [more.onnx ...] [--qdq] [--json out.json]
+    python benchmarks/bench_quant.py det.onnx --per_channel_only \
+        --flags "-ois x:1,3,640,640 -cind x text.npy 0.5 0.5 --keep_float_auto 0.99"
 """
 
 from __future__ import annotations
@@ -16,9 +24,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 import onnx
@@ -45,6 +55,23 @@ def census(content: bytes) -> dict:
     return {"ops": ops, "tensor_dtypes": dtypes}
 
 
+def latency_ms(path: str, runs: int) -> float:
+    """Median time of one invocation at 1 thread, inputs zero (after one warm-up run)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=path, num_threads=1)
+    interpreter.allocate_tensors()
+    for detail in interpreter.get_input_details():
+        interpreter.set_tensor(detail["index"], np.zeros(detail["shape"], detail["dtype"]))
+    interpreter.invoke()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        interpreter.invoke()
+        times.append(time.perf_counter() - start)
+    return round(1000 * float(np.median(times)), 2)
+
+
 def photos(model: onnx.ModelProto) -> tuple[np.ndarray, np.ndarray]:
     """(calibration, held-out) NCHW photographs at the model's input size."""
     from calibration import image_samples
@@ -54,12 +81,13 @@ def photos(model: onnx.ModelProto) -> tuple[np.ndarray, np.ndarray]:
     return (np.transpose(a, (0, 3, 1, 2)).astype(np.float32) for a in (calibration, held))
 
 
-def variants_row(path: str, tmp: str) -> dict:
+def variants_row(path: str, flags: list[str], per_channel_only: bool, runs: int,
+                 tmp: str) -> dict:
     stem = os.path.splitext(os.path.basename(path))[0]
     row = {"model": stem}
-    for quant_type in ("per-channel", "per-tensor"):
+    for quant_type in ("per-channel",) if per_channel_only else ("per-channel", "per-tensor"):
         out = os.path.join(tmp, quant_type)
-        cli(path, out, "-odrqt", "-oiqt", "-qt", quant_type)
+        cli(path, out, "-odrqt", "-oiqt", "-qt", quant_type, *flags)
         with open(os.path.join(out, f"{stem}_quant_report.json")) as f:
             report = json.load(f)
         for entry in report["files"]:
@@ -68,7 +96,23 @@ def variants_row(path: str, tmp: str) -> dict:
                 row[key] = entry.get("error") or entry.get("not_measured")
                 continue
             metrics = next(iter(entry["outputs"].values()))
-            row[key] = {k: round(v, 5) for k, v in metrics.items() if k != "max_abs_error"}
+            row[key] = {k: round(v, 5) for k, v in metrics.items()
+                        if k not in ("max_abs_error", "cosine_per_sample")}
+        if report.get("sensitivity"):
+            sensitivity = report["sensitivity"]
+            row[f"{quant_type}/kept_float_nodes"] = sensitivity["kept_float_nodes"]
+            row[f"{quant_type}/float_ops"] = sensitivity["float_ops"]
+            row[f"{quant_type}/top_offenders"] = [
+                (r["nodes"], r["cosine_gain"]) for r in sensitivity["top_offenders"][:5]]
+        if runs:
+            for entry in [{"file": f"{stem}_float32.tflite"}, *report["files"]]:
+                file = os.path.join(out, entry["file"])
+                if os.path.isfile(file):
+                    key = f"{quant_type}/ms_1_thread/{entry['file'][len(stem) + 1:]}"
+                    try:
+                        row[key] = latency_ms(file, runs)
+                    except RuntimeError as exc:  # a kernel the interpreter lacks
+                        row[key] = str(exc).strip().splitlines()[0]
         if quant_type == "per-channel":
             for suffix in ("full_integer_quant", "full_integer_quant_with_int16_act"):
                 with open(os.path.join(out, f"{stem}_{suffix}.tflite"), "rb") as f:
@@ -134,6 +178,9 @@ def main() -> None:
     parser.add_argument("models", nargs="+")
     parser.add_argument("--qdq", action="store_true")
     parser.add_argument("--json")
+    parser.add_argument("--flags", default="", help="more CLI flags for the per-channel run")
+    parser.add_argument("--per_channel_only", action="store_true")
+    parser.add_argument("--runs", type=int, default=10, help="latency runs per file (0: none)")
     args = parser.parse_args()
     def in_tmp(row_fn, *args):
         with tempfile.TemporaryDirectory() as tmp:
@@ -144,7 +191,8 @@ def main() -> None:
         if args.qdq:
             jobs += [(path, lambda p=path, pc=pc: in_tmp(qdq_row, p, pc)) for pc in (False, True)]
         else:
-            jobs.append((path, lambda p=path: in_tmp(variants_row, p)))
+            jobs.append((path, lambda p=path: in_tmp(
+                variants_row, p, shlex.split(args.flags), args.per_channel_only, args.runs)))
     run_rows(jobs, args.json)
 
 

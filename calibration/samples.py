@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import math
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,9 +49,13 @@ class Samples:
 
 
 def _parse_values(text: str, what: str) -> np.ndarray:
-    """'0.5', '0.485,0.456,0.406' or a (nested) list literal -> 1-D float32 values."""
+    """'0.5', '0.485,0.456,0.406' or a (nested) list literal -> 1-D float32 values. onnx2tf
+    writes per-channel values as a nested list in the input's rank, e.g.
+    [[[[0.485,0.456,0.406]]]] or [[[[0.485]],[[0.456]],[[0.406]]]]; numbers may also be
+    separated by spaces (numpy's printing)."""
+    text = re.sub(r"(?<=[\d.])\s+(?=[-+\d.])", ",", text.strip())
     try:
-        value = ast.literal_eval(text if text.strip().startswith("[") else f"[{text}]")
+        value = ast.literal_eval(text if text.startswith("[") else f"[{text}]")
         return np.asarray(value, np.float32).reshape(-1)
     except (ValueError, SyntaxError, TypeError):
         raise InputError(
@@ -59,11 +64,25 @@ def _parse_values(text: str, what: str) -> np.ndarray:
         ) from None
 
 
+def _rejoin_lists(entry: list[str]) -> list[str]:
+    """A -cind entry whose unquoted list literals the shell split at spaces
+    ('[0.485,', '0.456,', '0.406]') with each list joined back into one item."""
+    joined: list[str] = []
+    depth = 0
+    for token in entry:
+        if depth > 0:
+            joined[-1] += f" {token}"
+        else:
+            joined.append(token)
+        depth += token.count("[") - token.count("]")
+    return joined
+
+
 def parse_custom_data(entries: list[list[str]] | None) -> dict[str, CustomData]:
     """-cind entries (NAME FILE.npy [MEAN STD]) -> {name: CustomData}; files are read now,
     so a bad path fails before the conversion starts."""
     parsed = {}
-    for entry in entries or []:
+    for entry in (_rejoin_lists(list(e)) for e in entries or []):
         if len(entry) not in (2, 4):
             raise InputError(f"-cind takes NAME FILE.npy [MEAN STD], got {list(entry)}.")
         name, path = entry[:2]

@@ -11,6 +11,13 @@ def convert(*args, **kwargs):
     return _convert(*args, **kwargs)
 
 
+def batch(*args, **kwargs):
+    """Convert many models, each in its own process; see `onnx2tf_alt.batching.batch`."""
+    from onnx2tf_alt.batching import batch as _batch
+
+    return _batch(*args, **kwargs)
+
+
 def custom_objects() -> dict:
     """The custom Keras layers converted models may contain, for tf_keras.models.load_model:
 
@@ -22,4 +29,4 @@ def custom_objects() -> dict:
     return {"ConstantWeights": ConstantWeights, "ControlFlow": ControlFlow}
 
 
-__all__ = ["__version__", "check", "convert", "custom_objects"]
+__all__ = ["__version__", "batch", "check", "convert", "custom_objects"]

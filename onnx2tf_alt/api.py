@@ -14,6 +14,7 @@ from onnx2tf_alt.graph import Graph, graph_from_model
 from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.layout import Plan, plan_layouts
 from onnx2tf_alt.loader import load_model
+from onnx2tf_alt.options import DEFAULT_OPTIONS, ConversionOptions, pseudo_operators
 from onnx2tf_alt.prepare import prepare_model
 from onnx2tf_alt.progress import Progress
 from onnx2tf_alt.validate import check_consistency, check_inference
@@ -29,6 +30,7 @@ class Converted:
     graph: Graph
     plan: Plan
     model: onnx.ModelProto
+    options: ConversionOptions = DEFAULT_OPTIONS
     _tflite_result: object = None
 
     def rebuild(self, model: onnx.ModelProto) -> Converted:
@@ -38,7 +40,7 @@ class Converted:
             if len(perm) >= 3:
                 (keep if P.is_identity(perm) else force).append(name)
         return build(onnx_graph=model, keep_ncw_or_nchw_or_ncdhw_input_names=keep,
-                     keep_nwc_or_nhwc_or_ndhwc_input_names=force)
+                     keep_nwc_or_nhwc_or_ndhwc_input_names=force, options=self.options)
 
     def tflite_result(self):
         """The BuildResult the .tflite files are converted from: `result` itself, or for a
@@ -74,12 +76,18 @@ def build(
     keep_nwc_or_nhwc_or_ndhwc_input_names: list[str] | None = None,
     show_progress: bool = False,
     allow_newer_opset: bool = False,
+    input_names_to_interrupt_model_conversion: list[str] | None = None,
+    output_names_to_interrupt_model_conversion: list[str] | None = None,
+    options: ConversionOptions | None = None,
 ) -> Converted:
-    """Load, prepare, plan and build the Keras model without writing any file."""
+    """Load, prepare, plan and build the Keras model without writing any file; `options`
+    are the lowering choices the handlers read (onnx2tf_alt/options.py)."""
     model = load_model(input_onnx_file_path, onnx_graph, allow_newer_opset)
     return build_loaded(
         model, batch_size, overwrite_input_shape, keep_ncw_or_nchw_or_ncdhw_input_names,
         keep_nwc_or_nhwc_or_ndhwc_input_names, show_progress,
+        input_names_to_interrupt_model_conversion, output_names_to_interrupt_model_conversion,
+        options,
     )
 
 
@@ -95,14 +103,24 @@ def build_loaded(
     keep_ncw_or_nchw_or_ncdhw_input_names: list[str] | None = None,
     keep_nwc_or_nhwc_or_ndhwc_input_names: list[str] | None = None,
     show_progress: bool = False,
+    input_names_to_interrupt_model_conversion: list[str] | None = None,
+    output_names_to_interrupt_model_conversion: list[str] | None = None,
+    options: ConversionOptions | None = None,
 ) -> Converted:
-    """`build` for a model `load_model` returned (which this takes over and modifies)."""
+    """`build` for a model `load_model` returned (which this takes over and modifies).
+    With -inimc / -onimc names, only the prepared graph's part between those tensors is
+    converted (subgraph.py)."""
     from onnx2tf_alt.builder import ModelBuilder
     from onnx2tf_alt.registry import find_handler
+    from onnx2tf_alt.subgraph import extract_subgraph
 
     _check_batch_size(batch_size)
+    options = options or DEFAULT_OPTIONS
     check_inference(model)
     model = prepare_model(model, batch_size, overwrite_input_shape)
+    if input_names_to_interrupt_model_conversion or output_names_to_interrupt_model_conversion:
+        model = extract_subgraph(model, input_names_to_interrupt_model_conversion,
+                                 output_names_to_interrupt_model_conversion)
     graph = graph_from_model(model)
     check_consistency(graph)
     for flag, names in (
@@ -132,11 +150,11 @@ def build_loaded(
     )
     progress = Progress(len(graph.nodes), enabled=show_progress)
     try:
-        result = ModelBuilder(graph, plan, progress).build()
+        result = ModelBuilder(graph, plan, progress, options).build()
     except ConversionError as error:
         error.prepared_model = model
         raise
-    return Converted(result=result, graph=graph, plan=plan, model=model)
+    return Converted(result=result, graph=graph, plan=plan, model=model, options=options)
 
 
 def _stem(input_onnx_file_path: str | None) -> str:
@@ -152,12 +170,17 @@ def write_outputs(
     output_h5: bool,
     output_keras_v3: bool,
     output_tflite: bool = True,
+    onnx_names_in_tflite: bool = False,
+    builtin_only: bool = False,
 ) -> list[str]:
-    """Write every requested format into `folder` (expected to be empty). Returns file names."""
+    """Write every requested format into `folder` (expected to be empty). Returns file names.
+    `onnx_names_in_tflite` is what <stem>_io_layout.json records of the .tflite names (the
+    caller renames the files, -coion); `builtin_only`: see check_builtin_only."""
+    from onnx2tf_alt.export.delegates import write_delegate_report
     from onnx2tf_alt.export.io_layout import save_io_layout
     from onnx2tf_alt.export.keras_files import save_h5, save_keras_v3
     from onnx2tf_alt.export.saved_model import save_saved_model
-    from onnx2tf_alt.export.tflite import tflite_bytes
+    from onnx2tf_alt.export.tflite import check_builtin_only, tflite_bytes
 
     result = converted.result
     save_saved_model(result, folder)
@@ -166,9 +189,12 @@ def write_outputs(
         for suffix, float16 in (("float32", False), ("float16", True)):
             checkpoint()
             name = f"{stem}_{suffix}.tflite"
+            content = tflite_bytes(converted.tflite_result(), float16=float16)
+            check_builtin_only(content, name, converted, builtin_only)
             with open(os.path.join(folder, name), "wb") as f:
-                f.write(tflite_bytes(converted.tflite_result(), float16=float16))
+                f.write(content)
             written.append(name)
+        written.append(write_delegate_report(converted, folder, stem))
     checkpoint()
     if output_h5:
         save_h5(result, os.path.join(folder, f"{stem}.h5"))
@@ -176,7 +202,8 @@ def write_outputs(
     if output_keras_v3:
         save_keras_v3(result, os.path.join(folder, f"{stem}.keras"))
         written.append(f"{stem}.keras")
-    save_io_layout(result, converted.graph, os.path.join(folder, f"{stem}_io_layout.json"))
+    save_io_layout(result, converted.graph, os.path.join(folder, f"{stem}_io_layout.json"),
+                   onnx_names_in_tflite)
     written.append(f"{stem}_io_layout.json")
     return written
 
@@ -220,6 +247,14 @@ def convert(
     quant_norm_std: list[float] | None = None,
     allow_newer_opset: bool = False,
     calibration_method: str = "tf",
+    keep_float: list[str] | None = None,
+    keep_float_auto: float | None = None,
+    copy_onnx_input_output_names_to_tflite: bool = False,
+    input_names_to_interrupt_model_conversion: list[str] | None = None,
+    output_names_to_interrupt_model_conversion: list[str] | None = None,
+    builtin_only: bool = False,
+    disable_group_convolution: bool = False,
+    replace_to_pseudo_operators: list[str] | None = None,
     command_line: list[str] | None = None,
 ):
     """Convert an ONNX model (path or ModelProto) and write its outputs; returns the Keras model.
@@ -233,7 +268,9 @@ def convert(
     manifest (the CLI passes its argv; Python calls record their keyword arguments).
     `allow_newer_opset` converts an opset newer than the installed onnx knows.
     `calibration_method` ("tf", "minmax", "percentile", "entropy") picks where the INT8
-    files' activation ranges come from (export/calibrate.py).
+    files' activation ranges come from (export/calibrate.py). `keep_float` (ONNX node
+    names) and `keep_float_auto` (a target cosine) leave nodes of the INT8 files in float
+    (export/sensitivity.py).
     `output_signaturedefs` is accepted for onnx2tf compatibility: the saved_model and the
     .tflite files always carry a `serving_default` signature.
 
@@ -251,6 +288,18 @@ def convert(
     `quant_norm_mean` / `quant_norm_std`) and -cind entries `[name, file.npy(, mean,
     std)]` (N samples along axis 0) for the others; a float model input with neither fails
     with an InputError before anything is written. QDQ models need no calibration data.
+    `output_integer_quantized_tflite` writes the dynamic range file too, as onnx2tf does.
+
+    `copy_onnx_input_output_names_to_tflite` (-coion) gives every written .tflite's input and
+    output tensors and signature keys the ONNX names (export/tflite_names.py; the check and
+    the quantization report run before the renaming, which changes names only).
+    `input_names_to_interrupt_model_conversion` / `output_names_to_interrupt_model_conversion`
+    (-inimc / -onimc) convert only the part of the graph between those tensors.
+    `builtin_only` makes a model that needs Select TF ops (the Flex delegate) a
+    ConversionError naming the ONNX nodes responsible; otherwise a warning names them.
+    `disable_group_convolution` (-dgc) splits grouped convolutions into one per group;
+    `replace_to_pseudo_operators` (-rtpo, onnx2tf's op names) picks ops lowered to the
+    simplest builtins GPU/NNAPI delegates take (onnx2tf_alt/options.py).
     """
     call = {k: v for k, v in locals().items() if k not in ("onnx_graph", "command_line")}
     del output_signaturedefs  # always on
@@ -264,16 +313,21 @@ def convert(
 
     configure_logging("error" if non_verbose else verbosity)
     _check_batch_size(batch_size)
+    options = ConversionOptions(disable_group_convolution,
+                                pseudo_operators(replace_to_pseudo_operators))
     stem = _stem(input_onnx_file_path)
     sources = []
     if onnx_graph is None and input_onnx_file_path is not None:
         sources = [os.path.abspath(input_onnx_file_path),
                    *external_data_paths(input_onnx_file_path)]
     check = check_onnx_tf_outputs_elementwise_close or check_onnx_tf_outputs_elementwise_close_full
+    # -oiqt also writes the dynamic range file, as onnx2tf does: the plan of file names and
+    # the writer both take it from here
+    dynamic_range = output_dynamic_range_quantized_tflite or output_integer_quantized_tflite
     folder = OutputFolder(output_folder_path, protected=sources)
     folder.check_usable()
     folder.check_claims(planned_outputs(
-        stem, output_h5, output_keras_v3, output_tflite, output_dynamic_range_quantized_tflite,
+        stem, output_h5, output_keras_v3, output_tflite, dynamic_range,
         output_integer_quantized_tflite, check,
     ))
     command = list(command_line) if command_line is not None else ["onnx2tf_alt.convert", call]
@@ -283,8 +337,9 @@ def convert(
     from onnx2tf_alt.export.quantize import QuantOptions, plan_quantization, write_quantized
 
     quant_options = QuantOptions(
-        output_dynamic_range_quantized_tflite, output_integer_quantized_tflite, quant_type,
-        input_quant_dtype, output_quant_dtype, calibration_method,
+        dynamic_range, output_integer_quantized_tflite, quant_type,
+        input_quant_dtype, output_quant_dtype, calibration_method, list(keep_float or []),
+        keep_float_auto, check_onnx_tf_outputs_elementwise_close_full,
     )
     try:
         converted = build_loaded(
@@ -294,6 +349,9 @@ def convert(
             keep_ncw_or_nchw_or_ncdhw_input_names=keep_ncw_or_nchw_or_ncdhw_input_names,
             keep_nwc_or_nhwc_or_ndhwc_input_names=keep_nwc_or_nhwc_or_ndhwc_input_names,
             show_progress=not non_verbose,
+            input_names_to_interrupt_model_conversion=input_names_to_interrupt_model_conversion,
+            output_names_to_interrupt_model_conversion=output_names_to_interrupt_model_conversion,
+            options=options,
         )
     except ConversionError as error:
         from onnx2tf_alt.check.repro import report_failures
@@ -310,12 +368,18 @@ def convert(
     model = converted.result.model
     model.onnx2tf_alt_report = None
     with folder.staging() as stage:
-        written = write_outputs(converted, stage, stem, output_h5, output_keras_v3, output_tflite)
+        written = write_outputs(converted, stage, stem, output_h5, output_keras_v3, output_tflite,
+                                copy_onnx_input_output_names_to_tflite, builtin_only)
         if quant_plan is not None:
-            written += write_quantized(
+            quantized = write_quantized(
                 converted, stage, stem, quant_plan, _float32_tflite(converted, stage, stem),
                 print_table=not non_verbose,
             )
+            written += quantized
+            from onnx2tf_alt.export.tflite import check_builtin_only_files
+
+            check_builtin_only_files([os.path.join(stage, n) for n in quantized
+                                      if n.endswith(".tflite")], converted, builtin_only)
         if check:
             from onnx2tf_alt.check.run import check_and_report
 
@@ -330,6 +394,12 @@ def convert(
                 print_table=not non_verbose,
                 quant_plan=quant_plan,
             )
+        if copy_onnx_input_output_names_to_tflite:
+            from onnx2tf_alt.export.tflite_names import copy_onnx_names_in_files
+
+            copy_onnx_names_in_files([os.path.join(stage, n) for n in written
+                                      if n.endswith(".tflite")], converted.result,
+                                     converted.graph)
         folder.publish(stage, Manifest.for_conversion(stem, sources, command))
     log.info("wrote %s to %s", ", ".join(written), folder.path)
     return model

@@ -342,7 +342,8 @@ def test_qdq_model_quantizes_with_its_own_ranges(per_channel, tmp_path):
     with open(os.path.join(out, "qdq_quant_report.json")) as f:
         report = json.load(f)
     assert report["qdq"] and report["calibration_samples"] == 0
-    assert [f["variant"] for f in report["files"]] == ["integer_quant", "full_integer_quant"]
+    assert [f["variant"] for f in report["files"]] == [
+        "dynamic_range_quant", "integer_quant", "full_integer_quant"]
     session = ort.InferenceSession(qdq_path, providers=["CPUExecutionProvider"])
     samples = held_out_images()
     expected = [session.run(None, s)[0] for s in samples]
@@ -375,7 +376,7 @@ def test_checker_compares_quantized_files_dequantized(full, tmp_path):
     )
     report = model.onnx2tf_alt_report
     quantized = {k: b for k, b in report.backends.items() if k.startswith("tflite:")}
-    assert sorted(quantized) == sorted(f"tflite:{v}" for v in ALL_VARIANTS[1:])
+    assert sorted(quantized) == sorted(f"tflite:{v}" for v in ALL_VARIANTS)  # -oiqt: all
     for name, backend in quantized.items():
         assert not backend.error, (name, backend.error)
         assert backend.criterion == "cosine >= 0.98"
@@ -386,6 +387,12 @@ def test_checker_compares_quantized_files_dequantized(full, tmp_path):
     with open(os.path.join(out, "cnn_accuracy_report.json")) as f:
         saved = json.load(f)
     assert set(saved["backends"]) == {"tf", "tflite", *quantized}
+    with open(os.path.join(out, "cnn_quant_report.json")) as f:
+        sensitivity = json.load(f).get("sensitivity")
+    if full:  # -cotof also ranks the INT8 files' nodes; nothing is kept in float for it
+        assert sensitivity["top_offenders"] and sensitivity["kept_float_nodes"] == []
+    else:
+        assert sensitivity is None
 
 
 def test_per_tensor_writes_the_int16_files_per_channel(tmp_path):
@@ -398,7 +405,7 @@ def test_per_tensor_writes_the_int16_files_per_channel(tmp_path):
             output_integer_quantized_tflite=True, quant_type="per-tensor")
     with open(os.path.join(out, "cnn_quant_report.json")) as f:
         report = json.load(f)
-    assert [f.get("error") for f in report["files"]] == [None] * 4, report["files"]
+    assert [f.get("error") for f in report["files"]] == [None] * 5, report["files"]
     assert any("per-channel weights" in note for note in report["notes"]), report["notes"]
     int16 = read(out, "cnn_full_integer_quant_with_int16_act.tflite")
     assert "DEPTHWISE_CONV_2D" in count_tflite_ops(int16)
@@ -477,7 +484,7 @@ def test_clipping_calibrators_narrow_the_min_max_ranges():
 def test_calibration_method_quantizes_with_onnxruntime_ranges(method, cnn, tmp_path):
     _, out, report = quantize_small_cnn(tmp_path, calibration_method=method)
     assert report["calibration_method"] == method and not report["qdq"]
-    assert [f["variant"] for f in report["files"]] == list(ALL_VARIANTS[1:])
+    assert [f["variant"] for f in report["files"]] == list(ALL_VARIANTS)
     samples = held_out_images()
     reference = run_tflite(read(cnn["out"], "cnn_float32.tflite"), cnn["converted"], samples)
     for variant in ("integer_quant", "full_integer_quant"):
@@ -500,3 +507,120 @@ def test_unknown_calibration_method_is_refused(tmp_path):
                 non_verbose=True, output_integer_quantized_tflite=True,
                 calibration_method="magic")
     assert not os.path.exists(tmp_path / "out")
+
+
+# --- mixed precision: --keep_float, --keep_float_auto, the sensitivity ranking ----------------
+
+
+def _op_dtypes(content: bytes, op_name: str) -> list[list[str]]:
+    """Input dtypes of every `op_name` op of a .tflite."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=content)
+    tensors = {t["index"]: np.dtype(t["dtype"]).name for t in interpreter.get_tensor_details()}
+    return [[tensors[i] for i in op["inputs"] if i >= 0]
+            for op in interpreter._get_ops_details() if op["op_name"] == op_name]
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """small_cnn with its depthwise conv (unnamed: named by its output 'c3') kept in float."""
+    _, out, report = quantize_small_cnn(tmp_path_factory.mktemp("mixed"), keep_float=["c3"])
+    return out, report
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """small_cnn with --keep_float_auto and a target few of its INT8 files reach."""
+    _, out, report = quantize_small_cnn(tmp_path_factory.mktemp("searched"),
+                                        keep_float_auto=0.99999)
+    return out, report
+
+
+def _producer(converted, value: str) -> str:
+    return next(n.name for n in converted.graph.nodes if value in n.outputs)
+
+
+def test_keep_float_leaves_the_named_node_in_float(mixed, cnn):
+    out, report = mixed
+    assert report["sensitivity"]["kept_float_nodes"] == [_producer(cnn["converted"], "c3")]
+    for variant in ("integer_quant", "full_integer_quant"):
+        content = read(out, f"cnn_{variant}.tflite")
+        assert _op_dtypes(content, "DEPTHWISE_CONV_2D") == [["float32"] * 3], variant
+        assert "DEQUANTIZE" in count_tflite_ops(content), variant
+    # the INT8 file without --keep_float quantizes the same op
+    assert _op_dtypes(read(cnn["out"], "cnn_integer_quant.tflite"), "DEPTHWISE_CONV_2D") == [
+        ["int8", "int8", "int32"]]
+    samples = held_out_images()
+    reference = run_tflite(read(cnn["out"], "cnn_float32.tflite"), cnn["converted"], samples)
+    for entry in report["files"]:
+        actual = run_tflite(read(out, entry["file"]), cnn["converted"], samples)
+        cosines = [cosine(a["logits"], r["logits"]) for a, r in zip(actual, reference)]
+        assert min(cosines) >= 0.98, (entry["file"], cosines)
+        assert entry["outputs"]["logits"]["cosine"] == pytest.approx(np.mean(cosines))
+
+
+def test_keep_float_auto_writes_the_file_it_measured(searched, cnn):
+    """The search re-quantizes with each further node kept in float, keeping only steps
+    that gain; its last step is the written integer_quant file, measured on the held-out
+    samples."""
+    from onnx2tf_alt.export.sensitivity import SEARCH_SAMPLES
+
+    out, report = searched
+    sensitivity = report["sensitivity"]
+    search = sensitivity["search"]
+    cosines = [step["cosine"] for step in search]
+    assert len(search) >= 2 and cosines == sorted(cosines), search
+    assert search[0]["cosine"] == sensitivity["cosine_int8"] < 0.99999
+    assert sensitivity["target_reached"] == (cosines[-1] >= 0.99999)
+    gains = [r["cosine_gain"] for r in sensitivity["top_offenders"]]
+    assert gains == sorted(gains, reverse=True) and gains[0] > 0, gains
+    keys = {n.name for n in cnn["converted"].graph.nodes}
+    assert all(r["nodes"] and set(r["nodes"]) <= keys for r in sensitivity["top_offenders"])
+    added = {n for step in search[1:] for n in step["added"]}
+    assert set(sensitivity["kept_float_nodes"]) == added
+    feeds = held_out_images()[:SEARCH_SAMPLES]
+    reference = run_tflite(read(cnn["out"], "cnn_float32.tflite"), cnn["converted"], feeds)
+    actual = run_tflite(read(out, "cnn_integer_quant.tflite"), cnn["converted"], feeds)
+    measured = compare_outputs(reference, actual)["logits"]["cosine"]
+    assert measured == pytest.approx(search[-1]["cosine"], abs=1e-6)
+    held_out = next(f for f in report["files"] if f["variant"] == "integer_quant")
+    assert held_out["outputs"]["logits"]["cosine"] == pytest.approx(measured)
+
+
+def test_unknown_keep_float_node_is_refused(tmp_path):
+    path = str(tmp_path / "cnn.onnx")
+    onnx.save(small_cnn(), path)
+    with pytest.raises(InputError, match="--keep_float names node"):
+        convert(input_onnx_file_path=path, output_folder_path=str(tmp_path / "out"),
+                non_verbose=True, output_integer_quantized_tflite=True, keep_float=["nope"])
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_cind_takes_onnx2tf_nested_per_channel_lists(tmp_path, cnn):
+    """MEAN / STD as onnx2tf writes them (nested in the input's rank, NHWC-like or NCHW-like),
+    also split by the shell at spaces, normalize each channel of an NCHW input."""
+    rng = np.random.default_rng(4)
+    pixels = rng.random((3, 1, 3, SIZE, SIZE)).astype(np.float32)
+    np.save(tmp_path / "x.npy", pixels)
+    mean, std = np.float32([0.485, 0.456, 0.406]), np.float32([0.229, 0.224, 0.225])
+    expected = (pixels.reshape(3, 3, SIZE, SIZE) - mean[:, None, None]) / std[:, None, None]
+    entries = [
+        ["x", str(tmp_path / "x.npy"), "[[[[0.485,0.456,0.406]]]]", "[[[[0.229,0.224,0.225]]]]"],
+        ["x", str(tmp_path / "x.npy"), "[[[[0.485]],[[0.456]],[[0.406]]]]",
+         "[[[[0.229]],[[0.224]],[[0.225]]]]"],
+        ["x", str(tmp_path / "x.npy"), "[[[[0.485,", "0.456,", "0.406]]]]", "[0.229", "0.224",
+         "0.225]"],
+    ]
+    for entry in entries:
+        parsed = parse_custom_data([entry])
+        assert parsed["x"].mean.tolist() == pytest.approx(mean.tolist()), entry
+        assert parsed["x"].std.tolist() == pytest.approx(std.tolist()), entry
+        samples = plan_samples(cnn["converted"].graph, parsed)
+        got = np.concatenate([s["x"] for s in samples.calibration + samples.held_out])
+        for row in got:  # each sample is one of the normalized pixels
+            assert min(np.abs(row - e).max() for e in expected) < 1e-5
+        # held out: never one of the calibration samples
+        assert len(samples.held_out) == 1 and len(samples.calibration) == 2
+        assert all(not np.array_equal(samples.held_out[0]["x"], c["x"])
+                   for c in samples.calibration)

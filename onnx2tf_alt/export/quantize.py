@@ -48,6 +48,9 @@ class QuantOptions:
     input_quant_dtype: str = "int8"
     output_quant_dtype: str = "int8"
     calibration_method: str = DEFAULT_METHOD
+    keep_float: list[str] = field(default_factory=list)  # ONNX nodes the INT8 files keep float
+    keep_float_auto: float | None = None  # target output cosine of the INT8 files
+    sensitivity: bool = False  # rank the INT8 files' ops (-cotof) even without a target
 
     @property
     def any(self) -> bool:
@@ -147,10 +150,41 @@ def _physical(converted, sample: dict[str, np.ndarray]) -> dict[str, np.ndarray]
             for n in converted.graph.inputs}
 
 
+def two_step(variant: Variant, calibration: list) -> bool:
+    """Whether `variant` is calibrated once and then quantized by the MLIR quantizer with
+    a denylist (export/sensitivity.py): the 8-bit files of float models."""
+    return variant.calibrated and bool(calibration) and INT16_OPS not in variant.supported_ops
+
+
+def calibrated_tflite(converted, options: QuantOptions,
+                      calibration: list[dict[str, np.ndarray]]) -> tuple[bytes, bool]:
+    """(calibrated float flatbuffer, whether it needed Select TF ops) for the INT8 files."""
+    calibrate = Variant(INTEGER_SUFFIXES[0], (tf.lite.OpsSet.TFLITE_BUILTINS,))
+    flex = []
+    content = quantized_tflite(converted, calibrate, options, calibration,
+                               calibrate_only=True, used_select_ops=flex)
+    return content, bool(flex)
+
+
 def quantized_tflite(converted, variant: Variant, options: QuantOptions,
-                     calibration: list[dict[str, np.ndarray]]) -> bytes:
+                     calibration: list[dict[str, np.ndarray]], calibrated: bytes | None = None,
+                     keep_nodes: list[str] | None = None, calibrate_only: bool = False,
+                     used_select_ops: list | None = None) -> bytes:
     """One quantized flatbuffer; `calibration` feeds (ONNX layout) for calibrated variants
-    of float models, empty for QDQ models and dynamic range quantization."""
+    of float models, empty for QDQ models and dynamic range quantization. The 8-bit files of
+    float models (`two_step`) are the MLIR quantizer's on `calibrated` (made here when
+    None), with the ONNX nodes `keep_nodes` (default: --keep_float) left in float."""
+    if not calibrate_only and two_step(variant, calibration):
+        if calibrated is None:
+            calibrated, flex = calibrated_tflite(converted, options, calibration)
+            if flex and variant.io_dtypes:
+                raise ValueError("integer-only files cannot fall back to Select TF ops")
+        from onnx2tf_alt.export.sensitivity import denylist, op_infos, quantize_calibrated
+
+        nodes = set(options.keep_float if keep_nodes is None else keep_nodes)
+        float_ops = denylist(op_infos(calibrated, converted), nodes) if nodes else []
+        return quantize_calibrated(calibrated, options.quant_type == "per-tensor",
+                                   variant.io_dtypes, float_ops)
     concrete = serving_function(converted.result).get_concrete_function()
 
     def make(select_tf_ops: bool) -> tf.lite.TFLiteConverter:
@@ -171,6 +205,7 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
             conv.representative_dataset = lambda: (_physical(converted, s) for s in calibration)
         if variant.io_dtypes:
             conv.inference_input_type, conv.inference_output_type = variant.io_dtypes
+        conv._experimental_calibrate_only = calibrate_only
         return conv
 
     with warnings.catch_warnings():  # TF's calibrator still runs the deprecated tf.lite one
@@ -182,6 +217,8 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
                 raise
             log.warning("%s: TFLite builtins cannot express this model; using Select TF ops",
                         variant.suffix)
+            if used_select_ops is not None:
+                used_select_ops.append(True)
             return make(select_tf_ops=True).convert()
 
 
@@ -230,7 +267,7 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def compare_outputs(reference: list[dict], actual: list[dict]) -> dict[str, dict]:
-    """Per output: mean and lowest per-sample cosine, max |error|, and for classifier-shaped
+    """Per output: mean, lowest and per-sample cosine, max |error|, and for classifier-shaped
     outputs (rank 2, last dim >= 2) the fraction of rows whose argmax agrees."""
     metrics = {}
     for name in reference[0]:
@@ -239,6 +276,7 @@ def compare_outputs(reference: list[dict], actual: list[dict]) -> dict[str, dict
         entry = {
             "cosine": float(np.mean(cosines)),
             "cosine_min": float(np.min(cosines)),
+            "cosine_per_sample": [round(float(c), 6) for c in cosines],
             "max_abs_error": float(max(
                 np.abs(a.astype(np.float64) - r.astype(np.float64)).max(initial=0.0)
                 for r, a in pairs)),
@@ -261,6 +299,7 @@ class QuantReport:
     calibration_method: str = DEFAULT_METHOD
     files: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    sensitivity: dict | None = None  # the INT8 files' ranking and float nodes (sensitivity.py)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -286,6 +325,10 @@ def console_table(report: QuantReport) -> str:
             top1 = f"{100 * m['top1_agreement']:.1f}%" if "top1_agreement" in m else "-"
             lines.append(f"{entry['file']:<48} {output[:16]:<16} {m['cosine']:>8.5f} "
                          f"{m['max_abs_error']:>10.4g} {top1:>7}")
+    offenders = (report.sensitivity or {}).get("top_offenders", [])[:3]
+    if offenders:
+        lines.append("most sensitive INT8 nodes (output cosine gained in float): " + "; ".join(
+            f"{', '.join(r['nodes'])} +{r['cosine_gain']:.4f}" for r in offenders))
     return "\n".join(lines)
 
 
@@ -298,6 +341,7 @@ class QuantPlan:
     qdq_model: onnx.ModelProto | None  # the FakeQuantize rewrite of a QDQ model
     # the model with FakeQuantize ranges from onnxruntime's calibrators (--calibration_method)
     calibrated_model: onnx.ModelProto | None = None
+    kept_nodes: list[str] | None = None  # the INT8 files' float nodes, once written
 
     @property
     def range_model(self) -> onnx.ModelProto | None:
@@ -338,6 +382,12 @@ def plan_quantization(
     samples = plan_samples(converted.graph, custom or {}, mean, std,
                            need_calibration=options.integer and qdq_model is None)
     calibrated = None
+    from onnx2tf_alt.export.sensitivity import check_keep_float
+
+    options.keep_float = check_keep_float(options.keep_float, converted)
+    if options.keep_float_auto is not None and not 0 < options.keep_float_auto <= 1:
+        raise InputError(f"--keep_float_auto takes a target cosine in (0, 1], got "
+                         f"{options.keep_float_auto}.")
     if options.integer and qdq_model is None and options.calibration_method != "tf":
         ranges = onnx_ranges(converted.model, samples.calibration, options.calibration_method)
         calibrated = fake_quantized(converted.model, ranges)
@@ -377,14 +427,14 @@ def write_quantized(
     reference, why_not = _measure(float_tflite, converted, samples.held_out)
     if reference is None:
         report.notes.append(f"the float32 TFLite cannot run here ({why_not}): no metrics")
-    written = []
+    written, calibrated = [], {}
     for variant in variants(options, qdq, plan.range_model is not None):
         checkpoint()
         name = f"{stem}_{variant.suffix}.tflite"
         source = rebuilt if plan.takes_ranges(variant) else converted
         entry = {"file": name, "variant": variant.suffix}
         try:
-            content = quantized_tflite(source, variant, options, plan.calibration_for(variant))
+            content = _quantized_file(source, variant, plan, report, float_tflite, calibrated)
         except Exception as exc:  # noqa: BLE001 - reported; the other files are still written
             entry["error"] = _short(exc)
             log.warning("%s was not written: %s", name, entry["error"])
@@ -407,6 +457,69 @@ def write_quantized(
     if print_table:
         print(console_table(report), flush=True)
     return written
+
+
+def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantReport,
+                    float_tflite: bytes, calibrated: dict) -> bytes:
+    """One file of write_quantized. The two-step files share one calibration per source
+    (`calibrated`, filled here) and one choice of float nodes (recorded in `plan` and
+    `report`)."""
+    options, calibration = plan.options, plan.calibration_for(variant)
+    if not two_step(variant, calibration):
+        return quantized_tflite(source, variant, options, calibration)
+    if id(source) not in calibrated:
+        calibrated[id(source)] = calibrated_tflite(source, options, calibration)
+    content, flex = calibrated[id(source)]
+    if flex and variant.io_dtypes:
+        raise ValueError("integer-only files cannot fall back to Select TF ops")
+    if plan.kept_nodes is None:
+        plan.kept_nodes = _choose_float_nodes(source, content, plan, report, float_tflite)
+    return quantized_tflite(source, variant, options, calibration, calibrated=content,
+                            keep_nodes=plan.kept_nodes)
+
+
+def _choose_float_nodes(source, calibrated: bytes, plan: QuantPlan, report: QuantReport,
+                        float_tflite: bytes) -> list[str]:
+    """--keep_float nodes, extended by --keep_float_auto; ranks the ops with -cotof."""
+    from onnx2tf_alt.export.sensitivity import SEARCH_SAMPLES, choose_float_ops
+
+    options = plan.options
+    rank = options.sensitivity or options.keep_float_auto is not None
+    search = plan.samples.held_out[:SEARCH_SAMPLES]
+    reference, why_not = _measure(float_tflite, source, search) if rank else ([], "")
+    if reference is None:
+        report.notes.append(f"no sensitivity ranking: the float32 TFLite cannot run here "
+                            f"({why_not})")
+        rank, target = False, None
+    else:
+        target = options.keep_float_auto
+
+    def score(content: bytes) -> float:
+        metrics = compare_outputs(reference, run_tflite(content, source, search))
+        return min(m["cosine"] for m in metrics.values())
+
+    per_tensor = options.quant_type == "per-tensor"
+    try:
+        mixed = choose_float_ops(calibrated, source, score, per_tensor, options.keep_float,
+                                 target, rank)
+    except Exception as exc:  # e.g. an INT8 kernel the interpreter lacks: no ranking
+        if not rank:
+            raise
+        report.notes.append(f"no sensitivity ranking: the INT8 file cannot run here "
+                            f"({_short(exc)})")
+        rank, target = False, None
+        mixed = choose_float_ops(calibrated, source, score, per_tensor, options.keep_float,
+                                 None, False)
+    if rank or mixed.float_ops:
+        report.sensitivity = mixed.report(target)
+    if mixed.float_ops:
+        report.notes.append(
+            f"INT8 files: {len(mixed.kept_nodes)} ONNX node(s) kept in float "
+            f"({len(mixed.float_ops)} TFLite ops): {', '.join(mixed.kept_nodes)}")
+    if mixed.reached is False:
+        report.notes.append(f"--keep_float_auto {target}: not reached on the held-out samples "
+                            f"(best {mixed.search[-1]['cosine']})")
+    return mixed.kept_nodes
 
 
 def _measure(content: bytes, converted, samples) -> tuple[list[dict] | None, str]:
