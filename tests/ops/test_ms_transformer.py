@@ -354,6 +354,18 @@ def test_rotary_embedding_start_offset():
                   {"cos": cos, "sin": sin}, {"num_heads": 2})
 
 
+def _check_gqa(inputs, order, heads, kv_heads, head_size, rotary):
+    """GroupQueryAttention on `inputs` (in `order`), with cos/sin caches when `rotary`."""
+    initializers = {}
+    attrs = {"num_heads": heads, "kv_num_heads": kv_heads}
+    if rotary:
+        initializers["cos"], initializers["sin"] = _rotary_caches(16, head_size // 2)
+        order = [*order, "cos", "sin"]
+        attrs["do_rotary"] = 1
+    outputs = [("y", np.float32), ("present_key", np.float32), ("present_value", np.float32)]
+    check_contrib("GroupQueryAttention", inputs, initializers, attrs, order, outputs)
+
+
 @pytest.mark.parametrize("heads, kv_heads, rotary", [(4, 2, False), (3, 3, False),
                                                     (4, 2, True), (4, 1, True)])
 def test_group_query_attention(heads, kv_heads, rotary):
@@ -364,14 +376,8 @@ def test_group_query_attention(heads, kv_heads, rotary):
               "v": normal(batch, seq, kv_heads * head_size),
               "seqlens_k": np.full(batch, seq - 1, np.int32),
               "total_sequence_length": np.array(seq, np.int32)}
-    initializers, order = {}, ["q", "k", "v", "", "", "seqlens_k", "total_sequence_length"]
-    attrs = {"num_heads": heads, "kv_num_heads": kv_heads}
-    if rotary:
-        initializers["cos"], initializers["sin"] = _rotary_caches(16, head_size // 2)
-        order += ["cos", "sin"]
-        attrs["do_rotary"] = 1
-    outputs = [("y", np.float32), ("present_key", np.float32), ("present_value", np.float32)]
-    check_contrib("GroupQueryAttention", inputs, initializers, attrs, order, outputs)
+    _check_gqa(inputs, ["q", "k", "v", "", "", "seqlens_k", "total_sequence_length"],
+               heads, kv_heads, head_size, rotary)
 
 
 # --- weight-only quantization ------------------------------------------------------------
@@ -453,12 +459,5 @@ def test_group_query_attention_with_past(heads, kv_heads, rotary, batch, seq):
               "past_value": normal(batch, kv_heads, past_len, head_size),
               "seqlens_k": np.full(batch, past_len + seq - 1, np.int32),
               "total_sequence_length": np.array(past_len + seq, np.int32)}
-    initializers = {}
-    order = ["q", "k", "v", "past_key", "past_value", "seqlens_k", "total_sequence_length"]
-    attrs = {"num_heads": heads, "kv_num_heads": kv_heads}
-    if rotary:
-        initializers["cos"], initializers["sin"] = _rotary_caches(16, head_size // 2)
-        order += ["cos", "sin"]
-        attrs["do_rotary"] = 1
-    outputs = [("y", np.float32), ("present_key", np.float32), ("present_value", np.float32)]
-    check_contrib("GroupQueryAttention", inputs, initializers, attrs, order, outputs)
+    _check_gqa(inputs, ["q", "k", "v", "past_key", "past_value", "seqlens_k",
+                        "total_sequence_length"], heads, kv_heads, head_size, rotary)
