@@ -172,9 +172,12 @@ class _Recurrence:
         factor = tf.cast(running, tf.as_dtype(self.dtype))
         return list(zip(tf.unstack(running), tf.unstack(factor)))
 
-    def run(self, cells: list[Callable], input_bias: np.ndarray, initial: list[tuple]) -> list:
+    def run(self, cells: list[Callable], input_bias: np.ndarray, initial: list[tuple],
+            gate_groups: list[int] | None = None) -> list:
         """The node's outputs (Y, Y_h[, Y_c]; None where omitted) from one step function
-        per direction: cell(projected x_t, state) -> new state."""
+        per direction: cell(projected x_t, state) -> new state. With `gate_groups` (widths
+        of the projection's gate groups) x_t arrives as a tuple of those groups, split once
+        for all time steps rather than once per step."""
         x = self.ctx.x(0)
         xw = self.linear(_merge_directions(self.w))(x) + self.tensor(
             _merge_directions(input_bias))
@@ -182,7 +185,12 @@ class _Recurrence:
         masks = self._masks()
         ys, finals = [], []
         for cell, reverse, part, state in zip(cells, self.reverse, parts, initial):
-            inputs = tf.unstack(part, axis=self.time_axis)
+            if gate_groups:
+                groups = [tf.unstack(g, axis=self.time_axis)
+                          for g in tf.split(part, gate_groups, axis=-1)]
+                inputs = list(zip(*groups))
+            else:
+                inputs = tf.unstack(part, axis=self.time_axis)
             y = [None] * self.steps
             for t in reversed(range(self.steps)) if reverse else range(self.steps):
                 state, y[t] = _masked(cell(inputs[t], state), state, masks[t])
@@ -402,7 +410,7 @@ def gru(ctx):
 
         def step(x, state):
             (h,) = state
-            x_zr, x_h = tf.split(x, [2 * hidden, hidden], axis=-1)
+            x_zr, x_h = x
             if h is None:
                 z, reset = tf.split(f(clip(x_zr)), 2, axis=-1)
                 candidate = (x_h + reset * rb_h) if before_reset else x_h
@@ -419,4 +427,4 @@ def gru(ctx):
         return step
 
     cells = [cell(d) for d in range(len(rec.reverse))]
-    return rec.run(cells, input_bias, rec.initial_states([5]))
+    return rec.run(cells, input_bias, rec.initial_states([5]), [2 * hidden, hidden])
