@@ -49,21 +49,28 @@ def load_model(
             ) from exc
     if not model.graph.node and not model.graph.output:
         raise InputError(f"{source} holds no ONNX graph (no nodes and no outputs).")
-    _check_has_inputs(model, source)
     _check_opset(model, source, allow_newer_opset)
+    _run_checker(model, source, allow_newer_opset)
+    _check_has_inputs(model, source)  # after the checker, which names what is invalid
+    return model
+
+
+def _run_checker(model: onnx.ModelProto, source: str, allow_newer_opset: bool) -> None:
+    """onnx's checker: what it rejects is an InputError, except what converts all the same
+    (deprecated ops, onnxruntime's ops in the ONNX domain, newer opsets when allowed)."""
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
         first = printable(str(exc).strip().splitlines()[0])
         if "deprecated" in first:  # e.g. GroupNormalization-18: still well-defined, convert it
             log.warning("onnx.checker: %s", first)
-            return model
+            return
         if any(f"No Op registered for {op} " in first for op in ORT_ONNX_DOMAIN_OPS):
             log.warning("onnx.checker: %s (an onnxruntime op; converting anyway)", first)
-            return model
+            return
         if allow_newer_opset and "opset" in first.lower():
             log.warning("onnx.checker: %s (converting anyway: --allow_newer_opset)", first)
-            return model
+            return
         raise InputError(
             f"{source} is not a valid ONNX model: {first}. Re-export it, or repair it with "
             "onnx tools before converting."
@@ -77,7 +84,6 @@ def load_model(
         if model.ByteSize() <= MAX_CHECKED_BYTES:
             raise
         # models over 2 GB cannot be checked in memory; the loader already parsed them
-    return model
 
 
 def _check_has_inputs(model: onnx.ModelProto, source: str) -> None:
