@@ -27,6 +27,7 @@ import onnx
 import onnxruntime as ort
 
 # The same timing as `onnx2tf-alt batch --check`.
+from onnx2tf_alt import perms as P
 from onnx2tf_alt.batching.latency import interleaved_medians, random_feeds
 
 
@@ -80,7 +81,8 @@ def bench(path: str, runs: int, peer_dir: str | None = None) -> dict:
             layout = json.load(f)
         tflite_path = os.path.join(out, f"{stem}_float32.tflite")
         row = {"model": stem, "convert_s": round(wall, 2), "convert_peak_mib": round(peak_mib)}
-        phys = {e["tf_name"]: np.transpose(feeds[e["onnx_name"]], e["perm"]) for e in layout["inputs"]}
+        phys = {e["tf_name"]: P.to_physical_order(feeds[e["onnx_name"]], e["perm"])
+                for e in layout["inputs"]}
         peer_path = os.path.join(peer_dir, stem, f"{stem}_float32.tflite") if peer_dir else None
         for threads in (1, 2):
             interpreter = Interpreter(model_path=tflite_path, num_threads=threads)
@@ -114,7 +116,7 @@ def bench(path: str, runs: int, peer_dir: str | None = None) -> dict:
         expected = session.run(None, feeds)
         errors = []
         for entry, ref in zip(layout["outputs"], expected):
-            got = np.transpose(outputs[entry["tf_name"]], np.argsort(entry["perm"]))
+            got = P.to_onnx_order(outputs[entry["tf_name"]], entry["perm"])
             scale = max(1.0, float(np.abs(ref).max()))
             errors.append(float(np.abs(got - ref).max()) / scale)
         row["max_rel_err"] = float(f"{max(errors):.3g}")

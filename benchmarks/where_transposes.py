@@ -11,17 +11,14 @@ import collections
 import sys
 
 from onnx2tf_alt.graph import graph_from_model
-from onnx2tf_alt.layout import plan_layouts
 from onnx2tf_alt.loader import load_model
+from onnx2tf_alt.pipeline import plan_graph
 from onnx2tf_alt.prepare import prepare_model
-from onnx2tf_alt.registry import find_handler
 
 
 def main(path: str) -> None:
     graph = graph_from_model(prepare_model(load_model(path, None)))
-    plan = plan_layouts(
-        graph, lambda n: find_handler(n.op_type, n.domain, graph.opset_of(n.domain)).layout
-    )
+    plan = plan_graph(graph)
     producers = {o: n for n in graph.nodes for o in n.outputs}
     consumers = collections.defaultdict(list)
     for node in graph.nodes:

@@ -260,17 +260,3 @@ def _combine(per_input: dict[str, list[np.ndarray]]) -> list[dict[str, np.ndarra
         return []
     count = max(len(v) for v in per_input.values())
     return [{n: v[k % len(v)] for n, v in per_input.items()} for k in range(count)]
-
-
-def first_sample(custom: dict[str, np.ndarray], graph: Graph) -> dict[str, np.ndarray]:
-    """The checker's view of -cind arrays that hold several samples: the first one."""
-    trimmed = {}
-    for name, array in custom.items():
-        shape = graph.shapes.get(name)
-        if shape is not None and array.ndim == len(shape) + 1:
-            array = array[0]
-        elif shape and shape[0] is not None and array.ndim == len(shape) and (
-                array.shape[0] > shape[0]):
-            array = array[: shape[0]]
-        trimmed[name] = array
-    return trimmed

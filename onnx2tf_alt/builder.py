@@ -43,6 +43,18 @@ class BuildResult:
     values: dict[str, Value] = field(default_factory=dict)
     output_keys: list[str] = field(default_factory=list)  # one per graph output, in order
 
+    def to_physical(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Inputs by ONNX name in ONNX layout -> by signature name in the model's physical
+        layout, in the model's input order."""
+        return {key: P.to_physical_order(feeds[name], self.input_perms[name])
+                for name, key in self.input_names.items()}
+
+    def to_onnx(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Outputs by signature key in the physical layout -> by ONNX name in ONNX order
+        (those `outputs` holds)."""
+        return {name: P.to_onnx_order(outputs[key], self.output_perms[name])
+                for name, key in self.output_names.items() if key in outputs}
+
 
 def keras_name(onnx_name: str, taken: set[str]) -> str:
     """A valid, unique TF name for an ONNX value name."""
@@ -194,6 +206,29 @@ class ModelBuilder:
             values=self.values,
         )
 
+    def run(self, feeds: dict) -> list:
+        """Build the graph on given TF tensors (or arrays) instead of Keras inputs, each in
+        identity layout: a subgraph traced inside an If / Loop / Scan (ops/control.py).
+        Returns the graph's outputs in ONNX order and layout."""
+        for name, tensor in feeds.items():
+            tensor = tf.convert_to_tensor(tensor)
+            self.values[name] = Value(perm=P.identity(tensor.shape.rank or 0), tensor=tensor)
+        for index, node in enumerate(self.graph.nodes):
+            try:
+                self._convert_node(node, self.plan.node_inputs[index])
+            except Exception as exc:
+                failure = failure_for(node, self.graph, f"{type(exc).__name__}: {exc}")
+                raise ConversionError([failure], headline="a subgraph node failed:") from exc
+        outputs = []
+        for name in self.graph.outputs:
+            value = self.values[name]
+            if value.const is not None:
+                outputs.append(tf.constant(value.const))
+            else:
+                rank = len(value.perm)
+                outputs.append(self.input_tensor(name, P.identity(rank), rank))
+        return outputs
+
     def _convert_node(self, node: Node, wanted: list[Perm | None]) -> None:
         graph = self.graph
         opset = graph.opset_of(node.domain)
@@ -206,9 +241,7 @@ class ModelBuilder:
             if not name or out is None:  # omitted, or named but read by nothing
                 continue
             if hasattr(out, "numpy"):  # computed eagerly from constants: a constant, ONNX order
-                out = out.numpy()
-                if out.ndim == len(perm):
-                    out = np.transpose(out, np.argsort(perm))
+                out = P.to_onnx_order(out.numpy(), perm)
             if isinstance(out, np.ndarray) or np.isscalar(out):
                 array = np.asarray(out, dtype=graph.dtypes.get(name))
                 self.values[name] = Value(perm=P.identity(array.ndim), const=array)

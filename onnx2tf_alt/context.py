@@ -47,11 +47,25 @@ class NodeContext:
         """Input i as a tensor, in the perm the handler's layout policy asked for."""
         return self._builder.input_tensor(self.node.inputs[i], self.in_perms[i], self.rank_out())
 
-    def const(self, i: int) -> np.ndarray | None:
-        """Input i's constant value in ONNX order, or None if it is computed at run time."""
+    def const(self, i: int, physical: bool = False) -> np.ndarray | None:
+        """Input i's constant value, or None if it is computed at run time: in ONNX order,
+        or with `physical` as ctx.x(i) holds it (rank-aligned, in perm(i))."""
         if not self.has(i):
             return None
-        return self._builder.constant_value(self.node.inputs[i])
+        value = self._builder.constant_value(self.node.inputs[i])
+        return value if value is None or not physical else self.physical(value, i)
+
+    def physical(self, array: np.ndarray, i: int, first_axis: int | None = None) -> np.ndarray:
+        """An ONNX-order array laid out like input i. By default it broadcasts against the
+        input (numpy rules): rank-aligned with leading 1s, then permuted by perm(i). With
+        `first_axis`, its axes are input i's axes first_axis, first_axis + 1, ... (a
+        per-channel parameter: first_axis=1) and come back in their physical order."""
+        perm = self.in_perms[i]
+        if first_axis is None:
+            array = array.reshape((1,) * (len(perm) - array.ndim) + array.shape)
+            return np.transpose(array, perm)
+        own = range(first_axis, first_axis + array.ndim)
+        return np.transpose(array, [a - first_axis for a in perm if a in own])
 
     def const_tensor(self, array: np.ndarray):
         """A converter-made constant as a tensor (large ones become layer weights)."""

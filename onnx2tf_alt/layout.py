@@ -1,14 +1,24 @@
 """The per-tensor layout plan.
 
-`plan_layouts` assigns every value a perm before any TensorFlow op exists. Each handler's
-layout policy says, given the perms its inputs already have, which perms it needs them in
-and which perms its outputs come out in. The builder then inserts a transpose exactly where
-a value's perm differs from what a consumer asked for (once per value and perm).
+`plan_layouts` assigns every value a perm before any TensorFlow op exists, as a pure
+function of the graph and of each handler's LayoutPolicy. A policy's `decide` says, given
+the perms the node's inputs already have, which perm it wants each input in and which perm
+each output comes out in; the builder then inserts a transpose exactly where a value's perm
+differs from what a consumer asked for (once per value and perm; a move of size-1 axes
+only becomes a reshape).
 
-Greedy and forward: channel-last native ops pull values into channel-last, agnostic and
-axis-remapping ops keep whatever layout arrives (remapping their axes), logical-only ops
-ask for identity. Model inputs that feed channel-last ops start channel-last, so a CNN
-has no transpose at all.
+What the plan does today (one forward pass, no cost model; shared/DESIGN.md's cost-based
+global plan is the next step, issue 13):
+- Model inputs of rank 3-5 start channel-last when they reach a node whose policy
+  `wants_channel_last` through nodes whose policy `passes_layout` (-k / -kt override).
+- Nodes are visited in topological order; each decides from the perms that reach it:
+  channel-last ops pull their data inputs into channel-last, elementwise ops take the most
+  common perm of their non-constant inputs (first wins ties), axis-remapping ops keep the
+  data input's perm and remap their axes, reshapes keep a regrouped perm when the merged
+  axes lie together physically (or after one regrouping transpose, when that lands a
+  channel shuffle channel-last), and the logical default asks for ONNX order.
+- Model outputs keep their perm when it is ONNX order or channel-last, else go back to
+  ONNX order.
 """
 
 from __future__ import annotations
@@ -16,7 +26,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from onnx2tf_alt import perms as P
 from onnx2tf_alt.graph import Graph, Node
@@ -31,20 +40,68 @@ class Decision:
     outputs: list[Perm]
 
 
-class LayoutPolicy(Protocol):
-    def __call__(self, node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision: ...
+Rule = Callable[[Node, Graph, list[Perm | None]], Decision]
+
+# What the planner may assume of a policy's decisions (LayoutPolicy.kind).
+LOGICAL = "logical"  # everything in ONNX order
+CHANNEL_LAST = "channel_last"  # data inputs and outputs channel-last
+PASSES = "passes"  # outputs take the perm their inputs arrive in (elementwise, axis-remapping)
+DERIVED = "derived"  # the output perm is a function of the input perm
+CUSTOM = "custom"  # anything else: the planner only calls `decide`
+
+
+@dataclass(frozen=True)
+class LayoutPolicy:
+    """An op's layout rule, as a value the planner can ask questions of.
+
+    `decide(node, graph, in_perms)` says which perm each input is wanted in and which perm
+    each output comes out in; `wants_channel_last(node, graph)` whether the node wants its
+    data input (input 0) channel-last, which decides the layout of the model inputs feeding
+    it; `passes_layout` whether outputs keep the inputs' perm, so a channel-last consumer
+    further on still counts.
+    """
+
+    kind: str
+    name: str
+    rule: Rule
+    channel_last_if: Callable[[Node, Graph], bool] | None = None
+
+    def decide(self, node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
+        return self.rule(node, graph, in_perms)
+
+    def wants_channel_last(self, node: Node, graph: Graph) -> bool:
+        if self.channel_last_if is not None:
+            return self.channel_last_if(node, graph)
+        return self.kind == CHANNEL_LAST
+
+    @property
+    def passes_layout(self) -> bool:
+        return self.kind == PASSES
+
+
+def custom_policy(rule: Rule | None = None, *, channel_last_if=None):
+    """Make a decide function a LayoutPolicy of kind "custom" (usable as a decorator, with
+    or without `channel_last_if`, a per-node predicate (node, graph) -> bool)."""
+
+    def make(fn: Rule) -> LayoutPolicy:
+        return LayoutPolicy(CUSTOM, fn.__name__.lstrip("_"), fn, channel_last_if)
+
+    return make(rule) if rule is not None else make
 
 
 def _out_ranks(node: Node, graph: Graph) -> list[int]:
     return [graph.rank(o) or 0 for o in node.outputs]
 
 
-def logical(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
+def _logical(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
     """The safe default: everything in ONNX order."""
     return Decision(
         inputs=[None if p is None else P.identity(len(p)) for p in in_perms],
         outputs=[P.identity(r) for r in _out_ranks(node, graph)],
     )
+
+
+logical = LayoutPolicy(LOGICAL, "logical", _logical)
 
 
 def channel_last(*data_inputs: int) -> LayoutPolicy:
@@ -60,9 +117,7 @@ def channel_last(*data_inputs: int) -> LayoutPolicy:
                 wanted.append(P.channel_last(len(p)) if i in data else P.identity(len(p)))
         return Decision(wanted, [P.channel_last(r) for r in _out_ranks(node, graph)])
 
-    policy.wants_channel_last = True
-    policy.__name__ = "channel_last"
-    return policy
+    return LayoutPolicy(CHANNEL_LAST, "channel_last", policy)
 
 
 def _common_perm(node: Node, graph: Graph, in_perms: list[Perm | None], rank: int) -> Perm:
@@ -79,7 +134,7 @@ def _common_perm(node: Node, graph: Graph, in_perms: list[Perm | None], rank: in
     return max(votes, key=lambda p: (votes[p], -first[p]))
 
 
-def agnostic(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
+def _agnostic(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
     """Elementwise ops: every input in one common perm, rank-aligned for broadcasting.
 
     Lower-rank inputs are aligned to the output rank (leading size-1 axes) by the builder
@@ -92,6 +147,9 @@ def agnostic(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
     # An output whose rank inference left unknown has the broadcast rank of the inputs.
     known = [r if graph.rank(o) is not None else rank for o, r in zip(node.outputs, ranks)]
     return Decision(wanted, [common if r == rank else P.identity(r) for r in known])
+
+
+agnostic = LayoutPolicy(PASSES, "agnostic", _agnostic)
 
 
 def same_as_input(data_input: int | None = 0) -> LayoutPolicy:
@@ -119,9 +177,7 @@ def same_as_input(data_input: int | None = 0) -> LayoutPolicy:
         outs = [base if r == len(base) else P.identity(r) for r in _out_ranks(node, graph)]
         return Decision(wanted, outs)
 
-    policy.keeps_layout = True
-    policy.__name__ = "same_as_input"
-    return policy
+    return LayoutPolicy(PASSES, "same_as_input", policy)
 
 
 def derived(out_perm: Callable[[Node, Graph, Perm], Perm | None]) -> LayoutPolicy:
@@ -134,12 +190,11 @@ def derived(out_perm: Callable[[Node, Graph, Perm], Perm | None]) -> LayoutPolic
         base = in_perms[0]
         result = out_perm(node, graph, base) if base is not None else None
         if result is None:
-            return logical(node, graph, in_perms)
+            return _logical(node, graph, in_perms)
         rest = [None if p is None else P.identity(len(p)) for p in in_perms[1:]]
         return Decision([base, *rest], [result])
 
-    policy.__name__ = "derived"
-    return policy
+    return LayoutPolicy(DERIVED, "derived", policy)
 
 
 def reshape_perm(in_shape, out_shape, in_perm: Perm) -> Perm | None:
@@ -207,12 +262,11 @@ def reshaping(shapes: Callable[[Node, Graph], tuple | None]) -> LayoutPolicy:
         found = shapes(node, graph)
         planned = regrouped_reshape(*found, in_perms[0]) if found and in_perms[0] else None
         if planned is None:
-            return logical(node, graph, in_perms)
+            return _logical(node, graph, in_perms)
         rest = [None if p is None else P.identity(len(p)) for p in in_perms[1:]]
         return Decision([planned[0], *rest], [planned[1]])
 
-    policy.__name__ = "reshaping"
-    return policy
+    return LayoutPolicy(DERIVED, "reshaping", policy)
 
 
 def _reshape_groups(in_shape, out_shape):
@@ -287,13 +341,9 @@ def _feeds_channel_last(
         if name not in node.inputs:
             continue
         policy = policy_of(node)
-        wants = getattr(policy, "wants_channel_last", False)
-        if callable(wants):  # a per-node predicate (node, graph) -> bool
-            wants = wants(node, graph)
-        if wants and node.inputs.index(name) == 0:
+        if node.inputs.index(name) == 0 and policy.wants_channel_last(node, graph):
             return True
-        passes = policy is agnostic or getattr(policy, "keeps_layout", False)
-        if passes and depth > 0 and any(
+        if policy.passes_layout and depth > 0 and any(
             _feeds_channel_last(o, graph, policy_of, depth - 1) for o in node.outputs
         ):
             return True
@@ -322,7 +372,7 @@ def plan_layouts(
             P.identity(graph.rank(n) or 0) if p is None and n else p
             for n, p in zip(node.inputs, in_perms)
         ]
-        decision = policy_of(node)(node, graph, in_perms)
+        decision = policy_of(node).decide(node, graph, in_perms)
         plan.node_inputs.append(decision.inputs)
         for name, perm in zip(node.outputs, decision.outputs):
             if name:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 Perm = tuple[int, ...]
 
 
@@ -31,6 +33,18 @@ def inverse(perm: Sequence[int]) -> Perm:
     for i, a in enumerate(perm):
         inv[a] = i
     return tuple(inv)
+
+
+def to_physical_order(array: np.ndarray, perm: Sequence[int]) -> np.ndarray:
+    """ONNX order -> the physical layout `perm` describes."""
+    return np.transpose(array, perm)
+
+
+def to_onnx_order(array: np.ndarray, perm: Sequence[int]) -> np.ndarray:
+    """Physical layout `perm` -> ONNX order. A rank that disagrees with the perm is left as
+    it is (a comparison then reports the shape mismatch)."""
+    array = np.asarray(array)
+    return np.transpose(array, np.argsort(perm)) if array.ndim == len(perm) else array
 
 
 def to_physical_axis(perm: Sequence[int], logical_axis: int) -> int:

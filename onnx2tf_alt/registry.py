@@ -45,6 +45,10 @@ def handler(
 ) -> Callable:
     """Register `fn(ctx)` as the converter of `op_type` from opset `since` on."""
 
+    if not isinstance(layout, LayoutPolicy):
+        raise TypeError(f"{op_type}: layout must be a LayoutPolicy (see onnx2tf_alt/layout.py), "
+                        f"not {layout!r}")
+
     def register(fn: Callable) -> Callable:
         versions = _REGISTRY.setdefault((_domain_key(domain), op_type), [])
         versions.append(Handler(op_type, _domain_key(domain), since, fn, layout, limits,
@@ -83,8 +87,8 @@ def _load_ops() -> None:
     import importlib
     import pkgutil
 
-    import onnx2tf_alt.ops as ops_pkg
-
+    # Found by name, as plugins: the registry (core) does not depend on the handlers' code.
+    ops_pkg = importlib.import_module("onnx2tf_alt.ops")
     for info in pkgutil.iter_modules(ops_pkg.__path__):
         if not info.name.startswith("_"):
             importlib.import_module(f"onnx2tf_alt.ops.{info.name}")

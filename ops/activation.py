@@ -4,13 +4,17 @@ HARD_SWISH, GELU).
 
 With -rtpo (ctx.options.replaces), HardSwish, LeakyRelu, PRelu and Gelu are instead written
 in forms the converter does not fuse: only ADD, MUL, MAXIMUM, MINIMUM, RELU(6), TANH, DIV,
-which GPU and NNAPI delegates take (`_pseudo_*`)."""
+which GPU and NNAPI delegates take (`_pseudo_*`).
+
+Swish and SwiGLU are x * sigmoid(alpha * x) forms (SwiGLU times a second input)."""
 
 from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
-from onnx2tf_alt.ops.elementwise import erf, unary, widen
+from onnx2tf_alt.ops._dtypes import widen
+from onnx2tf_alt.ops._elementwise_common import unary
+from onnx2tf_alt.ops._erf import erf
 
 from onnx2tf_alt.layout import agnostic
 from onnx2tf_alt.registry import handler
@@ -156,20 +160,13 @@ def shrink(ctx):
     return tf.where(x < -lambd, x + bias, tf.where(x > lambd, x - bias, tf.zeros_like(x)))
 
 
-def _physical_const(ctx, i: int) -> np.ndarray:
-    """Constant input i as the tensor ctx.x(i) holds: rank-aligned and permuted."""
-    array, perm = ctx.const(i), ctx.perm(i)
-    array = array.reshape((1,) * (len(perm) - array.ndim) + array.shape)
-    return np.transpose(array, perm)
-
-
 @handler("PRelu", layout=agnostic, limits="TFLite PRELU needs a constant slope")
 def prelu(ctx):
     x = widen(ctx.x(0))
     if ctx.const(1) is None or not x.dtype.is_floating:
         slope = tf.cast(ctx.x(1), x.dtype)
         return relu(x) + slope * tf.minimum(x, tf.zeros_like(x))
-    slope = _physical_const(ctx, 1).astype(x.dtype.as_numpy_dtype)
+    slope = ctx.const(1, physical=True).astype(x.dtype.as_numpy_dtype)
     if ctx.options.replaces("PRelu"):  # RELU, MINIMUM, MUL, ADD instead of PRELU
         return tf.nn.relu(x) + tf.minimum(x, tf.zeros_like(x)) * ctx.const_tensor(slope)
     if slope.ndim > 1 and slope.shape[0] == 1:
@@ -217,3 +214,16 @@ def clip(ctx):
         return value if value is not None else ctx.x(i)
 
     return _clip(widen(ctx.x(0)), bound(1), bound(2))
+
+
+# --- Swish and SwiGLU ----------------------------------------------------------------------
+@handler("Swish", since=24)
+def swish(ctx):
+    x = ctx.x(0)
+    return x * tf.sigmoid(x * ctx.attr("alpha", 1.0))
+
+
+@handler("SwiGLU", since=28, layout=agnostic)
+def swiglu(ctx):
+    gate, value = widen(ctx.x(0)), widen(ctx.x(1))
+    return gate * tf.sigmoid(gate * ctx.attr("alpha", 1.0)) * value

@@ -21,14 +21,13 @@ import tensorflow as tf
 import tf_keras
 from onnx import helper, numpy_helper
 
-from onnx2tf_alt import perms as P
-from onnx2tf_alt.builder import INLINE_CONSTANT_LIMIT, ModelBuilder, Value, failure_for
+from onnx2tf_alt.builder import INLINE_CONSTANT_LIMIT
 from onnx2tf_alt.control_flow import free_names
-from onnx2tf_alt.errors import ConversionError
 from onnx2tf_alt.graph import graph_from_model
-from onnx2tf_alt.layout import logical, plan_layouts
+from onnx2tf_alt.layout import logical
+from onnx2tf_alt.pipeline import run_subgraph_model
 from onnx2tf_alt.prepare import prepare_model
-from onnx2tf_alt.registry import find_handler, handler
+from onnx2tf_alt.registry import handler
 
 IR_VERSION = 10
 
@@ -271,21 +270,12 @@ def run_subgraph(graph: onnx.GraphProto, opsets: dict[str, int], formal: list, o
 
     Returns its outputs in ONNX order and dtype, in identity layout.
     """
-    from onnx2tf_alt.api import unsupported_nodes
-
     prepared = _prepared(graph, opsets, formal, outer)
-    view = graph_from_model(prepared)
-    missing = unsupported_nodes(view)
-    if missing:
-        raise ConversionError(missing, headline="a subgraph has unsupported ops:")
-
-    def policy_of(node):
-        return find_handler(node.op_type, node.domain, view.opset_of(node.domain)).layout
-
-    plan = plan_layouts(view, policy_of, keep_channel_first=frozenset(view.inputs))
     feeds = dict(zip([i.name for i in graph.input], formal))
-    feeds.update({n: outer[n] for n in view.inputs if n not in feeds})
-    return _SubgraphBuilder(view, plan).run(feeds)
+    constants = {t.name for t in prepared.graph.initializer}
+    feeds.update({i.name: outer[i.name] for i in prepared.graph.input
+                  if i.name not in feeds and i.name not in constants})
+    return run_subgraph_model(prepared, feeds)
 
 
 def _prepared(graph: onnx.GraphProto, opsets, formal: list, outer: dict) -> onnx.ModelProto:
@@ -314,30 +304,6 @@ def _value_info(name: str, tensor) -> onnx.ValueInfoProto:
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(tensor.dtype.as_numpy_dtype))
     shape = tensor.shape
     return helper.make_tensor_value_info(name, elem, None if shape.rank is None else shape.as_list())
-
-
-class _SubgraphBuilder(ModelBuilder):
-    """Builds a subgraph on given TF tensors instead of Keras inputs."""
-
-    def run(self, feeds: dict) -> list:
-        for name, tensor in feeds.items():
-            tensor = tf.convert_to_tensor(tensor)
-            self.values[name] = Value(perm=P.identity(tensor.shape.rank or 0), tensor=tensor)
-        for index, node in enumerate(self.graph.nodes):
-            try:
-                self._convert_node(node, self.plan.node_inputs[index])
-            except Exception as exc:
-                failure = failure_for(node, self.graph, f"{type(exc).__name__}: {exc}")
-                raise ConversionError([failure], headline="a subgraph node failed:") from exc
-        outputs = []
-        for name in self.graph.outputs:
-            value = self.values[name]
-            if value.const is not None:
-                outputs.append(tf.constant(value.const))
-            else:
-                rank = len(value.perm)
-                outputs.append(self.input_tensor(name, P.identity(rank), rank))
-        return outputs
 
 
 # --- the Keras layer ---------------------------------------------------------------------

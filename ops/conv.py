@@ -1,15 +1,23 @@
-"""Conv and ConvTranspose on channel-last tensors (1-D, 2-D, 3-D; groups; depthwise).
+"""Conv, ConvTranspose and CausalConvWithState on channel-last tensors (1-D, 2-D, 3-D;
+groups; depthwise).
 
 1-D runs as 2-D with a unit height (TFLite has no 1-D conv). Constant kernels are moved to
 TF's layout at conversion time, so the TFLite model holds no TRANSPOSE. Run-time kernels (a
 graph input, or computed) take the same path with the same numpy-style steps done by TF ops
-(`_ops`): only the kernel is transposed, the data stays channel-last.
+(ops/_conv_common.py): only the kernel is transposed, the data stays channel-last.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
+from onnx2tf_alt.ops._conv_common import (
+    depthwise_conv,
+    grouped_conv,
+    lift_1d,
+    per_group,
+    tf_kernel,
+)
+from onnx2tf_alt.ops._dtypes import compute_dtype
 from onnx2tf_alt.ops._spatial import dilate_kernel, kernel_attrs, pad_spatial, tf_padding
 
 from onnx2tf_alt.layout import channel_last
@@ -29,72 +37,6 @@ def _weights(ctx):
     return w if dtype is None or w.dtype == dtype else tf.cast(w, dtype)
 
 
-def _ops(w):
-    """numpy for a constant kernel (folded at conversion time), tf for a run-time one."""
-    return np if isinstance(w, np.ndarray) else tf
-
-
-def _kernel_tensor(ctx, kernel):
-    """A kernel in TF's layout as a tensor: constants become model weights."""
-    return ctx.const_tensor(kernel) if isinstance(kernel, np.ndarray) else kernel
-
-
-def _tf_kernel(ctx, w):
-    """ONNX (A, B, k...) -> TF (k..., B, A): Conv's (O, I) and ConvTranspose's (I, O) alike."""
-    rank = len(w.shape)
-    return _kernel_tensor(ctx, _ops(w).transpose(w, [*range(2, rank), 1, 0]))
-
-
-def _lift_1d(x, w, *per_axis):
-    """1-D as 2-D: unit height on x and the kernel, and 1 prepended to per-axis lists."""
-    return (tf.expand_dims(x, 1), _ops(w).expand_dims(w, 2), *([1, *v] for v in per_axis))
-
-
-def _per_group(x, w, groups: int, fn):
-    """fn(x_part, w_part) for each channel group, concatenated on the channel axis."""
-    if groups == 1:
-        return fn(x, w)
-    parts = zip(tf.split(x, groups, axis=-1), _ops(w).split(w, groups, axis=0))
-    return tf.concat([fn(xi, wi) for xi, wi in parts], axis=-1)
-
-
-def _conv(ctx, x, w, strides, dilations, padding):
-    """Conv of channel-last x with an ONNX-layout kernel; grouped when the kernel's in
-    channels are a fraction of x's (1-D and 2-D only: TF's CPU Conv3D is not grouped)."""
-    if len(strides) == 1:
-        x, w, strides, dilations = _lift_1d(x, w, strides, dilations)
-        return tf.squeeze(_conv(ctx, x, w, strides, dilations, padding), 1)
-    if len(strides) == 3:  # the TFLite converter mis-infers dilated Conv3D shapes
-        w, dilations = dilate_kernel(w, dilations), [1, 1, 1]
-    op = tf.nn.conv2d if len(strides) == 2 else tf.nn.conv3d
-    return op(x, _tf_kernel(ctx, w), strides=[1, *strides, 1], padding=padding,
-              dilations=[1, *dilations, 1])
-
-
-def _grouped(ctx, x, w, groups: int, strides, dilations, padding):
-    """Conv with groups: one CONV_2D with grouped filters (O, I / groups) in 1-D and 2-D,
-    which XNNPACK runs faster than SPLIT + a CONV_2D per group + CONCATENATION; per group
-    in 3-D (TF's CPU Conv3D is not grouped) and with -dgc (for runtimes without grouped
-    convolution, e.g. TF.js)."""
-    if len(strides) <= 2 and not ctx.options.disable_group_convolution:
-        return _conv(ctx, x, w, strides, dilations, padding)
-    return _per_group(x, w, groups, lambda xi, wi: _conv(ctx, xi, wi, strides, dilations,
-                                                        padding))
-
-
-def _depthwise(ctx, x, w, strides, dilations, padding):
-    """groups == in channels (1-D or 2-D): one depthwise conv with a channel multiplier."""
-    if len(strides) == 1:
-        x, w, strides, dilations = _lift_1d(x, w, strides, dilations)
-        return tf.squeeze(_depthwise(ctx, x, w, strides, dilations, padding), 1)
-    if max(strides) > 1 and max(dilations) > 1:  # TF allows dilation only with stride 1
-        w, dilations = dilate_kernel(w, dilations), [1, 1]
-    xp, channels = _ops(w), x.shape[-1]
-    kernel = xp.transpose(xp.reshape(w, [channels, -1, *w.shape[2:]]), [2, 3, 0, 1])
-    return tf.nn.depthwise_conv2d(x, _kernel_tensor(ctx, kernel), strides=[1, *strides, 1],
-                                  padding=padding, dilations=dilations)
-
-
 def _bias(ctx, y):
     return tf.nn.bias_add(y, ctx.x(2)) if ctx.has(2) else y
 
@@ -109,8 +51,8 @@ def conv(ctx):
     x, padding = tf_padding(ctx.x(0), pads, kernel, strides, dilations, spatial)
     groups = ctx.attr("group", 1)
     if groups > 1 and groups == ctx.shape(0)[1] and len(kernel) <= 2:
-        return _bias(ctx, _depthwise(ctx, x, w, strides, dilations, padding))
-    return _bias(ctx, _grouped(ctx, x, w, groups, strides, dilations, padding))
+        return _bias(ctx, depthwise_conv(ctx, x, w, strides, dilations, padding))
+    return _bias(ctx, grouped_conv(ctx, x, w, groups, strides, dilations, padding))
 
 
 def _transpose_crop(ctx, sizes, kernel, strides, output_padding):
@@ -145,12 +87,12 @@ def _transpose_crop(ctx, sizes, kernel, strides, output_padding):
 def _conv_transpose(ctx, x, w, strides, lengths, padding):
     """TF transposed conv (no dilation) of channel-last x to spatial `lengths`."""
     if len(strides) == 1:
-        x, w, strides, lengths = _lift_1d(x, w, strides, lengths)
+        x, w, strides, lengths = lift_1d(x, w, strides, lengths)
         return tf.squeeze(_conv_transpose(ctx, x, w, strides, lengths, padding), 1)
     dims = [*lengths, w.shape[1]]
     shape = [x.shape[0], *dims] if x.shape[0] is not None else tf.stack([tf.shape(x)[0], *dims])
     op = tf.nn.conv2d_transpose if len(strides) == 2 else tf.nn.conv3d_transpose
-    return op(x, _tf_kernel(ctx, w), shape, strides=[1, *strides, 1], padding=padding)
+    return op(x, tf_kernel(ctx, w), shape, strides=[1, *strides, 1], padding=padding)
 
 
 @handler("ConvTranspose", layout=channel_last(0),
@@ -170,7 +112,7 @@ def conv_transpose(ctx):
         padding, lengths = "SAME", [m for _, m in crop]
     else:
         padding, lengths = "VALID", _valid_lengths(sizes, kernel, strides, crop)
-    y = _per_group(ctx.x(0), w, ctx.attr("group", 1), lambda xi, wi: _conv_transpose(
+    y = per_group(ctx.x(0), w, ctx.attr("group", 1), lambda xi, wi: _conv_transpose(
         ctx, xi, wi, strides, lengths, padding))
     return _bias(ctx, y if padding == "SAME" else _crop(y, crop, lengths))
 
@@ -198,3 +140,43 @@ def _crop(y, crop, lengths):
     if all(b == 0 and m == t for (b, m), t in zip(crop, lengths)):
         return y
     return tf.slice(y, [0, *(b for b, _ in crop), 0], [-1, *(m for _, m in crop), -1])
+
+
+# --- CausalConvWithState -----------------------------------------------------------------
+@handler("CausalConvWithState", since=27, layout=channel_last(0, 3),
+         limits="static kernel size; half precision computed in float32")
+def causal_conv_with_state(ctx):
+    """Depthwise causal conv along the length of channel-last (B, L, C) data, the carried
+    state prepended (zeros without one)."""
+    x = ctx.x(0)
+    dtype = compute_dtype(x)
+    taps = ctx.shape(1)[2]
+    if ctx.has(3):
+        padded = tf.concat([tf.cast(ctx.x(3), dtype), tf.cast(x, dtype)], axis=1)
+    else:
+        padded = tf.pad(tf.cast(x, dtype), [[0, 0], [taps - 1, 0], [0, 0]])
+    weight = ctx.const(1)
+    if weight is not None:
+        kernel = weight[:, 0, :].T.reshape(1, taps, -1, 1).astype(dtype.as_numpy_dtype)
+        y = tf.nn.depthwise_conv2d(tf.expand_dims(padded, 1), ctx.const_tensor(kernel),
+                                   strides=[1, 1, 1, 1], padding="VALID")
+        y = tf.squeeze(y, 1)
+    else:
+        y = _runtime_taps(padded, tf.cast(ctx.x(1), dtype), taps)
+    if ctx.has(2):
+        y = y + tf.cast(ctx.x(2), dtype)
+    if ctx.attr("activation", "none") in ("silu", "swish"):
+        y = y * tf.sigmoid(y)
+    state = padded[:, -(taps - 1):, :] if taps > 1 else padded[:, :0, :]
+    return [y, state]
+
+
+def _runtime_taps(padded, weight, taps: int):
+    """Sum over taps i of the window starting at i times weight[:, 0, i], per channel."""
+    total = None
+    for i in range(taps):
+        end = i - (taps - 1)
+        window = padded[:, i : end if end else None, :]
+        term = window * weight[:, 0, i]
+        total = term if total is None else total + term
+    return total

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 import tensorflow as tf
-from onnx2tf_alt.ops.conv import _kernel_tensor, _ops
+from onnx2tf_alt.ops._conv_common import array_module, kernel_tensor
 
 from onnx2tf_alt.context import reshape
 from onnx2tf_alt.layout import channel_last
@@ -61,7 +61,7 @@ def _corners(points, sizes: list[int]):
 def _column_weights(w, groups: int, offset_groups: int):
     """ONNX kernel (O, C/g, k...) -> (C * taps, O) rows ordered like the sampled columns:
     (offset group, tap, channel within it); zero where channel and output differ in group."""
-    xp = _ops(w)
+    xp = array_module(w)
     out_ch, group_ch = w.shape[0], w.shape[1]
     taps = math.prod(w.shape[2:])
     w = xp.transpose(xp.reshape(w, [groups, out_ch // groups, group_ch, taps]), [0, 2, 3, 1])
@@ -126,7 +126,7 @@ def deform_conv(ctx):
     w = _kernel(ctx)
     columns, out = _sample(ctx, sizes, channels, [int(k) for k in w.shape[2:]])
     matrix = _column_weights(w, ctx.attr("group", 1), ctx.attr("offset_group", 1))
-    y = tf.matmul(columns, _kernel_tensor(ctx, matrix))
+    y = tf.matmul(columns, kernel_tensor(ctx, matrix))
     if ctx.has(3):
         y = tf.nn.bias_add(y, tf.cast(ctx.x(3), tf.float32))
     return reshape(y, [None, *out, int(w.shape[0])])

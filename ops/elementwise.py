@@ -2,12 +2,12 @@
 layout their inputs arrive in.
 
 TFLite builtins cover few dtypes (most arithmetic only float32, int32 and int64), so inputs
-are first widened to a dtype they do cover (`widen`); the builder casts each result back
-to its ONNX dtype, which wraps integers exactly like the narrow arithmetic would.
+are first widened to a dtype they do cover (`widen`, ops/_dtypes.py); the builder casts each
+result back to its ONNX dtype, which wraps integers exactly like the narrow arithmetic would.
 Functions TFLite lacks (tan, the inverse and hyperbolic trigonometry, erf, int64 and
-uint64 division, int64 powers) are composed from builtins here; uint64 runs on its bits
-as int64 (BITCAST). float64 math stays float64: exact in
-TF, Select TF ops in TFLite.
+uint64 division, int64 powers) are composed from builtins (erf in ops/_erf.py, integer
+division in ops/_integers.py); uint64 runs on its bits as int64 (BITCAST). float64 math
+stays float64: exact in TF, Select TF ops in TFLite.
 
 Python scalars only ever stand right of a tensor (`x * 0.5`, not `0.5 * x`): a reloaded
 .h5 / .keras model converts a left-hand scalar with TF's default dtype, not the tensor's.
@@ -22,41 +22,13 @@ import tensorflow as tf
 from onnx import helper
 
 from onnx2tf_alt import perms as P
-from onnx2tf_alt.layout import Decision, agnostic
+from onnx2tf_alt.layout import Decision, agnostic, custom_policy
 from onnx2tf_alt.registry import handler
 
-_WIDER = {
-    tf.int8: tf.int32,
-    tf.int16: tf.int32,
-    tf.uint8: tf.int32,
-    tf.uint16: tf.int32,
-    tf.uint32: tf.int64,
-    tf.float16: tf.float32,
-    tf.bfloat16: tf.float32,
-}
-
-
-def widen(x):
-    """x in the nearest dtype TFLite arithmetic supports (small ints -> int32, uint32 ->
-    int64, half floats -> float32); other dtypes unchanged."""
-    wider = _WIDER.get(x.dtype)
-    return x if wider is None else tf.cast(x, wider)
-
-
-_INT64_MIN = -(2**63)
-
-
-def ordered(x):
-    """x widened into a signed dtype with the same order. TFLite has no uint64 math nor
-    uint64 CAST, so uint64 becomes its bits as int64 (BITCAST) with the top bit flipped."""
-    if x.dtype != tf.uint64:
-        return widen(x)
-    return tf.bitcast(x, tf.int64) + _INT64_MIN  # adding 2^63 wraps: it flips the top bit
-
-
-def from_ordered(y, dtype: tf.DType):
-    """Undo `ordered` for a value of the original dtype (the builder casts the others)."""
-    return tf.bitcast(y + _INT64_MIN, tf.uint64) if dtype == tf.uint64 else y
+from ._dtypes import from_ordered, ordered, widen
+from ._elementwise_common import binary, unary
+from ._erf import erf
+from ._integers import int_div, trunc_mod, uint64_divmod
 
 
 def modular(fn):
@@ -70,21 +42,6 @@ def modular(fn):
         return tf.bitcast(result, tf.uint64)
 
     return apply
-
-
-def unary(op_type: str, fn, since: int = 1, limits: str = "") -> None:
-    """Register an attribute-free one-input op as `fn(x)` on the widened input."""
-    handler(op_type, since=since, layout=agnostic, limits=limits)(
-        lambda ctx: fn(widen(ctx.x(0)))
-    )
-
-
-def binary(op_type: str, fn, since: int = 1, limits: str = "", prepare=widen) -> None:
-    """Register a two-input broadcasting op as `fn(a, b)` on the inputs made ready by
-    `prepare` (default: widened)."""
-    handler(op_type, since=since, layout=agnostic, limits=limits)(
-        lambda ctx: fn(prepare(ctx.x(0)), prepare(ctx.x(1)))
-    )
 
 
 def _fold(ctx, fn, prepare=widen):
@@ -104,72 +61,6 @@ def extremum(op_type: str, fn) -> None:
 
 
 # --- integer helpers -------------------------------------------------------------------------
-def trunc_mod(a, b):
-    """Remainder with the sign of the dividend (C fmod), from FLOOR_MOD."""
-    r = tf.math.floormod(a, b)
-    wrong_sign = tf.logical_and(tf.not_equal(r, 0), tf.not_equal(r < 0, a < 0))
-    return tf.where(wrong_sign, r - b, r)
-
-
-def _int64_truncdiv(a, b, remainder):
-    """Exact a / b rounded toward zero for int64, from builtins TFLite has for int64 (MUL,
-    SUB, CAST): a - remainder is an exact multiple of b no larger than a, whose quotient a
-    float32 estimate finds; each refinement shrinks the error about 2^22-fold, so three
-    reach it for any int64."""
-    rest = a - remainder
-    divisor = tf.cast(b, tf.float32)
-    quotient = tf.zeros_like(rest)
-    for _ in range(3):
-        step = tf.cast(tf.round(tf.cast(rest, tf.float32) / divisor), tf.int64)
-        quotient += step
-        rest -= step * b
-    return quotient
-
-
-def int_div(a, b):
-    """Integer division rounding toward zero, as onnxruntime (C++) computes it."""
-    if a.dtype == tf.uint64:
-        return uint64_divmod(a, b)[0]
-    if a.dtype != tf.int64:
-        return tf.truncatediv(a, b)  # TFLite DIV truncates for int32
-    return _int64_truncdiv(a, b, trunc_mod(a, b))
-
-
-def uint64_halve(s):
-    """(u >> 1, u & 1) as non-negative int64, for the uint64 u whose bits int64 `s` holds:
-    an arithmetic halving, then the top bit cleared (adding 2^63 wraps to that)."""
-    low = tf.math.floormod(s, np.int64(2))  # the lowest bit, whatever the sign
-    half = _int64_truncdiv(s, np.int64(2), low)
-    return tf.where(s < 0, half + _INT64_MIN, half), low
-
-
-def uint64_divmod(a, b):
-    """(a // b, a % b) for uint64 from int64 builtins (TFLite has no uint64 arithmetic).
-
-    Divisors of 2^63 and more go into a at most once. Smaller ones divide a >> 1 (which
-    fits int64) exactly; the remainder doubled plus a's last bit is below 2 b < 2^64, so
-    one unsigned comparison (on `ordered` values) gives the last quotient bit.
-    """
-    s, d = tf.bitcast(a, tf.int64), tf.bitcast(b, tf.int64)
-    once = tf.cast(ordered(a) >= ordered(b), tf.int64)
-    divisor = tf.where(d > 0, d, tf.ones_like(d))  # d <= 0: 2^63 and more (or zero)
-    half, low = uint64_halve(s)
-    rest = tf.math.floormod(half, divisor)
-    twice = rest * 2 + low
-    carry = tf.cast(tf.logical_or(twice < 0, twice >= divisor), tf.int64)
-    big = d <= 0
-    quotient = tf.where(big, once, _int64_truncdiv(half, divisor, rest) * 2 + carry)
-    remainder = tf.where(big, s - once * d, twice - carry * divisor)
-    return tf.bitcast(quotient, tf.uint64), tf.bitcast(remainder, tf.uint64)
-
-
-def int64_floordiv(a, b):
-    """floor(a / b) for int64 (no int64 FLOOR_DIV in TFLite)."""
-    remainder = trunc_mod(a, b)
-    inexact_negative = tf.logical_and(tf.not_equal(remainder, 0), tf.not_equal(a < 0, b < 0))
-    return _int64_truncdiv(a, b, remainder) - tf.cast(inexact_negative, tf.int64)
-
-
 def abs_(x):
     if x.dtype.is_unsigned:
         return x
@@ -206,27 +97,6 @@ def _int_pow(x, e):
 
 
 # --- composed float functions ----------------------------------------------------------------
-# erf(x) ~ x P(x^2) / Q(x^2) on [-4, 4] (|erf| rounds to 1 in float32 beyond): a rational
-# least-squares/minimax fit made for this converter; max |error| 3.7e-7 evaluated in float32.
-_ERF_P = (1.128378924, 0.1977264447, 0.05366001823, 0.004066301948, 0.0002893437433,
-          1.962111229e-06)
-_ERF_Q = (1.0, 0.5085611919, 0.1170847968, 0.01556976856, 0.001231361772, 3.741702153e-05)
-
-
-def _horner(t, coefficients):
-    result = t * coefficients[-1] + coefficients[-2]
-    for c in reversed(coefficients[:-2]):
-        result = result * t + c
-    return result
-
-
-def erf(x):
-    """erf from builtins (TFLite has no ERF)."""
-    x = tf.clip_by_value(x, -4.0, 4.0)
-    t = x * x
-    return x * _horner(t, _ERF_P) / _horner(t, _ERF_Q)
-
-
 def _sqrt_one_minus_square(x):
     return tf.sqrt((x + 1) * -(x - 1))
 
@@ -415,6 +285,7 @@ def cast(ctx):
     return cast_to(ctx.x(0), target)
 
 
+@custom_policy
 def _first_input_only(node, graph, in_perms) -> Decision:
     """CastLike reads only the dtype of its second input: its data keeps its own layout."""
     outs = [in_perms[0]] + [P.identity(graph.rank(o) or 0) for o in node.outputs[1:]]
@@ -426,6 +297,15 @@ def _first_input_only(node, graph, in_perms) -> Decision:
                 "type); no float8, no strings")
 def cast_like(ctx):
     return cast_to(ctx.x(0), ctx.dtype(1))
+
+
+@handler("BitCast", since=26)
+def bit_cast(ctx):
+    x = ctx.x(0)
+    to = tf.as_dtype(helper.tensor_dtype_to_np_dtype(ctx.attr("to")))
+    if tf.bool in (to, x.dtype):  # one byte holding 0 or 1; tf.bitcast has no bool
+        return tf.cast(x, to)
+    return tf.bitcast(x, to)
 
 
 def _dropout(ctx, mask: bool):

@@ -1,5 +1,5 @@
-"""Indexing ops: element and N-d gathers and scatters, TopK, CumSum, NonZero, OneHot, Trilu,
-Compress, Unique, ReverseSequence.
+"""Indexing ops: element and N-d gathers and scatters, TopK, CumSum, CumProd, NonZero, OneHot,
+Trilu, Compress, Unique, ReverseSequence, TensorScatter.
 
 Gathers and scatters work on a flattened view of the data: each index becomes a linear
 offset into the data's leading axes (negative indices normalized first), so one GATHER, or
@@ -17,7 +17,7 @@ from onnx2tf_alt.graph import Graph, Node
 from onnx2tf_alt.layout import derived, same_as_input
 from onnx2tf_alt.registry import handler
 
-from .elementwise import from_ordered, ordered, widen
+from ._dtypes import from_ordered, ordered, widen
 
 
 # --- index arithmetic (numpy while everything is known, tensors otherwise) -----------------
@@ -49,10 +49,10 @@ def _strides(dims: list) -> list:
 def _indices(ctx, i: int, data_dims: list):
     """Index input i in its physical perm, as int32: numpy when it and the data dims are
     known at conversion time, else a tensor."""
-    value = ctx.const(i)
+    value = ctx.const(i, physical=True)
     if value is None:
         return tf.cast(ctx.x(i), tf.int32)
-    value = np.transpose(value.astype(np.int32), ctx.perm(i))
+    value = value.astype(np.int32)
     return value if _static(*data_dims) else ctx.const_tensor(value)
 
 
@@ -225,7 +225,7 @@ def top_k(ctx):
     return _top_k(ctx, k)
 
 
-# --- CumSum -------------------------------------------------------------------------------------
+# --- CumSum, CumProd ----------------------------------------------------------------------------
 def _axis_const_perm(node: Node, graph: Graph, in_perm):
     """Keep the data's perm when the axis input is constant (it can be remapped)."""
     return tuple(in_perm) if graph.is_const(node.inputs[1]) else None
@@ -240,6 +240,41 @@ def cumsum(ctx):
         axis = tf.cast(tf.reshape(ctx.x(1), []), tf.int32)
     exclusive, reverse = bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))
     return tf.math.cumsum(widen(ctx.x(0)), axis, exclusive=exclusive, reverse=reverse)
+
+
+# Longest axis for which CumProd is unrolled into TFLite builtins (MUL, CONCATENATION);
+# longer ones use tf.math.cumprod (a Select TF op in TFLite).
+_UNROLL_LIMIT = 64
+
+
+def _cumprod(x, axis: int, exclusive: bool, reverse: bool):
+    """Running product along `axis`, unrolled when the axis is short and static."""
+    length = x.shape[axis]
+    if length is None or length > _UNROLL_LIMIT:
+        return tf.math.cumprod(x, axis=axis, exclusive=exclusive, reverse=reverse)
+    parts = tf.split(x, length, axis=axis)
+    if reverse:
+        parts = parts[::-1]
+    if exclusive:
+        parts = [tf.ones_like(parts[0]), *parts[:-1]]
+    running = [parts[0]]
+    for part in parts[1:]:
+        running.append(running[-1] * part)
+    if reverse:
+        running = running[::-1]
+    return tf.concat(running, axis=axis)
+
+
+@handler("CumProd", since=26)
+def cumprod(ctx):
+    x, axis, rank = ctx.x(0), ctx.const(1), ctx.rank(0)
+    exclusive, reverse = bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))
+    if axis is not None or rank == 1:
+        return _cumprod(x, 0 if axis is None else int(axis) % rank, exclusive, reverse)
+    # A runtime axis: the running product along every axis, picked by the axis value.
+    every = tf.stack([_cumprod(x, a, exclusive, reverse) for a in range(rank)])
+    index = tf.math.floormod(tf.reshape(tf.cast(ctx.x(1), tf.int32), [1]), rank)
+    return tf.squeeze(tf.gather(every, index), 0)
 
 
 # --- NonZero, OneHot, Trilu, Compress -----------------------------------------------------------
@@ -360,3 +395,29 @@ def reverse_sequence(ctx):
         seq_axis=ctx.axis(ctx.attr("time_axis", 0)),
         batch_axis=ctx.axis(ctx.attr("batch_axis", 1)),
     )
+
+
+# --- TensorScatter -----------------------------------------------------------------------
+@handler("TensorScatter", since=24, limits="static sequence lengths; axis is not the batch axis")
+def tensor_scatter(ctx):
+    """Cache position p takes update row p - write_index (mod the cache length when
+    circular) where that row exists, else keeps the past value: a gather and a select."""
+    rank = len(ctx.shape(0))
+    axis = ctx.attr("axis", -2) % rank
+    max_len, length = ctx.shape(0)[axis], ctx.shape(1)[axis]
+    if axis == 0 or max_len is None or length is None:
+        raise NotImplementedError("TensorScatter needs static sequence lengths and axis >= 1")
+    rows = np.arange(max_len, dtype=np.int32)
+    if ctx.has(2):  # per batch entry: [B, max_len]
+        rows = ctx.const_tensor(rows[np.newaxis]) - tf.reshape(tf.cast(ctx.x(2), tf.int32),
+                                                               [-1, 1])
+    if ctx.attr("mode", "linear") == "circular":
+        rows = rows % max_len
+    written = (rows >= 0) & (rows < length)
+    # Rows outside the update are not used; `% length` only keeps their indices valid.
+    picked = tf.gather(ctx.x(1), rows % length, axis=axis, batch_dims=1 if ctx.has(2) else 0)
+    where = [1] * rank
+    where[axis] = max_len
+    if ctx.has(2):
+        where[0] = -1
+    return tf.where(tf.reshape(written, where), picked, ctx.x(0))

@@ -7,7 +7,9 @@ built from XOR, shifts and integer arithmetic on 32-bit lanes.
 from __future__ import annotations
 
 import tensorflow as tf
-from onnx2tf_alt.ops.elementwise import binary, int64_floordiv, ordered, uint64_halve, widen
+from onnx2tf_alt.ops._dtypes import ordered, widen
+from onnx2tf_alt.ops._elementwise_common import binary
+from onnx2tf_alt.ops._integers import int64_floordiv, uint64_halve
 
 from onnx2tf_alt.layout import agnostic
 from onnx2tf_alt.registry import handler

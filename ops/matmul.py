@@ -15,19 +15,15 @@ import numpy as np
 import tensorflow as tf
 
 from onnx2tf_alt import perms as P
-from onnx2tf_alt.layout import Decision
+from onnx2tf_alt.layout import CUSTOM, Decision, LayoutPolicy, custom_policy
 from onnx2tf_alt.registry import handler
 
-from .shape import dims_of
+from ._matmul_common import operand, swaps_last_two
+from ._shapes import dims_of
 
 
 def _identity_outputs(node, graph) -> list:
     return [P.identity(graph.rank(o) or 0) for o in node.outputs]
-
-
-def _swaps_last_two(perm) -> bool:
-    n = len(perm)
-    return n >= 2 and tuple(perm) == (*range(n - 2), n - 1, n - 2)
 
 
 def matmul_operands(*operands: int):
@@ -37,31 +33,27 @@ def matmul_operands(*operands: int):
     def policy(node, graph, in_perms):
         wanted = [
             None if p is None
-            else p if i in operands and _swaps_last_two(p)
+            else p if i in operands and swaps_last_two(p)
             else P.identity(len(p))
             for i, p in enumerate(in_perms)
         ]
         return Decision(wanted, _identity_outputs(node, graph))
 
-    return policy
+    return LayoutPolicy(CUSTOM, "matmul_operands", policy)
 
 
+@custom_policy
 def as_arrived(node, graph, in_perms):
     """Every input in the perm it already has (the handler reads axes through it);
     outputs identity."""
     return Decision(list(in_perms), _identity_outputs(node, graph))
 
 
-def _operand(ctx, i: int):
-    """(input i as it arrived, whether its last two axes are physically swapped)."""
-    return ctx.x(i), _swaps_last_two(ctx.perm(i))
-
-
 @handler("MatMul", since=1, layout=matmul_operands(0, 1))
 def matmul(ctx):
     """numpy matmul: batch axes broadcast; a 1-D operand gets a unit axis, dropped after."""
-    a, ta = _operand(ctx, 0)
-    b, tb = _operand(ctx, 1)
+    a, ta = operand(ctx, 0)
+    b, tb = operand(ctx, 1)
     a_vector, b_vector = ctx.rank(0) == 1, ctx.rank(1) == 1
     if a_vector and ctx.rank(1) == 2:
         # TFLite cannot lower a row vector times a matrix to a 1-D result; b^T a it can.
@@ -83,7 +75,7 @@ def gemm(ctx):
     """alpha * A' B' + beta * C; constant B (and C) are transposed and scaled in numpy, so
     TFLite sees a plain FULLY_CONNECTED."""
     alpha, beta = ctx.attr("alpha", 1.0), ctx.attr("beta", 1.0)
-    a, ta = _operand(ctx, 0)
+    a, ta = operand(ctx, 0)
     ta ^= bool(ctx.attr("transA", 0))
     trans_b = bool(ctx.attr("transB", 0))
     w = ctx.const(1)
@@ -92,7 +84,7 @@ def gemm(ctx):
         b, tb = ctx.const_tensor((w * alpha).astype(w.dtype) if alpha != 1 else w), False
         alpha = 1.0
     else:
-        b, tb = _operand(ctx, 1)
+        b, tb = operand(ctx, 1)
         tb ^= trans_b
     y = tf.linalg.matmul(a, b, transpose_a=ta, transpose_b=tb)
     if alpha != 1:

@@ -28,23 +28,24 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import tensorflow as tf
-from onnx import helper, shape_inference
 from onnx2tf_alt.ops import pool, rnn
-from onnx2tf_alt.ops.ms_transformer import _infer_attention, ms_attention
+from onnx2tf_alt.ops._infer import dtype_of, infer_as, infer_attention
+from onnx2tf_alt.ops._shapes import physical_axes
+from onnx2tf_alt.ops.ms_transformer import ms_attention
 from onnx2tf_alt.ops.quant import (
-    _along,
-    _centered,
-    _matmul_accumulator,
-    _quant_dtype,
+    centered,
     centered_operand,
     dequantize_linear,
     dynamic_uint8_params,
     exact_matmul,
     integer_range,
+    matmul_accumulator,
+    quant_dtype,
+    quant_param,
     quantize,
     quantize_linear,
 )
-from onnx2tf_alt.ops.softmax import _physical_axes, softmax
+from onnx2tf_alt.ops.softmax import softmax
 
 from onnx2tf_alt.layout import agnostic, channel_last, same_as_input
 from onnx2tf_alt.registry import handler
@@ -54,46 +55,12 @@ _FLOAT = onnx.TensorProto.FLOAT
 
 
 # --- output types (ONNX shape inference does not know these ops) ---------------------------
-def _infer_as(op_type: str, data_inputs, dtype):
-    """Output types as the standard `op_type` gives them for the shapes of `data_inputs`
-    (input indices; None: all inputs from the third on, in threes, as QLinearConcat), with
-    elem type `dtype(types)`."""
-
-    def infer(node, types):
-        picked = data_inputs if data_inputs is not None else range(2, len(types), 3)
-        names = [f"in{k}" for k in range(len(picked))]
-        schema = onnx.defs.get_schema(op_type, 18)
-        attrs = [a for a in node.attribute if a.name in schema.attributes]
-        proxy = helper.make_node(op_type, names, [o or f"unused{j}" for j, o in
-                                                  enumerate(node.output)])
-        proxy.attribute.extend(attrs)
-        feeds = {n: helper.make_tensor_type_proto(_FLOAT, types[i][1])
-                 for n, i in zip(names, picked)}
-        inferred = shape_inference.infer_node_outputs(schema, proxy, feeds)
-        elem = dtype(types)
-        return [_as_type(inferred.get(o), elem) if o else None for o in node.output]
-
-    return infer
-
-
-def _as_type(type_proto, elem: int):
-    if type_proto is None or not type_proto.tensor_type.HasField("shape"):
-        return None
-    dims = [d.dim_value if d.HasField("dim_value") else d.dim_param or None
-            for d in type_proto.tensor_type.shape.dim]
-    return elem, dims
-
-
-def _dtype_of(i: int):
-    return lambda types: types[i][0]
-
-
 def _float(types) -> int:
     return _FLOAT
 
 
 def _same_shape(dtype):
-    return _infer_as("Identity", [0], dtype)
+    return infer_as("Identity", [0], dtype)
 
 
 # --- quantization parameters ---------------------------------------------------------------
@@ -125,7 +92,7 @@ def _float32(*values):
 
 
 def _saturated(ctx, y):
-    qmin, qmax = integer_range(_quant_dtype(ctx))
+    qmin, qmax = integer_range(quant_dtype(ctx))
     return tf.clip_by_value(y, float(qmin), float(qmax))
 
 
@@ -139,7 +106,7 @@ def _dequantized(ctx, i: int, scale: int, zero_point: int):
 
 
 def _quantized(ctx, y, scale: int, zero_point: int):
-    qmin, qmax = integer_range(_quant_dtype(ctx))
+    qmin, qmax = integer_range(quant_dtype(ctx))
     return quantize(y, _scalar(ctx, scale), _scalar(ctx, zero_point), qmin, qmax)
 
 
@@ -148,19 +115,19 @@ _BINARY = "per-tensor scales and zero points"
 
 
 @handler("QLinearAdd", domain=MS, layout=agnostic, limits=_BINARY,
-         infer=_infer_as("Add", [0, 3], _dtype_of(0)))
+         infer=infer_as("Add", [0, 3], dtype_of(0)))
 def qlinear_add(ctx):
     a_ratio, b_ratio, c = _float32(_scalar(ctx, 1), _scalar(ctx, 4), _scalar(ctx, 6))
-    y = _centered(ctx, 0, 2, axis=0) * (a_ratio / c) + _centered(ctx, 3, 5, axis=0) * (
+    y = centered(ctx, 0, 2, axis=0) * (a_ratio / c) + centered(ctx, 3, 5, axis=0) * (
         b_ratio / c)
     return _requantized(ctx, y, 7)
 
 
 @handler("QLinearMul", domain=MS, layout=agnostic, limits=_BINARY,
-         infer=_infer_as("Mul", [0, 3], _dtype_of(0)))
+         infer=infer_as("Mul", [0, 3], dtype_of(0)))
 def qlinear_mul(ctx):
     a, b, c = _float32(_scalar(ctx, 1), _scalar(ctx, 4), _scalar(ctx, 6))
-    product = _centered(ctx, 0, 2, axis=0) * _centered(ctx, 3, 5, axis=0)
+    product = centered(ctx, 0, 2, axis=0) * centered(ctx, 3, 5, axis=0)
     return _requantized(ctx, product * (a * b / c), 7)
 
 
@@ -173,7 +140,7 @@ def _lookup(ctx, fn):
     x_scale, x_zero, y_scale, y_zero = (np.float32(np.asarray(p).reshape(())) for p in params)
     qmin, qmax = integer_range(ctx.dtype(0))
     x = x_scale * (np.arange(qmin, qmax + 1, dtype=np.float32) - x_zero)
-    out = _quant_dtype(ctx)
+    out = quant_dtype(ctx)
     table = np.clip(np.rint(fn(x) / y_scale) + y_zero, *integer_range(out)).astype(out)
     index = tf.cast(ctx.x(0), tf.int32)
     return tf.gather(ctx.const_tensor(table), index - qmin if qmin else index)
@@ -183,14 +150,14 @@ _TABLE = "constant scales and zero points"
 
 
 @handler("QLinearSigmoid", domain=MS, layout=agnostic, limits=_TABLE,
-         infer=_same_shape(_dtype_of(0)))
+         infer=_same_shape(dtype_of(0)))
 def qlinear_sigmoid(ctx):
     return _lookup(ctx, lambda x: (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(
         np.float32))
 
 
 @handler("QLinearLeakyRelu", domain=MS, layout=agnostic, limits=_TABLE,
-         infer=_same_shape(_dtype_of(0)))
+         infer=_same_shape(dtype_of(0)))
 def qlinear_leaky_relu(ctx):
     alpha = np.float32(ctx.attr("alpha", 0.01))
     return _lookup(ctx, lambda x: np.where(x >= 0, x, x * alpha))
@@ -198,7 +165,7 @@ def qlinear_leaky_relu(ctx):
 
 # --- axis remapping and pools ----------------------------------------------------------------
 @handler("QLinearConcat", domain=MS, layout=same_as_input(None),
-         infer=_infer_as("Concat", None, _dtype_of(2)))
+         infer=infer_as("Concat", None, dtype_of(2)))
 def qlinear_concat(ctx):
     """Inputs whose scale and zero point differ from the output's are requantized through
     float, as onnxruntime's per-input tables do; the others are copied."""
@@ -245,7 +212,7 @@ def _channel_axis(node, rank: int) -> int:
 
 @handler("QLinearAveragePool", domain=MS, layout=channel_last(0),
          limits="channels_last=0; as AveragePool",
-         infer=_infer_as("AveragePool", [0], _dtype_of(0)))
+         infer=infer_as("AveragePool", [0], dtype_of(0)))
 def qlinear_average_pool(ctx):
     """The float average of the dequantized input, quantized (onnxruntime's kernel)."""
     if ctx.attr("channels_last", 0):
@@ -255,7 +222,7 @@ def qlinear_average_pool(ctx):
 
 @handler("QLinearSoftmax", domain=MS, layout=same_as_input(0),
          limits="int8 outputs saturate at 127 where onnxruntime's kernel wraps 128 to -128",
-         infer=_same_shape(_dtype_of(0)))
+         infer=_same_shape(dtype_of(0)))
 def qlinear_softmax(ctx):
     """round(softmax(x * x_scale) * floor(1 / y_scale)) + y_zp: onnxruntime's kernel scales
     by the integer part of 1 / y_scale; the input zero point cancels out."""
@@ -265,14 +232,14 @@ def qlinear_softmax(ctx):
     else:
         axes = [ctx.attr("axis", -1) % rank]
     x_scale, y_scale = _float32(_scalar(ctx, 1), _scalar(ctx, 3))
-    probabilities = softmax(tf.cast(ctx.x(0), tf.float32) * x_scale, _physical_axes(ctx, axes))
+    probabilities = softmax(tf.cast(ctx.x(0), tf.float32) * x_scale, physical_axes(ctx, axes))
     steps = np.floor(1 / y_scale) if isinstance(y_scale, np.generic) else tf.floor(1 / y_scale)
     return _requantized(ctx, probabilities * steps, 4)
 
 
 # --- matrix products -----------------------------------------------------------------------
 @handler("DynamicQuantizeMatMul", domain=MS, limits="B's scale and zero point per tensor or "
-         "per column", infer=_infer_as("MatMul", [0, 1], _float))
+         "per column", infer=infer_as("MatMul", [0, 1], _float))
 def dynamic_quantize_matmul(ctx):
     """A quantized at run time to uint8 over its whole tensor, then MatMulIntegerToFloat."""
     x = tf.cast(ctx.x(0), tf.float32)
@@ -283,10 +250,10 @@ def dynamic_quantize_matmul(ctx):
 
 
 @handler("MatMulIntegerToFloat", domain=MS, limits="per-tensor A; B per tensor or per column",
-         infer=_infer_as("MatMul", [0, 1], _dtype_of(2)))
+         infer=infer_as("MatMul", [0, 1], dtype_of(2)))
 def matmul_integer_to_float(ctx):
     a_scale, b_scale = _float32(_scalar(ctx, 2), _vector(ctx, 3))
-    return _scaled(ctx, _matmul_accumulator(ctx, 0, 4, 1, 5), a_scale * b_scale, bias=6)
+    return _scaled(ctx, matmul_accumulator(ctx, 0, 4, 1, 5), a_scale * b_scale, bias=6)
 
 
 def _scaled(ctx, accumulator, multiplier, bias: int):
@@ -296,7 +263,7 @@ def _scaled(ctx, accumulator, multiplier, bias: int):
 
 
 def _qgemm_type(node, types):
-    out = _infer_as("Gemm", [0, 3], _float)(node, types)
+    out = infer_as("Gemm", [0, 3], _float)(node, types)
     if len(types) > 8 and types[8] is not None and out[0] is not None:
         out[0] = (types[8][0], out[0][1])
     return out
@@ -307,7 +274,7 @@ def _qgemm_type(node, types):
 def qgemm(ctx):
     """int32 (A - za)(B - zb) + C scaled by alpha * sa * sb, and requantized with y_scale /
     y_zero_point when given (as onnxruntime's requantizing output step)."""
-    a = _centered(ctx, 0, 2, axis=0)
+    a = centered(ctx, 0, 2, axis=0)
     if ctx.attr("transA", 0):
         a = tf.transpose(a)
     trans_b = bool(ctx.attr("transB", 0))
@@ -335,7 +302,7 @@ def _fake_quantized(x):
 _LSTM_PARAMS = {1: (8, 9), 2: (10, 11)}  # W, R: their scale and zero point inputs
 
 
-class _DynamicallyQuantized(rnn._Recurrence):
+class _DynamicallyQuantized(rnn.Recurrence):
     """W and R ([directions, in, 4 * hidden] integers, scales and zero points per direction
     or per column) dequantized into ONNX LSTM weights; each product's operand quantized."""
 
@@ -357,7 +324,7 @@ class _DynamicallyQuantized(rnn._Recurrence):
 
 @handler("DynamicQuantizeLSTM", domain=MS, layout=rnn.sequence_as_arrived,
          limits=rnn.LIMITS + "; constant weights",
-         infer=_infer_as("LSTM", [0, 1, 2], _float))
+         infer=infer_as("LSTM", [0, 1, 2], _float))
 def dynamic_quantize_lstm(ctx):
     return rnn.lstm(ctx, recurrence=_DynamicallyQuantized)
 
@@ -374,7 +341,7 @@ class _AttentionView:
     def __init__(self, ctx):
         self._ctx = ctx
         w = centered_operand(self._ctx, 1, 7, axis=1)
-        scale = _along(ctx, 4, axis=1, data=1)
+        scale = quant_param(ctx, 4, axis=1, data=1)
         if not isinstance(w, np.ndarray) or not isinstance(scale, (np.ndarray, np.generic)):
             raise NotImplementedError("QAttention needs constant weights and weight scales")
         self._weights = (w * scale).astype(np.float32)
@@ -384,7 +351,7 @@ class _AttentionView:
 
     def x(self, i: int):
         if i == 0:
-            return _centered(self._ctx, 0, 6, axis=0) * _scalar(self._ctx, 3)
+            return centered(self._ctx, 0, 6, axis=0) * _scalar(self._ctx, 3)
         if i == 1:
             return self._ctx.const_tensor(self._weights)
         return self._ctx.x(_ATTENTION_INPUTS[i])
@@ -402,7 +369,7 @@ class _AttentionView:
 def _qattention_types(node, types):
     picked = [types[i] if i < len(types) else None for i in _ATTENTION_INPUTS.values()]
     picked[0] = (_FLOAT, types[0][1])
-    return _infer_attention(node, picked)
+    return infer_attention(node, picked)
 
 
 @handler("QAttention", domain=MS, infer=_qattention_types,
@@ -424,4 +391,4 @@ handler("QuantizeLinear", domain=MS, layout=same_as_input(0),
         infer=_same_shape(_quantize_type))(quantize_linear)
 handler("DequantizeLinear", domain=MS, layout=same_as_input(0),
         limits="per-tensor and per-axis; int8, uint8, int16, uint16, int32",
-        infer=_same_shape(_dtype_of(1)))(dequantize_linear)
+        infer=_same_shape(dtype_of(1)))(dequantize_linear)

@@ -19,15 +19,16 @@ import tensorflow as tf
 from onnx2tf_alt.layout import channel_last
 from onnx2tf_alt.registry import handler
 
+from ._dtypes import compute_dtype
+from ._infer import attrs_of, dtype_of, infer_as, infer_attention, plus
+from ._matmul_common import operand
+from ._shapes import dims_of, reshape_to_dims
 from .activation import relu
 from .conv import conv
-from .matmul import _operand, matmul_operands
+from .matmul import matmul_operands
 from .norm import normalize
 from .softmax import softmax
 from .transformer import (
-    _compute_dtype,
-    _dims,
-    _reshape,
     grouped_scores,
     grouped_values,
     mask_out,
@@ -52,50 +53,18 @@ def like_inputs(*sources):
     return infer
 
 
-def _plus(a, b):
-    """a + b for dims that may be unknown (None or a symbol)."""
-    return a + b if isinstance(a, int) and isinstance(b, int) else None
-
-
 def _broadcast(a: list, b: list) -> list:
     """numpy broadcasting of two dim lists (a symbolic dim wins over 1)."""
     a, b = [1] * (len(b) - len(a)) + list(a), [1] * (len(a) - len(b)) + list(b)
     return [y if x == 1 else x for x, y in zip(a, b)]
 
 
-def _attrs(node) -> dict:
-    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-
-
 def _infer_fused_matmul(node, types):
-    attrs = _attrs(node)
+    attrs = attrs_of(node)
     (dtype, a), (_, b) = types[0], types[1]
     rows = a[-1] if attrs.get("transA") else a[-2]
     cols = b[-2] if attrs.get("transB") else b[-1]
     return [(dtype, [*_broadcast(a[:-2], b[:-2]), rows, cols])]
-
-
-def infer_as(op_type: str, inputs: int):
-    """`infer` by ONNX shape inference of the standard op `op_type` on the first `inputs`
-    inputs with the node's attributes that op knows (FusedConv is a Conv, ...)."""
-
-    def infer(node, types):
-        schema = onnx.defs.get_schema(op_type)
-        attrs = [a for a in node.attribute if a.name in schema.attributes]
-        names = [f"i{k}" if name else "" for k, name in enumerate(node.input[:inputs])]
-        probe = onnx.helper.make_node(op_type, names, ["y"])
-        probe.attribute.extend(attrs)
-        graph = onnx.helper.make_graph(
-            [probe], "probe",
-            [onnx.helper.make_tensor_value_info(n, *t) for n, t in zip(names, types) if n],
-            [onnx.helper.make_value_info("y", onnx.TypeProto())])
-        inferred = onnx.shape_inference.infer_shapes(onnx.helper.make_model(graph))
-        out = inferred.graph.output[0].type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param or None
-                for d in out.shape.dim]
-        return [(out.elem_type, dims)]
-
-    return infer
 
 
 # --- normalization -----------------------------------------------------------------------
@@ -103,7 +72,7 @@ def infer_as(op_type: str, inputs: int):
 def _skip_sum(ctx, bias_input: int):
     """input + skip (+ bias), in the compute dtype: what the Skip*Normalization ops normalize."""
     x = ctx.x(0)
-    dtype = _compute_dtype(x)
+    dtype = compute_dtype(x)
     total = tf.cast(x, dtype) + tf.cast(ctx.x(1), dtype)
     if ctx.has(bias_input):
         total = total + tf.cast(ctx.x(bias_input), dtype)
@@ -147,7 +116,7 @@ def simplified_layer_normalization(ctx):
         raise NotImplementedError("SimplifiedLayerNormalization: the inv_std_var output "
                                   "is not supported")
     x = ctx.x(0)
-    x = tf.cast(x, _compute_dtype(x))
+    x = tf.cast(x, compute_dtype(x))
     rank = ctx.rank(0)
     axes = list(range(ctx.attr("axis", -1) % rank, rank))
     return rms_normalize(x, axes, ctx.attr("epsilon", 1e-5)) * tf.cast(ctx.x(1), x.dtype)
@@ -212,8 +181,8 @@ def _fused_matmul(ctx):
         raise NotImplementedError(f"{ctx.node.op_type} with transBatchA/transBatchB")
     if min(ctx.rank(0), ctx.rank(1)) < 2:
         raise NotImplementedError(f"{ctx.node.op_type} with a 1-D operand")
-    a, ta = _operand(ctx, 0)
-    b, tb = _operand(ctx, 1)
+    a, ta = operand(ctx, 0)
+    b, tb = operand(ctx, 1)
     ta ^= bool(ctx.attr("transA", 0))
     tb ^= bool(ctx.attr("transB", 0))
     y = tf.linalg.matmul(a, b, transpose_a=ta, transpose_b=tb)
@@ -246,7 +215,8 @@ def _activation(name: str, params: list[float]):
     raise NotImplementedError(f"FusedConv activation {name!r}")
 
 
-@handler("FusedConv", domain=MS, layout=channel_last(0, 3), infer=infer_as("Conv", 3),
+@handler("FusedConv", domain=MS, layout=channel_last(0, 3),
+         infer=infer_as("Conv", [0, 1, 2], dtype_of(0)),
          limits="activation Relu, Sigmoid, Tanh, LeakyRelu, Clip or HardSigmoid")
 def fused_conv(ctx):
     """Conv (+ Z, input 3) followed by the `activation` attribute."""
@@ -308,7 +278,7 @@ def _attend(ctx, q, k, v, mask=None, bias=None, past_len=0):
     """Multi-head attention of q [B, N, S, D], k and v [B, Nkv, T, D] as onnxruntime computes
     it: the optional key mask, causal order (unidirectional or GroupQueryAttention) and
     attention bias [B or 1, N or 1, S, T] are added to the scores; returns [B, S, N*Dv]."""
-    q_len, kv_len, head_size = _dims(q)[2], _dims(k)[2], q.shape[3]
+    q_len, kv_len, head_size = dims_of(q)[2], dims_of(k)[2], q.shape[3]
     scale = ctx.attr("scale", 0.0) or 1.0 / np.sqrt(head_size)
     scores = grouped_scores(q, k, scale)
     softcap = ctx.attr("softcap", 0.0)
@@ -331,19 +301,10 @@ def _with_past(past_k, past_v, k, v):
     """(K, V) with the cached keys and values first, and the cached length."""
     if past_k is None:
         return k, v, 0
-    return tf.concat([past_k, k], axis=2), tf.concat([past_v, v], axis=2), _dims(past_k)[2]
+    return tf.concat([past_k, k], axis=2), tf.concat([past_v, v], axis=2), dims_of(past_k)[2]
 
 
-def _infer_attention(node, types):
-    (dtype, x), (_, w) = types[0], types[1]
-    heads = _attrs(node)["num_heads"]
-    sizes = _attrs(node).get("qkv_hidden_sizes") or [w[1] // 3] * 3
-    past_len = types[4][1][3] if len(types) > 4 and types[4] else 0
-    present = (dtype, [2, x[0], heads, _plus(past_len, x[1]), sizes[1] // heads])
-    return [(dtype, [x[0], x[1], sizes[2]]), present]
-
-
-@handler("Attention", domain=MS, infer=_infer_attention,
+@handler("Attention", domain=MS, infer=infer_attention,
          limits="no rotary (do_rotary), no 4-D Megatron mask, no past_present_share_buffer")
 def ms_attention(ctx):
     """BERT / GPT-2 attention with packed QKV weights [in, q + k + v] and bias."""
@@ -357,8 +318,8 @@ def ms_attention(ctx):
     total = int(ctx.shape(1)[1])
     sizes = list(ctx.attr("qkv_hidden_sizes", [total // 3] * 3))
     if len(set(sizes)) == 1:  # one TRANSPOSE for the three: [B, S, 3, N, D] -> [3, B, N, S, D]
-        b, s, _ = _dims(qkv)
-        packed = _reshape(qkv, [b, s, 3, heads, sizes[0] // heads])
+        b, s, _ = dims_of(qkv)
+        packed = reshape_to_dims(qkv, [b, s, 3, heads, sizes[0] // heads])
         q, k, v = tf.unstack(tf.transpose(packed, [2, 0, 3, 1, 4]))
     else:
         q, k, v = (split_heads(t, heads) for t in tf.split(qkv, sizes, axis=-1))
@@ -381,13 +342,13 @@ def _heads_of(x, heads: int):
 
 
 def _infer_mha(node, types):
-    heads = _attrs(node)["num_heads"]
+    heads = attrs_of(node)["num_heads"]
     (dtype, q), (_, k), (_, v) = types[:3]
     if len(k) == 3:
         k, v = [k[0], heads, k[1], k[2] // heads], [v[0], heads, v[1], v[2] // heads]
     past_len = types[6][1][2] if len(types) > 6 and types[6] else 0
-    present_k = (dtype, [k[0], heads, _plus(past_len, k[2]), k[3]])
-    present_v = (dtype, [v[0], heads, _plus(past_len, v[2]), v[3]])
+    present_k = (dtype, [k[0], heads, plus(past_len, k[2]), k[3]])
+    present_v = (dtype, [v[0], heads, plus(past_len, v[2]), v[3]])
     return [(dtype, [q[0], q[1], v[1] * v[3]]), present_k, present_v]
 
 
@@ -428,7 +389,7 @@ def ms_rotary_embedding(ctx):
     """Inputs (x, position_ids, cos_cache, sin_cache); x [B, S, N*D] or [B, N, S, D]."""
     if ctx.attr("is_packed_batching", 0) or ctx.attr("scale", 1.0) != 1.0:
         raise NotImplementedError("RotaryEmbedding with is_packed_batching or a scale")
-    dims = _dims(ctx.x(0))
+    dims = dims_of(ctx.x(0))
     four_d = len(dims) == 4
     cos, sin = _rotary_caches(ctx, dims[2] if four_d else dims[1])
     return rotate(ctx.x(0), cos, sin, 1 if four_d else 2, ctx.attr("num_heads", 0),
@@ -436,11 +397,11 @@ def ms_rotary_embedding(ctx):
 
 
 def _infer_gqa(node, types):
-    attrs = _attrs(node)
+    attrs = attrs_of(node)
     (dtype, q) = types[0]
     head_size = q[2] // attrs["num_heads"]
     past_len = types[3][1][2] if len(types) > 3 and types[3] else 0
-    present = (dtype, [q[0], attrs["kv_num_heads"], _plus(past_len, q[1]), head_size])
+    present = (dtype, [q[0], attrs["kv_num_heads"], plus(past_len, q[1]), head_size])
     return [types[0], present, present]
 
 
@@ -466,7 +427,7 @@ def group_query_attention(ctx):
         if ctx.has(9):
             cos, sin = tf.gather(cos, ctx.x(9)), tf.gather(sin, ctx.x(9))
         else:
-            new = _dims(q)[1]
+            new = dims_of(q)[1]
             cos = tf.expand_dims(cos[past_len: past_len + new], 0)
             sin = tf.expand_dims(sin[past_len: past_len + new], 0)
         rotary = 2 * int(ctx.shape(7)[-1])

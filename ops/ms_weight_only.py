@@ -15,11 +15,9 @@ import tensorflow as tf
 
 from onnx2tf_alt.registry import handler
 
+from ._infer import attrs_of
+
 MS = "com.microsoft"
-
-
-def _attrs(node) -> dict:
-    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
 def unpack_codes(packed: np.ndarray, bits: int) -> np.ndarray:
@@ -41,7 +39,7 @@ def _constant(ctx, i: int, what: str) -> np.ndarray:
 
 def _infer_matmul_nbits(node, types):
     dtype, a = types[0]
-    return [(dtype, [*a[:-1], _attrs(node)["N"]])]
+    return [(dtype, [*a[:-1], attrs_of(node)["N"]])]
 
 
 def matmul_nbits_weight(ctx) -> np.ndarray:
@@ -78,7 +76,7 @@ def matmul_nbits(ctx):
 
 
 def _infer_gather_block_quantized(node, types):
-    attrs = _attrs(node)
+    attrs = attrs_of(node)
     (data_type, data), (_, indices), (scale_type, _) = types[:3]
     data = list(data)
     if data_type == onnx.TensorProto.UINT8 and attrs.get("bits", 4) == 4:

@@ -12,11 +12,12 @@ import tensorflow as tf
 
 from onnx2tf_alt import perms as P
 from onnx2tf_alt.graph import Graph, Node
-from onnx2tf_alt.layout import Decision, channel_last, same_as_input
+from onnx2tf_alt.layout import Decision, channel_last, custom_policy, same_as_input
 from onnx2tf_alt.perms import Perm
 from onnx2tf_alt.registry import handler
 
 
+@custom_policy
 def broadcast_like_data(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
     """Input 0 keeps its perm; the other inputs broadcast against it, so they are
     rank-aligned (leading size-1 axes) and given the same perm; outputs of its rank keep it.
@@ -65,7 +66,7 @@ def _channel_param(ctx, i: int, dtype):
     """
     value = ctx.const(i)
     if value is not None:
-        return np.moveaxis(value.astype(np.float64), 0, -1)
+        return ctx.physical(value.astype(np.float64), 0, first_axis=1)
     tensor = tf.cast(ctx.x(i), dtype)
     rank = ctx.rank(i)
     return tensor if rank == 1 else tf.transpose(tensor, [*range(1, rank), 0])

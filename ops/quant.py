@@ -12,7 +12,7 @@ recombined in int32 (`_exact_product`).
 
 `FakeQuantize` (domain onnx2tf_alt) is not an ONNX op: the INT8 export rewrites each
 QuantizeLinear -> DequantizeLinear pair of a QDQ model into it, so that TensorFlow's
-FakeQuant op carries the model's ranges into the TFLite quantizer (export/quantize.py).
+FakeQuant op carries the model's ranges into the TFLite quantizer (quant/quantize.py).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import math
 
 import numpy as np
 import tensorflow as tf
+from onnx2tf_alt.ops._conv_common import depthwise_conv, grouped_conv
 from onnx2tf_alt.ops._spatial import kernel_attrs, tf_padding
-from onnx2tf_alt.ops.conv import _depthwise, _grouped
 
 from onnx2tf_alt.layout import agnostic, channel_last, same_as_input
 from onnx2tf_alt.registry import handler
@@ -37,7 +37,7 @@ def integer_range(dtype) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
-def _quant_dtype(ctx) -> np.dtype:
+def quant_dtype(ctx) -> np.dtype:
     """The integer type QuantizeLinear produces (its output's ONNX dtype)."""
     dtype = np.dtype(ctx.out_dtype()) if ctx.out_dtype() is not None else None
     if dtype not in _INTEGER_DTYPES:
@@ -47,7 +47,7 @@ def _quant_dtype(ctx) -> np.dtype:
     return dtype
 
 
-def _along(ctx, i: int, axis: int, data: int = 0, default=0.0):
+def quant_param(ctx, i: int, axis: int, data: int = 0, default=0.0):
     """Input i, a per-tensor (scalar) or per-axis (1-D along logical `axis` of input `data`)
     quantization parameter, as float32 shaped to broadcast against input `data`: a numpy
     array when constant, else a tensor. `default` when the input is omitted. With a
@@ -83,7 +83,7 @@ def _unblocked(ctx, i: int, axis: int, data: int, block: int):
             raise NotImplementedError("blocked quantization needs a static length along axis")
         value = np.repeat(np.asarray(value, np.float32), block, axis=axis)[
             (slice(None),) * axis + (slice(0, length),)]
-        return np.transpose(value, ctx.perm(data))
+        return ctx.physical(value, data)
     p = ctx.axis(axis, data)
     positions = np.arange(length, dtype=np.int32) if length is not None else tf.range(
         tf.shape(ctx.x(data))[p])
@@ -103,9 +103,9 @@ def quantize(x, scale, zero_point, qmin: int, qmax: int):
          limits="per-tensor, per-axis and blocked; int8, uint8, int16, uint16 (no float8, "
                 "int4)")
 def quantize_linear(ctx):
-    qmin, qmax = integer_range(_quant_dtype(ctx))
+    qmin, qmax = integer_range(quant_dtype(ctx))
     axis = ctx.attr("axis", 1)
-    scale, zero_point = _along(ctx, 1, axis), _along(ctx, 2, axis)
+    scale, zero_point = quant_param(ctx, 1, axis), quant_param(ctx, 2, axis)
     x = ctx.const(0)
     if x is not None and _is_numpy(scale) and _is_numpy(zero_point):  # weights
         return np.clip(np.round(x.astype(np.float32) / scale) + zero_point, qmin, qmax)
@@ -119,7 +119,7 @@ def dequantize_linear(ctx):
     if np.dtype(ctx.dtype(0)).kind not in "iu":
         raise NotImplementedError(f"dequantization of {ctx.dtype(0)} is not supported")
     axis = ctx.attr("axis", 1)
-    scale, zero_point = _along(ctx, 1, axis), _along(ctx, 2, axis)
+    scale, zero_point = quant_param(ctx, 1, axis), quant_param(ctx, 2, axis)
     q = ctx.const(0)
     if q is not None and _is_numpy(scale) and _is_numpy(zero_point):
         return (q.astype(np.float32) - zero_point) * scale  # weights stay constant for Conv
@@ -186,15 +186,15 @@ def _exact_product(v, bound: float, linear):
     return total
 
 
-def _centered(ctx, i: int, zero_point_input: int, axis: int):
+def centered(ctx, i: int, zero_point_input: int, axis: int):
     """Input i minus its zero point (input `zero_point_input`), as float32."""
-    return tf.cast(ctx.x(i), tf.float32) - _along(ctx, zero_point_input, axis, data=i)
+    return tf.cast(ctx.x(i), tf.float32) - quant_param(ctx, zero_point_input, axis, data=i)
 
 
 def _centered_weights(ctx, i: int, zero_point_input: int):
     """ONNX-layout conv weights minus their per-output-channel zero point, as float32: a
     numpy array when both are constants, else a tensor (of static shape)."""
-    zero_point = _along(ctx, zero_point_input, axis=0, data=i)
+    zero_point = quant_param(ctx, zero_point_input, axis=0, data=i)
     w = ctx.const(i)
     if w is not None and _is_numpy(zero_point):
         return w.astype(np.float32) - zero_point
@@ -224,24 +224,24 @@ def _conv_accumulator(ctx, x_zero_point: int, w_input: int, w_zero_point: int):
     def linear(x):
         x, padding = tf_padding(x, pads, kernel, strides, dilations, ctx.shape(0)[2:])
         if depthwise:
-            return _depthwise(ctx, x, w, strides, dilations, padding)
-        return _grouped(ctx, x, w, groups, strides, dilations, padding)
+            return depthwise_conv(ctx, x, w, strides, dilations, padding)
+        return grouped_conv(ctx, x, w, groups, strides, dilations, padding)
 
     if ctx.has(x_zero_point) and ctx.shape(x_zero_point) not in ((), (1,)):
         raise NotImplementedError("the input zero point must be a scalar")
-    return _exact_product(_centered(ctx, 0, x_zero_point, axis=1), _weight_bound(w), linear)
+    return _exact_product(centered(ctx, 0, x_zero_point, axis=1), _weight_bound(w), linear)
 
 
-def _matmul_accumulator(ctx, a: int, a_zero_point: int, b: int, b_zero_point: int):
+def matmul_accumulator(ctx, a: int, a_zero_point: int, b: int, b_zero_point: int):
     """int32 numpy-style matmul of (A - a_zp) and (B - b_zp); a_zp per row, b_zp per column."""
-    a_value = _centered(ctx, a, a_zero_point, axis=-2 if ctx.rank(a) > 1 else 0)
+    a_value = centered(ctx, a, a_zero_point, axis=-2 if ctx.rank(a) > 1 else 0)
     return exact_matmul(ctx, a_value, centered_operand(ctx, b, b_zero_point, axis=-1))
 
 
 def centered_operand(ctx, i: int, zero_point_input: int, axis: int):
     """Input i minus its zero point (scalar, or along logical `axis`) as float32: a numpy
     array when both are constants, else a tensor."""
-    zero_point = _along(ctx, zero_point_input, axis, data=i)
+    zero_point = quant_param(ctx, zero_point_input, axis, data=i)
     value = ctx.const(i)
     if value is not None and _is_numpy(zero_point):
         return value.astype(np.float32) - zero_point
@@ -274,7 +274,7 @@ def exact_matmul(ctx, a_value, b_value):
 def _requantize(ctx, accumulator, multiplier, y_zero_point: int, axis: int):
     """saturate(round(float(acc) * multiplier) + y_zp), as onnxruntime requantizes."""
     qmin, qmax = integer_range(ctx.out_dtype())
-    zero_point = _along(ctx, y_zero_point, axis)
+    zero_point = quant_param(ctx, y_zero_point, axis)
     scaled = tf.round(tf.cast(accumulator, tf.float32) * multiplier)
     return tf.clip_by_value(scaled + zero_point, float(qmin), float(qmax))
 
@@ -318,11 +318,11 @@ def qlinear_conv(ctx):
 @handler("MatMulInteger", since=10,
          limits="A's zero point scalar (or per row), B's scalar or per column")
 def matmul_integer(ctx):
-    return _matmul_accumulator(ctx, 0, 2, 1, 3)
+    return matmul_accumulator(ctx, 0, 2, 1, 3)
 
 
 @handler("QLinearMatMul", since=10)
 def qlinear_matmul(ctx):
-    accumulator = _matmul_accumulator(ctx, 0, 2, 3, 5)
+    accumulator = matmul_accumulator(ctx, 0, 2, 3, 5)
     multiplier = _multiplier(ctx, 1, 4, 6)
     return _requantize(ctx, accumulator, multiplier, 7, axis=-1)

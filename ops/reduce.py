@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from onnx2tf_alt import perms as P
-from onnx2tf_alt.layout import derived
+from onnx2tf_alt.layout import custom_policy, derived
 from onnx2tf_alt.registry import handler
 
 
@@ -146,10 +146,11 @@ def _kept_dims(y, axes, out_rank: int):
     return tf.reduce_sum(into * tf.shape(y)[None, :], axis=1)
 
 
+@custom_policy
 def _reduce_layout(node, graph, in_perms):
     """The derived layout; with run-time axes and no inferred output shape the output rank
     still follows from the input rank and the static length of the axes."""
-    decision = _DERIVED(node, graph, in_perms)
+    decision = _DERIVED.decide(node, graph, in_perms)
     out = node.outputs[0]
     if graph.rank(out) is None and _static_axes(node, graph.constants.get, graph.shapes.get) is None:
         rank, axes = len(in_perms[0]), graph.shapes.get(node.inputs[1])

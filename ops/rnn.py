@@ -21,18 +21,19 @@ import numpy as np
 import tensorflow as tf
 
 from onnx2tf_alt.context import reshape
-from onnx2tf_alt.layout import Decision, logical
+from onnx2tf_alt.layout import Decision, custom_policy, logical
 from onnx2tf_alt.registry import handler
 
 LIMITS = "static sequence length"
 
 
+@custom_policy
 def sequence_as_arrived(node, graph, in_perms) -> Decision:
     """X is taken time-major or batch-major, as it arrives (its projection only needs the
     feature axis last), and Y keeps X's physical order of time and batch, so the Transpose
     nodes of batch-first exports (PyTorch) become perm changes. Everything else is logical.
     """
-    decision = logical(node, graph, in_perms)
+    decision = logical.decide(node, graph, in_perms)
     if in_perms[0] is not None and tuple(in_perms[0]) == (1, 0, 2):
         decision.inputs[0] = (1, 0, 2)
         if node.outputs[0]:  # Y: [T, D, B, H] kept as [B, T, D, H] (or layout 1 the reverse)
@@ -94,7 +95,7 @@ def _activations(ctx, defaults: list[str], num_dirs: int) -> list[list[Callable]
 
 
 # --- the unrolled recurrence ---------------------------------------------------------------
-class _Recurrence:
+class Recurrence:
     """What RNN, LSTM and GRU share: attributes, weights, and the loop over time steps.
 
     A state is a tuple of [batch, hidden] tensors (hidden first, then LSTM's cell); None
@@ -240,7 +241,7 @@ def _masked(new: tuple, old: tuple, mask) -> tuple:
 @handler("RNN", since=7, layout=sequence_as_arrived, limits=LIMITS)
 def rnn(ctx):
     """Ht = f(Xt W^T + Ht-1 R^T + Wb + Rb)."""
-    rec = _Recurrence(ctx, 1, ["Tanh"])
+    rec = Recurrence(ctx, 1, ["Tanh"])
 
     def cell(d):
         (f,), r = rec.acts[d], rec.linear(rec.r[d])
@@ -258,9 +259,9 @@ def rnn(ctx):
 @handler("LSTM", since=7, layout=sequence_as_arrived, limits=LIMITS)
 def lstm(ctx, recurrence: type | None = None):
     """Gates i, o, f, c (ONNX order) with optional peepholes P (i, o, f) and input_forget
-    (f = 1 - i); clip bounds every gate's pre-activation. `recurrence`: a _Recurrence
+    (f = 1 - i); clip bounds every gate's pre-activation. `recurrence`: a Recurrence
     subclass, for LSTM variants that read their weights otherwise (DynamicQuantizeLSTM)."""
-    rec = (recurrence or _Recurrence)(ctx, 4, ["Sigmoid", "Tanh", "Tanh"])
+    rec = (recurrence or Recurrence)(ctx, 4, ["Sigmoid", "Tanh", "Tanh"])
     if recurrence is None and _fits_fused_lstm(ctx, rec):
         return _fused_lstm(ctx, rec)
     peepholes = rec.weight(7) if ctx.has(7) else None
@@ -318,7 +319,7 @@ def _is_read(graph, name: str) -> bool:
     return name in graph.outputs or reads(n.proto for n in graph.nodes if n.proto is not None)
 
 
-def _fits_fused_lstm(ctx, rec: _Recurrence) -> bool:
+def _fits_fused_lstm(ctx, rec: Recurrence) -> bool:
     names = [n.lower() for n in ctx.attr("activations", ["Sigmoid", "Tanh", "Tanh"])]
     peepholes = ctx.const(7) if ctx.has(7) else np.zeros(1)
     lengths = ctx.const(4) if ctx.has(4) else np.full(1, rec.steps)
@@ -361,7 +362,7 @@ def _zero_states(x, time_axis: int, hidden: int, count: int, unique: int) -> lis
     return tf.split(zeros, count, axis=-1) if count > 1 else [zeros]
 
 
-def _fused_lstm(ctx, rec: _Recurrence) -> list:
+def _fused_lstm(ctx, rec: Recurrence) -> list:
     import tf_keras
 
     x, time_axis = ctx.x(0), rec.time_axis
@@ -390,7 +391,7 @@ def _fused_lstm(ctx, rec: _Recurrence) -> list:
 def gru(ctx):
     """Gates z, r, h (ONNX order); linear_before_reset applies R_h (and its bias) before
     the reset gate instead of after."""
-    rec = _Recurrence(ctx, 3, ["Sigmoid", "Tanh"])
+    rec = Recurrence(ctx, 3, ["Sigmoid", "Tanh"])
     before_reset = bool(ctx.attr("linear_before_reset", 0))
     hidden, clip = rec.hidden, rec.clip
     # With linear_before_reset R_h's bias is multiplied by the reset gate: it stays in the

@@ -20,8 +20,7 @@ from onnx2tf_alt.context import reshape
 from onnx2tf_alt.layout import channel_last, same_as_input
 from onnx2tf_alt.registry import handler
 
-from .shape import scalar, shape_tensor
-from .tensor import to_inferred_shape
+from ._shapes import scalar, shape_tensor, to_inferred_shape
 
 _CUBIC_A = -0.75
 

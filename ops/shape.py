@@ -13,19 +13,10 @@ import tensorflow as tf
 from onnx2tf_alt import perms as P
 from onnx2tf_alt.context import reshape as reshape_dims
 from onnx2tf_alt.graph import Graph, Node
-from onnx2tf_alt.layout import Decision, derived, reshaping, same_as_input
+from onnx2tf_alt.layout import Decision, custom_policy, derived, reshaping, same_as_input
 from onnx2tf_alt.registry import handler
 
-
-def shape_tensor(ctx, i: int = 0, dtype=tf.int32):
-    """Logical (ONNX-order) shape of input i at run time, whatever its physical perm."""
-    return tf.gather(tf.shape(ctx.x(i), out_type=dtype), P.inverse(ctx.perm(i)))
-
-
-def scalar(ctx, i: int):
-    """Input i as a tensor (a constant one is made here, keeping its rank, even 0)."""
-    value = ctx.const(i)
-    return ctx.x(i) if value is None else ctx.const_tensor(value)
+from ._shapes import scalar, shape_tensor
 
 
 def reshape_to_output(ctx, runtime_target, out_shape=None):
@@ -42,6 +33,7 @@ def reshape_to_output(ctx, runtime_target, out_shape=None):
     return tf.reshape(ctx.x(0), tf.gather(runtime_target(), ctx.out_perm(0)))
 
 
+@custom_policy
 def reads_shape_only(node: Node, graph: Graph, in_perms) -> Decision:
     """Layout policy of ops that only read their input's shape: take it as it lies."""
     return Decision(list(in_perms), [P.identity(graph.rank(o) or 0) for o in node.outputs])
@@ -52,15 +44,6 @@ def _transpose_perm(node: Node, graph: Graph, in_perm):
     onnx_perm = node.attrs.get("perm") or list(range(len(in_perm)))[::-1]
     return P.compose_transpose(in_perm, onnx_perm)
 
-
-
-def dims_of(x) -> list:
-    """Dims of tensor x: ints where static, run-time scalars elsewhere."""
-    static = x.shape.as_list()
-    if None not in static:
-        return static
-    dynamic = tf.shape(x)
-    return [d if d is not None else dynamic[i] for i, d in enumerate(static)]
 
 @handler("Transpose", layout=derived(_transpose_perm))
 def transpose(ctx):

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from onnx2tf_alt.registry import handler
 
-from .shape import scalar
+from ._shapes import scalar
 
 
 # --- DFT matrices ------------------------------------------------------------------------------

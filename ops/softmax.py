@@ -13,8 +13,9 @@ float16 in float16 and bfloat16 in float32, where numpy does the opposite.
 from __future__ import annotations
 
 import tensorflow as tf
+from onnx2tf_alt.ops._shapes import physical_axes
 
-from onnx2tf_alt.layout import logical, same_as_input
+from onnx2tf_alt.layout import custom_policy, logical, same_as_input
 from onnx2tf_alt.registry import handler
 
 HALF = (tf.float16, tf.bfloat16)
@@ -78,34 +79,28 @@ def hardmax(x, axes: list[int]):
     return tf.one_hot(tf.math.argmax(x, axis=axis), depth, axis=axis, dtype=x.dtype)
 
 
-def _physical_axes(ctx, logical_axes: list[int]) -> list[int]:
-    """Physical axes of the logical ones, size-1 axes dropped (they change nothing)."""
-    shape = ctx.shape(0)
-    wide = [a for a in logical_axes if shape is None or shape[a] != 1]
-    return ctx.axes(wide or logical_axes[-1:])
-
-
 def _flattened_tail(ctx) -> list[int]:
     rank = ctx.rank(0)
     return list(range(ctx.attr("axis", 1) % rank, rank))
 
 
+@custom_policy
 def _one_wide_tail(node, graph, in_perms):
     """Hardmax before opset 13: the input's layout when at most one tail axis is not 1."""
     shape = graph.shapes.get(node.inputs[0])
     if shape is not None:
         tail = shape[node.attrs.get("axis", 1) % len(shape):]
         if sum(d != 1 for d in tail) <= 1:
-            return same_as_input(0)(node, graph, in_perms)
-    return logical(node, graph, in_perms)
+            return same_as_input(0).decide(node, graph, in_perms)
+    return logical.decide(node, graph, in_perms)
 
 
 def _register(op_type: str, fn, v1_layout) -> None:
     handler(op_type, since=1, layout=v1_layout)(
-        lambda ctx: fn(ctx.x(0), _physical_axes(ctx, _flattened_tail(ctx)))
+        lambda ctx: fn(ctx.x(0), physical_axes(ctx, _flattened_tail(ctx)))
     )
     handler(op_type, since=13, layout=same_as_input(0))(
-        lambda ctx: fn(ctx.x(0), _physical_axes(ctx, [ctx.attr("axis", -1) % ctx.rank(0)]))
+        lambda ctx: fn(ctx.x(0), physical_axes(ctx, [ctx.attr("axis", -1) % ctx.rank(0)]))
     )
 
 

@@ -1,7 +1,8 @@
-"""Axis-remapping tensor ops: Concat, Split, Slice, Gather, Pad.
+"""Axis-remapping tensor ops: Concat, Split, Slice, Gather, Pad; and EyeLike.
 
-They run in whatever perm their data arrives in and map ONNX axes to physical ones, so a
-channel-last tensor stays channel-last through them.
+The first run in whatever perm their data arrives in and map ONNX axes to physical ones, so
+a channel-last tensor stays channel-last through them. EyeLike makes a constant of its
+input's static shape, in the logical layout.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from onnx2tf_alt.graph import Graph, Node
 from onnx2tf_alt.layout import derived, same_as_input
 from onnx2tf_alt.registry import handler
 
-from .shape import dims_of, scalar, shape_tensor
+from ._shapes import dims_of, scalar, shape_tensor, to_inferred_shape
 
 INT32_MAX = 2**31 - 1
 
@@ -368,10 +369,9 @@ def _runtime_pad(ctx, paddings, value, mode: str):
     return to_inferred_shape(ctx, x)
 
 
-def to_inferred_shape(ctx, y):
-    """y reshaped to output 0's inferred physical shape when at most one dim is unknown, so
-    that later ops see the static dims a run-time computation loses."""
-    out = ctx.out_phys_shape(0) if ctx.out_shape(0) is not None else None
-    if out is None or sum(d is None for d in out) > 1:
-        return y
-    return tf.reshape(y, [-1 if d is None else int(d) for d in out])
+@handler("EyeLike", since=9, limits="static input shape")
+def eye_like(ctx):
+    rows, cols = ctx.shape(0)
+    if rows is None or cols is None:
+        raise NotImplementedError("EyeLike needs a static input shape")
+    return np.eye(rows, cols, ctx.attr("k", 0), dtype=ctx.out_dtype(0))

@@ -1,10 +1,14 @@
-"""Transformer building blocks of opset 23+: Attention, RMSNormalization, RotaryEmbedding.
+"""Transformer building blocks of opset 23+: Attention, RMSNormalization, RotaryEmbedding,
+LinearAttention, and FlexAttention (ai.onnx.preview).
 
 All run in the logical (ONNX) layout. Attention keeps the head axis where ONNX has it:
 grouped-query attention folds the query heads of one KV head into the query sequence axis,
 so K and V are never repeated. float16 inputs are computed in float32 (the builder casts the
 outputs back to the ONNX dtype). Attention computes bfloat16 op by op in bfloat16, rounding
 where the ONNX reference rounds (TFLite has no bfloat16 kernels, so this is the TF model's).
+LinearAttention's recurrence over a static sequence is unrolled step by step, so the TFLite
+model needs no WHILE and no Flex op; FlexAttention's score_mod / prob_mod subgraphs are
+converted inline with the project's handlers.
 """
 
 from __future__ import annotations
@@ -13,40 +17,27 @@ import numpy as np
 import onnx
 import tensorflow as tf
 
+from onnx2tf_alt.control_flow import free_names
 from onnx2tf_alt.registry import handler
 
+from ._dtypes import compute_dtype
+from ._shapes import dims_of, reshape_to_dims
+from .control import run_subgraph
 from .softmax import softmax
 
 _NEG_INF = np.float32(-np.inf)
 
 
-def _compute_dtype(tensor):
-    """float32 for half-precision tensors (TFLite and most TF kernels prefer it)."""
-    return tf.float32 if tensor.dtype in (tf.float16, tf.bfloat16) else tensor.dtype
-
-
-def _dims(x) -> list:
-    """x's shape: static ints, scalar tensors where unknown."""
-    runtime = tf.shape(x)
-    return [runtime[i] if d is None else int(d) for i, d in enumerate(x.shape.as_list())]
-
-
-def _reshape(x, dims: list):
-    if all(isinstance(d, int) for d in dims):
-        return tf.reshape(x, dims)
-    return tf.reshape(x, tf.stack([tf.cast(d, tf.int32) for d in dims]))
-
-
 def split_heads(x, heads: int):
     """[B, S, H*D] -> [B, H, S, D]."""
-    b, s, hidden = _dims(x)
-    return tf.transpose(_reshape(x, [b, s, heads, hidden // heads]), [0, 2, 1, 3])
+    b, s, hidden = dims_of(x)
+    return tf.transpose(reshape_to_dims(x, [b, s, heads, hidden // heads]), [0, 2, 1, 3])
 
 
 def merge_heads(y):
     """[B, H, S, D] -> [B, S, H*D]."""
-    b, heads, s, head_size = _dims(y)
-    return _reshape(tf.transpose(y, [0, 2, 1, 3]), [b, s, heads * head_size])
+    b, heads, s, head_size = dims_of(y)
+    return reshape_to_dims(tf.transpose(y, [0, 2, 1, 3]), [b, s, heads * head_size])
 
 
 def grouped_scores(q, k, scale: float):
@@ -55,19 +46,20 @@ def grouped_scores(q, k, scale: float):
     Query heads h*G .. h*G+G-1 share KV head h: they are folded into the query rows, so K
     is never repeated. Both operands are scaled by sqrt(scale) (as the ONNX reference).
     """
-    b, q_heads, q_len, head_size = _dims(q)
-    kv_heads, kv_len = k.shape[1], _dims(k)[2]
+    b, q_heads, q_len, head_size = dims_of(q)
+    kv_heads, kv_len = k.shape[1], dims_of(k)[2]
     root = tf.constant(np.sqrt(scale), q.dtype)
-    q_rows = _reshape(q * root, [b, kv_heads, (q_heads // kv_heads) * q_len, head_size])
-    return _reshape(tf.matmul(q_rows, k * root, transpose_b=True), [b, q_heads, q_len, kv_len])
+    q_rows = reshape_to_dims(q * root, [b, kv_heads, (q_heads // kv_heads) * q_len, head_size])
+    scores = tf.matmul(q_rows, k * root, transpose_b=True)
+    return reshape_to_dims(scores, [b, q_heads, q_len, kv_len])
 
 
 def grouped_values(probs, v):
     """probs [B, Hq, S, T] times v [B, Hkv, T, Dv] -> [B, Hq, S, Dv] (heads grouped)."""
-    b, q_heads, q_len, kv_len = _dims(probs)
+    b, q_heads, q_len, kv_len = dims_of(probs)
     kv_heads = v.shape[1]
-    rows = _reshape(probs, [b, kv_heads, (q_heads // kv_heads) * q_len, kv_len])
-    return _reshape(tf.matmul(rows, v), [b, q_heads, q_len, v.shape[3]])
+    rows = reshape_to_dims(probs, [b, kv_heads, (q_heads // kv_heads) * q_len, kv_len])
+    return reshape_to_dims(tf.matmul(rows, v), [b, q_heads, q_len, v.shape[3]])
 
 
 def _structural_allowed(q_len: int, kv_len: int, offset, causal: bool, left: int, right: int):
@@ -155,7 +147,7 @@ def _key_softmax(scores, precision: int | None):
 
 def _attention_dtype(q):
     """bfloat16 stays (the reference rounds every step to it); float16 runs in float32."""
-    return q.dtype if q.dtype == tf.bfloat16 else _compute_dtype(q)
+    return q.dtype if q.dtype == tf.bfloat16 else compute_dtype(q)
 
 
 @handler(
@@ -222,7 +214,7 @@ def rms_normalize(x, axes: list[int], epsilon: float):
 @handler("RMSNormalization", since=23, limits="half precision computed in float32")
 def rms_normalization(ctx):
     x = ctx.x(0)
-    dtype = _compute_dtype(x)
+    dtype = compute_dtype(x)
     x = tf.cast(x, dtype)
     axes = list(range(ctx.attr("axis", -1) % ctx.rank(0), ctx.rank(0)))
     y = rms_normalize(x, axes, ctx.attr("epsilon", 1e-5))
@@ -233,25 +225,25 @@ def rotate(x, cos, sin, head_axis: int, num_heads: int, rotary: int, interleaved
     """Rotary embedding of x [B, S, H*D] (split into `num_heads`) or 4-D, whose head axis is
     `head_axis`; cos and sin [B, S, rotary/2] broadcast over it. The first `rotary` (0: all)
     features of each head rotate, as interleaved pairs or as two halves."""
-    dims = _dims(x)
+    dims = dims_of(x)
     if len(dims) == 3:  # [B, S, H*D] -> [B, S, H, D]
-        x = _reshape(x, [dims[0], dims[1], num_heads, dims[2] // num_heads])
+        x = reshape_to_dims(x, [dims[0], dims[1], num_heads, dims[2] // num_heads])
     cos, sin = tf.expand_dims(cos, head_axis), tf.expand_dims(sin, head_axis)
     head_size = x.shape[-1]
     rotary = rotary or head_size
     part, keep = x[..., :rotary], x[..., rotary:]
     if interleaved:
-        pairs = _reshape(part, [*_dims(part)[:-1], rotary // 2, 2])
+        pairs = reshape_to_dims(part, [*dims_of(part)[:-1], rotary // 2, 2])
         x1, x2 = pairs[..., 0], pairs[..., 1]
     else:
         x1, x2 = part[..., : rotary // 2], part[..., rotary // 2 :]
     real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
     if interleaved:
-        rotated = _reshape(tf.stack([real, imag], axis=-1), _dims(part))
+        rotated = reshape_to_dims(tf.stack([real, imag], axis=-1), dims_of(part))
     else:
         rotated = tf.concat([real, imag], axis=-1)
     y = tf.concat([rotated, keep], axis=-1) if rotary < head_size else rotated
-    return _reshape(y, dims)
+    return reshape_to_dims(y, dims)
 
 
 @handler("RotaryEmbedding", since=23)
@@ -263,3 +255,90 @@ def rotary_embedding(ctx):
     head_axis = 2 if ctx.rank(0) == 3 else 1
     return rotate(ctx.x(0), cos, sin, head_axis, ctx.attr("num_heads", 0),
                   ctx.attr("rotary_embedding_dim", 0), bool(ctx.attr("interleaved", 0)))
+
+
+# --- LinearAttention ---------------------------------------------------------------------
+@handler("LinearAttention", since=27,
+         limits="static sequence length (unrolled step by step); computed in float32")
+def linear_attention(ctx):
+    """The recurrence of the spec, one step per token, on states (B, H_kv, d_k, d_v).
+
+    Query heads sharing a KV head are folded into one matmul row block, so the state is
+    never repeated; per-step slices of the packed (B, T, H*D) inputs need no transpose.
+    """
+    q_heads, kv_heads = ctx.attr("q_num_heads"), ctx.attr("kv_num_heads")
+    rule = ctx.attr("update_rule", "gated_delta")
+    steps = ctx.shape(0)[1]
+    if steps is None:
+        raise NotImplementedError("LinearAttention needs a static sequence length")
+    d_k, d_v = ctx.shape(0)[2] // q_heads, ctx.shape(2)[2] // kv_heads
+    groups = q_heads // kv_heads
+
+    def per_step(i: int, *dims: int):
+        """Input i as float32 (B, T, *dims): one slice per step has the shape to use."""
+        return tf.reshape(tf.cast(ctx.x(i), tf.float32), [-1, steps, *dims])
+
+    q = per_step(0, kv_heads, groups, d_k)
+    k, v = per_step(1, kv_heads, d_k, 1), per_step(2, kv_heads, 1, d_v)
+    if ctx.has(3):
+        state = tf.cast(ctx.x(3), tf.float32)
+    else:
+        state = tf.zeros(tf.stack([tf.shape(q)[0], kv_heads, d_k, d_v]))
+    decay = beta = None
+    if rule in ("gated", "gated_delta"):  # one decay per key dim, or per head
+        decay = tf.exp(per_step(4, kv_heads, ctx.shape(4)[2] // kv_heads, 1))
+    if rule in ("delta", "gated_delta"):  # one rate per KV head, or one for all
+        beta = per_step(5, ctx.shape(5)[2], 1, 1)
+    outputs = []
+    for t in range(steps):
+        k_t, v_t = k[:, t], v[:, t]
+        if decay is not None:
+            state = state * decay[:, t]
+        if beta is not None:
+            retrieved = tf.matmul(k_t, state, transpose_a=True)  # (B, H_kv, 1, d_v)
+            v_t = beta[:, t] * (v_t - retrieved)
+        state = state + k_t * v_t
+        outputs.append(tf.matmul(q[:, t], state))  # (B, H_kv, groups, d_v)
+    scale = ctx.attr("scale", 0.0) or 1.0 / np.sqrt(d_k)
+    y = tf.reshape(tf.stack(outputs, axis=1), [-1, steps, q_heads * d_v]) * scale
+    return [y, state]
+
+
+# --- FlexAttention -----------------------------------------------------------------------
+_SOFTMAX_DTYPES = {1: tf.float32, 10: tf.float16, 16: tf.bfloat16, 11: tf.float64}
+
+
+@handler("FlexAttention", since=1, domain="ai.onnx.preview",
+         limits="static sequence lengths; score_mod / prob_mod subgraphs converted inline; "
+         "half precision computed in float32")
+def flex_attention(ctx):
+    q, k, v = (ctx.x(i) for i in range(3))
+    precision = ctx.attr("softmax_precision")
+    dtype = _SOFTMAX_DTYPES[precision] if precision else compute_dtype(q)
+    b, q_heads, q_len, head_size = dims_of(q)
+    kv_heads, kv_len = k.shape[1], k.shape[2]
+    if not isinstance(q_len, int) or kv_len is None:
+        raise NotImplementedError("FlexAttention needs static query and key/value lengths")
+    scale = ctx.attr("scale", 1.0 / np.sqrt(head_size))
+    # sqrt(scale) is taken in float32 and rounded to the input dtype, as the spec does.
+    root = float(np.asarray(np.sqrt(np.float32(scale)), q.dtype.as_numpy_dtype))
+    groups = q_heads // kv_heads
+    # Query heads h*groups .. h*groups+groups-1 share KV head h: fold them into the rows.
+    q_rows = reshape_to_dims(tf.cast(q, dtype) * root, [b, kv_heads, groups * q_len, head_size])
+    scores = tf.matmul(q_rows, tf.cast(k, dtype) * root, transpose_b=True)
+    scores = _modified(ctx, "score_mod", reshape_to_dims(scores, [b, q_heads, q_len, kv_len]))
+    probs = _modified(ctx, "prob_mod", tf.nn.softmax(scores))
+    probs = reshape_to_dims(probs, [b, kv_heads, groups * q_len, kv_len])
+    y = tf.matmul(probs, tf.cast(v, dtype))
+    return reshape_to_dims(y, [b, q_heads, q_len, v.shape[3]])
+
+
+def _modified(ctx, name: str, x):
+    """x through the node's modifier subgraph `name`, converted with the project's handlers
+    (identity when the node has none)."""
+    graph = ctx.attr(name)
+    if graph is None:
+        return x
+    outer = {n: ctx.value(n) for n in free_names(graph)}
+    (result,) = run_subgraph(graph, dict(ctx.graph.opsets), [x], outer)
+    return tf.cast(result, x.dtype)

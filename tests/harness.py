@@ -87,27 +87,19 @@ def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], check: bool = 
 
 
 def convert(model: onnx.ModelProto, **kwargs):
-    from onnx2tf_alt.api import build
+    from onnx2tf_alt.pipeline import build
 
     return build(onnx_graph=model, **kwargs)
 
 
 def to_physical(converted, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    result = converted.result
-    return {
-        result.input_names[n]: np.transpose(feeds[n], result.input_perms[n])
-        for n in converted.graph.inputs
-    }
+    return converted.result.to_physical(feeds)
 
 
 def to_logical(converted, outputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    result = converted.result
-    logical = []
-    for name in converted.graph.outputs:
-        value = np.asarray(outputs[result.output_names[name]])
-        perm = result.output_perms[name]
-        logical.append(np.transpose(value, np.argsort(perm)) if value.ndim == len(perm) else value)
-    return logical
+    """The model outputs in ONNX order and layout, as a list in graph output order."""
+    values = converted.result.to_onnx(outputs)
+    return [values[name] for name in converted.graph.outputs]
 
 
 def tf_run(converted, feeds):
@@ -127,7 +119,7 @@ RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUnifor
 def tflite_run(converted, feeds, tflite_model: bytes | None = None):
     from ai_edge_litert.interpreter import Interpreter
 
-    from onnx2tf_alt.export.tflite import tflite_bytes
+    from onnx2tf_alt.lowering import tflite_bytes
 
     content = tflite_model or tflite_bytes(converted.tflite_result())
     interpreter = Interpreter(model_content=content)
@@ -206,7 +198,7 @@ def check_model(
     for i, (a, e) in enumerate(zip(tf_run(converted, feeds), expected)):
         assert_close(a, e, tol, f"TF output {i}")
     if tflite:
-        from onnx2tf_alt.export.tflite import tflite_bytes
+        from onnx2tf_alt.lowering import tflite_bytes
 
         converted.tflite = tflite_bytes(converted.tflite_result())
         outputs = tflite_run(converted, feeds, converted.tflite)
@@ -271,7 +263,7 @@ def check_nodes(
         assert_close(a, e, tol, f"TF {name}")
     census = None
     if tflite:
-        from onnx2tf_alt.export.tflite import tflite_bytes
+        from onnx2tf_alt.lowering import tflite_bytes
 
         content = tflite_bytes(converted.tflite_result())
         for name, a, e in zip(outputs, tflite_run(converted, inputs, content), expected):
@@ -331,3 +323,21 @@ def assert_keras_reloads(converted, feeds: dict[str, np.ndarray], folder) -> Non
         outputs = tf_keras.models.load_model(path)(inputs)
         for name, value in expected.items():
             np.testing.assert_array_equal(outputs[name].numpy(), value, err_msg=f"{suffix} {name}")
+
+
+def check_with_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+                         tol: float = 1e-4):
+    """check_model, but against onnx.reference.ReferenceEvaluator, for ops onnxruntime has
+    no kernel for; returns the conversion, its float32 flatbuffer in `.tflite`."""
+    from onnx.reference import ReferenceEvaluator
+
+    from onnx2tf_alt.lowering import tflite_bytes
+
+    expected = ReferenceEvaluator(model).run(None, feeds)
+    converted = convert(model)
+    for i, (a, e) in enumerate(zip(tf_run(converted, feeds), expected)):
+        assert_close(a, e, tol, f"TF output {i}")
+    converted.tflite = tflite_bytes(converted.tflite_result())
+    for i, (a, e) in enumerate(zip(tflite_run(converted, feeds, converted.tflite), expected)):
+        assert_close(a, e, tol, f"TFLite output {i}")
+    return converted

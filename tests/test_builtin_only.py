@@ -80,8 +80,9 @@ def test_without_builtin_only_a_warning_names_the_node(inverse_handler, tmp_path
 
 
 def test_builtin_model_has_no_flex_ops():
-    from onnx2tf_alt.api import build
-    from onnx2tf_alt.export.tflite import flex_ops, flex_report, tflite_bytes
+    from onnx2tf_alt.export.tflite import flex_ops, flex_report
+    from onnx2tf_alt.lowering import tflite_bytes
+    from onnx2tf_alt.pipeline import build
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x],

@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from onnx2tf_alt.cli import parser
+from onnx2tf_alt.cli_args import parser
 from onnx2tf_alt.compat_flags import (
     ANY,
     EXPLAINED,

@@ -34,7 +34,7 @@ def _rand(*shape) -> np.ndarray:
 
 def _check_feeds(model: onnx.ModelProto, feeds_list: list[dict], tflite: bool = True):
     """One conversion, compared with onnxruntime on several feeds (TF and TFLite)."""
-    from onnx2tf_alt.export.tflite import tflite_bytes
+    from onnx2tf_alt.lowering import tflite_bytes
 
     converted = convert(model)
     content = tflite_bytes(converted.result) if tflite else None

@@ -15,11 +15,11 @@ def test_supported_ops_doc_is_current():
 
 
 def test_cli_flags_doc_is_current():
-    from onnx2tf_alt.cli import own_flags
+    from onnx2tf_alt.cli_args import own_flags
     from onnx2tf_alt.compat_flags import cli_flags_markdown
 
     with open(os.path.join(os.path.dirname(__file__), "..", "docs", "cli_flags.md")) as f:
         assert f.read() == cli_flags_markdown(own_flags()), (
             "docs/cli_flags.md is stale: run "
-            "`python -m onnx2tf_alt.compat_flags > docs/cli_flags.md`"
+            "`python -m onnx2tf_alt.cli_args > docs/cli_flags.md`"
         )

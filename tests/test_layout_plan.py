@@ -9,9 +9,9 @@ from onnx import helper
 
 from onnx2tf_alt import perms as P
 from onnx2tf_alt.graph import graph_from_model
-from onnx2tf_alt.layout import plan_layouts, reshape_perm
+from onnx2tf_alt.layout import reshape_perm
+from onnx2tf_alt.pipeline import plan_graph
 from onnx2tf_alt.prepare import prepare_model
-from onnx2tf_alt.registry import find_handler
 
 from harness import make_model
 
@@ -24,11 +24,7 @@ def plan(nodes, inputs, outputs, inits=None, input_shapes=None):
     feeds = {n: np.zeros(s, np.float32) for n, s in inputs.items()}
     model = make_model(nodes, feeds, outputs, inits, input_shapes=input_shapes)
     graph = graph_from_model(prepare_model(model))
-
-    def policy_of(node):
-        return find_handler(node.op_type, node.domain, graph.opset_of(node.domain)).layout
-
-    return graph, plan_layouts(graph, policy_of)
+    return graph, plan_graph(graph)
 
 
 def conv(x, y, out_ch, in_ch, inits, k=1):

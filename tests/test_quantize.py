@@ -18,10 +18,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from calibration import image_samples
-from calibration.samples import CustomData, first_sample, parse_custom_data, plan_samples
-from onnx2tf_alt.api import build, convert
+from calibration.samples import CustomData, parse_custom_data, plan_samples
+from onnx2tf_alt.api import convert
+from onnx2tf_alt.check.inputs import first_sample
 from onnx2tf_alt.errors import InputError
-from onnx2tf_alt.export.quantize import (
+from onnx2tf_alt.pipeline import build
+from onnx2tf_alt.quant.quantize import (
     QuantOptions,
     Variant,
     compare_outputs,
@@ -418,7 +420,7 @@ def test_per_tensor_writes_the_int16_files_per_channel(tmp_path):
 def test_int8_parameters_match_onnxruntime():
     from onnxruntime.quantization.quant_utils import compute_scale_zp
 
-    from onnx2tf_alt.export.calibrate import int8_parameters
+    from onnx2tf_alt.quant.calibrate import int8_parameters
 
     for low, high in [(-1.5, 3.0), (0.0, 6.0), (0.2, 0.9), (-4.0, -1.0)]:
         ours = int8_parameters(low, high)
@@ -429,7 +431,7 @@ def test_int8_parameters_match_onnxruntime():
 
 
 def test_fake_quantized_model_leaves_fused_activations_alone():
-    from onnx2tf_alt.export.calibrate import fake_quantized, onnx_ranges
+    from onnx2tf_alt.quant.calibrate import fake_quantized, onnx_ranges
 
     model = small_cnn()
     samples = [{"x": h["x"]} for h in held_out_images()]
@@ -446,7 +448,7 @@ def test_fake_quantized_model_leaves_fused_activations_alone():
 def test_fake_quantized_model_leaves_foldable_scale_and_shift_alone():
     """Conv -> Mul(constant) -> Add(constant) -> Relu (a BatchNorm as exported by some
     tools): TFLite folds the three into one CONV_2D, so only the Relu output gets a range."""
-    from onnx2tf_alt.export.calibrate import fake_quantized
+    from onnx2tf_alt.quant.calibrate import fake_quantized
 
     rng = np.random.default_rng(3)
     inits = {"w": _conv_weights(rng, 4, 3), "s": rng.random((1, 4, 1, 1)).astype(np.float32),
@@ -467,7 +469,7 @@ def test_fake_quantized_model_leaves_foldable_scale_and_shift_alone():
 
 
 def test_clipping_calibrators_narrow_the_min_max_ranges():
-    from onnx2tf_alt.export.calibrate import onnx_ranges
+    from onnx2tf_alt.quant.calibrate import onnx_ranges
 
     model = small_cnn()
     samples = [{"x": h["x"]} for h in held_out_images()]
@@ -564,7 +566,7 @@ def test_keep_float_auto_writes_the_file_it_measured(searched, cnn):
     """The search re-quantizes with each further node kept in float, keeping only steps
     that gain; its last step is the written integer_quant file, measured on the held-out
     samples."""
-    from onnx2tf_alt.export.sensitivity import SEARCH_SAMPLES
+    from onnx2tf_alt.quant.sensitivity import SEARCH_SAMPLES
 
     out, report = searched
     sensitivity = report["sensitivity"]

@@ -38,7 +38,7 @@ def check(
         -cind entries [[name, file.npy(, mean, std)], ...] (ONNX layout; of an array with
         several samples along a leading axis, the first); other inputs are seeded random.
     report_folder: also write `<stem>_accuracy_report.json` and `.html` there.
-    build_kwargs: conversion options of `onnx2tf_alt.api.build` (batch_size, ...).
+    build_kwargs: conversion options of `onnx2tf_alt.pipeline.build` (batch_size, ...).
     """
     from onnx2tf_alt.check.inputs import load_custom_inputs
     from onnx2tf_alt.check.run import check_files

@@ -121,3 +121,17 @@ def cast_custom(name: str, array: np.ndarray, dtype) -> np.ndarray:
             f"-cind array for '{name}' has dtype {array.dtype}; the model expects {dtype}."
         )
     return array.astype(dtype)
+
+
+def first_sample(custom: dict[str, np.ndarray], graph: Graph) -> dict[str, np.ndarray]:
+    """The checker's view of -cind arrays that hold several samples: the first one."""
+    trimmed = {}
+    for name, array in custom.items():
+        shape = graph.shapes.get(name)
+        if shape is not None and array.ndim == len(shape) + 1:
+            array = array[0]
+        elif shape and shape[0] is not None and array.ndim == len(shape) and (
+                array.shape[0] > shape[0]):
+            array = array[: shape[0]]
+        trimmed[name] = array
+    return trimmed

@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from onnx2tf_alt import perms as P
+
 log = logging.getLogger("onnx2tf_alt")
 
 
@@ -58,18 +60,6 @@ def targets(converted, full: bool) -> list[Target]:
         else:
             found.append(Target(name, node_name, op_type, value.perm, value.tensor))
     return found
-
-
-def to_onnx_order(array: np.ndarray, perm) -> np.ndarray:
-    """Physical -> ONNX order. A rank that disagrees with the perm is left as it is; the
-    comparison then reports the shape mismatch."""
-    array = np.asarray(array)
-    return np.transpose(array, np.argsort(perm)) if array.ndim == len(perm) else array
-
-
-def physical_feeds(converted, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    result = converted.result
-    return [np.transpose(feeds[n], result.input_perms[n]) for n in converted.graph.inputs]
 
 
 # --- onnxruntime ------------------------------------------------------------------------
@@ -125,12 +115,12 @@ def tf_values(converted, found: list[Target], feeds: dict[str, np.ndarray]) -> d
     if tensors:
         outputs = [_detached(t, model.inputs, tf) for t in tensors.values()]
         probe = tf_keras.Model(inputs=model.inputs, outputs=outputs)
-        arrays = probe(physical_feeds(converted, feeds), training=False)
+        arrays = probe(list(converted.result.to_physical(feeds).values()), training=False)
         arrays = arrays if isinstance(arrays, (list, tuple)) else [arrays]
         by_id = {key: np.asarray(a) for key, a in zip(tensors, arrays)}
         for t in found:
             if t.const is None:
-                values[t.onnx_name] = to_onnx_order(by_id[id(t.tensor)], t.perm)
+                values[t.onnx_name] = P.to_onnx_order(by_id[id(t.tensor)], t.perm)
     return values
 
 
@@ -176,7 +166,7 @@ def debug_tflite(converted, found: list[Target]) -> tuple[bytes, dict[str, str]]
     Returns the flatbuffer and {ONNX value name: signature output name}. Builtins only: the
     interpreter that runs the check has no Flex delegate.
     """
-    from onnx2tf_alt.export.tflite import tflite_bytes
+    from onnx2tf_alt.lowering import tflite_bytes
 
     probe = probe_conversion(converted, found).result
     return tflite_bytes(probe, select_tf_ops=False), dict(probe.output_names)
@@ -189,12 +179,10 @@ def tflite_values(
     """Run a .tflite's `serving_default` once; values by ONNX name, in ONNX order."""
     from ai_edge_litert.interpreter import Interpreter
 
-    result = converted.result
     runner = Interpreter(model_content=content).get_signature_runner("serving_default")
-    physical = dict(zip(result.input_names.values(), physical_feeds(converted, feeds)))
-    outputs = runner(**physical)
+    outputs = runner(**converted.result.to_physical(feeds))
     return {
-        name: to_onnx_order(outputs[key], perms[name])
+        name: P.to_onnx_order(outputs[key], perms[name])
         for name, key in output_keys.items()
         if key in outputs
     }

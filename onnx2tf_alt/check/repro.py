@@ -24,42 +24,12 @@ from onnx import helper, numpy_helper
 
 from onnx2tf_alt.check.inputs import make_inputs
 from onnx2tf_alt.check.observe import ort_values
-from onnx2tf_alt.errors import ConversionError, InputError, NodeFailure
-from onnx2tf_alt.export.manifest import Manifest
-from onnx2tf_alt.export.publish import OutputFolder
+from onnx2tf_alt.errors import NodeFailure
 from onnx2tf_alt.graph import Graph, Node, graph_from_model
 
 log = logging.getLogger("onnx2tf_alt")
 
 REPORTS_FOLDER = "reports"
-
-
-def report_failures(
-    exc: ConversionError,
-    output: OutputFolder,
-    manifest: Manifest,
-    custom_inputs: dict[str, np.ndarray] | None,
-) -> str | None:
-    """Publish `<output>/reports/` for a ConversionError raised by `api.build` (which
-    attaches the prepared model as `exc.prepared_model`), replacing only an earlier failure
-    report, and name the folder in the error's message. Returns the folder, or None when
-    there is nothing to report or it could not be written (said in the message)."""
-    model = getattr(exc, "prepared_model", None)
-    if model is None or not exc.failures:
-        return None
-    folder = os.path.join(output.path, REPORTS_FOLDER)
-    try:
-        with output.staging() as stage:
-            write_failure_reports(model, exc.failures, os.path.join(stage, REPORTS_FOLDER),
-                                  custom_inputs)
-            output.publish(stage, manifest, reports_only=True)
-    except (OSError, InputError) as err:
-        exc.args = (f"{exc}\nThe failure reports were not written: {err}",)
-        return None
-    note = f"Repro models and input values of the failing nodes: {folder} " \
-           "(conversion_errors.json lists them)."
-    exc.args = (f"{exc}\n{note}",)
-    return folder
 
 
 def write_failure_reports(

@@ -1,4 +1,4 @@
-"""Run the accuracy check on an in-memory conversion (`api.Converted`)."""
+"""Run the accuracy check on an in-memory conversion (`pipeline.Converted`)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ import os
 
 import numpy as np
 
-from calibration.samples import first_sample
 from onnx2tf_alt import perms as P
-from onnx2tf_alt.api import _stem, build
 from onnx2tf_alt.check.compare import AccuracyReport, BackendReport, compare
-from onnx2tf_alt.check.inputs import DEFAULT_SEED, make_inputs
+from onnx2tf_alt.check.inputs import DEFAULT_SEED, first_sample, make_inputs
 from onnx2tf_alt.check.observe import (
     debug_tflite,
     ort_values,
@@ -23,8 +21,9 @@ from onnx2tf_alt.check.observe import (
 )
 from onnx2tf_alt.check.report import console_table, write_reports
 from onnx2tf_alt.errors import InputError
-from onnx2tf_alt.export.io_layout import io_layout
-from onnx2tf_alt.export.tflite import tflite_bytes
+from onnx2tf_alt.io_layout import io_layout
+from onnx2tf_alt.lowering import tflite_bytes
+from onnx2tf_alt.pipeline import build, stem_of
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -42,15 +41,15 @@ def check_converted(
     tflite_model: bytes | None = None,
     model_name: str = "model",
     seed: int = DEFAULT_SEED,
-    quantized=None,
+    more_backends=None,
 ) -> AccuracyReport:
     """Compare the converted model with onnxruntime on one set of inputs.
 
     `full`: every node output (topological order), else only the model outputs. With
     `tflite`, the float32 TFLite is compared as well: a debugging flatbuffer exposing every
     value when `full`, else `tflite_model` (the shipped file) or a fresh conversion.
-    `quantized`: (QuantPlan, folder, stem) of written quantized files, each then compared
-    too, dequantized (see check/quantized.py).
+    `more_backends(found, feeds, full)`: further BackendReports to add, e.g. the quantized
+    files' (onnx2tf_alt/quant/check.py), given the values under test and the inputs.
     """
     feeds, sources = make_inputs(converted.graph, custom_inputs, seed)
     report = AccuracyReport(
@@ -75,12 +74,8 @@ def check_converted(
     report.backends["tf"] = backend("tf", tf_values(converted, found, feeds))
     if tflite:
         report.backends["tflite"] = _tflite_report(converted, found, feeds, tflite_model, backend)
-    if quantized is not None:
-        from onnx2tf_alt.check.quantized import quantized_backends
-
-        plan, folder, stem = quantized
-        for quant in quantized_backends(converted, plan, found, feeds, full, folder, stem):
-            report.backends[quant.backend] = quant
+    for extra in more_backends(found, feeds, full) if more_backends is not None else []:
+        report.backends[extra.backend] = extra
     return report
 
 
@@ -94,7 +89,7 @@ def check_and_report(
     custom_inputs: dict[str, np.ndarray] | None,
     tflite_path: str | None,
     print_table: bool = True,
-    quant_plan=None,
+    more_backends=None,
 ) -> AccuracyReport:
     """The check `convert` runs for -coto / -cotof: the shipped float32 .tflite (when
     written) for the model outputs, a debugging one for all values; table on stdout,
@@ -106,7 +101,7 @@ def check_and_report(
     report = check_converted(
         converted, full=full, atol=atol, rtol=rtol, custom_inputs=custom_inputs,
         tflite=tflite_path is not None, tflite_model=tflite_model, model_name=stem,
-        quantized=None if quant_plan is None else (quant_plan, folder, stem),
+        more_backends=more_backends,
     )
     write_reports(report, folder, stem)
     if print_table:
@@ -163,7 +158,7 @@ def check_files(
     **build_kwargs,
 ) -> AccuracyReport:
     """`onnx2tf_alt.check`: rebuild the conversion in memory and check it (see there)."""
-    stem = _stem(input_onnx_file_path)
+    stem = stem_of(input_onnx_file_path)
     recorded, tflite_model = None, None
     if converted_path is not None:
         recorded, layout_stem = _read_io_layout(converted_path, stem)
@@ -188,9 +183,9 @@ def check_files(
 
 
 def _with_tf_names(content: bytes, layout: dict) -> bytes:
-    """A -coion .tflite (ONNX names, see export/tflite_names.py) renamed back to the
+    """A -coion .tflite (ONNX names, see tflite_names.py) renamed back to the
     signature keys the checker feeds (`tf_name`); other files as they are."""
-    from onnx2tf_alt.export.tflite_names import rename_io
+    from onnx2tf_alt.tflite_names import rename_io
 
     names = {side: {e["tflite_name"]: e["tf_name"] for e in layout.get(side, [])
                     if e.get("tflite_name", e["tf_name"]) != e["tf_name"]}

@@ -8,36 +8,7 @@ import os
 import tensorflow as tf
 
 from onnx2tf_alt.builder import BuildResult
-
-
-def signature_function(model, input_names):
-    """A tf.function over a Keras model with dict outputs: inputs named `input_names` (in
-    model.inputs order), outputs named by the model's output keys."""
-    specs = [
-        tf.TensorSpec(t.shape, t.dtype, name=name) for t, name in zip(model.inputs, input_names)
-    ]
-
-    @tf.function(input_signature=specs)
-    def serve(*args):
-        outputs = model(list(args), training=False)
-        return {name: tf.identity(value) for name, value in outputs.items()}
-
-    return serve
-
-
-def serving_function(result: BuildResult):
-    """The converted model's signature: ONNX-derived input and output names."""
-    return signature_function(result.model, list(result.input_names.values()))
-
-
-def serving_module(result: BuildResult) -> tf.Module:
-    """A light trackable holding the weights and the serving function. Saving or converting
-    it skips serializing every Keras layer (the cost of passing the Keras model itself: a
-    minute for ViT-B/16); the signature and the variables are the same."""
-    holder = tf.Module()
-    holder.weights = list(result.model.weights)
-    holder.serve = serving_function(result)
-    return holder
+from onnx2tf_alt.lowering import serving_module
 
 
 def save_saved_model(result: BuildResult, folder: str) -> None:

@@ -164,7 +164,7 @@ def short_reason(exc: Exception) -> str:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_node(case: NodeCase, record_property):
-    from onnx2tf_alt.api import build
+    from onnx2tf_alt.pipeline import build
 
     model = case.model
     record_property("op_type", op_type_of(case, model, SINGLE_OP))

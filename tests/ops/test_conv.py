@@ -1,4 +1,5 @@
-"""Conv and ConvTranspose against onnxruntime, through TF and the float32 TFLite.
+"""Conv, ConvTranspose and CausalConvWithState against onnxruntime, through TF and the
+float32 TFLite.
 
 Each test puts one node per attribute combination into one model (one conversion), with
 outputs named after the attributes, so a failure names its combination.
@@ -10,7 +11,9 @@ from onnx import helper
 
 from harness import (
     assert_close,
+    assert_keras_reloads,
     check_model,
+    check_node,
     check_nodes,
     count_tflite_ops,
     make_model,
@@ -360,3 +363,73 @@ def test_computed_weights_between_convs_stay_channel_last():
     assert converted.plan.perms["c2"] == (0, 2, 3, 1)
     counts = count_tflite_ops(converted.tflite)
     assert counts.get("TRANSPOSE", 0) <= 2 and counts.get("CONV_2D") == 3, counts
+
+
+# --- CausalConvWithState -----------------------------------------------------------------
+def causal_conv_case(batch, channels, length, taps, bias, past, activation, weights_runtime):
+    """Inputs, constant initializers and the node's input order."""
+    inputs = {"x": randn(batch, channels, length)}
+    inits = {}
+    params = {"w": randn(channels, 1, taps), "bias": randn(channels) if bias else None,
+              "past": randn(batch, channels, taps - 1) if past else None}
+    (inputs if weights_runtime else inits)["w"] = params["w"]
+    if bias:
+        (inputs if weights_runtime else inits)["bias"] = params["bias"]
+    if past:
+        inputs["past"] = params["past"]
+    order = ["x", "w", "bias" if bias else "", "past" if past else ""]
+    while order[-1] == "":
+        order.pop()
+    attrs = {} if activation is None else {"activation": activation}
+    return inputs, inits, order, attrs
+
+
+@pytest.mark.parametrize("weights_runtime", [False, True])
+@pytest.mark.parametrize(
+    "batch, channels, length, taps, bias, past, activation",
+    [
+        (2, 4, 8, 4, False, False, None),
+        (3, 5, 7, 3, True, True, "silu"),
+        (1, 6, 1, 4, True, True, "none"),  # a decode step
+        (2, 3, 2, 5, False, False, "swish"),  # shorter than the state
+        (2, 8, 9, 2, True, False, None),
+    ],
+)
+def test_causal_conv_with_state(batch, channels, length, taps, bias, past, activation,
+                                weights_runtime):
+    inputs, inits, order, attrs = causal_conv_case(batch, channels, length, taps, bias, past,
+                                                   activation, weights_runtime)
+    check_node("CausalConvWithState", inputs, attrs, inits, num_outputs=2, opset=27,
+               input_order=order)
+
+
+@pytest.mark.parametrize("weights_runtime", [False, True])
+def test_causal_conv_kernel_size_one(weights_runtime):
+    """k = 1 leaves an empty present_state, which the TFLite interpreter cannot return:
+    only the output is a graph output."""
+    inputs, inits, order, _ = causal_conv_case(2, 3, 5, 1, True, False, "silu",
+                                               weights_runtime)
+    node = helper.make_node("CausalConvWithState", order, ["y", "state"], activation="silu")
+    check_model(make_model([node], inputs, ["y"], inits, opset=27), inputs)
+
+
+@pytest.mark.parametrize("weights_runtime", [False, True])
+def test_causal_conv_between_convs_has_no_transpose(weights_runtime, tmp_path):
+    """Conv1d -> CausalConvWithState -> Conv1d stays channel-last. present_state comes out
+    channel-last (B, k-1, C); the past_state model input is declared so too, as a decoder
+    feeding one step's state to the next would (by default it stays in ONNX order)."""
+    c, taps = 6, 4
+    inputs = {"x": randn(2, c, 9), "past": randn(2, c, taps - 1)}
+    inits = {"w_in": randn(c, c, 1), "w_out": randn(c, c, 3), "bias": randn(c)}
+    (inputs if weights_runtime else inits)["w"] = randn(c, 1, taps)
+    nodes = [
+        helper.make_node("Conv", ["x", "w_in"], ["h"]),
+        helper.make_node("CausalConvWithState", ["h", "w", "bias", "past"], ["g", "state"],
+                         activation="silu"),
+        helper.make_node("Conv", ["g", "w_out"], ["y"], pads=[1, 1]),
+    ]
+    model = make_model(nodes, inputs, ["y", "state"], inits, opset=27)
+    converted = check_model(model, inputs, keep_nwc_or_nhwc_or_ndhwc_input_names=["past"])
+    assert converted.result.output_perms["state"] == (0, 2, 1)
+    assert "TRANSPOSE" not in count_tflite_ops(converted.tflite)
+    assert_keras_reloads(converted, inputs, tmp_path)

@@ -107,8 +107,8 @@ def test_deform_conv_between_convs_stays_channel_last():
 
 def test_deform_conv_other_ranks_are_reported():
     """onnxruntime (the reference here) has 2-D DeformConv only; other ranks are refused."""
-    from onnx2tf_alt.api import build
     from onnx2tf_alt.errors import ConversionError
+    from onnx2tf_alt.pipeline import build
 
     x = randn(2, 4, 9)
     node, arrays = deform_case(x, 0, 3, (3,), {"pads": [1, 1]})

@@ -2,8 +2,18 @@ import ml_dtypes
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
 
-from harness import assert_keras_reloads, check_node, check_nodes
+from harness import (
+    assert_close,
+    assert_keras_reloads,
+    check_node,
+    check_nodes,
+    convert,
+    make_model,
+    tf_run,
+    tflite_run,
+)
 
 rng = np.random.default_rng(0)
 SHAPE = (2, 3, 5, 7)
@@ -372,3 +382,34 @@ def test_cast_to_four_bit_integers_and_back(dtype):
     outputs = [n.output[0] for n in nodes if not n.output[0].endswith("_q")]
     check_nodes(nodes, {"x": x}, {"like": np.zeros((1,), ml_dtypes.int4)}, opset=21,
                 outputs=outputs, tflite=False)
+
+
+# --- BitCast ------------------------------------------------------------------------------
+# Its own generator, seeded as before: drawing these cases at collection from `rng` would
+# change the data of every test above.
+bit_cases = np.random.default_rng(0)
+
+
+@pytest.mark.parametrize(
+    "x, to",
+    [(bit_cases.standard_normal((2, 3)).astype(np.float32), TensorProto.INT32),
+     (bit_cases.integers(-9, 9, (4,)).astype(np.int32), TensorProto.FLOAT),
+     (bit_cases.integers(0, 255, (2, 3)).astype(np.uint8), TensorProto.INT8)],
+)
+def test_bitcast(x, to):
+    check_node("BitCast", {"x": x}, {"to": to}, opset=26)
+
+
+@pytest.mark.parametrize(
+    "x, to",
+    [(np.array([True, False, True]), TensorProto.UINT8),
+     (np.array([[0, 1, 1]], np.uint8), TensorProto.BOOL)],
+)
+def test_bitcast_bool(x, to):
+    """onnxruntime has no bool BitCast kernel: compared with onnx.reference instead."""
+    model = make_model([helper.make_node("BitCast", ["x"], ["y"], to=to)], {"x": x}, ["y"],
+                       opset=26)
+    (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
+    converted = convert(model)
+    for run in (tf_run, tflite_run):
+        assert_close(run(converted, {"x": x})[0], expected)

@@ -1,5 +1,6 @@
-"""Gathers, scatters, TopK, CumSum, NonZero, OneHot, Trilu, Compress, Unique, ReverseSequence
-(ops/indexing.py) against onnxruntime, through TF and the float32 TFLite.
+"""Gathers, scatters, TopK, CumSum, CumProd, NonZero, OneHot, Trilu, Compress, Unique,
+ReverseSequence, TensorScatter (ops/indexing.py) against onnxruntime, through TF and the
+float32 TFLite.
 
 Variants of one op share a model where they can (one conversion each).
 """
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from harness import check_model, check_nodes, make_model
+from harness import assert_keras_reloads, check_model, check_node, check_nodes, make_model
 
 rng = np.random.default_rng(0)
 
@@ -402,3 +403,46 @@ def test_gathers_and_scatters_with_symbolic_batch():
     outputs = [n.output[0] for n in nodes]
     model = make_model(nodes, inputs, outputs, inits, input_shapes=shapes)
     check_model(model, inputs)
+
+
+# --- CumProd -----------------------------------------------------------------------------
+@pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_cumprod_constant_axis(exclusive, reverse, axis):
+    check_node("CumProd", {"x": data(3, 4, 5)}, {"exclusive": exclusive, "reverse": reverse},
+               initializers={"axis": np.array(axis, np.int64)}, opset=26)
+
+
+@pytest.mark.parametrize("axis", [1, -2])
+def test_cumprod_runtime_axis(axis):
+    check_node("CumProd", {"x": data(2, 4, 3), "axis": np.array(axis, np.int32)},
+               {"reverse": 1}, opset=26)
+
+
+# --- TensorScatter -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "cache, update, axis, mode, write",
+    [
+        ((2, 3, 6, 4), (2, 3, 2, 4), -2, "linear", [0, 3]),
+        ((2, 3, 6, 4), (2, 3, 3, 4), -2, "circular", [5, 2]),
+        ((3, 7, 5), (3, 7, 5), 1, "circular", [4, 0, 6]),
+        ((3, 8, 2), (3, 1, 2), 1, "linear", [7, 0, 3]),
+        ((2, 5, 3, 4), (2, 2, 3, 4), 1, "linear", None),
+        ((2, 4, 6), (2, 4, 3), 2, "circular", [5, 1]),
+    ],
+)
+def test_tensor_scatter(cache, update, axis, mode, write):
+    inputs = {"past_cache": data(*cache), "update": data(*update)}
+    if write is not None:
+        inputs["write_indices"] = np.array(write, np.int64)
+    check_node("TensorScatter", inputs, {"axis": axis, "mode": mode}, opset=24)
+
+
+def test_tensor_scatter_dynamic_batch_int(tmp_path):
+    inputs = {"past_cache": rng.integers(-9, 9, (3, 2, 6, 4)).astype(np.int32),
+              "update": rng.integers(-9, 9, (3, 2, 2, 4)).astype(np.int32),
+              "write_indices": np.array([0, 5, 3], np.int64)}
+    shapes = {"past_cache": ["N", 2, 6, 4], "update": ["N", 2, 2, 4], "write_indices": ["N"]}
+    converted = check_node("TensorScatter", inputs, {"mode": "circular"}, opset=24,
+                           input_shapes=shapes)
+    assert_keras_reloads(converted, inputs, tmp_path)

@@ -10,8 +10,8 @@ import pytest
 from onnx import helper
 
 from onnx2tf_alt.context import NodeContext
-from onnx2tf_alt.export.tflite import tflite_bytes
 from onnx2tf_alt.graph import Node
+from onnx2tf_alt.lowering import tflite_bytes
 from onnx2tf_alt.registry import find_handler
 
 from harness import (
@@ -419,8 +419,8 @@ def test_range_of_one_element_tensors_at_run_time(dtype):
 
 
 def test_model_without_inputs_is_refused_clearly():
-    from onnx2tf_alt.api import build
     from onnx2tf_alt.errors import InputError
+    from onnx2tf_alt.pipeline import build
 
     value = helper.make_tensor("v", onnx.TensorProto.FLOAT, [2], [1.0, 2.0])
     graph = helper.make_graph(

@@ -1,13 +1,22 @@
-"""Concat, Split, Slice, Gather, Pad (ops/tensor.py) against onnxruntime, TF and TFLite.
+"""Concat, Split, Slice, Gather, Pad, EyeLike (ops/tensor.py) against onnxruntime, TF and
+TFLite.
 
 Attribute variants of one op share a model (one conversion); check_both_layouts runs each
 on a value in ONNX order and on one kept channel-last.
 """
 
 import numpy as np
+import pytest
 from onnx import helper
 
-from harness import check_both_layouts, check_model, check_nodes, count_tflite_ops, make_model
+from harness import (
+    check_both_layouts,
+    check_model,
+    check_node,
+    check_nodes,
+    count_tflite_ops,
+    make_model,
+)
 
 rng = np.random.default_rng(0)
 INT64_MAX = np.iinfo(np.int64).max
@@ -429,3 +438,11 @@ def test_unit_axes_relayout_is_a_reshape():
     converted, census = check_nodes(nodes, {"x": data(2, 3, 5, 5)}, inits, outputs=["y"])
     assert converted.plan.transposes(converted.graph) == {("a", (0, 1, 2, 3))}
     assert census.get("TRANSPOSE", 0) == 0
+
+
+# --- EyeLike ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "shape, attrs", [((3, 3), {}), ((3, 5), {"k": 2}), ((4, 2), {"k": -1, "dtype": 6})],
+)
+def test_eye_like(shape, attrs):
+    check_node("EyeLike", {"x": data(*shape)}, attrs, opset=22)

@@ -1,17 +1,29 @@
-"""Attention, RMSNormalization and RotaryEmbedding (opset 23) against onnxruntime."""
+"""Attention, RMSNormalization and RotaryEmbedding (opset 23), LinearAttention (opset 27) and
+FlexAttention (ai.onnx.preview), through TF and the float32 TFLite.
+
+LinearAttention is compared with onnxruntime (which runs it through its ONNX function body);
+onnxruntime has no FlexAttention, which is compared with onnx.reference.ReferenceEvaluator
+instead, with the same tolerance.
+"""
 
 import numpy as np
 import pytest
 from onnx import helper
 
-from harness import assert_keras_reloads, check_node, check_nodes
+from harness import (
+    assert_keras_reloads,
+    check_node,
+    check_nodes,
+    check_with_reference,
+    make_model,
+)
 
 rng = np.random.default_rng(0)
 OPSET = 23
 
 
-def normal(*shape):
-    return rng.standard_normal(shape).astype(np.float32)
+def normal(*shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
 def check_attention(q, k, v, attrs=None, mask=None, past=None, num_outputs=1):
@@ -144,3 +156,134 @@ def test_additive_inf_bias_from_constants():
              "zero": np.array(0, np.float32), "inf_bias": inf_bias}
     check_nodes(nodes, {"mask": normal(4, 6), "scores": normal(2, 3, 4, 6)}, inits, opset=OPSET,
                 outputs=["masked", "masked_const_first", "minus_inf", "inf_minus"])
+
+
+# --- LinearAttention ---------------------------------------------------------------------
+def linear_attention_inputs(batch, steps, q_heads, kv_heads, d_k, d_v, rule, decay_per_head,
+                            beta_shared, past):
+    inputs = {"query": normal(batch, steps, q_heads * d_k, scale=0.5),
+              "key": normal(batch, steps, kv_heads * d_k, scale=0.5),
+              "value": normal(batch, steps, kv_heads * d_v)}
+    order = ["query", "key", "value", "", "", ""]
+    if past:
+        inputs["past_state"] = normal(batch, kv_heads, d_k, d_v, scale=0.3)
+        order[3] = "past_state"
+    if rule in ("gated", "gated_delta"):
+        width = kv_heads if decay_per_head else kv_heads * d_k
+        inputs["decay"] = -np.abs(normal(batch, steps, width, scale=0.3))
+        order[4] = "decay"
+    if rule in ("delta", "gated_delta"):
+        width = 1 if beta_shared else kv_heads
+        inputs["beta"] = rng.uniform(0.1, 0.9, (batch, steps, width)).astype(np.float32)
+        order[5] = "beta"
+    while order[-1] == "":
+        order.pop()
+    return inputs, order
+
+
+@pytest.mark.parametrize(
+    "batch, steps, q_heads, kv_heads, d_k, d_v, rule, decay_per_head, beta_shared, past, scale",
+    [
+        (2, 5, 2, 2, 4, 3, "linear", False, False, False, None),
+        (1, 3, 3, 3, 5, 5, "linear", False, False, True, 0.3),
+        (2, 4, 2, 2, 4, 6, "gated", False, False, True, None),
+        (3, 3, 4, 2, 4, 4, "gated", True, False, False, None),
+        (2, 6, 2, 2, 3, 4, "delta", False, True, True, None),
+        (2, 4, 4, 2, 4, 3, "gated_delta", False, False, True, None),
+        (2, 1, 6, 1, 4, 4, "gated_delta", True, True, True, 0.5),  # MQA decode step
+        (3, 5, 2, 2, 8, 2, "gated_delta", False, False, False, None),
+    ],
+)
+def test_linear_attention(batch, steps, q_heads, kv_heads, d_k, d_v, rule, decay_per_head,
+                          beta_shared, past, scale):
+    inputs, order = linear_attention_inputs(batch, steps, q_heads, kv_heads, d_k, d_v, rule,
+                                            decay_per_head, beta_shared, past)
+    attrs = {"q_num_heads": q_heads, "kv_num_heads": kv_heads, "update_rule": rule}
+    if scale is not None:
+        attrs["scale"] = scale
+    check_node("LinearAttention", inputs, attrs, num_outputs=2, opset=27, input_order=order)
+
+
+def test_linear_attention_dynamic_batch(tmp_path):
+    inputs, order = linear_attention_inputs(3, 4, 4, 2, 4, 4, "gated_delta", False, False,
+                                            True)
+    shapes = {name: ["N", *a.shape[1:]] for name, a in inputs.items()}
+    attrs = {"q_num_heads": 4, "kv_num_heads": 2}
+    converted = check_node("LinearAttention", inputs, attrs, num_outputs=2, opset=27,
+                           input_order=order, input_shapes=shapes)
+    assert_keras_reloads(converted, inputs, tmp_path)
+
+
+# --- FlexAttention -----------------------------------------------------------------------
+PREVIEW = "ai.onnx.preview"
+
+
+def mod_graph(name: str, nodes, inits=()):
+    info = helper.make_tensor_value_info
+    scores = info("s", 1, ["B", "H", "L", "S"])
+    out = info("s_out", 1, ["B", "H", "L", "S"])
+    return helper.make_graph(nodes, name, [scores], [out], list(inits))
+
+
+def causal_mask_graph():
+    """Keys after the query position get -inf (positions from Shape and Range)."""
+    const = helper.make_tensor
+    inits = [const("zero", 7, [], [0]), const("one", 7, [], [1]), const("two", 7, [1], [2]),
+             const("three", 7, [1], [3]), const("col", 7, [2], [-1, 1]),
+             const("neg_inf", 1, [], [-np.inf])]
+    nodes = [
+        helper.make_node("Shape", ["s"], ["shape"]),
+        helper.make_node("Gather", ["shape", "two"], ["l1"]),
+        helper.make_node("Gather", ["shape", "three"], ["s1"]),
+        helper.make_node("Squeeze", ["l1"], ["l"]),
+        helper.make_node("Squeeze", ["s1"], ["n"]),
+        helper.make_node("Range", ["zero", "l", "one"], ["qi"]),
+        helper.make_node("Range", ["zero", "n", "one"], ["ki"]),
+        helper.make_node("Reshape", ["qi", "col"], ["qc"]),
+        helper.make_node("GreaterOrEqual", ["qc", "ki"], ["keep"]),
+        helper.make_node("Where", ["keep", "s", "neg_inf"], ["s_out"]),
+    ]
+    return mod_graph("causal", nodes, inits)
+
+
+def soft_cap_graph(cap: float):
+    cap_t = helper.make_tensor("cap", 1, [], [cap])
+    nodes = [helper.make_node("Div", ["s", "cap"], ["d"]), helper.make_node("Tanh", ["d"], ["t"]),
+             helper.make_node("Mul", ["t", "cap"], ["s_out"])]
+    return mod_graph("soft_cap", nodes, [cap_t])
+
+
+def prob_scale_graph(factor: float):
+    factor_t = helper.make_tensor("f", 1, [], [factor])
+    return mod_graph("prob_scale", [helper.make_node("Mul", ["s", "f"], ["s_out"])], [factor_t])
+
+
+def check_flex(q, k, v, tmp_path=None, **attrs):
+    feeds = {"Q": q, "K": k, "V": v}
+    node = helper.make_node("FlexAttention", ["Q", "K", "V"], ["Y"], domain=PREVIEW, **attrs)
+    model = make_model([node], feeds, ["Y"], opset=26, extra_opsets={PREVIEW: 1})
+    converted = check_with_reference(model, feeds)
+    if tmp_path is not None:
+        assert_keras_reloads(converted, feeds, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "batch, q_heads, kv_heads, q_len, kv_len, d, d_v, scale",
+    [(2, 4, 4, 5, 7, 8, 8, None), (1, 6, 2, 3, 9, 4, 6, None), (3, 3, 1, 1, 4, 5, 3, 0.2)],
+)
+def test_flex_attention(batch, q_heads, kv_heads, q_len, kv_len, d, d_v, scale):
+    attrs = {} if scale is None else {"scale": scale}
+    check_flex(normal(batch, q_heads, q_len, d), normal(batch, kv_heads, kv_len, d),
+               normal(batch, kv_heads, kv_len, d_v), **attrs)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_flex_attention_score_mod_causal(kv_heads, tmp_path):
+    check_flex(normal(2, 4, 6, 8), normal(2, kv_heads, 6, 8), normal(2, kv_heads, 6, 5),
+               tmp_path, score_mod=causal_mask_graph())
+
+
+def test_flex_attention_score_and_prob_mod():
+    check_flex(normal(1, 2, 4, 8, scale=3.0), normal(1, 2, 5, 8, scale=3.0), normal(1, 2, 5, 8),
+               score_mod=soft_cap_graph(5.0), prob_mod=prob_scale_graph(0.5),
+               softmax_precision=1)

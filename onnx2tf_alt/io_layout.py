@@ -14,7 +14,7 @@ from onnx2tf_alt.graph import Graph
 def io_layout(result: BuildResult, graph: Graph, onnx_names_in_tflite: bool = False) -> dict:
     """`tf_name` is the saved_model's signature key, `tflite_name` the .tflite files' (the
     ONNX name with -coion, see tflite_names.py)."""
-    from onnx2tf_alt.export.tflite_names import tflite_keys
+    from onnx2tf_alt.tflite_names import tflite_keys
 
     tflite_inputs, tflite_outputs = tflite_keys(result, graph, onnx_names_in_tflite)
 

@@ -17,14 +17,14 @@ import os
 
 from onnx2tf_alt.check.compare import BackendReport, compare
 from onnx2tf_alt.check.observe import ort_values, probe_conversion, targets
-from onnx2tf_alt.export.quantize import quantized_tflite, run_tflite, variants
+from onnx2tf_alt.quant.quantize import quantized_tflite, run_tflite, variants
 
 QUANT_MIN_COSINE = 0.98
 
 
 def quantized_backends(converted, plan, found, feeds, full: bool, folder: str,
                        stem: str) -> list[BackendReport]:
-    """One BackendReport per quantized variant `plan` (export.quantize.QuantPlan) made;
+    """One BackendReport per quantized variant `plan` (quant.quantize.QuantPlan) made;
     `feeds` are used when the plan holds no held-out sample."""
     feeds = plan.samples.held_out[0] if plan.samples.held_out else feeds
     reference = ort_values(converted.model, feeds, [t.onnx_name for t in found])

@@ -23,13 +23,12 @@ import tensorflow as tf
 from onnx import helper, numpy_helper
 
 from calibration.samples import CustomData, Samples, plan_samples
-from onnx2tf_alt.check.observe import to_onnx_order
 from onnx2tf_alt.errors import InputError
-from onnx2tf_alt.export.calibrate import DEFAULT_METHOD, METHODS, fake_quantized, onnx_ranges
 from onnx2tf_alt.export.names import DYNAMIC_RANGE_SUFFIXES, INTEGER_SUFFIXES
-from onnx2tf_alt.export.saved_model import serving_function
 from onnx2tf_alt.interrupts import checkpoint
+from onnx2tf_alt.lowering import serving_function
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
+from onnx2tf_alt.quant.calibrate import DEFAULT_METHOD, METHODS, fake_quantized, onnx_ranges
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -143,16 +142,9 @@ def _pair_params(quantize: onnx.NodeProto, dequantize: onnx.NodeProto, constants
 
 
 # --- conversion ----------------------------------------------------------------------------
-def _physical(converted, sample: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """A sample (ONNX names and layout) as signature inputs (TF names, physical layout)."""
-    result = converted.result
-    return {result.input_names[n]: np.transpose(sample[n], result.input_perms[n])
-            for n in converted.graph.inputs}
-
-
 def two_step(variant: Variant, calibration: list) -> bool:
     """Whether `variant` is calibrated once and then quantized by the MLIR quantizer with
-    a denylist (export/sensitivity.py): the 8-bit files of float models."""
+    a denylist (quant/sensitivity.py): the 8-bit files of float models."""
     return variant.calibrated and bool(calibration) and INT16_OPS not in variant.supported_ops
 
 
@@ -179,7 +171,7 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
             calibrated, flex = calibrated_tflite(converted, options, calibration)
             if flex and variant.io_dtypes:
                 raise ValueError("integer-only files cannot fall back to Select TF ops")
-        from onnx2tf_alt.export.sensitivity import denylist, op_infos, quantize_calibrated
+        from onnx2tf_alt.quant.sensitivity import denylist, op_infos, quantize_calibrated
 
         nodes = set(options.keep_float if keep_nodes is None else keep_nodes)
         float_ops = denylist(op_infos(calibrated, converted), nodes) if nodes else []
@@ -202,7 +194,7 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
         if options.quant_type == "per-tensor" and variant.calibrated and not int16:
             conv._experimental_disable_per_channel = True
         if variant.calibrated and calibration:
-            conv.representative_dataset = lambda: (_physical(converted, s) for s in calibration)
+            conv.representative_dataset = lambda: (converted.result.to_physical(s) for s in calibration)
         if variant.io_dtypes:
             conv.inference_input_type, conv.inference_output_type = variant.io_dtypes
         conv._experimental_calibrate_only = calibrate_only
@@ -233,12 +225,9 @@ def run_tflite(content: bytes, converted, samples: list[dict[str, np.ndarray]]) 
     inputs, outputs = runner.get_input_details(), runner.get_output_details()
     results = []
     for sample in samples:
-        feeds = {k: _quantize(v, inputs[k]) for k, v in _physical(converted, sample).items()}
+        feeds = {k: _quantize(v, inputs[k]) for k, v in result.to_physical(sample).items()}
         raw = runner(**feeds)
-        results.append({
-            name: to_onnx_order(_dequantize(raw[key], outputs[key]), result.output_perms[name])
-            for name, key in result.output_names.items()
-        })
+        results.append(result.to_onnx({key: _dequantize(raw[key], outputs[key]) for key in raw}))
     return results
 
 
@@ -382,7 +371,7 @@ def plan_quantization(
     samples = plan_samples(converted.graph, custom or {}, mean, std,
                            need_calibration=options.integer and qdq_model is None)
     calibrated = None
-    from onnx2tf_alt.export.sensitivity import check_keep_float
+    from onnx2tf_alt.quant.sensitivity import check_keep_float
 
     options.keep_float = check_keep_float(options.keep_float, converted)
     if options.keep_float_auto is not None and not 0 < options.keep_float_auto <= 1:
@@ -481,7 +470,7 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
 def _choose_float_nodes(source, calibrated: bytes, plan: QuantPlan, report: QuantReport,
                         float_tflite: bytes) -> list[str]:
     """--keep_float nodes, extended by --keep_float_auto; ranks the ops with -cotof."""
-    from onnx2tf_alt.export.sensitivity import SEARCH_SAMPLES, choose_float_ops
+    from onnx2tf_alt.quant.sensitivity import SEARCH_SAMPLES, choose_float_ops
 
     options = plan.options
     rank = options.sensitivity or options.keep_float_auto is not None

@@ -1,0 +1,274 @@
+"""The conversion command line: every flag `onnx2tf-alt` (and each child of a batch)
+parses, and the list of those onnx2tf does not have. `python -m onnx2tf_alt.cli_args`
+prints docs/cli_flags.md."""
+
+from __future__ import annotations
+
+import argparse
+
+from onnx2tf_alt.compat_flags import FLAGS, add_compat_flags, cli_flags_markdown
+from onnx2tf_alt.version import __version__
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="onnx2tf-alt",
+        description="Convert an ONNX model to saved_model, Keras and TFLite with channel-last ops.",
+        allow_abbrev=False,  # onnx2tf's flags must never be read as prefixes of ours
+        epilog="Every other flag of onnx2tf 1.29 / 2.x is accepted with a note or refused "
+        "with its equivalent: see docs/cli_flags.md.",
+    )
+    p.add_argument("-i", "--input_onnx_file_path", help="the .onnx model to convert")
+    p.add_argument("-o", "--output_folder_path", default="saved_model", help="output folder")
+    p.add_argument(
+        "-osd",
+        "--output_signaturedefs",
+        action="store_true",
+        help="accepted for onnx2tf compatibility; signatures are always written",
+    )
+    p.add_argument("-oh5", "--output_h5", action="store_true", help="also write <stem>.h5")
+    p.add_argument(
+        "-okv3", "--output_keras_v3", action="store_true", help="also write <stem>.keras"
+    )
+    p.add_argument(
+        "-coion",
+        "--copy_onnx_input_output_names_to_tflite",
+        action="store_true",
+        help="name every .tflite's input and output tensors and signature keys exactly as in "
+        "the ONNX graph (default: TF-safe names, e.g. serving_default_x:0)",
+    )
+    p.add_argument("-b", "--batch_size", type=int, help="fix a symbolic batch dimension")
+    p.add_argument(
+        "-ois",
+        "--overwrite_input_shape",
+        nargs="+",
+        metavar="NAME:D1,D2,...",
+        help="fix input shapes, e.g. -ois input:1,3,224,224 mask:1,224",
+    )
+    p.add_argument(
+        "-k",
+        "--keep_ncw_or_nchw_or_ncdhw_input_names",
+        nargs="+",
+        action="extend",  # shared with -kat
+        metavar="NAME",
+        help="inputs that stay channel-first (ONNX layout)",
+    )
+    p.add_argument(
+        "-kt",
+        "--keep_nwc_or_nhwc_or_ndhwc_input_names",
+        nargs="+",
+        metavar="NAME",
+        help="inputs that become channel-last even if no conv reads them",
+    )
+    p.add_argument(
+        "-kat",
+        "--keep_shape_absolutely_input_names",
+        nargs="+",
+        action="extend",
+        dest="keep_ncw_or_nchw_or_ncdhw_input_names",
+        metavar="NAME",
+        help="onnx2tf's name for -k: these inputs keep their ONNX shape and layout",
+    )
+    p.add_argument(
+        "-inimc",
+        "--input_names_to_interrupt_model_conversion",
+        nargs="+",
+        metavar="NAME",
+        help="convert only the part of the graph computed from these tensors (they become "
+        "the model's inputs)",
+    )
+    p.add_argument(
+        "-onimc",
+        "--output_names_to_interrupt_model_conversion",
+        nargs="+",
+        metavar="NAME",
+        help="convert only the part of the graph that computes these tensors (they become "
+        "the model's outputs)",
+    )
+    p.add_argument(
+        "-v",
+        "--verbosity",
+        choices=["debug", "info", "warn", "error"],
+        default="info",
+        help="log level (default: info)",
+    )
+    p.add_argument(
+        "-n", "--non_verbose", action="store_true", help="errors only, no progress bar"
+    )
+    p.add_argument(
+        "-coto",
+        "--check_onnx_tf_outputs_elementwise_close",
+        action="store_true",
+        help="compare the model outputs of the Keras model and float32 TFLite (and, with "
+        "-odrqt/-oiqt, of each quantized file, dequantized, passing on cosine >= 0.98) with "
+        "onnxruntime; writes <stem>_accuracy_report.json/.html",
+    )
+    p.add_argument(
+        "-cotof",
+        "--check_onnx_tf_outputs_elementwise_close_full",
+        action="store_true",
+        help="the same for every node output, reporting the first diverging node",
+    )
+    p.add_argument(
+        "-cotoa",
+        "--check_onnx_tf_outputs_elementwise_close_atol",
+        type=float,
+        default=1e-4,
+        help="absolute tolerance of the check (default: 1e-4)",
+    )
+    p.add_argument(
+        "-cotor",
+        "--check_onnx_tf_outputs_elementwise_close_rtol",
+        type=float,
+        default=0.0,
+        help="relative tolerance of the check: |tf - onnx| <= atol + rtol*|onnx| (default: 0)",
+    )
+    p.add_argument(
+        "-cind",
+        "--custom_input_op_name_np_data_path",
+        nargs="+",
+        action="append",
+        metavar="NAME FILE.npy [MEAN STD]",
+        help="data for input NAME (ONNX layout); repeatable. The check and the failure "
+        "reports use it as the input (the first sample); INT8 calibration takes its N "
+        "samples along axis 0, normalized as (x - MEAN) / STD when given (a number or a "
+        "list per channel, e.g. [0.485,0.456,0.406])",
+    )
+    p.add_argument(
+        "-odrqt",
+        "--output_dynamic_range_quantized_tflite",
+        action="store_true",
+        help="also write <stem>_dynamic_range_quant.tflite (int8 weights, float activations)",
+    )
+    p.add_argument(
+        "-oiqt",
+        "--output_integer_quantized_tflite",
+        action="store_true",
+        help="also write <stem>_dynamic_range_quant.tflite (as -odrqt), "
+        "<stem>_integer_quant.tflite, <stem>_full_integer_quant.tflite and "
+        "their _with_int16_act variants, calibrated with the shipped photographs (image "
+        "inputs) or -cind data; and <stem>_quant_report.json",
+    )
+    p.add_argument(
+        "-qt",
+        "--quant_type",
+        choices=["per-channel", "per-tensor"],
+        default="per-channel",
+        help="weight quantization of the -oiqt files (default: per-channel)",
+    )
+    p.add_argument(
+        "--calibration_method",
+        choices=["tf", "minmax", "percentile", "entropy"],
+        default="tf",
+        help="activation ranges of the -oiqt INT8 files: tf (TF's min-max over the samples), "
+        "or onnxruntime's minmax / percentile (99.999%%) / entropy calibrator on the ONNX "
+        "graph (default: tf). The INT16-activation files always use tf",
+    )
+    p.add_argument(
+        "--keep_float",
+        nargs="+",
+        metavar="NODE",
+        help="ONNX nodes the -oiqt INT8 files compute in float, with the ops reading their "
+        "outputs (mixed precision; the quant report's 'sensitivity' ranks the nodes)",
+    )
+    p.add_argument(
+        "--keep_float_auto",
+        type=float,
+        metavar="COSINE",
+        help="keep the most sensitive nodes of the -oiqt INT8 files in float, one at a "
+        "time, until their outputs reach this cosine against the float32 TFLite on the "
+        "held-out samples (e.g. 0.99; ranking each node costs one re-quantization)",
+    )
+    p.add_argument(
+        "-iqd",
+        "--input_quant_dtype",
+        choices=["int8", "uint8", "float32"],
+        default="int8",
+        help="input type of <stem>_full_integer_quant.tflite (default: int8)",
+    )
+    p.add_argument(
+        "-oqd",
+        "--output_quant_dtype",
+        choices=["int8", "uint8", "float32"],
+        default="int8",
+        help="output type of <stem>_full_integer_quant.tflite (default: int8)",
+    )
+    p.add_argument(
+        "-qnm",
+        "--quant_norm_mean",
+        nargs="+",
+        action=_Numbers,
+        metavar="MEAN",
+        help="mean (one, or one per channel) subtracted from the shipped photographs' [0, 1] "
+        "pixels for calibration (default: ImageNet's 0.485 0.456 0.406)",
+    )
+    p.add_argument(
+        "-qns",
+        "--quant_norm_std",
+        nargs="+",
+        action=_Numbers,
+        metavar="STD",
+        help="standard deviation the photographs are divided by after -qnm (default: "
+        "ImageNet's 0.229 0.224 0.225)",
+    )
+    p.add_argument(
+        "--allow_newer_opset",
+        action="store_true",
+        help="convert a model whose opset is newer than the installed onnx package knows, "
+        "with the newest known opset's semantics (refused otherwise)",
+    )
+    p.add_argument(
+        "--builtin_only",
+        action="store_true",
+        help="fail (exit 1, naming the ONNX nodes responsible) instead of writing .tflite "
+        "files that need Select TF ops (the Flex delegate)",
+    )
+    p.add_argument(
+        "-dgc",
+        "--disable_group_convolution",
+        action="store_true",
+        help="lower a grouped Conv as SPLIT + one CONV_2D per group + CONCATENATION, for "
+        "runtimes without grouped convolution (e.g. TF.js); default: one grouped CONV_2D",
+    )
+    p.add_argument(
+        "-rtpo",
+        "--replace_to_pseudo_operators",
+        nargs="*",
+        metavar="OP",
+        help="lower these ops to the simplest builtins GPU/NNAPI delegates take, each exact "
+        "within 1e-4: GeLU, HardSwish, LeakyReLU, PReLU, Pow (onnx2tf's names, any case); "
+        "its other names (Erf, Abs, Neg, GatherND, MatMulInteger, ...) are accepted: "
+        "they are lowered to such builtins already",
+    )
+    p.add_argument("-V", "--version", action="version", version=f"onnx2tf-alt {__version__}")
+    add_compat_flags(p)
+    return p
+
+
+_LIST_PUNCTUATION = str.maketrans("[],", "   ")
+
+
+class _Numbers(argparse.Action):
+    """Numbers given one by one (-qnm 0.485 0.456 0.406) or as onnx2tf's bracketed list
+    (-qnm "[[[[0.485, 0.456, 0.406]]]]")."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            numbers = [float(v) for text in values for v in text.translate(_LIST_PUNCTUATION).split()]
+        except ValueError:
+            parser.error(f"{option_string} takes numbers or a list of them, got {values}")
+        setattr(namespace, self.dest, numbers)
+
+
+def own_flags() -> list[tuple[str, str]]:
+    """(option strings, help) of the flags onnx2tf does not have, for docs/cli_flags.md."""
+    known = {name for f in FLAGS for name in (f.short, f.long)} | {"-h", "--help"}
+    return [
+        (", ".join(a.option_strings), " ".join((a.help or "").split()).replace("%%", "%"))
+        for a in parser()._actions
+        if not known.intersection(a.option_strings)
+    ]
+
+
+if __name__ == "__main__":
+    print(cli_flags_markdown(own_flags()), end="")

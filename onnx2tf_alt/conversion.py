@@ -1,0 +1,307 @@
+"""What `onnx2tf_alt.convert` and the CLI run: check the output folder, build the model
+(pipeline.py), write every requested file into a staging folder, quantize, check, and
+publish the folder in one step (export/publish.py). On a conversion error only the failure
+reports are published (check/repro.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import onnx
+
+from calibration.samples import parse_custom_data
+from onnx2tf_alt.check.inputs import first_sample, load_custom_inputs
+from onnx2tf_alt.check.repro import REPORTS_FOLDER, write_failure_reports
+from onnx2tf_alt.errors import ConversionError, InputError
+from onnx2tf_alt.export.manifest import Manifest
+from onnx2tf_alt.export.names import planned_outputs
+from onnx2tf_alt.export.publish import OutputFolder
+from onnx2tf_alt.interrupts import checkpoint
+from onnx2tf_alt.loader import external_data_paths, load_model
+from onnx2tf_alt.logs import configure_logging
+from onnx2tf_alt.options import ConversionOptions, pseudo_operators
+from onnx2tf_alt.pipeline import Converted, build_loaded, check_batch_size, stem_of
+
+log = logging.getLogger("onnx2tf_alt")
+
+# Modules that import TensorFlow are imported where they are used, after the cheap checks of
+# the input and the output folder: an unusable -o fails in a fraction of a second.
+
+
+def convert(
+    input_onnx_file_path: str | None = None,
+    onnx_graph: onnx.ModelProto | None = None,
+    output_folder_path: str = "saved_model",
+    output_signaturedefs: bool = False,
+    output_h5: bool = False,
+    output_keras_v3: bool = False,
+    batch_size: int | None = None,
+    overwrite_input_shape: list[str] | None = None,
+    keep_ncw_or_nchw_or_ncdhw_input_names: list[str] | None = None,
+    keep_nwc_or_nhwc_or_ndhwc_input_names: list[str] | None = None,
+    verbosity: str = "info",
+    non_verbose: bool = False,
+    output_tflite: bool = True,
+    check_onnx_tf_outputs_elementwise_close: bool = False,
+    check_onnx_tf_outputs_elementwise_close_full: bool = False,
+    check_onnx_tf_outputs_elementwise_close_atol: float = 1e-4,
+    check_onnx_tf_outputs_elementwise_close_rtol: float = 0.0,
+    custom_input_op_name_np_data_path: list[list[str]] | None = None,
+    output_dynamic_range_quantized_tflite: bool = False,
+    output_integer_quantized_tflite: bool = False,
+    quant_type: str = "per-channel",
+    input_quant_dtype: str = "int8",
+    output_quant_dtype: str = "int8",
+    quant_norm_mean: list[float] | None = None,
+    quant_norm_std: list[float] | None = None,
+    allow_newer_opset: bool = False,
+    calibration_method: str = "tf",
+    keep_float: list[str] | None = None,
+    keep_float_auto: float | None = None,
+    copy_onnx_input_output_names_to_tflite: bool = False,
+    input_names_to_interrupt_model_conversion: list[str] | None = None,
+    output_names_to_interrupt_model_conversion: list[str] | None = None,
+    builtin_only: bool = False,
+    disable_group_convolution: bool = False,
+    replace_to_pseudo_operators: list[str] | None = None,
+    command_line: list[str] | None = None,
+):
+    """Convert an ONNX model (path or ModelProto) and write its outputs; returns the Keras model.
+
+    Outputs are staged beside `output_folder_path` and published in one step that replaces
+    exactly the previous conversion's files (export/publish.py, export/manifest.py); a file
+    the converter did not write, or the input itself, is never touched (InputError before
+    converting). A failed run publishes only `reports/`: when nodes cannot be converted, it
+    holds a one-node repro model and the input values of each (see
+    onnx2tf_alt/check/repro.py), and the error names it. `command_line` is recorded in the
+    manifest (the CLI passes its argv; Python calls record their keyword arguments).
+    `allow_newer_opset` converts an opset newer than the installed onnx knows.
+    `calibration_method` ("tf", "minmax", "percentile", "entropy") picks where the INT8
+    files' activation ranges come from (quant/calibrate.py). `keep_float` (ONNX node
+    names) and `keep_float_auto` (a target cosine) leave nodes of the INT8 files in float
+    (quant/sensitivity.py).
+    `output_signaturedefs` is accepted for onnx2tf compatibility: the saved_model and the
+    .tflite files always carry a `serving_default` signature.
+
+    `check_onnx_tf_outputs_elementwise_close[_full]` compare the model outputs [every node
+    output] of the Keras model and the float32 TFLite with onnxruntime (pass: |tf - onnx| <=
+    atol + rtol * |onnx|), print a table and write `<stem>_accuracy_report.json` / `.html`;
+    the returned model then carries the `AccuracyReport` (onnx2tf_alt.check.compare) as
+    `model.onnx2tf_alt_report` (None when no check ran). `custom_input_op_name_np_data_path`
+    ([[name, file.npy], ...], ONNX layout) gives test inputs for the check and the failure
+    reports; other inputs are seeded random values.
+
+    `output_dynamic_range_quantized_tflite` / `output_integer_quantized_tflite` also write
+    quantized .tflite files and `<stem>_quant_report.json` (see quant/quantize.py):
+    calibration uses the shipped photographs for image inputs (normalized with
+    `quant_norm_mean` / `quant_norm_std`) and -cind entries `[name, file.npy(, mean,
+    std)]` (N samples along axis 0) for the others; a float model input with neither fails
+    with an InputError before anything is written. QDQ models need no calibration data.
+    `output_integer_quantized_tflite` writes the dynamic range file too, as onnx2tf does.
+
+    `copy_onnx_input_output_names_to_tflite` (-coion) gives every written .tflite's input and
+    output tensors and signature keys the ONNX names (tflite_names.py; the check and
+    the quantization report run before the renaming, which changes names only).
+    `input_names_to_interrupt_model_conversion` / `output_names_to_interrupt_model_conversion`
+    (-inimc / -onimc) convert only the part of the graph between those tensors.
+    `builtin_only` makes a model that needs Select TF ops (the Flex delegate) a
+    ConversionError naming the ONNX nodes responsible; otherwise a warning names them.
+    `disable_group_convolution` (-dgc) splits grouped convolutions into one per group;
+    `replace_to_pseudo_operators` (-rtpo, onnx2tf's op names) picks ops lowered to the
+    simplest builtins GPU/NNAPI delegates take (onnx2tf_alt/options.py).
+    """
+    call = {k: v for k, v in locals().items() if k not in ("onnx_graph", "command_line")}
+    del output_signaturedefs  # always on
+    configure_logging("error" if non_verbose else verbosity)
+    check_batch_size(batch_size)
+    options = ConversionOptions(disable_group_convolution,
+                                pseudo_operators(replace_to_pseudo_operators))
+    stem = stem_of(input_onnx_file_path)
+    sources = []
+    if onnx_graph is None and input_onnx_file_path is not None:
+        sources = [os.path.abspath(input_onnx_file_path),
+                   *external_data_paths(input_onnx_file_path)]
+    check = check_onnx_tf_outputs_elementwise_close or check_onnx_tf_outputs_elementwise_close_full
+    # -oiqt also writes the dynamic range file, as onnx2tf does: the plan of file names and
+    # the writer both take it from here
+    dynamic_range = output_dynamic_range_quantized_tflite or output_integer_quantized_tflite
+    folder = OutputFolder(output_folder_path, protected=sources)
+    folder.check_usable()
+    folder.check_claims(planned_outputs(
+        stem, output_h5, output_keras_v3, output_tflite, dynamic_range,
+        output_integer_quantized_tflite, check,
+    ))
+    command = list(command_line) if command_line is not None else ["onnx2tf_alt.convert", call]
+    custom_data = parse_custom_data(custom_input_op_name_np_data_path)
+    custom_inputs = load_custom_inputs([e[:2] for e in custom_input_op_name_np_data_path or []])
+    from onnx2tf_alt.quant.quantize import QuantOptions, plan_quantization
+
+    quant_options = QuantOptions(
+        dynamic_range, output_integer_quantized_tflite, quant_type,
+        input_quant_dtype, output_quant_dtype, calibration_method, list(keep_float or []),
+        keep_float_auto, check_onnx_tf_outputs_elementwise_close_full,
+    )
+    try:
+        converted = build_loaded(
+            load_model(input_onnx_file_path, onnx_graph, allow_newer_opset),
+            batch_size=batch_size,
+            overwrite_input_shape=overwrite_input_shape,
+            keep_ncw_or_nchw_or_ncdhw_input_names=keep_ncw_or_nchw_or_ncdhw_input_names,
+            keep_nwc_or_nhwc_or_ndhwc_input_names=keep_nwc_or_nhwc_or_ndhwc_input_names,
+            show_progress=not non_verbose,
+            input_names_to_interrupt_model_conversion=input_names_to_interrupt_model_conversion,
+            output_names_to_interrupt_model_conversion=output_names_to_interrupt_model_conversion,
+            options=options,
+        )
+    except ConversionError as error:
+        report_failures(error, folder, Manifest.for_failure_report(sources, command),
+                        custom_inputs)
+        raise
+    quant_plan = None
+    if quant_options.any:
+        quant_plan = plan_quantization(
+            converted, quant_options, custom_data, quant_norm_mean, quant_norm_std
+        )
+    model = converted.result.model
+    model.onnx2tf_alt_report = None
+    with folder.staging() as stage:
+        written = write_outputs(converted, stage, stem, output_h5, output_keras_v3, output_tflite,
+                                copy_onnx_input_output_names_to_tflite, builtin_only)
+        if quant_plan is not None:
+            written += _write_quantized(converted, stage, stem, quant_plan, builtin_only,
+                                        print_table=not non_verbose)
+        if check:
+            from onnx2tf_alt.check.run import check_and_report
+
+            model.onnx2tf_alt_report = check_and_report(
+                converted, stage, stem,
+                full=check_onnx_tf_outputs_elementwise_close_full,
+                atol=check_onnx_tf_outputs_elementwise_close_atol,
+                rtol=check_onnx_tf_outputs_elementwise_close_rtol,
+                custom_inputs=first_sample(custom_inputs, converted.graph),
+                tflite_path=os.path.join(stage, f"{stem}_float32.tflite")
+                if output_tflite else None,
+                print_table=not non_verbose,
+                more_backends=None if quant_plan is None else _quantized_check(
+                    converted, quant_plan, stage, stem),
+            )
+        if copy_onnx_input_output_names_to_tflite:
+            from onnx2tf_alt.tflite_names import copy_onnx_names_in_files
+
+            copy_onnx_names_in_files([os.path.join(stage, n) for n in written
+                                      if n.endswith(".tflite")], converted.result,
+                                     converted.graph)
+        folder.publish(stage, Manifest.for_conversion(stem, sources, command))
+    log.info("wrote %s to %s", ", ".join(written), folder.path)
+    return model
+
+
+def _write_quantized(converted: Converted, stage: str, stem: str, quant_plan, builtin_only: bool,
+                     print_table: bool) -> list[str]:
+    """The quantized .tflite files and their report, checked for Flex ops like the float ones."""
+    from onnx2tf_alt.export.tflite import check_builtin_only_files
+    from onnx2tf_alt.quant.quantize import write_quantized
+
+    quantized = write_quantized(converted, stage, stem, quant_plan,
+                                _float32_tflite(converted, stage, stem), print_table=print_table)
+    check_builtin_only_files([os.path.join(stage, n) for n in quantized if n.endswith(".tflite")],
+                             converted, builtin_only)
+    return quantized
+
+
+def _quantized_check(converted: Converted, quant_plan, stage: str, stem: str):
+    """The accuracy check's extra backends: the quantized files written into `stage`."""
+    from onnx2tf_alt.quant.check import quantized_backends
+
+    def backends(found, feeds, full: bool):
+        return quantized_backends(converted, quant_plan, found, feeds, full, stage, stem)
+
+    return backends
+
+
+def write_outputs(
+    converted: Converted,
+    folder: str,
+    stem: str,
+    output_h5: bool,
+    output_keras_v3: bool,
+    output_tflite: bool = True,
+    onnx_names_in_tflite: bool = False,
+    builtin_only: bool = False,
+) -> list[str]:
+    """Write every requested format into `folder` (expected to be empty). Returns file names.
+    `onnx_names_in_tflite` is what <stem>_io_layout.json records of the .tflite names (the
+    caller renames the files, -coion); `builtin_only`: see check_builtin_only."""
+    from onnx2tf_alt.export.delegates import write_delegate_report
+    from onnx2tf_alt.export.keras_files import save_h5, save_keras_v3
+    from onnx2tf_alt.export.saved_model import save_saved_model
+    from onnx2tf_alt.export.tflite import check_builtin_only
+    from onnx2tf_alt.io_layout import save_io_layout
+    from onnx2tf_alt.lowering import tflite_bytes
+
+    result = converted.result
+    save_saved_model(result, folder)
+    written = ["saved_model.pb", "variables"]
+    if output_tflite:
+        for suffix, float16 in (("float32", False), ("float16", True)):
+            checkpoint()
+            name = f"{stem}_{suffix}.tflite"
+            content = tflite_bytes(converted.tflite_result(), float16=float16)
+            check_builtin_only(content, name, converted, builtin_only)
+            with open(os.path.join(folder, name), "wb") as f:
+                f.write(content)
+            written.append(name)
+        written.append(write_delegate_report(converted, folder, stem))
+    checkpoint()
+    if output_h5:
+        save_h5(result, os.path.join(folder, f"{stem}.h5"))
+        written.append(f"{stem}.h5")
+    if output_keras_v3:
+        save_keras_v3(result, os.path.join(folder, f"{stem}.keras"))
+        written.append(f"{stem}.keras")
+    save_io_layout(result, converted.graph, os.path.join(folder, f"{stem}_io_layout.json"),
+                   onnx_names_in_tflite)
+    written.append(f"{stem}_io_layout.json")
+    return written
+
+
+def _float32_tflite(converted: Converted, folder: str, stem: str) -> bytes:
+    """The float32 .tflite written into `folder`, or a fresh conversion when none was."""
+    from onnx2tf_alt.lowering import tflite_bytes
+
+    path = os.path.join(folder, f"{stem}_float32.tflite")
+    if not os.path.isfile(path):
+        return tflite_bytes(converted.tflite_result())
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def report_failures(
+    exc: ConversionError,
+    output: OutputFolder,
+    manifest: Manifest,
+    custom_inputs: dict[str, np.ndarray] | None,
+) -> str | None:
+    """Publish `<output>/reports/` for a ConversionError raised by `pipeline.build` (which
+    attaches the prepared model as `exc.prepared_model`), replacing only an earlier failure
+    report, and name the folder in the error's message. Returns the folder, or None when
+    there is nothing to report or it could not be written (said in the message)."""
+    model = getattr(exc, "prepared_model", None)
+    if model is None or not exc.failures:
+        return None
+    folder = os.path.join(output.path, REPORTS_FOLDER)
+    try:
+        with output.staging() as stage:
+            write_failure_reports(model, exc.failures, os.path.join(stage, REPORTS_FOLDER),
+                                  custom_inputs)
+            output.publish(stage, manifest, reports_only=True)
+    except (OSError, InputError) as err:
+        exc.args = (f"{exc}\nThe failure reports were not written: {err}",)
+        return None
+    note = f"Repro models and input values of the failing nodes: {folder} " \
+           "(conversion_errors.json lists them)."
+    exc.args = (f"{exc}\n{note}",)
+    return folder

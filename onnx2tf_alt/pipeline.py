@@ -1,0 +1,193 @@
+"""The conversion pipeline, in one place: load -> prepare -> find unsupported ops -> plan the
+layouts -> build the Keras model. `build` runs it for a model; `run_subgraph_model` for the
+body of an If / Loop / Scan on TF tensors (ops/control.py). Nothing here writes a file: the
+callers (onnx2tf_alt/conversion.py, check/, the tests) decide what becomes of the result.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import onnx
+
+from onnx2tf_alt import perms as P
+from onnx2tf_alt.errors import ConversionError, InputError, NodeFailure
+from onnx2tf_alt.graph import Graph, Node, graph_from_model
+from onnx2tf_alt.layout import LayoutPolicy, Plan, plan_layouts
+from onnx2tf_alt.loader import load_model
+from onnx2tf_alt.options import DEFAULT_OPTIONS, ConversionOptions
+from onnx2tf_alt.prepare import prepare_model
+from onnx2tf_alt.progress import Progress
+from onnx2tf_alt.registry import find_handler
+from onnx2tf_alt.validate import check_consistency, check_inference
+
+log = logging.getLogger("onnx2tf_alt")
+
+
+@dataclass
+class Converted:
+    """Everything a conversion produced in memory."""
+
+    result: object  # builder.BuildResult
+    graph: Graph
+    plan: Plan
+    model: onnx.ModelProto
+    options: ConversionOptions = DEFAULT_OPTIONS
+    _tflite_result: object = None
+
+    def rebuild(self, model: onnx.ModelProto) -> Converted:
+        """Build `model` (a rewrite of this one) with exactly this conversion's input layouts."""
+        keep, force = [], []
+        for name, perm in self.result.input_perms.items():
+            if len(perm) >= 3:
+                (keep if P.is_identity(perm) else force).append(name)
+        return build(onnx_graph=model, keep_ncw_or_nchw_or_ncdhw_input_names=keep,
+                     keep_nwc_or_nhwc_or_ndhwc_input_names=force, options=self.options)
+
+    def tflite_result(self):
+        """The BuildResult the .tflite files are converted from: `result` itself, or for a
+        model with float64 or float16 tensors a rebuild computing in float32 (see
+        float32_compute.py)."""
+        from onnx2tf_alt.float32_compute import compute_in_float32, needs_float32_compute
+
+        if self._tflite_result is None:
+            self._tflite_result = self.result
+            if needs_float32_compute(self.model):
+                log.info("TFLite has few float64/float16 kernels: .tflite files compute in float32")
+                self._tflite_result = self.rebuild(compute_in_float32(self.model)).result
+        return self._tflite_result
+
+
+def stem_of(input_onnx_file_path: str | None) -> str:
+    """The base name the output files get: the ONNX file's name without extension."""
+    if not input_onnx_file_path:
+        return "model"
+    return os.path.splitext(os.path.basename(os.fspath(input_onnx_file_path)))[0]
+
+
+def check_batch_size(batch_size: int | None) -> None:
+    if batch_size is not None and batch_size < 1:
+        raise InputError(f"-b/--batch_size must be at least 1 (got {batch_size}).")
+
+
+def unsupported_nodes(graph: Graph) -> list[NodeFailure]:
+    """A failure for each node no handler converts at the graph's opset."""
+    from onnx2tf_alt.builder import failure_for
+
+    return [
+        failure_for(node, graph, "unsupported op: no handler for this op type and opset")
+        for node in graph.nodes
+        if find_handler(node.op_type, node.domain, graph.opset_of(node.domain)) is None
+    ]
+
+
+def policy_of(graph: Graph) -> Callable[[Node], LayoutPolicy]:
+    """The layout policy of each node: its handler's, at the graph's opset."""
+
+    def policy(node: Node) -> LayoutPolicy:
+        return find_handler(node.op_type, node.domain, graph.opset_of(node.domain)).layout
+
+    return policy
+
+
+def plan_graph(
+    graph: Graph,
+    keep_channel_first: frozenset[str] = frozenset(),
+    force_channel_last: frozenset[str] = frozenset(),
+) -> Plan:
+    """The layout plan of a graph whose ops are all supported (see unsupported_nodes)."""
+    return plan_layouts(graph, policy_of(graph), keep_channel_first, force_channel_last)
+
+
+def build(
+    input_onnx_file_path: str | None = None,
+    onnx_graph: onnx.ModelProto | None = None,
+    batch_size: int | None = None,
+    overwrite_input_shape: list[str] | None = None,
+    keep_ncw_or_nchw_or_ncdhw_input_names: list[str] | None = None,
+    keep_nwc_or_nhwc_or_ndhwc_input_names: list[str] | None = None,
+    show_progress: bool = False,
+    allow_newer_opset: bool = False,
+    input_names_to_interrupt_model_conversion: list[str] | None = None,
+    output_names_to_interrupt_model_conversion: list[str] | None = None,
+    options: ConversionOptions | None = None,
+) -> Converted:
+    """Load, prepare, plan and build the Keras model without writing any file; `options`
+    are the lowering choices the handlers read (onnx2tf_alt/options.py)."""
+    model = load_model(input_onnx_file_path, onnx_graph, allow_newer_opset)
+    return build_loaded(
+        model, batch_size, overwrite_input_shape, keep_ncw_or_nchw_or_ncdhw_input_names,
+        keep_nwc_or_nhwc_or_ndhwc_input_names, show_progress,
+        input_names_to_interrupt_model_conversion, output_names_to_interrupt_model_conversion,
+        options,
+    )
+
+
+def build_loaded(
+    model: onnx.ModelProto,
+    batch_size: int | None = None,
+    overwrite_input_shape: list[str] | None = None,
+    keep_ncw_or_nchw_or_ncdhw_input_names: list[str] | None = None,
+    keep_nwc_or_nhwc_or_ndhwc_input_names: list[str] | None = None,
+    show_progress: bool = False,
+    input_names_to_interrupt_model_conversion: list[str] | None = None,
+    output_names_to_interrupt_model_conversion: list[str] | None = None,
+    options: ConversionOptions | None = None,
+) -> Converted:
+    """`build` for a model `load_model` returned (which this takes over and modifies).
+    With -inimc / -onimc names, only the prepared graph's part between those tensors is
+    converted (subgraph.py)."""
+    from onnx2tf_alt.builder import ModelBuilder
+    from onnx2tf_alt.subgraph import extract_subgraph
+
+    check_batch_size(batch_size)
+    options = options or DEFAULT_OPTIONS
+    check_inference(model)
+    model = prepare_model(model, batch_size, overwrite_input_shape)
+    if input_names_to_interrupt_model_conversion or output_names_to_interrupt_model_conversion:
+        model = extract_subgraph(model, input_names_to_interrupt_model_conversion,
+                                 output_names_to_interrupt_model_conversion)
+    graph = graph_from_model(model)
+    check_consistency(graph)
+    keep = _known_inputs(graph, "-k", keep_ncw_or_nchw_or_ncdhw_input_names)
+    force = _known_inputs(graph, "-kt", keep_nwc_or_nhwc_or_ndhwc_input_names)
+    missing = unsupported_nodes(graph)
+    if missing:
+        error = ConversionError(missing, headline=f"{len(missing)} node(s) have unsupported ops:")
+        error.prepared_model = model  # replayed by the failure reports (check/repro.py)
+        raise error
+    plan = plan_graph(graph, keep, force)
+    progress = Progress(len(graph.nodes), enabled=show_progress)
+    try:
+        result = ModelBuilder(graph, plan, progress, options).build()
+    except ConversionError as error:
+        error.prepared_model = model
+        raise
+    return Converted(result=result, graph=graph, plan=plan, model=model, options=options)
+
+
+def _known_inputs(graph: Graph, flag: str, names: list[str] | None) -> frozenset[str]:
+    unknown = sorted(set(names or []) - set(graph.inputs))
+    if unknown:
+        raise InputError(
+            f"{flag} names input(s) {unknown} that the model does not have; its inputs are "
+            f"{graph.inputs}."
+        )
+    return frozenset(names or [])
+
+
+def run_subgraph_model(prepared: onnx.ModelProto, feeds: dict) -> list:
+    """Convert a prepared subgraph model (an If / Loop / Scan body) and run it on `feeds`
+    (TF tensors, or arrays for constants, by input name); its inputs stay in ONNX order.
+    Returns its outputs in ONNX order and layout."""
+    from onnx2tf_alt.builder import ModelBuilder
+
+    graph = graph_from_model(prepared)
+    missing = unsupported_nodes(graph)
+    if missing:
+        raise ConversionError(missing, headline="a subgraph has unsupported ops:")
+    plan = plan_graph(graph, keep_channel_first=frozenset(graph.inputs))
+    return ModelBuilder(graph, plan).run(feeds)

@@ -1,0 +1,46 @@
+"""Shared dtype helpers: the dtypes TFLite arithmetic covers, and the ones ops compute in.
+
+TFLite builtins cover few dtypes (most arithmetic only float32, int32 and int64), so inputs
+are widened to one they cover; the builder casts each result back to its ONNX dtype.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+_WIDER = {
+    tf.int8: tf.int32,
+    tf.int16: tf.int32,
+    tf.uint8: tf.int32,
+    tf.uint16: tf.int32,
+    tf.uint32: tf.int64,
+    tf.float16: tf.float32,
+    tf.bfloat16: tf.float32,
+}
+
+INT64_MIN = -(2**63)
+
+
+def widen(x):
+    """x in the nearest dtype TFLite arithmetic supports (small ints -> int32, uint32 ->
+    int64, half floats -> float32); other dtypes unchanged."""
+    wider = _WIDER.get(x.dtype)
+    return x if wider is None else tf.cast(x, wider)
+
+
+def ordered(x):
+    """x widened into a signed dtype with the same order. TFLite has no uint64 math nor
+    uint64 CAST, so uint64 becomes its bits as int64 (BITCAST) with the top bit flipped."""
+    if x.dtype != tf.uint64:
+        return widen(x)
+    return tf.bitcast(x, tf.int64) + INT64_MIN  # adding 2^63 wraps: it flips the top bit
+
+
+def from_ordered(y, dtype: tf.DType):
+    """Undo `ordered` for a value of the original dtype (the builder casts the others)."""
+    return tf.bitcast(y + INT64_MIN, tf.uint64) if dtype == tf.uint64 else y
+
+
+def compute_dtype(tensor) -> tf.DType:
+    """float32 for half-precision tensors (TFLite and most TF kernels prefer it)."""
+    return tf.float32 if tensor.dtype in (tf.float16, tf.bfloat16) else tensor.dtype

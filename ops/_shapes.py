@@ -1,0 +1,51 @@
+"""Shared shape and axis helpers: dims that may be known only at run time, logical shapes of
+inputs in any layout, and the physical axes that hold logical ones."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from onnx2tf_alt import perms as P
+
+
+def shape_tensor(ctx, i: int = 0, dtype=tf.int32):
+    """Logical (ONNX-order) shape of input i at run time, whatever its physical perm."""
+    return tf.gather(tf.shape(ctx.x(i), out_type=dtype), P.inverse(ctx.perm(i)))
+
+
+def scalar(ctx, i: int):
+    """Input i as a tensor (a constant one is made here, keeping its rank, even 0)."""
+    value = ctx.const(i)
+    return ctx.x(i) if value is None else ctx.const_tensor(value)
+
+
+def to_inferred_shape(ctx, y):
+    """y reshaped to output 0's inferred physical shape when at most one dim is unknown, so
+    that later ops see the static dims a run-time computation loses."""
+    out = ctx.out_phys_shape(0) if ctx.out_shape(0) is not None else None
+    if out is None or sum(d is None for d in out) > 1:
+        return y
+    return tf.reshape(y, [-1 if d is None else int(d) for d in out])
+
+
+def dims_of(x) -> list:
+    """Dims of tensor x: ints where static, run-time scalars elsewhere."""
+    static = x.shape.as_list()
+    if None not in static:
+        return static
+    dynamic = tf.shape(x)
+    return [d if d is not None else dynamic[i] for i, d in enumerate(static)]
+
+
+def reshape_to_dims(x, dims: list):
+    """tf.reshape to `dims` as `dims_of` gives them (ints or run-time scalars)."""
+    if all(isinstance(d, int) for d in dims):
+        return tf.reshape(x, dims)
+    return tf.reshape(x, tf.stack([tf.cast(d, tf.int32) for d in dims]))
+
+
+def physical_axes(ctx, logical_axes: list[int]) -> list[int]:
+    """Physical axes of input 0's logical ones, size-1 axes dropped (they change nothing)."""
+    shape = ctx.shape(0)
+    wide = [a for a in logical_axes if shape is None or shape[a] != 1]
+    return ctx.axes(wide or logical_axes[-1:])

@@ -1,0 +1,135 @@
+"""The import graph of the package, read from the source (every import statement, those
+inside functions too): no module imports itself through others, and the packages form
+layers, each importing only from the layers below it.
+
+    core         the pipeline and what it is made of: onnx2tf_alt/*.py but the front modules
+    ops          the handlers (found by the registry by name, as plugins)
+    check        the accuracy check; export: the files a conversion writes (never each other)
+    calibration  calibration samples
+    quant        the quantized files and their check
+    front        what users run: api, conversion, cli, batching, docs
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FRONT = {"onnx2tf_alt", "onnx2tf_alt.__main__", "onnx2tf_alt.api", "onnx2tf_alt.cli",
+         "onnx2tf_alt.cli_args", "onnx2tf_alt.compat_flags", "onnx2tf_alt.conversion",
+         "onnx2tf_alt.docs"}
+LAYERS = {"core": 0, "ops": 1, "check": 2, "export": 2, "calibration": 3, "quant": 4,
+          "front": 5}
+
+
+def module_files() -> dict[str, pathlib.Path]:
+    """Module name -> file, with ops/ installed as onnx2tf_alt.ops (pyproject.toml)."""
+    found = {}
+    for top, package in (("onnx2tf_alt", "onnx2tf_alt"), ("ops", "onnx2tf_alt.ops"),
+                         ("calibration", "calibration")):
+        for path in (ROOT / top).rglob("*.py"):
+            parts = [package, *path.relative_to(ROOT / top).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = module_files()
+    graph = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                # `from pkg import mod` imports the module; `from mod import name` the module
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                           for a in node.names]
+            else:
+                continue
+            graph[name].update(t for t in targets if t in modules and t != name)
+    return graph
+
+
+def group_of(module: str) -> str:
+    parts = module.split(".")
+    if module in FRONT or parts[:2] == ["onnx2tf_alt", "batching"]:
+        return "front"
+    if parts[0] == "calibration":
+        return "calibration"
+    if len(parts) > 2 or module in ("onnx2tf_alt.ops", "onnx2tf_alt.check",
+                                     "onnx2tf_alt.export", "onnx2tf_alt.quant"):
+        return parts[1]
+    return "core"
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_is_read():
+    graph = import_graph()
+    assert len(graph) > 100
+    assert "onnx2tf_alt.pipeline" in graph["onnx2tf_alt.conversion"]
+    assert "onnx2tf_alt.registry" in graph["onnx2tf_alt.ops.activation"]
+    assert {group_of(m) for m in graph} == set(LAYERS)
+
+
+def test_no_module_imports_itself_through_others():
+    assert cycles(import_graph()) == []
+
+
+def test_packages_import_only_from_layers_below():
+    wrong = sorted(
+        f"{a} ({group_of(a)}) imports {b} ({group_of(b)})"
+        for a, targets in import_graph().items() for b in targets
+        if group_of(a) != group_of(b) and LAYERS[group_of(b)] >= LAYERS[group_of(a)]
+    )
+    assert wrong == []
+
+
+def test_ops_do_not_borrow_private_helpers():
+    """A helper two handler modules share lives in an ops/_*.py module, under a public name."""
+    borrowed = []
+    for path in (ROOT / "ops").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            ours = isinstance(node, ast.ImportFrom) and (
+                node.level > 0 or (node.module or "").startswith("onnx2tf_alt"))
+            if ours:
+                borrowed += [f"{path.name}: {node.module}.{a.name}" for a in node.names
+                             if a.name.startswith("_")]
+    assert borrowed == []
