@@ -312,15 +312,21 @@ class Plan:
 
     def transposes(self, graph: Graph) -> set[tuple[str, Perm]]:
         """Distinct (value, perm) pairs the builder must materialize with a transpose."""
-        needed = set()
-        for node, wanted in zip(graph.nodes, self.node_inputs):
-            for name, perm in zip(node.inputs, wanted):
-                if _needs_transpose(graph, self.perms, name, perm):
-                    needed.add((name, perm))
-        for name, perm in self.output_perms.items():
-            if not graph.is_const(name) and _differs(self.perms[name], perm):
-                needed.add((name, perm))
+        needed = self.output_transposes(graph)
+        for index in range(len(graph.nodes)):
+            needed.update(self.node_transposes(graph, index))
         return needed
+
+    def node_transposes(self, graph: Graph, index: int) -> list[tuple[str, Perm]]:
+        """The (value, perm) pairs node `index` needs a transpose for."""
+        return [(name, perm) for name, perm in zip(graph.nodes[index].inputs,
+                                                   self.node_inputs[index])
+                if _needs_transpose(graph, self.perms, name, perm)]
+
+    def output_transposes(self, graph: Graph) -> set[tuple[str, Perm]]:
+        """The (value, perm) pairs the model outputs need a transpose for."""
+        return {(name, perm) for name, perm in self.output_perms.items()
+                if not graph.is_const(name) and _differs(self.perms[name], perm)}
 
 
 def _needs_transpose(graph: Graph, perms: dict[str, Perm], name: str, want: Perm | None) -> bool:
@@ -355,27 +361,82 @@ def plan_layouts(
     policy_of: Callable[[Node], LayoutPolicy],
     keep_channel_first: frozenset[str] = frozenset(),
     force_channel_last: frozenset[str] = frozenset(),
+    search: str = "refined",
 ) -> Plan:
-    """Compute the layout of every value (a pure function of the graph and the policies)."""
-    plan = Plan()
-    for name, array in graph.constants.items():
-        plan.perms[name] = P.identity(array.ndim)
+    """Compute the layout of every value (a pure function of the graph and the policies).
+
+    `search`: "refined" (the default) is the cheapest of the forward pass and of the ONNX-
+    order plan, improved by the cost-decreasing search of layout_cost.py; "forward" is the
+    forward pass alone; "onnx_order" the plan where every node decides from ONNX order (its
+    inputs transposed back wherever the forward pass would keep another perm)."""
+    start = _start_perms(graph, policy_of, keep_channel_first, force_channel_last)
+    policies = [policy_of(node) for node in graph.nodes]
+
+    def forward(assumed: Assumed, begin: int = 0, base: Plan | None = None,
+                redone: list[int] | None = None) -> Plan:
+        return _forward(graph, policies, start, assumed, begin, base, redone)
+
+    plan = forward({})
+    if search == "forward":
+        return plan
+    onnx_order = {
+        i: [P.identity(len(plan.perms[n])) if n in plan.perms else None for n in node.inputs]
+        for i, node in enumerate(graph.nodes)
+    }
+    if search == "onnx_order":
+        return forward(onnx_order)
+    from onnx2tf_alt.layout_cost import refined
+
+    return refined(graph, forward, plan, onnx_order)
+
+
+# Node index -> the input perms its policy decides from instead of those that arrive (None:
+# the arriving one). The builder then moves each input from its perm to the one decided.
+Assumed = dict[int, list[Perm | None]]
+
+
+def _start_perms(graph: Graph, policy_of, keep_channel_first, force_channel_last) -> dict:
+    """Perms of the constants (ONNX order) and of the model inputs."""
+    perms = {name: P.identity(array.ndim) for name, array in graph.constants.items()}
     for name in graph.inputs:
         rank = graph.rank(name) or 0
         channel_last_input = 3 <= rank <= 5 and name not in keep_channel_first and (
             name in force_channel_last or _feeds_channel_last(name, graph, policy_of)
         )
-        plan.perms[name] = P.channel_last(rank) if channel_last_input else P.identity(rank)
-    for node in graph.nodes:
+        perms[name] = P.channel_last(rank) if channel_last_input else P.identity(rank)
+    return perms
+
+
+def _forward(graph: Graph, policies: list[LayoutPolicy], start: dict, assumed: Assumed,
+             begin: int = 0, base: Plan | None = None, redone: list[int] | None = None) -> Plan:
+    """The forward pass: each node decides from the perms that reach it (or those
+    `assumed` for it). With `base`, a plan of the same graph whose assumptions differ at
+    most at node `begin`: nodes before it, and later nodes none of whose inputs changed,
+    keep its decisions; the indices of the nodes decided anew are appended to `redone`."""
+    plan = Plan(perms=dict(start if base is None else base.perms))
+    changed: set[str] = set()
+    if base is not None:
+        plan.node_inputs = list(base.node_inputs[:begin])
+    for index in range(begin, len(graph.nodes)):
+        node = graph.nodes[index]
+        if base is not None and index > begin and not changed.intersection(node.inputs):
+            plan.node_inputs.append(base.node_inputs[index])
+            continue
         in_perms = [plan.perms.get(n) if n else None for n in node.inputs]
         in_perms = [
             P.identity(graph.rank(n) or 0) if p is None and n else p
             for n, p in zip(node.inputs, in_perms)
         ]
-        decision = policy_of(node).decide(node, graph, in_perms)
+        if index in assumed:
+            in_perms = [p if a is None else a for p, a in zip(in_perms, assumed[index])]
+        decision = policies[index].decide(node, graph, in_perms)
         plan.node_inputs.append(decision.inputs)
+        if redone is not None:
+            redone.append(index)
         for name, perm in zip(node.outputs, decision.outputs):
             if name:
+                if base is not None and base.perms.get(name) != perm:
+                    changed.add(name)
                 plan.perms[name] = perm
     for name in graph.outputs:
         perm = plan.perms.get(name, P.identity(graph.rank(name) or 0))

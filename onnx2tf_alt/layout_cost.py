@@ -1,0 +1,146 @@
+"""What a layout plan costs, and the search that lowers it.
+
+The cost of a plan is what its transposes move: for each (value, perm) the builder must
+materialize, the value's elements plus a fixed charge per TRANSPOSE op (its launch, and a
+boundary where a delegate may split the graph). Constants are permuted at conversion time
+and moves of size-1 axes become reshapes: both are free. Unknown dims count UNKNOWN_DIM.
+
+The forward pass decides each node from the perms that reach it, so it defers a transpose
+as long as it can: an attention block's Transpose of q/k/v stays a perm change and each of
+the three heads is then transposed where a MatMul needs it. `refined` searches, node by
+node, the few other input perms a node may decide from (ONNX order; for a Transpose, the
+perm that makes its output ONNX order, i.e. doing the transpose itself), keeps a change
+only when the plan's cost strictly falls, and sweeps until nothing improves. The result is
+never worse than the forward pass, nor than the plan deciding every node from ONNX order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from onnx2tf_alt import perms as P
+from onnx2tf_alt.graph import Graph, Node
+
+UNKNOWN_DIM = 16
+PER_TRANSPOSE = 4096  # elements-equivalent of one more TRANSPOSE op
+MAX_SWEEPS = 3
+
+
+@dataclass(frozen=True)
+class Cost:
+    elements: int
+    transposes: int
+
+    @property
+    def total(self) -> int:
+        return self.elements + PER_TRANSPOSE * self.transposes
+
+
+def _elements(shape) -> int:
+    if shape is None:
+        return UNKNOWN_DIM ** 4
+    return math.prod(UNKNOWN_DIM if d is None else d for d in shape)
+
+
+def _moves(graph: Graph, plan, pairs) -> list[tuple[str, tuple]]:
+    """The pairs (value, perm) of `pairs` whose transpose moves data (not size-1 axes)."""
+    moved = []
+    for name, want in pairs:
+        have, shape = plan.perms[name], graph.shapes.get(name)
+        if shape is None or not P.moves_only_unit_axes(P.physical_shape(shape, have),
+                                                       P.transpose_between(have, want)):
+            moved.append((name, want))
+    return moved
+
+
+def _cost(graph: Graph, moved) -> Cost:
+    return Cost(sum(_elements(graph.shapes.get(name)) for name, _ in moved), len(moved))
+
+
+def plan_cost(graph: Graph, plan) -> Cost:
+    """What the transposes the builder inserts for `plan` (layout.Plan) move."""
+    return _cost(graph, _moves(graph, plan, plan.transposes(graph)))
+
+
+class _Requests:
+    """The moving transposes of a plan, counted per requesting node, so that a plan
+    differing in a few nodes' decisions is costed from those nodes alone."""
+
+    def __init__(self, graph: Graph, plan, counts: Counter | None = None):
+        self.graph, self.plan = graph, plan
+        self.counts = counts if counts is not None else Counter(
+            pair for i in range(len(graph.nodes)) for pair in self._of(plan, i))
+
+    def _of(self, plan, index: int) -> list:
+        return _moves(self.graph, plan, plan.node_transposes(self.graph, index))
+
+    def after(self, trial, redone: list[int]) -> _Requests:
+        counts = Counter(self.counts)
+        for index in redone:
+            counts.subtract(self._of(self.plan, index))
+            counts.update(self._of(trial, index))
+        return _Requests(self.graph, trial, +counts)
+
+    def cost(self) -> int:
+        outputs = _moves(self.graph, self.plan, self.plan.output_transposes(self.graph))
+        return _cost(self.graph, set(self.counts) | set(outputs)).total
+
+
+def _relevant(graph: Graph, plan) -> set[int]:
+    """Nodes whose decision can change a transpose of `plan`: the consumers of the moved
+    values and every node upstream of those values."""
+    producer = {o: i for i, node in enumerate(graph.nodes) for o in node.outputs if o}
+    moved = {name for name, _ in _moves(graph, plan, plan.transposes(graph))}
+    found = {i for i, node in enumerate(graph.nodes) if moved.intersection(node.inputs)}
+    todo = [producer[n] for n in moved if n in producer]
+    while todo:
+        i = todo.pop()
+        if i not in found:
+            found.add(i)
+            todo += [producer[n] for n in graph.nodes[i].inputs if n in producer]
+    return found
+
+
+def alternatives(node: Node, in_perms: list) -> list[list]:
+    """Input perms, other than the arriving ones, that `node` may decide from."""
+    found = []
+    if any(p is not None and not P.is_identity(p) for p in in_perms):
+        found.append([None if p is None else P.identity(len(p)) for p in in_perms])
+    onnx_perm = node.attrs.get("perm") if node.op_type == "Transpose" else None
+    if onnx_perm is not None and in_perms and in_perms[0] is not None and (
+            len(onnx_perm) == len(in_perms[0]) and tuple(onnx_perm) != tuple(in_perms[0])):
+        found.append([tuple(onnx_perm), *in_perms[1:]])  # its output then in ONNX order
+    return found
+
+
+def refined(graph: Graph, forward: Callable, plan, onnx_order: dict):
+    """The cheapest plan the search reaches from the forward pass's `plan`, or from the
+    plan that decides every node from ONNX order (the assumptions `onnx_order`) when that
+    one is cheaper. `forward(assumed, begin, base, redone)` is layout._forward bound to
+    the graph."""
+    if plan_cost(graph, plan).total == 0:
+        return plan
+    best_assumed, best = {}, _Requests(graph, plan)
+    baseline = _Requests(graph, forward(onnx_order))
+    if baseline.cost() < best.cost():
+        best_assumed, best = onnx_order, baseline
+    cost = best.cost()
+    for _ in range(MAX_SWEEPS):
+        improved = False
+        relevant = _relevant(graph, best.plan) if cost else set()
+        for index, node in enumerate(graph.nodes):
+            if index not in relevant:
+                continue
+            arriving = [best.plan.perms.get(n) if n else None for n in node.inputs]
+            for option in alternatives(node, arriving):
+                assumed, redone = {**best_assumed, index: option}, []
+                trial = best.after(forward(assumed, index, best.plan, redone), redone)
+                if trial.cost() < cost:
+                    best_assumed, best, cost, improved = assumed, trial, trial.cost(), True
+                    break
+        if not improved:
+            break
+    return best.plan
