@@ -18,6 +18,19 @@ def parser() -> argparse.ArgumentParser:
         epilog="Every other flag of onnx2tf 1.29 / 2.x is accepted with a note or refused "
         "with its equivalent: see docs/cli_flags.md.",
     )
+    _file_flags(p)
+    _shape_and_layout_flags(p)
+    _log_flags(p)
+    _check_flags(p)
+    _quant_flags(p)
+    _lowering_flags(p)
+    p.add_argument("-V", "--version", action="version", version=f"onnx2tf-alt {__version__}")
+    add_compat_flags(p)
+    return p
+
+
+def _file_flags(p: argparse.ArgumentParser) -> None:
+    """What to convert and which files to write."""
     p.add_argument("-i", "--input_onnx_file_path", help="the .onnx model to convert")
     p.add_argument("-o", "--output_folder_path", default="saved_model", help="output folder")
     p.add_argument(
@@ -37,6 +50,9 @@ def parser() -> argparse.ArgumentParser:
         help="name every .tflite's input and output tensors and signature keys exactly as in "
         "the ONNX graph (default: TF-safe names, e.g. serving_default_x:0)",
     )
+
+def _shape_and_layout_flags(p: argparse.ArgumentParser) -> None:
+    """Input shapes and layouts, and the part of the graph to convert."""
     p.add_argument("-b", "--batch_size", type=int, help="fix a symbolic batch dimension")
     p.add_argument(
         "-ois",
@@ -85,6 +101,9 @@ def parser() -> argparse.ArgumentParser:
         help="convert only the part of the graph that computes these tensors (they become "
         "the model's outputs)",
     )
+
+def _log_flags(p: argparse.ArgumentParser) -> None:
+    """How much is printed."""
     p.add_argument(
         "-v",
         "--verbosity",
@@ -95,6 +114,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-n", "--non_verbose", action="store_true", help="errors only, no progress bar"
     )
+
+def _check_flags(p: argparse.ArgumentParser) -> None:
+    """The accuracy check against onnxruntime and its inputs."""
     p.add_argument(
         "-coto",
         "--check_onnx_tf_outputs_elementwise_close",
@@ -134,6 +156,9 @@ def parser() -> argparse.ArgumentParser:
         "samples along axis 0, normalized as (x - MEAN) / STD when given (a number or a "
         "list per channel, e.g. [0.485,0.456,0.406])",
     )
+
+def _quant_flags(p: argparse.ArgumentParser) -> None:
+    """The quantized .tflite files."""
     p.add_argument(
         "-odrqt",
         "--output_dynamic_range_quantized_tflite",
@@ -211,6 +236,9 @@ def parser() -> argparse.ArgumentParser:
         help="standard deviation the photographs are divided by after -qnm (default: "
         "ImageNet's 0.229 0.224 0.225)",
     )
+
+def _lowering_flags(p: argparse.ArgumentParser) -> None:
+    """Which opsets, TFLite ops and delegate-friendly forms the conversion uses."""
     p.add_argument(
         "--allow_newer_opset",
         action="store_true",
@@ -240,9 +268,6 @@ def parser() -> argparse.ArgumentParser:
         "its other names (Erf, Abs, Neg, GatherND, MatMulInteger, ...) are accepted: "
         "they are lowered to such builtins already",
     )
-    p.add_argument("-V", "--version", action="version", version=f"onnx2tf-alt {__version__}")
-    add_compat_flags(p)
-    return p
 
 
 _LIST_PUNCTUATION = str.maketrans("[],", "   ")

@@ -60,9 +60,14 @@ def _cost(graph: Graph, moved) -> Cost:
     return Cost(sum(_elements(graph.shapes.get(name)) for name, _ in moved), len(moved))
 
 
+def moving_transposes(graph: Graph, plan) -> list[tuple[str, tuple]]:
+    """The (value, perm) pairs `plan` (layout.Plan) transposes with data movement."""
+    return _moves(graph, plan, plan.transposes(graph))
+
+
 def plan_cost(graph: Graph, plan) -> Cost:
-    """What the transposes the builder inserts for `plan` (layout.Plan) move."""
-    return _cost(graph, _moves(graph, plan, plan.transposes(graph)))
+    """What the transposes the builder inserts for `plan` move."""
+    return _cost(graph, moving_transposes(graph, plan))
 
 
 class _Requests:
@@ -93,7 +98,7 @@ def _relevant(graph: Graph, plan) -> set[int]:
     """Nodes whose decision can change a transpose of `plan`: the consumers of the moved
     values and every node upstream of those values."""
     producer = {o: i for i, node in enumerate(graph.nodes) for o in node.outputs if o}
-    moved = {name for name, _ in _moves(graph, plan, plan.transposes(graph))}
+    moved = {name for name, _ in moving_transposes(graph, plan)}
     found = {i for i, node in enumerate(graph.nodes) if moved.intersection(node.inputs)}
     todo = [producer[n] for n in moved if n in producer]
     while todo:

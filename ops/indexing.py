@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from onnx2tf_alt import perms as P
 from onnx2tf_alt.graph import Graph, Node
-from onnx2tf_alt.layout import derived, same_as_input
+from onnx2tf_alt.layout import Decision, custom_policy, derived, same_as_input
 from onnx2tf_alt.registry import handler
 
 from ._dtypes import from_ordered, ordered, widen
@@ -278,10 +278,17 @@ def cumprod(ctx):
 
 
 # --- NonZero, OneHot, Trilu, Compress -----------------------------------------------------------
-@handler("NonZero", since=9)
+@custom_policy
+def _coordinates_last(node, graph, in_perms) -> Decision:
+    """NonZero: the input in ONNX order; the output [rank, N] laid out [N, rank] (perm
+    (1, 0)), as TF's WHERE gives it, so the Transpose(1, 0) that usually follows is free."""
+    return Decision([None if p is None else P.identity(len(p)) for p in in_perms], [(1, 0)])
+
+
+@handler("NonZero", since=9, layout=_coordinates_last)
 def non_zero(ctx):
     x = ctx.x(0)
-    return tf.transpose(tf.where(x if x.dtype == tf.bool else tf.not_equal(x, 0)))
+    return tf.where(x if x.dtype == tf.bool else tf.not_equal(x, 0))
 
 
 @handler("OneHot", since=9)

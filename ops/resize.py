@@ -43,6 +43,8 @@ class RuntimeParameters(NotImplementedError):
 
 @dataclass(frozen=True)
 class ResizeAttrs(SamplingAttrs):
+    """The sampling attributes and extrapolation_value (tf_crop_and_resize's fill)."""
+
     extrapolation: float
 
     @staticmethod
@@ -134,6 +136,9 @@ def _graph_const(node: Node, graph: Graph):
         return graph.constants.get(node.inputs[i])
 
     return const
+
+
+# --- TF's resize kernels ---------------------------------------------------------------------
 
 
 def _tf_resize(x, kernel, size, rank: int):

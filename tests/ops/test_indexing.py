@@ -269,6 +269,16 @@ def test_non_zero():
     check_nodes(nodes, {"x": x, "b": b, "n": n})
 
 
+def test_non_zero_then_transpose_moves_nothing():
+    """Detectors gather with Transpose(NonZero(mask)): WHERE's [N, rank] is that already."""
+    x = data(3, 4, 5)
+    x[rng.random(x.shape) < 0.6] = 0
+    nodes = [node("NonZero", ["x"], "nz"), node("Transpose", ["nz"], "at", perm=[1, 0]),
+             node("GatherND", ["x", "at"], "y")]
+    _, census = check_nodes(nodes, {"x": x}, outputs=["y"])
+    assert "TRANSPOSE" not in census
+
+
 # --- OneHot --------------------------------------------------------------------------------
 def test_one_hot():
     index = rng.integers(-5, 5, (2, 3)).astype(np.int64)
