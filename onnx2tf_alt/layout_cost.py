@@ -9,9 +9,11 @@ The forward pass decides each node from the perms that reach it, so it defers a 
 as long as it can: an attention block's Transpose of q/k/v stays a perm change and each of
 the three heads is then transposed where a MatMul needs it. `refined` searches, node by
 node, the few other input perms a node may decide from (ONNX order; for a Transpose, the
-perm that makes its output ONNX order, i.e. doing the transpose itself), keeps a change
-only when the plan's cost strictly falls, and sweeps until nothing improves. The result is
-never worse than the forward pass, nor than the plan deciding every node from ONNX order.
+perm that makes its output ONNX order, i.e. doing the transpose itself; for a node whose
+inputs disagree, the perm of any of them), keeps a change only when the plan's cost
+strictly falls and every model output keeps the layout the forward pass gave it, and sweeps
+until nothing improves. The result is never worse than the forward pass, nor than the plan
+deciding every node from ONNX order (when that plan gives the outputs the same layouts).
 """
 
 from __future__ import annotations
@@ -110,10 +112,18 @@ def _relevant(graph: Graph, plan) -> set[int]:
 
 
 def alternatives(node: Node, in_perms: list) -> list[list]:
-    """Input perms, other than the arriving ones, that `node` may decide from."""
+    """Input perms, other than the arriving ones, that `node` may decide from: every input
+    in ONNX order; every input of the highest rank in the perm one of them arrives in (so
+    a Concat or an Add may follow its minority input); for a Transpose, the perm that makes
+    its output ONNX order."""
     found = []
     if any(p is not None and not P.is_identity(p) for p in in_perms):
         found.append([None if p is None else P.identity(len(p)) for p in in_perms])
+    rank = max((len(p) for p in in_perms if p is not None), default=0)
+    arriving = {tuple(p) for p in in_perms if p is not None and len(p) == rank}
+    if len(arriving) > 1:
+        for perm in sorted(arriving - {P.identity(rank)}):
+            found.append([p if p is None or len(p) != rank else perm for p in in_perms])
     onnx_perm = node.attrs.get("perm") if node.op_type == "Transpose" else None
     if onnx_perm is not None and in_perms and in_perms[0] is not None and (
             len(onnx_perm) == len(in_perms[0]) and tuple(onnx_perm) != tuple(in_perms[0])):
@@ -128,9 +138,14 @@ def refined(graph: Graph, forward: Callable, plan, onnx_order: dict):
     the graph."""
     if plan_cost(graph, plan).total == 0:
         return plan
+    outputs = plan.output_perms  # the layouts users get: the search keeps them
+
+    def better(trial: _Requests, than: int) -> bool:
+        return trial.cost() < than and trial.plan.output_perms == outputs
+
     best_assumed, best = {}, _Requests(graph, plan)
     baseline = _Requests(graph, forward(onnx_order))
-    if baseline.cost() < best.cost():
+    if better(baseline, best.cost()):
         best_assumed, best = onnx_order, baseline
     cost = best.cost()
     for _ in range(MAX_SWEEPS):
@@ -143,7 +158,7 @@ def refined(graph: Graph, forward: Callable, plan, onnx_order: dict):
             for option in alternatives(node, arriving):
                 assumed, redone = {**best_assumed, index: option}, []
                 trial = best.after(forward(assumed, index, best.plan, redone), redone)
-                if trial.cost() < cost:
+                if better(trial, cost):
                     best_assumed, best, cost, improved = assumed, trial, trial.cost(), True
                     break
         if not improved:

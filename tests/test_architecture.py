@@ -133,3 +133,14 @@ def test_ops_do_not_borrow_private_helpers():
                 borrowed += [f"{path.name}: {node.module}.{a.name}" for a in node.names
                              if a.name.startswith("_")]
     assert borrowed == []
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists the packages by name: a new one missing there imports from a
+    checkout but not from a wheel (the Docker image)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"])
+    packages = {m for m, path in module_files().items() if path.name == "__init__.py"}
+    assert packages == listed
