@@ -22,6 +22,7 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from onnx2tf_alt import perms as P
 from onnx2tf_alt.graph import Graph, Node
@@ -95,6 +96,7 @@ class _Requests:
             counts.update(self._of(trial, index))
         return _Requests(self.graph, trial, +counts)
 
+    @cached_property
     def cost(self) -> int:
         outputs = _moves(self.graph, self.plan, self.plan.output_transposes(self.graph))
         return _cost(self.graph, set(self.counts) | set(outputs)).total
@@ -146,17 +148,16 @@ def refined(graph: Graph, forward: Callable, plan, onnx_order: dict):
     allowed = set(moving_transposes(graph, plan))
 
     def better(trial: _Requests, than: int) -> bool:
-        return trial.cost() < than and trial.plan.output_perms == outputs and all(
+        return trial.cost < than and trial.plan.output_perms == outputs and all(
             len(perm) <= MAX_ADDED_RANK or (name, perm) in allowed for name, perm in trial.counts)
 
     best_assumed, best = {}, _Requests(graph, plan)
     baseline = _Requests(graph, forward(onnx_order))
-    if better(baseline, best.cost()):
+    if better(baseline, best.cost):
         best_assumed, best = onnx_order, baseline
-    cost = best.cost()
     for _ in range(MAX_SWEEPS):
         improved = False
-        relevant = _relevant(graph, best.plan) if cost else set()
+        relevant = _relevant(graph, best.plan) if best.cost else set()
         for index, node in enumerate(graph.nodes):
             if index not in relevant:
                 continue
@@ -164,8 +165,8 @@ def refined(graph: Graph, forward: Callable, plan, onnx_order: dict):
             for option in alternatives(node, arriving):
                 assumed, redone = {**best_assumed, index: option}, []
                 trial = best.after(forward(assumed, index, best.plan, redone), redone)
-                if better(trial, cost):
-                    best_assumed, best, cost, improved = assumed, trial, trial.cost(), True
+                if better(trial, best.cost):
+                    best_assumed, best, improved = assumed, trial, True
                     break
         if not improved:
             break
