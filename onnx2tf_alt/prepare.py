@@ -9,6 +9,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from onnx2tf_alt.control_flow import inline_control_flow
+from onnx2tf_alt.conv_taps import cut_dead_taps
 from onnx2tf_alt.dense_flatten import flatten_channel_last
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.fusion import fuse_patterns
@@ -459,4 +460,5 @@ def prepare_model(
         model = infer_shapes(model)
     flatten_channel_last(model)
     absorb_channel_shuffles(model)
+    cut_dead_taps(model)
     return infer_shapes(fuse_patterns(model))
