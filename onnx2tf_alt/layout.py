@@ -17,7 +17,8 @@ global plan is the next step, issue 13):
   data input's perm and remap their axes, reshapes keep a regrouped perm when the merged
   axes lie together physically (or after one regrouping transpose, when that lands a
   channel shuffle channel-last), and the logical default asks for ONNX order.
-- Model outputs keep their perm when it is ONNX order or channel-last, else go back to
+- Model outputs keep their perm when it is ONNX order or channel-last (at rank 3 only when a
+  channel-last op produced them), else go back to
   ONNX order.
 """
 
@@ -438,8 +439,38 @@ def _forward(graph: Graph, policies: list[LayoutPolicy], start: dict, assumed: A
                 if base is not None and base.perms.get(name) != perm:
                     changed.add(name)
                 plan.perms[name] = perm
+    producers = {o: i for i, node in enumerate(graph.nodes) for o in node.outputs if o}
     for name in graph.outputs:
         perm = plan.perms.get(name, P.identity(graph.rank(name) or 0))
-        keep = P.is_identity(perm) or perm == P.channel_last(len(perm))
+        keep = P.is_identity(perm) or (
+            perm == P.channel_last(len(perm)) and _channel_last_output(name, graph, policies,
+                                                                       producers))
         plan.output_perms[name] = perm if keep else P.identity(len(perm))
     return plan
+
+
+def _channel_last_output(name: str, graph: Graph, policies, producers) -> bool:
+    """Whether a model output planned channel-last is delivered so: always at rank 4-5
+    (images, volumes: NHWC / NDHWC as TFLite's own ops give them); at rank 3 only when a
+    channel-last op (a 1-D conv, pool, ...) made it, possibly through layout-passing ops
+    (activations, elementwise), so that e.g. a detector's (N, 84, anchors) concat of
+    reshaped scores and boxes keeps its ONNX layout whatever the plan did inside."""
+    if (graph.rank(name) or 0) >= 4:
+        return True
+    todo, seen = [name], set()
+    while todo:
+        value = todo.pop()
+        index = producers.get(value)
+        if index is None:
+            if value in graph.inputs:
+                return True  # a channel-last model input passed through
+            continue
+        if index in seen:
+            continue
+        seen.add(index)
+        node, policy = graph.nodes[index], policies[index]
+        if policy.wants_channel_last(node, graph):
+            return True
+        if policy.passes_layout:
+            todo += [n for n in node.inputs if n and not graph.is_const(n)]
+    return False

@@ -10,6 +10,7 @@ graph input, or computed) take the same path with the same numpy-style steps don
 from __future__ import annotations
 
 import tensorflow as tf
+from onnx2tf_alt.ops._conv3d import conv3d_by_frames, lowers_to_2d
 from onnx2tf_alt.ops._conv_common import (
     depthwise_conv,
     grouped_conv,
@@ -20,7 +21,9 @@ from onnx2tf_alt.ops._conv_common import (
 from onnx2tf_alt.ops._dtypes import compute_dtype
 from onnx2tf_alt.ops._spatial import dilate_kernel, kernel_attrs, pad_spatial, tf_padding
 
-from onnx2tf_alt.layout import channel_last
+from onnx2tf_alt import perms as P
+from onnx2tf_alt.graph import Graph, Node
+from onnx2tf_alt.layout import Decision, channel_last, custom_policy
 from onnx2tf_alt.registry import handler
 
 
@@ -41,15 +44,46 @@ def _bias(ctx, y):
     return tf.nn.bias_add(y, ctx.x(2)) if ctx.has(2) else y
 
 
-@handler("Conv", layout=channel_last(0),
+_CHANNEL_LAST = channel_last(0)
+
+
+def _pointwise(node: Node, graph: Graph) -> bool:
+    """A 1x1 (any rank) conv with stride 1 and no pads: a dense layer over the channel axis,
+    indifferent to the order of the other axes."""
+    weights = graph.shapes.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    if weights is None or any(k != 1 for k in weights[2:]):
+        return False
+    attrs = node.attrs
+    spatial = len(weights) - 2
+    return (all(s == 1 for s in attrs.get("strides", [1] * spatial))
+            and not any(attrs.get("pads", [0] * 2 * spatial))
+            and attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID", b"NOTSET", b"VALID"))
+
+
+@custom_policy(channel_last_if=lambda node, graph: True)
+def conv_layout(node: Node, graph: Graph, in_perms):
+    """Channel-last; a pointwise conv also takes its data input in any perm that has the
+    channel axis last (e.g. a DFL head's softmax over bins laid out (N, A, 4, bins)) and
+    gives its output the same perm, instead of asking for a transpose."""
+    arrived = in_perms[0]
+    if arrived is not None and len(arrived) > 2 and arrived[-1] == 1 and _pointwise(node, graph):
+        rest = [None if p is None else P.identity(len(p)) for p in in_perms[1:]]
+        return Decision([arrived, *rest], [arrived])
+    return _CHANNEL_LAST.decide(node, graph, in_perms)
+
+
+@handler("Conv", layout=conv_layout,
          limits="run-time weights need a static shape; SAME_LOWER needs static spatial dims")
 def conv(ctx):
     w = _weights(ctx)
     kernel = list(w.shape[2:])
     strides, dilations, pads = kernel_attrs(ctx, kernel)
     spatial = ctx.shape(0)[2:]
-    x, padding = tf_padding(ctx.x(0), pads, kernel, strides, dilations, spatial)
     groups = ctx.attr("group", 1)
+    if lowers_to_2d(ctx.x(0), pads):  # CONV_3D is not on XNNPACK
+        bias = ctx.x(2) if ctx.has(2) else None
+        return conv3d_by_frames(ctx, ctx.x(0), w, bias, groups, strides, dilations, pads)
+    x, padding = tf_padding(ctx.x(0), pads, kernel, strides, dilations, spatial)
     if groups > 1 and groups == ctx.shape(0)[1] and len(kernel) <= 2:
         return _bias(ctx, depthwise_conv(ctx, x, w, strides, dilations, padding))
     return _bias(ctx, grouped_conv(ctx, x, w, groups, strides, dilations, padding))

@@ -268,3 +268,23 @@ def test_reshape_perm_rules():
     assert reshape_perm((2, 8, 1, 1), (2, 8), NHWC) == (0, 1)
     assert reshape_perm((2, 8, 4, 4), (2, 128), NHWC) is None  # C before H, W in ONNX order
     assert reshape_perm((2, 8, 4, 4), (2, 8, 4, 4), NCHW) == NCHW
+
+
+def test_rank3_outputs_stay_channel_last_only_from_channel_last_ops():
+    """A 1-D conv's output (through an activation) is delivered (N, L, C), as a 2-D conv's is
+    NHWC; a (N, C, H*W) reshape of a conv map concatenated with another is delivered in ONNX
+    layout (a detector head's (N, 84, anchors)), however the plan ran it inside."""
+    inits = {"w1": np.ones((4, 3, 1), np.float32), "flat": np.array([1, 4, 30], np.int64)}
+    nodes = [
+        helper.make_node("Conv", ["s", "w1"], ["c1"]),
+        helper.make_node("Relu", ["c1"], ["seq"]),
+        conv("x", "a", 4, 3, inits),
+        helper.make_node("Reshape", ["a", "flat"], ["r"]),
+        conv("x", "b", 4, 3, inits),
+        helper.make_node("Reshape", ["b", "flat"], ["q"]),
+        helper.make_node("Sigmoid", ["q"], ["g"]),
+        helper.make_node("Concat", ["r", "g"], ["head"], axis=1),
+    ]
+    _, p = plan(nodes, {"s": (2, 3, 7), "x": (1, 3, 5, 6)}, ["seq", "head"], inits)
+    assert p.output_perms["seq"] == (0, 2, 1)
+    assert p.perms["head"] == (0, 2, 1) and p.output_perms["head"] == (0, 1, 2)

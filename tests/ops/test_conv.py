@@ -433,3 +433,58 @@ def test_causal_conv_between_convs_has_no_transpose(weights_runtime, tmp_path):
     assert converted.result.output_perms["state"] == (0, 2, 1)
     assert "TRANSPOSE" not in count_tflite_ops(converted.tflite)
     assert_keras_reloads(converted, inputs, tmp_path)
+
+
+def dfl_head(batch: int, anchors: int, bins: int = 16):
+    """A YOLOv8-style distribution-focal-loss head: a conv's (N, 4*bins, 1, A) output regrouped
+    to (N, 4, bins, A), bins moved to the channel axis, softmax over bins, a 1x1 conv with
+    fixed weights 0..bins-1 (the expected bin) and a reshape to (N, 4, A)."""
+    x = randn(batch, 8, 1, anchors)
+    inits = {
+        "w0": randn(4 * bins, 8, 1, 1), "b0": randn(4 * bins),
+        "split": np.array([batch, 4, bins, anchors], np.int64),
+        "w1": np.arange(bins, dtype=np.float32).reshape(1, bins, 1, 1),
+        "merge": np.array([batch, 4, anchors], np.int64),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c"]),
+        helper.make_node("Reshape", ["c", "split"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Softmax", ["t"], ["s"], axis=1),
+        helper.make_node("Conv", ["s", "w1"], ["d"]),
+        helper.make_node("Reshape", ["d", "merge"], ["y"]),
+    ]
+    return make_model(nodes, {"x": x}, ["y"], inits), {"x": x}
+
+
+@pytest.mark.parametrize("batch, anchors", [(1, 21), (2, 9)])
+def test_pointwise_conv_takes_any_channel_last_perm(batch, anchors):
+    """The DFL head's 1x1 conv reads the softmax in the perm it arrives in (channel axis
+    last, the other axes in any order) instead of asking for a transpose: same numbers as
+    onnxruntime, and the only TRANSPOSE left is the (N, 4, A) model output's return to ONNX
+    layout (there was one more, before the conv)."""
+    model, feeds = dfl_head(batch, anchors)
+    converted = check_model(model, feeds)
+    assert count_tflite_ops(converted.tflite).get("TRANSPOSE") == 1
+    assert {name for name, _ in converted.plan.transposes(converted.graph)} == {"y"}
+    assert converted.plan.perms["s"][-1] == 1 and converted.plan.perms["s"] != (0, 2, 3, 1)
+
+
+@pytest.mark.parametrize("attrs, transposes", [
+    ({}, 0), ({"strides": [2, 1]}, 1), ({"pads": [0, 1, 0, 1]}, 1), ({"dilations": [2, 2]}, 0),
+])
+def test_only_a_true_pointwise_conv_ignores_the_spatial_order(attrs, transposes):
+    """A conv's NHWC output with H and W swapped by a Transpose arrives at a 1x1 conv as
+    (N, W, H, C): with stride 1 and no pads (any dilation) the conv runs on it as it is;
+    strided or padded, the spatial order matters and it is transposed back to NHWC first."""
+    x = randn(2, 3, 5, 7)
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Transpose", ["c"], ["t"], perm=[0, 1, 3, 2]),
+        helper.make_node("Conv", ["t", "w1"], ["p"], **attrs),
+        helper.make_node("ReduceSum", ["p", "axes"], ["y"]),  # (N, 4, 1, 1): any perm is free
+    ]
+    inits = {"w0": randn(6, 3, 3, 3), "w1": randn(4, 6, 1, 1), "axes": np.array([2, 3])}
+    converted = check_model(make_model(nodes, {"x": x}, ["y"], inits), {"x": x})
+    assert count_tflite_ops(converted.tflite).get("TRANSPOSE", 0) == transposes
+    assert converted.plan.perms["t"] == (0, 3, 2, 1)
