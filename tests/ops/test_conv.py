@@ -102,6 +102,21 @@ def test_conv2d_depthwise():
     assert counts.get("DEPTHWISE_CONV_2D") == 5 and "CONV_2D" not in counts, counts
 
 
+def test_large_depthwise_kernels_are_tiled():
+    """Depthwise kernels of more than 25 taps (XNNPACK's fast limit) run as depthwise convs
+    over bands of kernel rows, summed: 7x7 as 3x7 + 3x7 + 1x7, 1x31 as 1x25 + 1x6; SAME-like,
+    asymmetric and SAME_UPPER pads, strides, dilations, a channel multiplier, batch 2."""
+    cases = [
+        (4, (7, 7), {"pads": [3, 3, 3, 3]}, 4),  # ConvNeXt's block
+        (8, (7, 7), {"strides": [2, 2], "pads": [3, 2, 1, 3]}, 4),
+        (4, (6, 5), {"dilations": [2, 1], "pads": [5, 2, 5, 2]}, 4),
+        (4, (1, 31), {"pads": [0, 15, 0, 15]}, 4),
+        (4, (7, 7), {"auto_pad": "SAME_UPPER"}, 4, False),
+    ]
+    counts = check_cases("Conv", randn(2, 4, 9, 33), cases)
+    assert counts.get("DEPTHWISE_CONV_2D") == 3 + 3 + 2 + 2 + 3 and "CONV_2D" not in counts, counts
+
+
 def test_grouped_conv_is_one_conv2d():
     """1 < group < channels: one CONV_2D whose filters hold in_channels / group inputs, which
     XNNPACK runs as one grouped convolution (faster than SPLIT + a CONV_2D per group +
