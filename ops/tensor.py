@@ -56,9 +56,22 @@ def _runtime_split_sizes(ctx, axis: int):
 @handler("Split", layout=same_as_input(0),
          limits="uneven num_outputs needs a static dim")
 def split(ctx):
+    """Equal chunks are one SPLIT; unequal ones a SLICE each (XNNPACK takes SPLIT and
+    SLICE, not SPLIT_V, which cut efficientformer_l1's attention out of the delegate)."""
     axis = ctx.attr("axis", 0) % ctx.rank(0)
     sizes = _split_sizes(ctx, axis)
-    return tf.split(ctx.x(0), sizes, num=len(ctx.node.outputs), axis=ctx.axis(axis))
+    x, p = ctx.x(0), ctx.axis(axis)
+    if isinstance(sizes, list) and len(set(sizes)) == 1:
+        return tf.split(x, len(sizes), axis=p)
+    dims = x.shape.as_list()
+    if isinstance(sizes, list) and all(d is not None for d in dims):
+        parts, start = [], 0
+        for size in sizes:  # explicit sizes: XNNPACK takes no -1 size
+            parts.append(tf.slice(x, [start if a == p else 0 for a in range(len(dims))],
+                                  [size if a == p else d for a, d in enumerate(dims)]))
+            start += size
+        return parts
+    return tf.split(x, sizes, num=len(ctx.node.outputs), axis=p)
 
 
 # --- Slice -------------------------------------------------------------------------------

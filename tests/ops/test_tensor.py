@@ -118,6 +118,16 @@ def test_split_num_outputs_uneven():
         data(2, 3, 5, 7))
 
 
+def test_split_ops_are_delegated():
+    """Unequal chunks become one SLICE each and equal ones one SPLIT: no SPLIT_V, which the
+    XNNPACK delegate does not take (an attention's q, k, v split fell off it)."""
+    nodes = [node("Split", ["x", "s"], ["q", "k", "v"], axis=1),
+             node("Split", ["x"], ["a", "b"], axis=3, num_outputs=2)]
+    _, counts = check_nodes(nodes, {"x": data(2, 7, 3, 6)}, {"s": ints(2, 2, 3)}, opset=18)
+    assert counts.get("SLICE") == 3 and counts.get("SPLIT") == 1, counts
+    assert "SPLIT_V" not in counts, counts
+
+
 def test_split_dynamic_batch():
     check_both_layouts(
         lambda src: [node("Split", [src], outs(src, 0, 3), axis=1, num_outputs=3),
