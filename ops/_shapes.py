@@ -49,3 +49,22 @@ def physical_axes(ctx, logical_axes: list[int]) -> list[int]:
     shape = ctx.shape(0)
     wide = [a for a in logical_axes if shape is None or shape[a] != 1]
     return ctx.axes(wide or logical_axes[-1:])
+
+
+def delegated_split(x, sizes, axis: int) -> list:
+    """tf.split of x along physical `axis` into `sizes` (a list of ints) in ops the XNNPACK
+    delegate takes: equal chunks as one SPLIT, unequal ones as one SLICE each (with explicit
+    sizes: it takes no -1), SPLIT_V (reference kernels) only when a dim is unknown. A
+    SPLIT_V in every step of an unrolled GRU cut it into 102 delegate partitions."""
+    if len(set(sizes)) == 1:
+        return tf.split(x, len(sizes), axis=axis)
+    dims = x.shape.as_list()
+    if any(d is None for d in dims):
+        return tf.split(x, sizes, axis=axis)
+    axis %= len(dims)
+    parts, start = [], 0
+    for size in sizes:
+        parts.append(tf.slice(x, [start if a == axis else 0 for a in range(len(dims))],
+                              [size if a == axis else d for a, d in enumerate(dims)]))
+        start += size
+    return parts

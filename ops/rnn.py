@@ -24,6 +24,8 @@ from onnx2tf_alt.context import reshape
 from onnx2tf_alt.layout import Decision, custom_policy, logical
 from onnx2tf_alt.registry import handler
 
+from ._shapes import delegated_split
+
 LIMITS = "static sequence length"
 
 
@@ -188,7 +190,7 @@ class Recurrence:
         for cell, reverse, part, state in zip(cells, self.reverse, parts, initial):
             if gate_groups:
                 groups = [tf.unstack(g, axis=self.time_axis)
-                          for g in tf.split(part, gate_groups, axis=-1)]
+                          for g in delegated_split(part, gate_groups, axis=-1)]
                 inputs = list(zip(*groups))
             else:
                 inputs = tf.unstack(part, axis=self.time_axis)
@@ -419,7 +421,7 @@ def gru(ctx):
                 recurrent = r_zr(h)
                 if before_reset:
                     recurrent = recurrent + rb_h_padded
-                    recurrent, h_h = tf.split(recurrent, [2 * hidden, hidden], axis=-1)
+                    recurrent, h_h = delegated_split(recurrent, [2 * hidden, hidden], -1)
                 z, reset = tf.split(f(clip(x_zr + recurrent)), 2, axis=-1)
                 candidate = x_h + (reset * h_h if before_reset else r_h(reset * h))
             candidate = g(clip(candidate))

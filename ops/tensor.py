@@ -15,7 +15,7 @@ from onnx2tf_alt.graph import Graph, Node
 from onnx2tf_alt.layout import derived, same_as_input
 from onnx2tf_alt.registry import handler
 
-from ._shapes import dims_of, scalar, shape_tensor, to_inferred_shape
+from ._shapes import delegated_split, dims_of, scalar, shape_tensor, to_inferred_shape
 
 INT32_MAX = 2**31 - 1
 
@@ -60,18 +60,9 @@ def split(ctx):
     SLICE, not SPLIT_V, which cut efficientformer_l1's attention out of the delegate)."""
     axis = ctx.attr("axis", 0) % ctx.rank(0)
     sizes = _split_sizes(ctx, axis)
-    x, p = ctx.x(0), ctx.axis(axis)
-    if isinstance(sizes, list) and len(set(sizes)) == 1:
-        return tf.split(x, len(sizes), axis=p)
-    dims = x.shape.as_list()
-    if isinstance(sizes, list) and all(d is not None for d in dims):
-        parts, start = [], 0
-        for size in sizes:  # explicit sizes: XNNPACK takes no -1 size
-            parts.append(tf.slice(x, [start if a == p else 0 for a in range(len(dims))],
-                                  [size if a == p else d for a, d in enumerate(dims)]))
-            start += size
-        return parts
-    return tf.split(x, sizes, num=len(ctx.node.outputs), axis=p)
+    if isinstance(sizes, list):
+        return delegated_split(ctx.x(0), sizes, ctx.axis(axis))
+    return tf.split(ctx.x(0), sizes, num=len(ctx.node.outputs), axis=ctx.axis(axis))
 
 
 # --- Slice -------------------------------------------------------------------------------
