@@ -33,6 +33,7 @@ KNOWN_GAPS = {
     "pad": "constant Pad with a non-zero value -> PADV2 (XNNPACK takes only PAD)",
     "slice_concat": "Slice with steps 2 -> STRIDED_SLICE with strides != 1",
     "lstm": "LSTM time steps -> UNPACK / PACK",
+    "gru": "GRU time steps -> UNPACK / PACK (see test_unrolled_gru_is_one_partition_per_step_run)",
 }
 
 
@@ -174,11 +175,32 @@ def lstm():
     return nodes, {"x": _randn(4, 2, inputs)}, consts
 
 
+def uneven_split():
+    """An attention-style q, k, v split of unequal widths (efficientformer's token mixer) and
+    a depthwise 7x7 conv (ConvNeXt), which runs as bands of at most 25 taps."""
+    conv, w = _conv("dw", "x", "d", 6, 6, k=7, group=6, pads=3)
+    nodes = [conv,
+             helper.make_node("Split", ["d", "sizes"], ["q", "k", "v"], name="split", axis=1),
+             helper.make_node("Mul", ["q", "k"], ["qk"], name="mix"),
+             helper.make_node("Concat", ["qk", "v"], ["y"], name="join", axis=1)]
+    return nodes, {"x": _randn(2, 6, 9, 8)}, {**w, "sizes": np.array([1, 1, 4], np.int64)}
+
+
+def gru():
+    hidden, inputs = 4, 3
+    consts = {"w": _randn(1, 3 * hidden, inputs), "r": _randn(1, 3 * hidden, hidden),
+              "b": _randn(1, 6 * hidden)}
+    nodes = [helper.make_node("GRU", ["x", "w", "r", "b"], ["y", "y_h"], name="gru",
+                              hidden_size=hidden, linear_before_reset=1)]
+    return nodes, {"x": _randn(6, 2, inputs)}, consts
+
+
 MODELS = {f.__name__: f for f in (
     conv_bn_relu_maxpool, grouped_conv, depthwise, channel_shuffle, layer_norm, gelu, resize,
-    pad, slice_concat, softmax, attention, lstm,
+    pad, slice_concat, softmax, attention, lstm, uneven_split, gru,
 )}
-OUTPUTS = {"softmax": ["y", "z"], "resize": ["lin", "near"], "lstm": ["y", "y_h", "y_c"]}
+OUTPUTS = {"softmax": ["y", "z"], "resize": ["lin", "near"], "lstm": ["y", "y_h", "y_c"],
+           "gru": ["y", "y_h"]}
 
 
 _CHECKED: dict = {}
@@ -216,6 +238,16 @@ def test_every_op_is_delegated(name):
     assert not off, f"{name}: ops on reference kernels (TFLite op, ONNX ops): {off}"
     if not report.reference_ops:
         assert report.partitions == 1
+
+
+def test_unrolled_gru_is_one_partition_per_step_run():
+    """The GRU's steps run in one XNNPACK partition: only the UNPACKs of the projected input
+    sequence (one per gate group, between the projection's partition and the steps') and
+    the PACK of the outputs are off it (a SPLIT_V in every step cut a 100-step GRU into 102
+    partitions)."""
+    _, report = _checked("gru")
+    assert {o.op for o in report.reference_ops} <= {"UNPACK", "PACK"}, report.summary()
+    assert report.partitions == 3, report.summary()
 
 
 @pytest.fixture(scope="module")
