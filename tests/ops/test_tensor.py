@@ -71,6 +71,24 @@ def test_concat_dynamic_batch_and_opset11():
                        data(2, 3, 5, 7), {"c": data(2, 3, 5, 2)}, opset=11)
 
 
+@pytest.mark.parametrize("count, concats", [(6, 2), (12, 4), (27, 8)])
+def test_concat_of_many_inputs_stays_on_the_delegate(count, concats):
+    """XNNPACK takes a CONCATENATION of at most 5 inputs: a DenseNet-style concat of more is
+    a tree of such ops (groups of 5 in order, level by level: 27 -> 6 -> 2 -> 1), all
+    delegated, one partition."""
+    from onnx2tf_alt.export.delegates import xnnpack_partitions
+
+    names = [f"p{i}" for i in range(count)]
+    nodes = [node("Relu", ["x"], "r")]
+    nodes += [node("Mul", ["r", f"s{i}"], names[i]) for i in range(count)]
+    nodes.append(node("Concat", names, "y", axis=1))
+    inits = {f"s{i}": np.float32(i + 1) for i in range(count)}
+    feeds = {"x": data(2, 3, 4, 5)}
+    converted = check_model(make_model(nodes, feeds, ["y"], inits), feeds)
+    assert count_tflite_ops(converted.tflite)["CONCATENATION"] == concats
+    assert xnnpack_partitions(converted.tflite)[1] == 1
+
+
 def test_concat_two_convs_has_no_transpose():
     nodes = [
         node("Conv", ["a", "wb"], "b", pads=[1, 1, 1, 1]),
