@@ -1,7 +1,8 @@
 """Conv, ConvTranspose and CausalConvWithState on channel-last tensors (1-D, 2-D, 3-D;
 groups; depthwise).
 
-1-D runs as 2-D with a unit height (TFLite has no 1-D conv). Constant kernels are moved to
+1-D runs as 2-D with a unit height (TFLite has no 1-D conv); 3-D Conv as 2-D convs over
+frames (ops/_conv3d.py: XNNPACK takes no CONV_3D). Constant kernels are moved to
 TF's layout at conversion time, so the TFLite model holds no TRANSPOSE. Run-time kernels (a
 graph input, or computed) take the same path with the same numpy-style steps done by TF ops
 (ops/_conv_common.py): only the kernel is transposed, the data stays channel-last.
