@@ -31,7 +31,6 @@ ALLOWED: dict[tuple[str, str], str] = {
 # exists (to be fixed in the handlers; strict, so a fix makes the marker fail until removed).
 KNOWN_GAPS = {
     "pad": "constant Pad with a non-zero value -> PADV2 (XNNPACK takes only PAD)",
-    "slice_concat": "Slice with steps 2 -> STRIDED_SLICE with strides != 1",
     "lstm": "LSTM time steps -> UNPACK / PACK",
     "gru": "GRU time steps -> UNPACK / PACK (see test_unrolled_gru_is_one_partition_per_step_run)",
 }

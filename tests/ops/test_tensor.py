@@ -213,6 +213,31 @@ def test_slice():
     check_both_layouts(slice_nodes, data(2, 3, 5, 7), slice_inits())
 
 
+def test_stepped_slices_stay_on_the_delegate():
+    """Positive steps on static dims run as SLICE + RESHAPE (+ PAD where the last block is
+    short), never a strided STRIDED_SLICE, which XNNPACK does not take: Swin's patch merging
+    (both phases of 2 on two axes), steps 3 on odd sizes, a step on the batch axis, bounds
+    inside the axis, and a channel-last input."""
+    cases = [  # (starts, ends, axes, steps)
+        ([0, 0], [100, 100], [2, 3], [2, 2]), ([1, 0], [100, 100], [2, 3], [2, 2]),
+        ([0, 1], [100, 100], [2, 3], [2, 2]), ([1, 1], [100, 100], [2, 3], [2, 2]),
+        ([2], [7], [3], [3]), ([1, 0], [5, 4], [2, 1], [3, 2]), ([1], [2], [0], [2]),
+    ]
+    inits = {}
+    for k, (st, en, ax, sp) in enumerate(cases):
+        inits.update({f"st{k}": ints(*st), f"en{k}": ints(*en), f"ax{k}": ints(*ax),
+                      f"sp{k}": ints(*sp)})
+    nodes = [node("Slice", ["x", f"st{k}", f"en{k}", f"ax{k}", f"sp{k}"], f"y{k}")
+             for k in range(len(cases))]
+    _, counts = check_nodes(nodes, {"x": data(3, 4, 6, 7)}, inits)
+    assert "STRIDED_SLICE" not in counts, counts
+    nodes = [node("Conv", ["x", "w"], "c"), *[
+        node("Slice", ["c", f"st{k}", f"en{k}", f"ax{k}", f"sp{k}"], f"z{k}") for k in range(4)]]
+    _, counts = check_nodes(nodes, {"x": data(2, 4, 6, 7)}, {**inits, "w": data(5, 4, 1, 1)},
+                            outputs=[f"z{k}" for k in range(4)])
+    assert "STRIDED_SLICE" not in counts and "TRANSPOSE" not in counts, counts
+
+
 def test_slice_opset9_attributes():
     cases = [{"starts": [0, 2], "ends": [2, 100]},
              {"starts": [1, -3], "ends": [100, -1], "axes": [1, -1]}]
