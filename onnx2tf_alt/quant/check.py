@@ -37,7 +37,7 @@ def quantized_backends(converted, plan, found, feeds, full: bool, folder: str,
         if not os.path.isfile(path):
             reports.append(BackendReport(name, error="the file was not written"))
             continue
-        source = rebuilt if plan.takes_ranges(variant) else converted
+        source = plan.source_for(variant, converted, rebuilt)
         try:
             values = _values(source, variant, plan, plan.calibration_for(variant), found, feeds,
                              full, path)

@@ -1,0 +1,56 @@
+"""The model the INT16-activation files are built from: the float model rewritten for
+quantization (onnx2tf_alt/quant_rewrites.py, exact in float), then its Conv weights rounded
+with error feedback (quant/weight_rounding.py; after the rewrites, whose folds would move
+weights off TFLite's grid). The float files keep the original model."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+
+from onnx2tf_alt.quant.weight_rounding import round_conv_weights
+from onnx2tf_alt.quant_rewrites import rewrite_for_quantization
+
+log = logging.getLogger("onnx2tf_alt")
+
+REWRITE_NAMES = {"affine_into_conv": "constant Mul/Add chain(s) folded into the next Conv",
+                 "gated_residual": "gated residual(s) x + x*s factored to x*(1+s)"}
+
+
+def prepare_for_quantization(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]],
+                             round_weights: bool = True) -> tuple[onnx.ModelProto, list[str]]:
+    """(model for the calibrated quantized files, report notes on what changed); `model`
+    itself when nothing did. `round_weights`: GPTQ for per-channel weights. A step that
+    fails (e.g. an op onnxruntime lacks) is skipped with a note."""
+    notes, counts, convs = [], {}, 0
+    try:
+        rewritten, counts = rewrite_for_quantization(model)
+    except Exception as exc:  # noqa: BLE001 - an optimization: go on without it
+        rewritten = model
+        notes.append(f"INT16-activation files: no rewrites for quantization ({_short(exc)})")
+    try:
+        rounded, convs = round_conv_weights(rewritten, samples) if round_weights else (
+            rewritten, 0)
+    except Exception as exc:  # noqa: BLE001 - an optimization: nearest rounding then
+        rounded = rewritten
+        notes.append(f"INT16-activation files: Conv weights rounded to nearest, not by GPTQ "
+                     f"({_short(exc)})")
+    done = [f"{counts[k]} {REWRITE_NAMES[k]}" for k in REWRITE_NAMES if counts.get(k)]
+    if done:
+        notes.append("INT16-activation files: built from the model rewritten for quantization "
+                     f"(exact in float): {'; '.join(done)}")
+    if convs:
+        notes.append(f"INT16-activation files: the weights of {convs} Conv(s) rounded to the int8 "
+                     "grid with error feedback (GPTQ) on the calibration samples")
+    for note in notes:
+        log.info("%s", note)
+    if not done and not convs:
+        return model, notes
+    return rounded, notes
+
+
+def _short(exc: Exception) -> str:
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"
