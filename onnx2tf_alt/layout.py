@@ -444,17 +444,18 @@ def _forward(graph: Graph, policies: list[LayoutPolicy], start: dict, assumed: A
         perm = plan.perms.get(name, P.identity(graph.rank(name) or 0))
         keep = P.is_identity(perm) or (
             perm == P.channel_last(len(perm)) and _channel_last_output(name, graph, policies,
-                                                                       producers))
+                                                                       producers, plan.perms))
         plan.output_perms[name] = perm if keep else P.identity(len(perm))
     return plan
 
 
-def _channel_last_output(name: str, graph: Graph, policies, producers) -> bool:
+def _channel_last_output(name: str, graph: Graph, policies, producers, perms) -> bool:
     """Whether a model output planned channel-last is delivered so: always at rank 4-5
     (images, volumes: NHWC / NDHWC as TFLite's own ops give them); at rank 3 only when a
-    channel-last op (a 1-D conv, pool, ...) made it, possibly through layout-passing ops
-    (activations, elementwise), so that e.g. a detector's (N, 84, anchors) concat of
-    reshaped scores and boxes keeps its ONNX layout whatever the plan did inside."""
+    channel-last op (a 1-D conv, pool, ...) made it or it is a channel-last model input,
+    possibly through ops that pass the layout on (activations, elementwise, casts: an input
+    in the value's perm), so that e.g. a detector's (N, 84, anchors) concat of reshaped
+    scores and boxes keeps its ONNX layout whatever the plan did inside."""
     if (graph.rank(name) or 0) >= 4:
         return True
     todo, seen = [name], set()
@@ -471,6 +472,7 @@ def _channel_last_output(name: str, graph: Graph, policies, producers) -> bool:
         node, policy = graph.nodes[index], policies[index]
         if policy.wants_channel_last(node, graph):
             return True
-        if policy.passes_layout:
-            todo += [n for n in node.inputs if n and not graph.is_const(n)]
+        perm = perms.get(value)
+        todo += [n for n in node.inputs if n and not graph.is_const(n)
+                 and (policy.passes_layout or perms.get(n) == perm)]
     return False

@@ -55,7 +55,11 @@ def delegated_split(x, sizes, axis: int) -> list:
     """tf.split of x along physical `axis` into `sizes` (a list of ints) in ops the XNNPACK
     delegate takes: equal chunks as one SPLIT, unequal ones as one SLICE each (with explicit
     sizes: it takes no -1), SPLIT_V (reference kernels) only when a dim is unknown. A
-    SPLIT_V in every step of an unrolled GRU cut it into 102 delegate partitions."""
+    SPLIT_V in every step of an unrolled GRU cut it into 102 delegate partitions. Other
+    dtypes than float32 (which XNNPACK does not take anyway) keep SPLIT_V: TFLite's SPLIT
+    has no int64 kernel."""
+    if x.dtype != tf.float32:
+        return tf.split(x, sizes, axis=axis)
     if len(set(sizes)) == 1:
         return tf.split(x, len(sizes), axis=axis)
     dims = x.shape.as_list()

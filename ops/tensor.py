@@ -30,7 +30,7 @@ def concat(ctx):
     """One CONCATENATION, or a tree of them of at most MAX_CONCAT_INPUTS inputs each."""
     axis = ctx.axis(ctx.attr("axis", 1))
     parts = [ctx.x(i) for i in range(ctx.num_inputs)]
-    while len(parts) > MAX_CONCAT_INPUTS:
+    while len(parts) > MAX_CONCAT_INPUTS and parts[0].dtype == tf.float32:
         groups = [parts[i:i + MAX_CONCAT_INPUTS] for i in range(0, len(parts), MAX_CONCAT_INPUTS)]
         parts = [tf.concat(g, axis=axis) if len(g) > 1 else g[0] for g in groups]
     return tf.concat(parts, axis=axis)
@@ -140,7 +140,8 @@ def _phase_slice(x, begin: list, end: list, strides: list, begin_mask: int, end_
     A last block shorter than the step is padded (PAD)."""
     dims = x.shape.as_list()
     stepped = [a for a, step in enumerate(strides) if step != 1]
-    if (not stepped or any(d is None for d in dims) or any(s < 1 for s in strides)
+    if (not stepped or x.dtype != tf.float32  # XNNPACK takes float32 only
+            or any(d is None for d in dims) or any(s < 1 for s in strides)
             or len(dims) + len(stepped) > XNNPACK_MAX_RANK
             or not all(isinstance(v, int) for v in [*begin, *end])):
         return None
