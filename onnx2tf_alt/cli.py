@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in vars(args).pop(NOTES_DEST):
         if not args.non_verbose:
             print(line, file=sys.stderr)
-    interrupts.install()  # also where SIGINT was ignored when the process started
+    previous = interrupts.install()  # also where SIGINT was ignored when the process started
     try:
         with private_temp_folder():
             code = _run(args, command)
@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 128 + signum
+    finally:
+        interrupts.restore(previous)
 
 
 @contextlib.contextmanager

@@ -30,10 +30,17 @@ def request_stop(signum: int, _frame=None) -> None:
     _pending.append(signum)
 
 
-def install() -> None:
+def install() -> dict:
+    """Make `request_stop` the handler of SIGNALS; return the handlers it replaced."""
     _pending.clear()
-    for signum in SIGNALS:
-        signal.signal(signum, request_stop)
+    return {signum: signal.signal(signum, request_stop) for signum in SIGNALS}
+
+
+def restore(previous: dict) -> None:
+    """Put back the handlers `install` replaced (main() called in-process, e.g. by tests or a
+    script, must not leave the CLI's handler behind: a later Ctrl-C would only be recorded)."""
+    for signum, handler in previous.items():
+        signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 def checkpoint() -> None:

@@ -93,3 +93,15 @@ def test_a_signal_during_publication_is_held_until_it_is_complete(tmp_path, monk
         publish_files(["c.txt", "sub/d.txt"], "new")
     assert set(tree(out)) == {"c.txt", "sub/d.txt", "m_manifest.json"}
     assert leftovers(tmp_path) == []
+
+
+def test_main_in_process_puts_the_signal_handlers_back(tmp_path):
+    """cli.main() called from Python (tests, scripts) leaves no CLI handler behind, which
+    would make a later Ctrl-C only be recorded (this file's publication test failed when it
+    ran after such a call in the same worker)."""
+    from onnx2tf_alt import cli, interrupts
+
+    before = {s: signal.getsignal(s) for s in interrupts.SIGNALS}
+    code = cli.main(["-i", str(tmp_path / "missing.onnx"), "-o", str(tmp_path / "out"), "-n"])
+    assert code != 0
+    assert {s: signal.getsignal(s) for s in interrupts.SIGNALS} == before
