@@ -89,8 +89,13 @@ def test_a_signal_during_publication_is_held_until_it_is_complete(tmp_path, monk
         os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(publish, "_move", move_then_signal)
-    with pytest.raises(KeyboardInterrupt):
-        publish_files(["c.txt", "sub/d.txt"], "new")
+    # Python's own SIGINT handler, whatever earlier tests in this worker left installed
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            publish_files(["c.txt", "sub/d.txt"], "new")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert set(tree(out)) == {"c.txt", "sub/d.txt", "m_manifest.json"}
     assert leftovers(tmp_path) == []
 
