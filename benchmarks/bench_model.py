@@ -90,6 +90,9 @@ def bench(path: str, runs: int, peer_dir: str | None = None) -> dict:
             options = ort.SessionOptions()
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
+            # An idle onnxruntime worker spins for a while after each run; interleaved with
+            # TFLite on a 2-core machine it would steal the core TFLite's second thread needs.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
             fns = {"tflite": lambda r=runner: r(**phys),
                    "ort": lambda s=session: s.run(None, feeds)}
