@@ -13,10 +13,10 @@ import onnx
 import pytest
 from onnx import helper
 
+from onnx2tf_alt import layout_cost as LC
 from onnx2tf_alt import perms as P
 from onnx2tf_alt.graph import graph_from_model
 from onnx2tf_alt.layout import agnostic, channel_last, derived, logical, plan_layouts, same_as_input
-from onnx2tf_alt import layout_cost as LC
 from onnx2tf_alt.layout_cost import PER_TRANSPOSE, Cost, plan_cost
 
 from harness import check_model, make_model

@@ -29,6 +29,7 @@ from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.lowering import serving_function
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
 from onnx2tf_alt.quant.calibrate import DEFAULT_METHOD, METHODS, fake_quantized, onnx_ranges
+from onnx2tf_alt.quant.ranges import remeasured
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -155,6 +156,10 @@ def calibrated_tflite(converted, options: QuantOptions,
     flex = []
     content = quantized_tflite(converted, calibrate, options, calibration,
                                calibrate_only=True, used_select_ops=flex)
+    if not flex:  # TF's calibrator records some ranges wrong (quant/ranges.py)
+        feeds = (converted.result.to_physical(s) for s in calibration)
+        content, changed = remeasured(content, feeds)
+        log.info("INT8 calibration: %d activation ranges measured again", changed)
     return content, bool(flex)
 
 
