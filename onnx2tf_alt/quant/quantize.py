@@ -158,8 +158,12 @@ def calibrated_tflite(converted, options: QuantOptions,
                                calibrate_only=True, used_select_ops=flex)
     if not flex:  # TF's calibrator records some ranges wrong (quant/ranges.py)
         feeds = (converted.result.to_physical(s) for s in calibration)
-        content, changed = remeasured(content, feeds)
-        log.info("INT8 calibration: %d activation ranges measured again", changed)
+        try:
+            content, changed = remeasured(content, feeds)
+            log.info("INT8 calibration: %d activation ranges measured again", changed)
+        except (RuntimeError, ValueError) as exc:  # a kernel the interpreter lacks
+            log.warning("INT8 calibration: TF's recorded ranges kept; the float model "
+                        "cannot run in the interpreter to measure them again (%s)", _short(exc))
     return content, bool(flex)
 
 
