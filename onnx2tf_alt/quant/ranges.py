@@ -27,8 +27,9 @@ def _recorded(tensor) -> bool:
 
 
 def measured_ranges(content: bytes, feeds: Iterable[dict[str, np.ndarray]]) -> dict[int, tuple]:
-    """{tensor index: (min, max)} over `feeds` (signature inputs, physical layout) of every
-    float tensor of the main subgraph that an op writes or the subgraph takes as input."""
+    """{tensor index: (min, max)} over `feeds` (signature inputs, physical layout) of the
+    finite values of every float tensor of the main subgraph that an op writes or the
+    subgraph takes as input."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     # Reference kernels: a delegate would hide the tensors inside its partitions.
@@ -43,7 +44,10 @@ def measured_ranges(content: bytes, feeds: Iterable[dict[str, np.ndarray]]) -> d
         runner(**feed)
         for index in watched:
             value = interpreter.get_tensor(index)
-            if value.dtype != np.float32 or value.size == 0:
+            if value.dtype != np.float32:
+                continue
+            value = value[np.isfinite(value)]  # a -inf attention mask has no range
+            if value.size == 0:
                 continue
             low, high = float(value.min()), float(value.max())
             if index in ranges:
