@@ -390,11 +390,22 @@ def test_checker_compares_quantized_files_dequantized(full, tmp_path):
         saved = json.load(f)
     assert set(saved["backends"]) == {"tf", "tflite", *quantized}
     with open(os.path.join(out, "cnn_quant_report.json")) as f:
-        sensitivity = json.load(f).get("sensitivity")
+        quant = json.load(f)
+    sensitivity = quant.get("sensitivity")
+    with open(os.path.join(out, "cnn_accuracy_report.html")) as f:
+        page = f.read()
+    section = page[page.index("<h2>Quantized files against the float32 TFLite"):]
+    for entry in quant["files"]:  # the page shows the quant report's held-out cosines
+        cosine = entry["outputs"]["logits"]["cosine"]
+        assert (f"<td>{entry['variant']}</td><td>logits</td>"
+                f"<td class='num'>{cosine:.5f}</td>") in section
     if full:  # -cotof also ranks the INT8 files' nodes; nothing is kept in float for it
         assert sensitivity["top_offenders"] and sensitivity["kept_float_nodes"] == []
+        first = sensitivity["top_offenders"][0]
+        assert "<h2>Most sensitive INT8 nodes</h2>" in section
+        assert f"<td class='num'>1</td><td>{', '.join(first['nodes'])}</td>" in section
     else:
-        assert sensitivity is None
+        assert sensitivity is None and "Most sensitive INT8 nodes" not in page
 
 
 def test_per_tensor_writes_the_int16_files_per_channel(tmp_path):

@@ -100,9 +100,11 @@ tr.first { background: #ffe0e0; outline: 2px solid #c62828; }
 """
 
 
-def write_html(report: AccuracyReport, path: str, delegates: dict | None = None) -> None:
+def write_html(report: AccuracyReport, path: str, delegates: dict | None = None,
+               quant: dict | None = None) -> None:
     """A self-contained page: summary, log-scale error plot (SVG), one table per runtime,
-    and the delegate report's section when `delegates` (its JSON) is given."""
+    and the sections of the delegate report and the quant report when `delegates` /
+    `quant` (their JSON) are given."""
     esc = html.escape
     verdict = "PASSED" if report.passed else "FAILED"
     inputs = ", ".join(
@@ -128,6 +130,8 @@ def write_html(report: AccuracyReport, path: str, delegates: dict | None = None)
         parts.append(_svg_plot(report))
         for backend in report.backends.values():
             parts.append(_html_table(backend))
+    if quant is not None:
+        parts.append(_quant_section(quant))
     if delegates is not None:
         parts.append(_delegate_section(delegates))
     parts.append("</body></html>")
@@ -284,15 +288,55 @@ def _delegate_section(delegates: dict) -> str:
 
 
 def write_reports(report: AccuracyReport, folder: str, stem: str) -> tuple[str, str]:
-    """`<stem>_accuracy_report.json` and `.html` in `folder`, the page with the section of
-    `<stem>_delegates.json` when that file is in `folder`; returns both paths."""
+    """`<stem>_accuracy_report.json` and `.html` in `folder`, the page with the sections of
+    `<stem>_quant_report.json` and `<stem>_delegates.json` when those files are in `folder`;
+    returns both paths."""
     json_path = os.path.join(folder, f"{stem}_accuracy_report.json")
     html_path = os.path.join(folder, f"{stem}_accuracy_report.html")
     write_json(report, json_path)
-    delegates_path = os.path.join(folder, f"{stem}_delegates.json")
-    delegates = None
-    if os.path.isfile(delegates_path):
-        with open(delegates_path) as f:
-            delegates = json.load(f)
-    write_html(report, html_path, delegates)
+    found = {}
+    for kind in ("delegates", "quant_report"):
+        path = os.path.join(folder, f"{stem}_{kind}.json")
+        if os.path.isfile(path):
+            with open(path) as f:
+                found[kind] = json.load(f)
+    write_html(report, html_path, found.get("delegates"), found.get("quant_report"))
     return json_path, html_path
+
+
+def _quant_section(quant: dict) -> str:
+    """The quant report's held-out comparison per file and output, and with a sensitivity
+    ranking its most sensitive INT8 nodes and the nodes kept in float."""
+    esc = html.escape
+    rows = []
+    for entry in quant.get("files", []):
+        if entry.get("error"):
+            rows.append(f"<tr><td>{esc(entry['variant'])}</td><td colspan='5' "
+                        f"class='verdict-fail'>{esc(entry['error'])}</td></tr>")
+        for output, m in entry.get("outputs", {}).items():
+            top1 = m.get("top1_agreement")
+            rows.append(f"<tr><td>{esc(entry['variant'])}</td><td>{esc(output)}</td>"
+                        f"<td class='num'>{m['cosine']:.5f}</td>"
+                        f"<td class='num'>{m['cosine_min']:.5f}</td>"
+                        f"<td class='num'>{_number(m.get('max_abs_error'))}</td>"
+                        f"<td class='num'>{'' if top1 is None else f'{top1:.3f}'}</td></tr>")
+    held_out = quant.get("held_out_samples")
+    parts = [(f"<h2>Quantized files against the float32 TFLite ({held_out} held-out "
+              f"samples)</h2><table><thead><tr><th>file</th><th>output</th><th>cosine</th>"
+              "<th>lowest sample</th><th>max abs error</th><th>top-1 agreement</th></tr>"
+              f"</thead><tbody>{''.join(rows)}</tbody></table>")]
+    sensitivity = quant.get("sensitivity")
+    if sensitivity:
+        kept = ", ".join(sensitivity["kept_float_nodes"]) or "none"
+        ranked = "".join(
+            f"<tr><td class='num'>{k}</td><td>{esc(', '.join(r['nodes']))}</td>"
+            f"<td>{esc(r['op'])}</td><td class='num'>{r['float_ops']}</td>"
+            f"<td class='num'>{r['cosine_gain']:+.5f}</td></tr>"
+            for k, r in enumerate(sensitivity["top_offenders"], 1))
+        parts.append(
+            f"<h2>Most sensitive INT8 nodes</h2><p>{esc(sensitivity['method'])}. INT8 "
+            f"output cosine {_number(sensitivity['cosine_int8'])}; kept in float: "
+            f"{esc(kept)} ({sensitivity['float_ops']} TFLite ops).</p><table><thead><tr>"
+            "<th>#</th><th>ONNX nodes</th><th>op</th><th>float ops</th><th>cosine gain"
+            f"</th></tr></thead><tbody>{ranked}</tbody></table>")
+    return "".join(parts)
