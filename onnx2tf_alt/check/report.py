@@ -304,6 +304,10 @@ def write_reports(report: AccuracyReport, folder: str, stem: str) -> tuple[str, 
     return json_path, html_path
 
 
+def _cosine(x: float | None) -> str:
+    return "-" if x is None else f"{x:.5f}"
+
+
 def _quant_section(quant: dict) -> str:
     """The quant report's held-out comparison per file and output, and with a sensitivity
     ranking its most sensitive INT8 nodes and the nodes kept in float."""
@@ -316,8 +320,8 @@ def _quant_section(quant: dict) -> str:
         for output, m in entry.get("outputs", {}).items():
             top1 = m.get("top1_agreement")
             rows.append(f"<tr><td>{esc(entry['variant'])}</td><td>{esc(output)}</td>"
-                        f"<td class='num'>{m['cosine']:.5f}</td>"
-                        f"<td class='num'>{m['cosine_min']:.5f}</td>"
+                        f"<td class='num'>{_cosine(m['cosine'])}</td>"
+                        f"<td class='num'>{_cosine(m['cosine_min'])}</td>"
                         f"<td class='num'>{_number(m.get('max_abs_error'))}</td>"
                         f"<td class='num'>{'' if top1 is None else f'{top1:.3f}'}</td></tr>")
     held_out = quant.get("held_out_samples")
@@ -334,8 +338,8 @@ def _quant_section(quant: dict) -> str:
             f"<td class='num'>{r['cosine_gain']:+.5f}</td></tr>"
             for k, r in enumerate(sensitivity["top_offenders"], 1))
         parts.append(
-            f"<h2>Most sensitive INT8 nodes</h2><p>{esc(sensitivity['method'])}. INT8 "
-            f"output cosine {_number(sensitivity['cosine_int8'])}; kept in float: "
+            f"<h2>Most sensitive INT8 nodes</h2><p>Ranking: {esc(sensitivity['method'])}. "
+            f"INT8 output cosine {_cosine(sensitivity['cosine_int8'])}; kept in float: "
             f"{esc(kept)} ({sensitivity['float_ops']} TFLite ops).</p><table><thead><tr>"
             "<th>#</th><th>ONNX nodes</th><th>op</th><th>float ops</th><th>cosine gain"
             f"</th></tr></thead><tbody>{ranked}</tbody></table>")
