@@ -5,12 +5,15 @@ following multiply overwrite."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import onnx
 import pytest
 from onnx import helper
 
 from onnx2tf_alt.pipeline import build
+from onnx2tf_alt.quant import ranges
 from onnx2tf_alt.quant.quantize import QuantOptions, calibrated_tflite, run_tflite
 from onnx2tf_alt.quant.sensitivity import quantize_calibrated
 
@@ -113,3 +116,19 @@ def test_int8_file_stays_within_half_an_output_step(calibrated):
         reference = ort_run(model, sample)[0]
         step = (reference.max() - reference.min()) / 255
         assert np.abs(out["y"] - reference).mean() < step / 2
+
+
+def test_a_model_too_large_to_keep_every_tensor_keeps_tfs_ranges(calibrated, monkeypatch,
+                                                                  caplog):
+    """Above MAX_KEPT_BYTES of tensors the ranges are not measured again: TF's records
+    stay and a warning says why."""
+    _, converted, samples, _ = calibrated
+    monkeypatch.setattr(ranges, "MAX_KEPT_BYTES", 1024)
+    logger = logging.getLogger("onnx2tf_alt")  # it does not propagate to the root logger
+    logger.addHandler(caplog.handler)
+    try:
+        content, _ = calibrated_tflite(converted, QuantOptions(integer=True), samples)
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert "TF's recorded ranges kept" in caplog.text and "GiB at once" in caplog.text
+    assert _recorded_ranges(content), "the file is still calibrated"

@@ -13,12 +13,17 @@ and written back into the flatbuffer the MLIR quantizer reads.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import flatbuffers
 import numpy as np
 
 from onnx2tf_alt.tflite_names import FILE_IDENTIFIER, SIGNATURE
+
+# Keeping every tensor costs their sum at once: about 420 MiB for a 640x640 PP-OCR detector
+# (1.3 GB resident). Above this, TF's records are kept (calibrated_tflite warns).
+MAX_KEPT_BYTES = 2 << 30
 
 
 def _recorded(tensor) -> bool:
@@ -59,11 +64,16 @@ def measured_ranges(content: bytes, feeds: Iterable[dict[str, np.ndarray]]) -> d
 def remeasured(content: bytes, feeds: Iterable[dict[str, np.ndarray]]) -> tuple[bytes, int]:
     """(`content` with the recorded range of each tensor of its main subgraph replaced by
     the one measured on `feeds`, how many ranges changed by more than 1%). Tensors the
-    interpreter cannot show (an op's intermediates, other subgraphs) keep their range."""
+    interpreter cannot show (an op's intermediates, other subgraphs) keep their range.
+    ValueError when keeping every tensor at once would take more than MAX_KEPT_BYTES."""
     from tensorflow.lite.python import schema_py_generated as schema
 
-    ranges = measured_ranges(content, feeds)
     model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(content, 0))
+    kept = _activation_bytes(model)
+    if kept > MAX_KEPT_BYTES:
+        raise ValueError(f"its tensors need {kept / 2**30:.1f} GiB at once, more than the "
+                         f"{MAX_KEPT_BYTES / 2**30:.0f} GiB allowed")
+    ranges = measured_ranges(content, feeds)
     changed = 0
     for index, tensor in enumerate(model.subgraphs[0].tensors):
         if index not in ranges or not _recorded(tensor):
@@ -76,3 +86,11 @@ def remeasured(content: bytes, feeds: Iterable[dict[str, np.ndarray]]) -> tuple[
     builder = flatbuffers.Builder(len(content) + 4096)
     builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
     return bytes(builder.Output()), changed
+
+
+def _activation_bytes(model) -> int:
+    """Bytes of the main subgraph's non-constant tensors, dynamic dims counted as 1."""
+    constant = {i for i, b in enumerate(model.buffers) if b.data is not None and len(b.data)}
+    return sum(4 * math.prod(int(d) for d in t.shape)
+               for t in model.subgraphs[0].tensors
+               if t.buffer not in constant and t.shape is not None)
