@@ -4,6 +4,7 @@ The public functions are those of onnx2tf_alt/api.py; they load their modules wh
 """
 
 from onnx2tf_alt.check import check  # import-light; loads the checker when called
+from onnx2tf_alt.recursion import deep_graphs  # import-light (sys, contextlib)
 from onnx2tf_alt.version import __version__
 
 
@@ -31,4 +32,4 @@ def custom_objects() -> dict:
     return _custom_objects()
 
 
-__all__ = ["__version__", "batch", "check", "convert", "custom_objects"]
+__all__ = ["__version__", "batch", "check", "convert", "custom_objects", "deep_graphs"]

@@ -1,5 +1,5 @@
 """The public Python surface: `convert` (keyword names equal to the CLI's long flags),
-`check`, `batch` and `custom_objects`. The conversion itself is pipeline.py (in memory) and
+`check`, `batch`, `custom_objects` and `deep_graphs`. The conversion itself is pipeline.py (in memory) and
 conversion.py (files); this module only names what users call.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 from onnx2tf_alt.batching import batch
 from onnx2tf_alt.check import check
 from onnx2tf_alt.conversion import convert
+from onnx2tf_alt.recursion import deep_graphs
 
 
 def custom_objects() -> dict:
@@ -21,4 +22,4 @@ def custom_objects() -> dict:
     return {"ConstantWeights": ConstantWeights, "ControlFlow": ControlFlow}
 
 
-__all__ = ["batch", "check", "convert", "custom_objects"]
+__all__ = ["batch", "check", "convert", "custom_objects", "deep_graphs"]

@@ -24,6 +24,7 @@ from onnx2tf_alt.loader import external_data_paths, load_model
 from onnx2tf_alt.logs import configure_logging
 from onnx2tf_alt.options import ConversionOptions, pseudo_operators
 from onnx2tf_alt.pipeline import Converted, build_loaded, check_batch_size, stem_of
+from onnx2tf_alt.recursion import deep_graphs
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -31,6 +32,7 @@ log = logging.getLogger("onnx2tf_alt")
 # the input and the output folder: an unusable -o fails in a fraction of a second.
 
 
+@deep_graphs()
 def convert(
     input_onnx_file_path: str | None = None,
     onnx_graph: onnx.ModelProto | None = None,

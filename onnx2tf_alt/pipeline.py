@@ -21,6 +21,7 @@ from onnx2tf_alt.loader import load_model
 from onnx2tf_alt.options import DEFAULT_OPTIONS, ConversionOptions
 from onnx2tf_alt.prepare import prepare_model
 from onnx2tf_alt.progress import Progress
+from onnx2tf_alt.recursion import deep_graphs
 from onnx2tf_alt.registry import find_handler
 from onnx2tf_alt.validate import check_consistency, check_inference
 
@@ -126,6 +127,7 @@ def build(
     )
 
 
+@deep_graphs()
 def build_loaded(
     model: onnx.ModelProto,
     batch_size: int | None = None,

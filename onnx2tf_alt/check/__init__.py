@@ -7,7 +7,10 @@ imported subpackage would otherwise replace the function of the same name).
 
 from __future__ import annotations
 
+from onnx2tf_alt.recursion import deep_graphs
 
+
+@deep_graphs()
 def check(
     input_onnx_file_path: str,
     converted_path: str | None = None,
