@@ -8,6 +8,7 @@ import logging
 import tensorflow as tf
 
 from onnx2tf_alt.builder import BuildResult
+from onnx2tf_alt.shared_weights import fold_runtime_biases
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -47,6 +48,7 @@ def tflite_bytes(result: BuildResult, float16: bool = False, select_tf_ops: bool
 
     TFLite builtins only; when the graph needs ops TFLite lacks, Select TF ops are allowed
     with a warning (the file then needs the Flex delegate) unless `select_tf_ops` is False.
+    Run-time biases of FULLY_CONNECTED ops that share weights are folded (shared_weights.py).
     """
     holder = serving_module(result)
     concrete = holder.serve.get_concrete_function()
@@ -63,7 +65,7 @@ def tflite_bytes(result: BuildResult, float16: bool = False, select_tf_ops: bool
         return conv
 
     try:
-        return converter(select_tf_ops=False).convert()
+        content = converter(select_tf_ops=False).convert()
     except Exception as exc:  # retried with TF ops (unless not allowed), then reported
         if not select_tf_ops:
             raise
@@ -73,4 +75,5 @@ def tflite_bytes(result: BuildResult, float16: bool = False, select_tf_ops: bool
             "the Flex delegate at run time",
             message[-1] if message else type(exc).__name__,
         )
-        return converter(select_tf_ops=True).convert()
+        content = converter(select_tf_ops=True).convert()
+    return fold_runtime_biases(content)

@@ -110,6 +110,10 @@ class Recurrence:
         self.layout = ctx.attr("layout", 0)
         self.steps = ctx.shape(0)[0 if self.layout == 0 else 1]
         self.time_axis = ctx.axis(0 if self.layout == 0 else 1, 0)  # physical, in X and Y
+        # One sequence: each step's input projection is a vector [width], which the TFLite
+        # file adds to the recurrence product as the FULLY_CONNECTED op's run-time bias
+        # (onnx2tf_alt/shared_weights.py: the steps then share one copy of the weights).
+        self.vector_steps = ctx.shape(0)[1 if self.layout == 0 else 0] == 1
         if self.steps is None:
             raise NotImplementedError(
                 f"{op} needs a static sequence length; fix the input shape with -ois")
@@ -176,27 +180,38 @@ class Recurrence:
         return list(zip(tf.unstack(running), tf.unstack(factor)))
 
     def run(self, cells: list[Callable], input_bias: np.ndarray, initial: list[tuple],
-            gate_groups: list[int] | None = None) -> list:
+            gate_groups: list[int] | None = None,
+            regroup: Callable[[int, list], list] | None = None) -> list:
         """The node's outputs (Y, Y_h[, Y_c]; None where omitted) from one step function
-        per direction: cell(projected x_t, state) -> new state. With `gate_groups` (widths
-        of the projection's gate groups) x_t arrives as a tuple of those groups, split once
-        for all time steps rather than once per step."""
+        per direction: cell(projected x_t, state) -> new state. x_t is [batch, width], or
+        [width] with `vector_steps`. With `gate_groups` (widths of the projection's gate
+        groups) x_t arrives as a tuple of those groups, split once for all time steps rather
+        than once per step; `regroup(direction, groups)` may replace the groups first (all
+        steps at once: [steps, width] with `vector_steps`)."""
         x = self.ctx.x(0)
         xw = self.linear(_merge_directions(self.w))(x) + self.tensor(
             _merge_directions(input_bias))
         parts = tf.split(xw, len(cells), axis=-1) if len(cells) > 1 else [xw]
         masks = self._masks()
+        time_axis = 0 if self.vector_steps else self.time_axis
         ys, finals = [], []
-        for cell, reverse, part, state in zip(cells, self.reverse, parts, initial):
+        for d, (cell, reverse, part, state) in enumerate(
+                zip(cells, self.reverse, parts, initial)):
+            if self.vector_steps:
+                part = reshape(part, [self.steps, part.shape[-1]])
             if gate_groups:
-                groups = [tf.unstack(g, axis=self.time_axis)
-                          for g in delegated_split(part, gate_groups, axis=-1)]
-                inputs = list(zip(*groups))
+                groups = delegated_split(part, gate_groups, axis=-1)
+                groups = regroup(d, groups) if regroup else groups
+                inputs = list(zip(*[tf.unstack(g, axis=time_axis) for g in groups]))
             else:
-                inputs = tf.unstack(part, axis=self.time_axis)
+                inputs = tf.unstack(part, axis=time_axis)
             y = [None] * self.steps
             for t in reversed(range(self.steps)) if reverse else range(self.steps):
-                state, y[t] = _masked(cell(inputs[t], state), state, masks[t])
+                new = cell(inputs[t], state)
+                if self.vector_steps:  # a first step from a zero state computed vectors
+                    new = tuple(reshape(v, [1, v.shape[-1]]) if v.shape.rank == 1 else v
+                                for v in new)
+                state, y[t] = _masked(new, state, masks[t])
             ys.append(y)
             finals.append(state)
         return self._outputs(ys, finals)
@@ -250,7 +265,7 @@ def rnn(ctx):
 
         def step(x, state):
             (h,) = state
-            return (f(rec.clip(x if h is None else x + r(h))),)
+            return (f(rec.clip(x if h is None else r(h) + x)),)
 
         return step
 
@@ -280,7 +295,7 @@ def lstm(ctx, recurrence: type | None = None):
 
         def step(x, state):
             h, c = state
-            gates = x if h is None else x + r(h)
+            gates = x if h is None else r(h) + x
             i, o, forget, candidate = tf.split(gates, 4, axis=-1)
             if p_i is not None and c is not None:
                 i, forget = i + c * p_i, forget + c * p_f
@@ -401,33 +416,48 @@ def gru(ctx):
     zr_only = (np.arange(3 * hidden) < 2 * hidden).astype(rec.dtype)
     input_bias = rec.wb + (rec.rb * zr_only if before_reset else rec.rb)
 
+    # One sequence: R_h's bias joins each step's projection of z and r, so that the whole
+    # bias [x_z, x_r, rb_h] of the recurrence product is one run-time vector (see run).
+    joined = before_reset and rec.vector_steps
+
+    def join_rb_h(d: int, groups: list) -> list:
+        x_zr, x_h = groups  # [steps, 2 * hidden], [steps, hidden]
+        rb_h = rec.rb[d, 2 * hidden:]
+        rows = (rec.tensor(np.tile(rb_h, (rec.steps, 1))) if isinstance(rb_h, np.ndarray)
+                else tf.tile(rb_h[None], [rec.steps, 1]))
+        return [tf.concat([x_zr, rows], axis=-1), x_h]
+
     def cell(d):
         (f, g), r = rec.acts[d], rec.r[d]
         r_zr = rec.linear(r if before_reset else r[:2 * hidden])
-        r_h = rb_h = rb_h_padded = None
-        if before_reset:
-            rb_h = rec.tensor(rec.rb[d, 2 * hidden:])
-            rb_h_padded = rec.tensor(rec.rb[d] * (1 - zr_only))
-        else:
-            r_h = rec.linear(r[2 * hidden:])
+        r_h = None if before_reset else rec.linear(r[2 * hidden:])
+        rb_h = rec.tensor(rec.rb[d, 2 * hidden:]) if before_reset else None
+        rb_h_padded = rec.tensor(rec.rb[d] * (1 - zr_only)) if before_reset else None
 
         def step(x, state):
             (h,) = state
-            x_zr, x_h = x
+            x_zr, x_h = x  # joined: x_zr is [x_z, x_r, rb_h]
             if h is None:
+                if joined:
+                    x_zr = delegated_split(x_zr, [2 * hidden, hidden], -1)[0]
                 z, reset = tf.split(f(clip(x_zr)), 2, axis=-1)
                 candidate = (x_h + reset * rb_h) if before_reset else x_h
             else:
-                recurrent = r_zr(h)
-                if before_reset:
-                    recurrent = recurrent + rb_h_padded
-                    recurrent, h_h = delegated_split(recurrent, [2 * hidden, hidden], -1)
-                z, reset = tf.split(f(clip(x_zr + recurrent)), 2, axis=-1)
-                candidate = x_h + (reset * h_h if before_reset else r_h(reset * h))
+                if joined:
+                    gates, h_h = delegated_split(r_zr(h) + x_zr, [2 * hidden, hidden], -1)
+                elif before_reset:
+                    recurrent, h_h = delegated_split(r_zr(h) + rb_h_padded,
+                                                     [2 * hidden, hidden], -1)
+                    gates = recurrent + x_zr
+                else:
+                    gates = r_zr(h) + x_zr
+                z, reset = tf.split(f(clip(gates)), 2, axis=-1)
+                candidate = x_h + reset * h_h if before_reset else r_h(reset * h) + x_h
             candidate = g(clip(candidate))
             return (candidate - z * candidate if h is None else candidate + z * (h - candidate),)
 
         return step
 
     cells = [cell(d) for d in range(len(rec.reverse))]
-    return rec.run(cells, input_bias, rec.initial_states([5]), [2 * hidden, hidden])
+    return rec.run(cells, input_bias, rec.initial_states([5]), [2 * hidden, hidden],
+                   join_rb_h if joined else None)

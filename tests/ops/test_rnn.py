@@ -33,7 +33,7 @@ def _randn(*shape, scale=0.5):
 
 
 def _node(op, tag, direction="forward", layout=0, bias=True, initial=None, lens=None,
-          peepholes=False, outputs=("y", "y_h", "y_c"), runtime="", **attrs):
+          peepholes=False, outputs=("y", "y_h", "y_c"), runtime="", batch=BATCH, **attrs):
     """One node reading "x", with random weights: (node, run-time feeds, constants).
 
     initial: None, "input" or "const" (initial_h, and initial_c for LSTM); lens: None or
@@ -43,7 +43,7 @@ def _node(op, tag, direction="forward", layout=0, bias=True, initial=None, lens=
     """
     dirs = 2 if direction == "bidirectional" else 1
     width = GATES[op] * HIDDEN
-    state_shape = (dirs, BATCH, HIDDEN) if layout == 0 else (BATCH, dirs, HIDDEN)
+    state_shape = (dirs, batch, HIDDEN) if layout == 0 else (batch, dirs, HIDDEN)
     feeds, consts = {}, {f"w{tag}": _randn(dirs, width, INPUT),
                          f"r{tag}": _randn(dirs, width, HIDDEN)}
     names = ["x", f"w{tag}", f"r{tag}", ""]
@@ -75,17 +75,17 @@ def _node(op, tag, direction="forward", layout=0, bias=True, initial=None, lens=
     return node, feeds, consts
 
 
-def _model(specs, layout=0, opset=18, swapped_input=False):
-    """A model of the nodes `specs` (kwargs of _node, tag added) on one value x; with
-    `swapped_input`, x is a Transpose of the model input, as in PyTorch's batch-first
+def _model(specs, layout=0, opset=18, swapped_input=False, batch=BATCH):
+    """A model of the nodes `specs` (kwargs of _node, tag and batch added) on one value x;
+    with `swapped_input`, x is a Transpose of the model input, as in PyTorch's batch-first
     exports."""
-    x = _randn(*((SEQ, BATCH, INPUT) if layout == 0 else (BATCH, SEQ, INPUT)), scale=1.0)
+    x = _randn(*((SEQ, batch, INPUT) if layout == 0 else (batch, SEQ, INPUT)), scale=1.0)
     nodes, feeds, consts = [], {"x": x}, {}
     if swapped_input:
         feeds = {"x_in": np.ascontiguousarray(np.swapaxes(x, 0, 1))}
         nodes.append(helper.make_node("Transpose", ["x_in"], ["x"], perm=[1, 0, 2]))
     for k, spec in enumerate(specs):
-        node, f, c = _node(tag=f"_{k}", layout=layout, **spec)
+        node, f, c = _node(tag=f"_{k}", layout=layout, batch=batch, **spec)
         nodes.append(node)
         feeds.update(f)
         consts.update(c)
@@ -93,8 +93,8 @@ def _model(specs, layout=0, opset=18, swapped_input=False):
     return make_model(nodes, feeds, outputs, consts, opset), feeds
 
 
-def _check(specs, opset=18, swapped_input=False):
-    model, feeds = _model(specs, opset=opset, swapped_input=swapped_input)
+def _check(specs, opset=18, swapped_input=False, batch=BATCH):
+    model, feeds = _model(specs, opset=opset, swapped_input=swapped_input, batch=batch)
     return check_model(model, feeds)
 
 
@@ -129,8 +129,8 @@ def _batch_first_reference(model: onnx.ModelProto) -> onnx.ModelProto:
     return ref
 
 
-def _check_batch_first(specs, swapped_input=False):
-    model, feeds = _model(specs, layout=1, swapped_input=swapped_input)
+def _check_batch_first(specs, swapped_input=False, batch=BATCH):
+    model, feeds = _model(specs, layout=1, swapped_input=swapped_input, batch=batch)
     expected = ort_run(_batch_first_reference(model), feeds)
     converted = convert(model)
     for i, (a, e) in enumerate(zip(tf_run(converted, feeds), expected)):
@@ -218,6 +218,37 @@ def test_omitted_outputs():
                   outputs=("", "y_h", "")),
             _spec("GRU", direction="forward", initial="input", outputs=("", "y_h")),
             _spec("LSTM", direction="forward", initial="const", outputs=("y", "", "y_c"))])
+
+
+ONE_SEQUENCE_EXTRAS = {"RNN": {}, "LSTM": {"peepholes": True},
+                       "GRU": {"linear_before_reset": 1}}
+
+
+@pytest.mark.parametrize("op", ["RNN", "LSTM", "GRU"])
+def test_one_sequence(op):
+    """Batch 1: each step's input projection is a vector, added to the recurrence product
+    as the run-time bias of its FULLY_CONNECTED (onnx2tf_alt/shared_weights.py), with
+    initial states, lengths, clip and run-time weights. The LSTMs are unrolled (peepholes,
+    input_forget)."""
+    extra = ONE_SEQUENCE_EXTRAS[op]
+    converted = _check(
+        [_spec(op, direction="bidirectional", initial="input", **extra),
+         _spec(op, direction="reverse", lens=([2], "const"), initial="const", clip=0.5,
+               **extra),
+         _spec(op, direction="forward", runtime="rb", lens=([SEQ], "input"),
+               **({"input_forget": 1} if op == "LSTM" else {}))],
+        batch=1)
+    ops = count_tflite_ops(converted.tflite)
+    steps = 2 * SEQ + SEQ + (SEQ - 1)  # with a state: all steps, but the first from zero
+    assert ops["FULLY_CONNECTED"] >= steps, ops
+    if op == "GRU":
+        _check([_spec("GRU", direction="forward", initial="input", clip=0.3)], batch=1)
+
+
+def test_one_sequence_batch_first_layout():
+    _check_batch_first([_spec(op, direction="bidirectional", initial="input", **extra)
+                        for op, extra in ONE_SEQUENCE_EXTRAS.items()],
+                       swapped_input=True, batch=1)
 
 
 def test_lstm_as_fused_kernel():
