@@ -149,6 +149,30 @@ class Recurrence:
             return lambda x: tf.linalg.matmul(x, matrix)
         return lambda x: tf.linalg.matmul(x, weight, transpose_b=True)
 
+    def recurrence(self, weight, bias=None) -> Callable:
+        """The function h -> h @ weight^T (+ bias) of the product with the recurrence
+        weights that every step computes, as FULLY_CONNECTED ops that all read one weight
+        tensor. Each gets a run-time bias, which makes TFLite run them on its builtin kernel
+        with one copy of the weights (onnx2tf_alt/shared_weights.py): with one sequence the
+        caller adds the step's input projection (a vector, `vector_steps`), else the bias
+        (zero by default) is made a vector computed at run time."""
+        product = self.linear(weight)
+        units = weight.shape[0]
+        if self.vector_steps or units is None:
+            return product if bias is None else (lambda h: product(h) + self.tensor(bias))
+        vector = self._run_time_vector(np.zeros(units, self.dtype) if bias is None else bias)
+        return lambda h: product(h) + vector
+
+    def _run_time_vector(self, value):
+        """`value` ([n], an array or a tensor) as a tensor that TFLite computes at run time:
+        sliced from its concatenation with (at most) one element of X, which the converter
+        cannot fold into a constant; the values are `value`'s whatever X holds."""
+        if not isinstance(value, np.ndarray):
+            return value
+        some_x = tf.reshape(self.ctx.x(0), [-1])[:1]
+        joined = tf.concat([self.ctx.const_tensor(value), some_x], 0)
+        return tf.reshape(joined[:value.shape[0]], value.shape)  # a static [n]
+
     def initial_states(self, inputs: list[int]) -> list[tuple]:
         """Per direction, the states from inputs such as initial_h, initial_c (None: zero)."""
         per_input = []
@@ -161,7 +185,8 @@ class Recurrence:
                 per_input.append([self.ctx.const_tensor(np.take(array, d, axis).astype(
                     self.dtype)) for d in range(len(self.reverse))])
             else:
-                per_input.append(tf.unstack(self.ctx.x(i), axis=axis))
+                # num: a state built at run time (zeros of a dynamic batch) has no static shape
+                per_input.append(tf.unstack(self.ctx.x(i), num=len(self.reverse), axis=axis))
         return list(zip(*per_input))
 
     def _masks(self) -> list:
@@ -261,7 +286,7 @@ def rnn(ctx):
     rec = Recurrence(ctx, 1, ["Tanh"])
 
     def cell(d):
-        (f,), r = rec.acts[d], rec.linear(rec.r[d])
+        (f,), r = rec.acts[d], rec.recurrence(rec.r[d])
 
         def step(x, state):
             (h,) = state
@@ -286,7 +311,7 @@ def lstm(ctx, recurrence: type | None = None):
     clip = rec.clip
 
     def cell(d):
-        (f, g, h_act), r = rec.acts[d], rec.linear(rec.r[d])
+        (f, g, h_act), r = rec.acts[d], rec.recurrence(rec.r[d])
         p_i = p_o = p_f = None
         p = None if peepholes is None else peepholes[d]
         if p is not None and (not isinstance(p, np.ndarray) or p.any()):
@@ -429,10 +454,10 @@ def gru(ctx):
 
     def cell(d):
         (f, g), r = rec.acts[d], rec.r[d]
-        r_zr = rec.linear(r if before_reset else r[:2 * hidden])
-        r_h = None if before_reset else rec.linear(r[2 * hidden:])
+        rb_h_padded = rec.rb[d] * (1 - zr_only) if before_reset and not joined else None
+        r_zr = rec.recurrence(r if before_reset else r[:2 * hidden], rb_h_padded)
+        r_h = None if before_reset else rec.recurrence(r[2 * hidden:])
         rb_h = rec.tensor(rec.rb[d, 2 * hidden:]) if before_reset else None
-        rb_h_padded = rec.tensor(rec.rb[d] * (1 - zr_only)) if before_reset else None
 
         def step(x, state):
             (h,) = state
@@ -446,8 +471,7 @@ def gru(ctx):
                 if joined:
                     gates, h_h = delegated_split(r_zr(h) + x_zr, [2 * hidden, hidden], -1)
                 elif before_reset:
-                    recurrent, h_h = delegated_split(r_zr(h) + rb_h_padded,
-                                                     [2 * hidden, hidden], -1)
+                    recurrent, h_h = delegated_split(r_zr(h), [2 * hidden, hidden], -1)
                     gates = recurrent + x_zr
                 else:
                     gates = r_zr(h) + x_zr

@@ -361,3 +361,28 @@ def test_torch_lstm_and_gru(tmp_path):
         ops = count_tflite_ops(converted.tflite)
         print(name, sorted(ops.items()))
         assert "TRANSPOSE" not in ops, ops
+
+
+def test_torch_gru_with_a_dynamic_batch(tmp_path):
+    """A torch GRU exported with a dynamic batch builds its zero initial state in the graph
+    (its shape is known only at run time, so every step starts from a state); converted once,
+    it runs batches of 1 and 3. Its recurrence products get a run-time bias and run on the
+    builtin kernel (onnx2tf_alt/shared_weights.py)."""
+    torch = pytest.importorskip("torch")
+    from onnx2tf_alt.export.delegates import analyze
+
+    torch.manual_seed(0)
+    module = torch.nn.GRU(8, 16, num_layers=2, bidirectional=True, batch_first=True).eval()
+    path = tmp_path / "gru.onnx"
+    x = rng.standard_normal((3, SEQ, 8)).astype(np.float32)
+    torch.onnx.export(module, (torch.from_numpy(x[:1]),), str(path), dynamo=False,
+                      opset_version=17, input_names=["x"], output_names=["y", "h"],
+                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}, "h": {1: "batch"}})
+    model = onnx.load(str(path))
+    converted = check_model(model, {"x": x})
+    for i, (got, want) in enumerate(zip(tflite_run(converted, {"x": x[1:2]}),
+                                        ort_run(model, {"x": x[1:2]}))):
+        assert_close(got, want, what=f"TFLite output {i}, batch 1")
+    report = analyze(converted.tflite, converted.tflite_result(), converted.graph)
+    off = [o.op for o in report.reference_ops]
+    assert off.count("FULLY_CONNECTED") == 2 * 2 * SEQ, report.summary()  # layers, directions
