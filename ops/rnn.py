@@ -461,27 +461,27 @@ def gru(ctx):
 
         def step(x, state):
             (h,) = state
-            x_zr, x_h = x  # joined: x_zr is [x_z, x_r, rb_h]
-            if h is None:
-                if joined:
-                    x_zr = delegated_split(x_zr, [2 * hidden, hidden], -1)[0]
-                z, reset = tf.split(f(clip(x_zr)), 2, axis=-1)
-                candidate = (x_h + reset * rb_h) if before_reset else x_h
-            else:
-                if joined:
-                    gates, h_h = delegated_split(r_zr(h) + x_zr, [2 * hidden, hidden], -1)
-                elif before_reset:
-                    recurrent, h_h = delegated_split(r_zr(h), [2 * hidden, hidden], -1)
-                    gates = recurrent + x_zr
-                else:
-                    gates = r_zr(h) + x_zr
+            x_h = x[-1]
+            if not before_reset:  # x: (x_zr, x_h)
+                gates = x[0] if h is None else r_zr(h) + x[0]
                 z, reset = tf.split(f(clip(gates)), 2, axis=-1)
-                candidate = x_h + reset * h_h if before_reset else r_h(reset * h) + x_h
+                candidate = x_h if h is None else r_h(reset * h) + x_h
+            else:  # equal thirds of the product: one SPLIT, which XNNPACK takes
+                if joined:  # x: ([x_z, x_r, rb_h], x_h), the first the product's whole bias
+                    pre_z, pre_r, h_h = tf.split(x[0] if h is None else r_zr(h) + x[0], 3, -1)
+                elif h is None:  # x: (x_z, x_r, x_h)
+                    pre_z, pre_r, h_h = x[0], x[1], rb_h
+                else:
+                    pre_z, pre_r, h_h = tf.split(r_zr(h), 3, axis=-1)
+                    pre_z, pre_r = pre_z + x[0], pre_r + x[1]
+                z, reset = f(clip(pre_z)), f(clip(pre_r))
+                candidate = x_h + reset * h_h
             candidate = g(clip(candidate))
             return (candidate - z * candidate if h is None else candidate + z * (h - candidate),)
 
         return step
 
     cells = [cell(d) for d in range(len(rec.reverse))]
-    return rec.run(cells, input_bias, rec.initial_states([5]), [2 * hidden, hidden],
+    groups = [hidden] * 3 if before_reset and not joined else [2 * hidden, hidden]
+    return rec.run(cells, input_bias, rec.initial_states([5]), groups,
                    join_rb_h if joined else None)

@@ -285,8 +285,9 @@ def test_opsets_and_builtin_ops(opset):
                         for op in ("RNN", "LSTM", "GRU")], opset=opset)
     ops = count_tflite_ops(converted.tflite)
     # No SPLIT_V: XNNPACK does not take it (GRU gate groups are SLICEs).
+    # CONCATENATION, STRIDED_SLICE: the recurrence products' run-time bias, once per node
     builtins = {"FULLY_CONNECTED", "ADD", "MUL", "SUB", "LOGISTIC", "TANH", "SPLIT", "SLICE",
-                "UNPACK", "PACK", "RESHAPE"}
+                "UNPACK", "PACK", "RESHAPE", "CONCATENATION", "STRIDED_SLICE"}
     assert set(ops) <= builtins, ops
     assert ops["FULLY_CONNECTED"] == 3 * (1 + SEQ) + SEQ, ops  # GRU: two per step
 
@@ -325,7 +326,8 @@ def test_run_time_weights_builtin_ops_and_reload(tmp_path):
     converted = check_model(model, feeds)
     ops = count_tflite_ops(converted.tflite)
     builtins = {"FULLY_CONNECTED", "BATCH_MATMUL", "ADD", "MUL", "SUB", "LOGISTIC", "TANH",
-                "SPLIT", "SPLIT_V", "UNPACK", "PACK", "RESHAPE", "STRIDED_SLICE", "SLICE"}
+                "SPLIT", "SPLIT_V", "UNPACK", "PACK", "RESHAPE", "STRIDED_SLICE", "SLICE",
+                "CONCATENATION"}
     assert set(ops) <= builtins, ops
     assert_keras_reloads(converted, feeds, tmp_path)
 
