@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from ._conv_common import array_module, kernel_tensor, per_group
+from ._conv_common import array_module, depthwise_conv2d, kernel_tensor, per_group
 from ._spatial import dilate_kernel, is_tf_same, pad_spatial
 
 
@@ -116,8 +116,7 @@ def _tapwise(ctx, x, w, bias, depth: _Depth, conv_args):
         images = _frames(x, depth, read)
         if depthwise:
             kernel = kernel_tensor(ctx, xp.reshape(kernels[read.tap], [kh, kw, channels, -1]))
-            term = tf.nn.depthwise_conv2d(images, kernel, strides=[1, *strides, 1],
-                                          padding=padding, dilations=dilations)
+            term = depthwise_conv2d(ctx, images, kernel, strides, dilations, padding)
         else:
             kernel = kernel_tensor(ctx, xp.transpose(kernels[read.tap], [1, 2, 3, 0]))
             term = tf.nn.conv2d(images, kernel, strides=[1, *strides, 1], padding=padding,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from ._shapes import phase_slice
 from ._spatial import dilate_kernel, pad_spatial, same_pads
 
 
@@ -80,8 +81,40 @@ def depthwise_conv(ctx, x, w, strides, dilations, padding):
     kh, kw = kernel.shape[:2]
     if kh * kw > MAX_DEPTHWISE_TAPS and all(d is not None for d in x.shape[1:3]):
         return _tiled_depthwise(ctx, x, kernel, strides, dilations, padding)
-    return tf.nn.depthwise_conv2d(x, kernel_tensor(ctx, kernel), strides=[1, *strides, 1],
-                                  padding=padding, dilations=dilations)
+    return depthwise_conv2d(ctx, x, kernel, strides, dilations, padding)
+
+
+def depthwise_conv2d(ctx, x, kernel, strides, dilations, padding):
+    """tf.nn.depthwise_conv2d of channel-last x with a kernel in TF's layout (an array or
+    a tensor). Row and column strides that differ are rejected by TF's CPU kernel where it
+    runs without oneDNN (e.g. on AMD CPUs: "Current implementation only supports equal
+    length strides"). An axis of size 1 under a 1-tap kernel (a lifted 1-D conv) has one
+    output whatever its stride, so it takes the other's; otherwise the conv runs at the
+    smaller stride, with SAME's pads made explicit, and the other axis is subsampled."""
+    spatial, taps = list(x.shape[1:3]), kernel.shape[:2]
+    strides = list(strides)
+    for axis in (0, 1):
+        if spatial[axis] == 1 and taps[axis] == 1:
+            strides[axis] = strides[1 - axis]
+    if strides[0] == strides[1]:
+        return tf.nn.depthwise_conv2d(x, kernel_tensor(ctx, kernel), strides=[1, *strides, 1],
+                                      padding=padding, dilations=dilations)
+    if padding == "SAME":
+        if any(size is None for size in spatial):
+            raise NotImplementedError("a depthwise conv with unequal strides and SAME padding "
+                                      "needs static spatial sizes")
+        x = pad_spatial(x, [same_pads(size, k, s, d) for size, k, s, d in
+                            zip(spatial, taps, strides, dilations)])
+    low = min(strides) if all(s % min(strides) == 0 for s in strides) else 1
+    y = tf.nn.depthwise_conv2d(x, kernel_tensor(ctx, kernel), strides=[1, low, low, 1],
+                               padding="VALID", dilations=dilations)
+    steps = [1, strides[0] // low, strides[1] // low, 1]
+    # subsampled by a slice XNNPACK takes where it can (a strided STRIDED_SLICE it does not)
+    full = (1 << 4) - 1
+    phased = phase_slice(y, [0] * 4, [0] * 4, steps, full, full)
+    if phased is not None:
+        return phased
+    return tf.strided_slice(y, [0] * 4, [0] * 4, steps, begin_mask=full, end_mask=full)
 
 
 # XNNPACK's depthwise convolution is fast up to 25 taps and falls off a cliff above: a 7x7

@@ -15,7 +15,7 @@ from onnx2tf_alt.graph import Graph, Node
 from onnx2tf_alt.layout import derived, same_as_input
 from onnx2tf_alt.registry import handler
 
-from ._shapes import delegated_split, dims_of, scalar, shape_tensor, to_inferred_shape
+from ._shapes import delegated_split, dims_of, phase_slice, scalar, shape_tensor, to_inferred_shape
 
 INT32_MAX = 2**31 - 1
 
@@ -122,48 +122,10 @@ def _slice(ctx, starts, ends, axes, steps):
             if isinstance(stop, int) and abs(stop) >= INT32_MAX and (stop > 0) == (step > 0):
                 end_mask |= 1 << p  # through the last element in the stepping direction
         begin[p], end[p] = _int32(start), _int32(stop)
-    phased = _phase_slice(x, begin, end, strides, begin_mask, end_mask)
+    phased = phase_slice(x, begin, end, strides, begin_mask, end_mask)
     if phased is not None:
         return phased
     return _strided_slice(x, begin, end, strides, begin_mask, end_mask)
-
-
-XNNPACK_MAX_RANK = 6
-
-
-def _phase_slice(x, begin: list, end: list, strides: list, begin_mask: int, end_mask: int):
-    """A slice with steps > 1 on static dims as ops the XNNPACK delegate takes (it takes no
-    strided STRIDED_SLICE): a SLICE of the whole blocks the steps run over, a RESHAPE of
-    each stepped axis into (count, step), a SLICE of the phase the steps pick and a RESHAPE
-    to the result, e.g. Swin's patch merging x[:, 1::2, 0::2]. None where that does not
-    apply (negative or run-time steps and bounds, unknown dims, a rank above XNNPACK's 6).
-    A last block shorter than the step is padded (PAD)."""
-    dims = x.shape.as_list()
-    stepped = [a for a, step in enumerate(strides) if step != 1]
-    if (not stepped or x.dtype != tf.float32  # XNNPACK takes float32 only
-            or any(d is None for d in dims) or any(s < 1 for s in strides)
-            or len(dims) + len(stepped) > XNNPACK_MAX_RANK
-            or not all(isinstance(v, int) for v in [*begin, *end])):
-        return None
-    first, size, overrun, split, phase, out = [], [], [], [], [], []
-    for a, (n, step) in enumerate(zip(dims, strides)):
-        b = 0 if begin_mask >> a & 1 else begin[a]
-        e = n if end_mask >> a & 1 else end[a]
-        count = max(0, -(-(e - b) // step))
-        start = b - b % step
-        if count == 0:
-            return None
-        first.append(start)
-        size.append(min(count * step, n - start))
-        overrun.append(start + count * step - n if step != 1 else 0)
-        split += [count, step] if step != 1 else [count]
-        phase += [(0, count), (b % step, 1)] if step != 1 else [(0, count)]
-        out.append(count)
-    blocks = tf.slice(x, first, size) if first != [0] * len(dims) or size != dims else x
-    if any(v > 0 for v in overrun):  # the last block is short: zeros the phase never picks
-        blocks = tf.pad(blocks, [[0, max(v, 0)] for v in overrun])
-    picked = tf.slice(tf.reshape(blocks, split), [p for p, _ in phase], [n for _, n in phase])
-    return tf.reshape(picked, out)
 
 
 TFLITE_SLICE_RANK = 5  # the most axes TFLite's STRIDED_SLICE takes
