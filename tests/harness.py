@@ -247,9 +247,11 @@ def check_nodes(
     outputs: list[str] | None = None,
     tol: float = 1e-4,
     tflite: bool = True,
+    reference=ort_run,
     **convert_kwargs,
 ):
-    """Several nodes in one model, checked in one conversion (TF and float32 TFLite).
+    """Several nodes in one model, checked in one conversion (TF and float32 TFLite)
+    against `reference(model, feeds)` (onnxruntime, or `reference_run`).
 
     Every node output is a graph output unless `outputs` names them; a failure names the
     output. Returns (converted, census of TFLite builtin ops or None).
@@ -257,7 +259,7 @@ def check_nodes(
     nodes = list(nodes)
     outputs = outputs or [o for n in nodes for o in n.output if o]
     model = make_model(nodes, inputs, outputs, initializers, opset)
-    expected = ort_run(model, inputs)
+    expected = reference(model, inputs)
     converted = convert(model, **convert_kwargs)
     for name, a, e in zip(outputs, tf_run(converted, inputs), expected):
         assert_close(a, e, tol, f"TF {name}")
@@ -325,15 +327,21 @@ def assert_keras_reloads(converted, feeds: dict[str, np.ndarray], folder) -> Non
             np.testing.assert_array_equal(outputs[name].numpy(), value, err_msg=f"{suffix} {name}")
 
 
+def reference_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list:
+    """The outputs of onnx.reference.ReferenceEvaluator: the spec in numpy, the same on
+    every CPU (onnxruntime's integer kernels are not: see tests/ops/test_quant.py)."""
+    from onnx.reference import ReferenceEvaluator
+
+    return ReferenceEvaluator(model).run(None, feeds)
+
+
 def check_with_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
                          tol: float = 1e-4):
     """check_model, but against onnx.reference.ReferenceEvaluator, for ops onnxruntime has
     no kernel for; returns the conversion, its float32 flatbuffer in `.tflite`."""
-    from onnx.reference import ReferenceEvaluator
-
     from onnx2tf_alt.lowering import tflite_bytes
 
-    expected = ReferenceEvaluator(model).run(None, feeds)
+    expected = reference_run(model, feeds)
     converted = convert(model)
     for i, (a, e) in enumerate(zip(tf_run(converted, feeds), expected)):
         assert_close(a, e, tol, f"TF output {i}")
