@@ -44,3 +44,13 @@ def from_ordered(y, dtype: tf.DType):
 def compute_dtype(tensor) -> tf.DType:
     """float32 for half-precision tensors (TFLite and most TF kernels prefer it)."""
     return tf.float32 if tensor.dtype in (tf.float16, tf.bfloat16) else tensor.dtype
+
+
+def rounded_matmul(a, b, **kwargs):
+    """tf.matmul; of bfloat16 operands accumulated in float32 and rounded once, as the ONNX
+    reference computes it. TF's own bfloat16 matmul does that with oneDNN (Intel CPUs) but
+    rounds partial sums without it (on an AMD EPYC 52 of 120 products differed)."""
+    if a.dtype != tf.bfloat16:
+        return tf.matmul(a, b, **kwargs)
+    product = tf.matmul(tf.cast(a, tf.float32), tf.cast(b, tf.float32), **kwargs)
+    return tf.cast(product, tf.bfloat16)

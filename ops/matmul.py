@@ -18,6 +18,7 @@ from onnx2tf_alt import perms as P
 from onnx2tf_alt.layout import CUSTOM, Decision, LayoutPolicy, custom_policy
 from onnx2tf_alt.registry import handler
 
+from ._dtypes import rounded_matmul
 from ._matmul_common import operand, swaps_last_two
 from ._shapes import dims_of
 
@@ -62,7 +63,7 @@ def matmul(ctx):
         a = tf.expand_dims(a, 0)
     if b_vector:
         b = tf.expand_dims(b, 1)
-    y = tf.linalg.matmul(a, b, transpose_a=ta, transpose_b=tb)
+    y = rounded_matmul(a, b, transpose_a=ta, transpose_b=tb)
     if a_vector:
         y = tf.squeeze(y, -2)
     if b_vector:

@@ -20,7 +20,7 @@ import tensorflow as tf
 from onnx2tf_alt.control_flow import free_names
 from onnx2tf_alt.registry import handler
 
-from ._dtypes import compute_dtype
+from ._dtypes import compute_dtype, rounded_matmul
 from ._shapes import dims_of, reshape_to_dims
 from .control import run_subgraph
 from .softmax import softmax
@@ -50,8 +50,9 @@ def grouped_scores(q, k, scale: float):
     kv_heads, kv_len = k.shape[1], dims_of(k)[2]
     root = tf.constant(np.sqrt(scale), q.dtype)
     q_rows = reshape_to_dims(q * root, [b, kv_heads, (q_heads // kv_heads) * q_len, head_size])
-    scores = tf.matmul(q_rows, k * root, transpose_b=True)
+    scores = rounded_matmul(q_rows, k * root, transpose_b=True)
     return reshape_to_dims(scores, [b, q_heads, q_len, kv_len])
+
 
 
 def grouped_values(probs, v):
@@ -59,7 +60,7 @@ def grouped_values(probs, v):
     b, q_heads, q_len, kv_len = dims_of(probs)
     kv_heads = v.shape[1]
     rows = reshape_to_dims(probs, [b, kv_heads, (q_heads // kv_heads) * q_len, kv_len])
-    return reshape_to_dims(tf.matmul(rows, v), [b, q_heads, q_len, v.shape[3]])
+    return reshape_to_dims(rounded_matmul(rows, v), [b, q_heads, q_len, v.shape[3]])
 
 
 def _structural_allowed(q_len: int, kv_len: int, offset, causal: bool, left: int, right: int):
