@@ -379,6 +379,9 @@ def _fits_fused_lstm(ctx, rec: Recurrence) -> bool:
         and lengths is not None and (lengths == rec.steps).all()
         and all(isinstance(w, np.ndarray) for w in (rec.w, rec.r, rec.wb))
         and rec.dtype == np.float32
+        # with an unknown batch TF's converter cannot fuse the layer: it writes TensorList
+        # ops, which need Flex
+        and ctx.shape(0)[1 if rec.layout == 0 else 0] is not None
         and not (len(outputs) > 2 and outputs[2] and _is_read(ctx.graph, outputs[2]))
     )
 

@@ -365,26 +365,31 @@ def test_torch_lstm_and_gru(tmp_path):
         assert "TRANSPOSE" not in ops, ops
 
 
-def test_torch_gru_with_a_dynamic_batch(tmp_path):
-    """A torch GRU exported with a dynamic batch builds its zero initial state in the graph
-    (its shape is known only at run time, so every step starts from a state); converted once,
-    it runs batches of 1 and 3. Its recurrence products get a run-time bias and run on the
-    builtin kernel (onnx2tf_alt/shared_weights.py)."""
+@pytest.mark.parametrize("kind", ["GRU", "LSTM"])
+def test_torch_rnn_with_a_dynamic_batch(kind, tmp_path):
+    """A torch GRU / LSTM exported with a dynamic batch builds its zero initial states in
+    the graph (their shape is known only at run time, so every step starts from a state);
+    converted once, it runs batches of 1 and 3, with builtin ops only (a fused LSTM of
+    unknown batch would need Flex: it is unrolled). Its recurrence products get a run-time
+    bias and run on the builtin kernel (onnx2tf_alt/shared_weights.py)."""
     torch = pytest.importorskip("torch")
     from onnx2tf_alt.export.delegates import analyze
 
     torch.manual_seed(0)
-    module = torch.nn.GRU(8, 16, num_layers=2, bidirectional=True, batch_first=True).eval()
-    path = tmp_path / "gru.onnx"
+    module = getattr(torch.nn, kind)(8, 16, num_layers=2, bidirectional=True,
+                                     batch_first=True).eval()
+    path = tmp_path / "rnn.onnx"
     x = rng.standard_normal((3, SEQ, 8)).astype(np.float32)
     torch.onnx.export(module, (torch.from_numpy(x[:1]),), str(path), dynamo=False,
-                      opset_version=17, input_names=["x"], output_names=["y", "h"],
-                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}, "h": {1: "batch"}})
+                      opset_version=17, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
     model = onnx.load(str(path))
     converted = check_model(model, {"x": x})
     for i, (got, want) in enumerate(zip(tflite_run(converted, {"x": x[1:2]}),
                                         ort_run(model, {"x": x[1:2]}))):
         assert_close(got, want, what=f"TFLite output {i}, batch 1")
+    ops = count_tflite_ops(converted.tflite)
+    assert not any(name.startswith("Flex") for name in ops), ops
     report = analyze(converted.tflite, converted.tflite_result(), converted.graph)
     off = [o.op for o in report.reference_ops]
     assert off.count("FULLY_CONNECTED") == 2 * 2 * SEQ, report.summary()  # layers, directions
