@@ -9,11 +9,12 @@ under XNNPACK against 6 us on the builtin kernel, which reads the one shared ten
 cache (measured on the 2-core CI machine, 16 MiB L3); the packed copies also cost T times
 the weights in memory.
 
-XNNPACK takes a FULLY_CONNECTED only when its bias is a constant (it packs the bias with
-the weights), so such an op gets a bias computed at run time: the handler adds a
-per-output-channel vector computed at run time (the step's input projection) right after
-the product, and this pass, run on the converted flatbuffer, makes that ADD the op's bias.
-That is exactly the op's own semantics (out = in @ W^T + bias), so it changes no value.
+XNNPACK (ai-edge-litert 2.3, measured) leaves a FULLY_CONNECTED whose bias is computed at
+run time to the builtin kernel; run-time weights alone it still takes, and packs on every
+run. So the handler adds a per-output-channel vector computed at run time (the step's input
+projection) right after the product, and this pass, run on the converted flatbuffer, makes
+that ADD the op's bias. That is the op's own semantics (out = in @ W^T + bias), so no value
+changes.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def fold_runtime_biases(content: bytes) -> bytes:
     return bytes(builder.Output())
 
 
-def _builtin_codes(model, schema) -> list[int]:
+def _builtin_codes(model) -> list[int]:
     """Per operator code index, its builtin operator (max of the two code fields, as the
     schema says for files written before and after the 127 limit)."""
     return [max(code.builtinCode, code.deprecatedBuiltinCode) for code in model.operatorCodes]
@@ -51,8 +52,8 @@ def _has_candidates(model, schema) -> bool:
     """Whether two FULLY_CONNECTED ops read one weight tensor, read without unpacking the
     model (its weights may be large)."""
     fc = schema.BuiltinOperator.FULLY_CONNECTED
-    codes = [max(model.OperatorCodes(i).BuiltinCode(), model.OperatorCodes(i).DeprecatedBuiltinCode())
-             for i in range(model.OperatorCodesLength())]
+    codes = [max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+             for code in map(model.OperatorCodes, range(model.OperatorCodesLength()))]
     for s in range(model.SubgraphsLength()):
         subgraph, seen = model.Subgraphs(s), set()
         for i in range(subgraph.OperatorsLength()):
@@ -66,7 +67,7 @@ def _has_candidates(model, schema) -> bool:
 
 
 def _fold_subgraph(model, subgraph, schema) -> int:
-    codes = _builtin_codes(model, schema)
+    codes = _builtin_codes(model)
     fc, add = schema.BuiltinOperator.FULLY_CONNECTED, schema.BuiltinOperator.ADD
     readers: dict[int, list[int]] = {}
     for index, op in enumerate(subgraph.operators):
@@ -85,9 +86,11 @@ def _fold_subgraph(model, subgraph, schema) -> int:
             continue
         product = int(op.outputs[0])
         users = readers.get(product, [])
-        if product in outputs or len(users) != 1 or codes[subgraph.operators[users[0]].opcodeIndex] != add:
+        if product in outputs or len(users) != 1:
             continue
         adder = subgraph.operators[users[0]]
+        if codes[adder.opcodeIndex] != add:
+            continue
         bias = [int(t) for t in adder.inputs if int(t) != product]
         units = subgraph.tensors[int(op.inputs[1])].shape[0]
         if len(bias) != 1 or not _runtime_vector(model, subgraph.tensors[bias[0]], units):

@@ -3,8 +3,11 @@
 Constant weights are folded in numpy. The input projection of all time steps is one
 matmul before the loop; each step adds a matmul with the recurrence weights and elementwise
 gates, which TFLite runs as FULLY_CONNECTED, ADD, MUL, LOGISTIC and TANH builtins, with no
-control flow and no Flex ops. Weights, biases and peepholes computed at run time go through
-the same code as tensors: the slices and products that fold in numpy become ops.
+control flow and no Flex ops. Each step's FULLY_CONNECTED gets a run-time bias (the step's
+projection, or a vector computed at run time) so that all steps share one copy of the
+recurrence weights on TFLite's builtin kernel (onnx2tf_alt/shared_weights.py). Weights,
+biases and peepholes computed at run time go through the same code as tensors: the slices
+and products that fold in numpy become ops.
 
 sequence_lens: a sequence's state is frozen after its end and its outputs there are zero.
 The reverse direction walks the steps from the last one down, so a shorter sequence keeps
