@@ -1,6 +1,6 @@
 """The public Python surface: `convert` (keyword names equal to the CLI's long flags),
-`check`, `batch`, `custom_objects` and `deep_graphs`. The conversion itself is pipeline.py (in memory) and
-conversion.py (files); this module only names what users call.
+`check`, `batch`, `custom_objects` and `deep_graphs`. The conversion itself is pipeline.py
+(in memory) and conversion.py (files); this module only names what users call.
 """
 
 from __future__ import annotations

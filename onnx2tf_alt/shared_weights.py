@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import flatbuffers
 
-FILE_IDENTIFIER = b"TFL3"
+from onnx2tf_alt.tflite_names import FILE_IDENTIFIER
 
 
 def fold_runtime_biases(content: bytes) -> bytes:
@@ -34,7 +34,8 @@ def fold_runtime_biases(content: bytes) -> bytes:
     if not _has_candidates(schema.Model.GetRootAsModel(content, 0), schema):
         return content
     model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(content, 0))
-    folded = sum(_fold_subgraph(model, subgraph, schema) for subgraph in model.subgraphs)
+    codes = _builtin_codes(model)
+    folded = sum(_fold_subgraph(codes, model, subgraph, schema) for subgraph in model.subgraphs)
     if not folded:
         return content
     builder = flatbuffers.Builder(len(content) + 4096)
@@ -66,8 +67,7 @@ def _has_candidates(model, schema) -> bool:
     return False
 
 
-def _fold_subgraph(model, subgraph, schema) -> int:
-    codes = _builtin_codes(model)
+def _fold_subgraph(codes: list[int], model, subgraph, schema) -> int:
     fc, add = schema.BuiltinOperator.FULLY_CONNECTED, schema.BuiltinOperator.ADD
     readers: dict[int, list[int]] = {}
     for index, op in enumerate(subgraph.operators):
