@@ -21,12 +21,25 @@ DEFAULT = [
 ]
 
 
+# Random weights give near-constant scores: thresholds of 0 keep the post-processing busy.
+_DETECTOR_THRESHOLDS = {
+    "fasterrcnn": {"box_score_thresh": 0.0}, "maskrcnn": {"box_score_thresh": 0.0},
+    "keypointrcnn": {"box_score_thresh": 0.0}, "retinanet": {"score_thresh": 0.0},
+    "fcos": {"score_thresh": 0.0}, "ssd300": {"score_thresh": 0.0},
+    "ssdlite320": {"score_thresh": 0.0},
+}
+
+
 def export(name: str, out_dir: str, size: int = 224) -> str:
     torch.manual_seed(0)
-    families = (torchvision.models, torchvision.models.segmentation, torchvision.models.video)
+    families = (torchvision.models, torchvision.models.segmentation, torchvision.models.video,
+                torchvision.models.detection)
     factory = next(getattr(f, name) for f in families if hasattr(f, name))
     takes = inspect.signature(factory).parameters  # segmenters: no backbone weights either
     kwargs = {"weights_backbone": None} if "weights_backbone" in takes else {}
+    detector = hasattr(torchvision.models.detection, name)
+    if detector:  # keep every candidate box, as trained weights would give NMS real work
+        kwargs.update(_DETECTOR_THRESHOLDS.get(name.split("_")[0], {}))
     model = factory(weights=None, **kwargs).eval()
     for m in model.modules():  # non-trivial BatchNorm statistics
         if isinstance(m, torch.nn.BatchNorm2d):
@@ -35,8 +48,9 @@ def export(name: str, out_dir: str, size: int = 224) -> str:
     path = os.path.join(out_dir, f"{name}.onnx")
     # Not under no_grad: that sends attention layers down a fused fast path
     # (aten::_native_multi_head_attention) that the exporter cannot express.
+    outputs = ["boxes", "labels", "scores"] if detector else ["logits"]
     torch.onnx.export(model, (torch.randn(1, 3, size, size),), path, dynamo=False,
-                      opset_version=17, input_names=["input"], output_names=["logits"])
+                      opset_version=17, input_names=["input"], output_names=outputs)
     return path
 
 

@@ -200,8 +200,12 @@ def _roi_average(x, batch, taps_y, taps_x, n, height, width, channels):
     out_h = weight_y.shape[1]
     # Batched (of one) so that constant weights stay the left operand of a BATCH_MATMUL
     # instead of becoming a FULLY_CONNECTED between two transposes.
+    # One extra zero row, sliced off after the product: XNNPACK cannot reshape a product
+    # of no rows (no rois, e.g. a feature level that receives no box).
     flat = tf.reshape(x, [1, n * height, width * channels])
-    along_y = tf.matmul(tf.reshape(weight_y, [1, -1, n * height]), flat)
+    rows = tf.concat([tf.reshape(weight_y, [1, -1, n * height]),
+                      tf.zeros([1, 1, n * height])], axis=1)
+    along_y = tf.matmul(rows, flat)[:, :-1]
     along_y = tf.reshape(along_y, [-1, out_h, width, channels])
     return tf.matmul(weight_x[:, None], along_y)
 

@@ -138,7 +138,9 @@ _SEGMENT_COMBINE = {
 def _scatter(data, offsets, updates, reduction: str):
     """Rows `offsets` (U,) of data (G, ...) combined with updates (U, ...).
 
-    "none": the last update of a row wins, as onnxruntime applies them in order.
+    "none": the last update of a row wins, as onnxruntime applies them in order. Each row
+    is gathered from [data; updates] (updates' rows follow data's), so that no index points
+    into an empty `updates` (e.g. a feature level that receives no box in a detector).
     """
     data, updates = widen(data), widen(updates)
     rows = tf.shape(data, out_type=tf.int32)[0] if data.shape[0] is None else data.shape[0]
@@ -147,8 +149,8 @@ def _scatter(data, offsets, updates, reduction: str):
     if reduction == "none":
         order = tf.range(tf.shape(offsets)[0])
         last = tf.math.unsorted_segment_max(order, offsets, rows)
-        written = tf.reshape(last >= 0, [-1] + [1] * (data.shape.rank - 1))
-        return tf.where(written, tf.gather(updates, tf.maximum(last, 0)), data)
+        source = tf.where(last >= 0, last + rows, tf.range(rows))
+        return tf.gather(tf.concat([data, updates], axis=0), source)
     if reduction not in _SEGMENT_COMBINE:
         raise NotImplementedError(f"reduction '{reduction}' is not supported")
     segment, combine = _SEGMENT_COMBINE[reduction]

@@ -248,17 +248,19 @@ def check_nodes(
     tol: float = 1e-4,
     tflite: bool = True,
     reference=ort_run,
+    input_shapes: dict[str, list] | None = None,
     **convert_kwargs,
 ):
     """Several nodes in one model, checked in one conversion (TF and float32 TFLite)
     against `reference(model, feeds)` (onnxruntime, or `reference_run`).
 
     Every node output is a graph output unless `outputs` names them; a failure names the
-    output. Returns (converted, census of TFLite builtin ops or None).
+    output; `input_shapes` declares inputs with symbolic dims. Returns (converted, census of
+    TFLite builtin ops or None).
     """
     nodes = list(nodes)
     outputs = outputs or [o for n in nodes for o in n.output if o]
-    model = make_model(nodes, inputs, outputs, initializers, opset)
+    model = make_model(nodes, inputs, outputs, initializers, opset, input_shapes)
     expected = reference(model, inputs)
     converted = convert(model, **convert_kwargs)
     for name, a, e in zip(outputs, tf_run(converted, inputs), expected):

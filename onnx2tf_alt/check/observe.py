@@ -104,24 +104,63 @@ def ort_values(
 
 
 # --- Keras ---------------------------------------------------------------------------------
-def tf_values(converted, found: list[Target], feeds: dict[str, np.ndarray]) -> dict:
-    """Each target's value from one run of a Keras model exposing all of them (ONNX order)."""
+def tf_values(converted, found: list[Target], feeds: dict[str, np.ndarray],
+              failures: dict[str, str] | None = None) -> dict:
+    """Each target's value from one run of a Keras model exposing all of them (ONNX order).
+
+    When that run raises (e.g. a gather index out of range), the first target whose
+    computation raises is found by bisection over the targets in ONNX order; the values
+    before it are returned and `failures` gets {its ONNX name: the error}, so the report
+    names the op that went wrong instead of failing as a whole."""
     import tensorflow as tf
     import tf_keras
 
     model = converted.result.model
-    tensors = _distinct_tensors(found)
+    inputs = list(converted.result.to_physical(feeds).values())
+    tensors = list(_distinct_tensors(found).items())
     values = {t.onnx_name: t.const for t in found if t.const is not None}
-    if tensors:
-        outputs = [_detached(t, model.inputs, tf) for t in tensors.values()]
-        probe = tf_keras.Model(inputs=model.inputs, outputs=outputs)
-        arrays = probe(list(converted.result.to_physical(feeds).values()), training=False)
+
+    def run(count: int) -> dict:
+        outputs = [_detached(t, model.inputs, tf) for _, t in tensors[:count]]
+        arrays = tf_keras.Model(inputs=model.inputs, outputs=outputs)(inputs, training=False)
         arrays = arrays if isinstance(arrays, (list, tuple)) else [arrays]
-        by_id = {key: np.asarray(a) for key, a in zip(tensors, arrays)}
+        return {key: np.asarray(a) for (key, _), a in zip(tensors, arrays)}
+
+    if not tensors:
+        return values
+    try:
+        by_id = run(len(tensors))
+    except Exception as exc:  # noqa: BLE001 - located below, then reported per value
+        if failures is None:
+            raise
+        by_id, first_bad, error = _first_failing_prefix(run, len(tensors), exc)
+        bad = tensors[first_bad - 1][0]
         for t in found:
-            if t.const is None:
-                values[t.onnx_name] = P.to_onnx_order(by_id[id(t.tensor)], t.perm)
+            if t.const is None and id(t.tensor) == bad:
+                failures[t.onnx_name] = f"TF raised: {_last_line(error)}"
+    for t in found:
+        if t.const is None and id(t.tensor) in by_id:
+            values[t.onnx_name] = P.to_onnx_order(by_id[id(t.tensor)], t.perm)
     return values
+
+
+def _first_failing_prefix(run, count: int, error: Exception) -> tuple[dict, int, Exception]:
+    """The smallest k such that run(k) raises (run(count) raised `error`), the values of
+    run(k - 1) and run(k)'s error: a bisection, so about log2(count) runs of Keras probes."""
+    good, good_values, bad = 0, {}, count
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        try:
+            good_values, good = run(middle), middle
+        except Exception as exc:  # noqa: BLE001 - the failure is what is searched for
+            bad, error = middle, exc
+    return good_values, bad, error
+
+
+def _last_line(exc: Exception) -> str:
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    useful = [line for line in lines if "[Op:" in line or "indices" in line]
+    return (useful or lines or [type(exc).__name__])[0][:300]
 
 
 def _distinct_tensors(found: list[Target]) -> dict[int, object]:

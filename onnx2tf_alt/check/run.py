@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from onnx2tf_alt import perms as P
-from onnx2tf_alt.check.compare import AccuracyReport, BackendReport, compare
+from onnx2tf_alt.check.compare import FAIL, AccuracyReport, BackendReport, compare
 from onnx2tf_alt.check.inputs import DEFAULT_SEED, first_sample, make_inputs
 from onnx2tf_alt.check.observe import (
     debug_tflite,
@@ -64,14 +64,22 @@ def check_converted(
         report.error = f"onnxruntime cannot run the model: {_short(exc)}"
         return report
 
-    def backend(name: str, values: dict, missing=lambda t: "not computed") -> BackendReport:
+    def backend(name: str, values: dict, missing=lambda t: "not computed",
+                failures: dict[str, str] | None = None) -> BackendReport:
         checks = [
             compare(t, reference[t.onnx_name], values.get(t.onnx_name), atol, rtol, missing(t))
             for t in found
         ]
+        for check in checks:
+            if failures and check.output_name in failures:
+                check.status, check.note = FAIL, failures[check.output_name]
         return BackendReport(name, checks)
 
-    report.backends["tf"] = backend("tf", tf_values(converted, found, feeds))
+    failures: dict[str, str] = {}
+    values = tf_values(converted, found, feeds, failures)
+    report.backends["tf"] = backend(
+        "tf", values, lambda t: "not computed: an earlier op raised" if failures else
+        "not computed", failures)
     if tflite:
         report.backends["tflite"] = _tflite_report(converted, found, feeds, tflite_model, backend)
     for extra in more_backends(found, feeds, full) if more_backends is not None else []:

@@ -204,6 +204,18 @@ def test_roi_align_adaptive_sampling_runtime_rois_opset10():
     check_nodes(nodes, {"x": x, "rois": rois, "batch": batch}, opset=10)
 
 
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_roi_align_with_no_rois_at_run_time(mode):
+    """A feature level that receives no box (torchvision's MultiScaleRoIAlign): zero rois
+    give an empty result; XNNPACK refused the empty BATCH_MATMUL ("failed to reshape")."""
+    nodes = [node("RoiAlign", ["x", "rois", "batch"], "y", mode=mode, output_height=3,
+                  output_width=2, sampling_ratio=2, spatial_scale=0.5)]
+    for count in (0, 2):
+        inputs = {"x": data(2, 4, 9, 11), "rois": rois_inside(count, 9, 11, 0.5),
+                  "batch": np.arange(count, dtype=np.int64) % 2}
+        check_nodes(nodes, inputs, input_shapes={"rois": ["r", 4], "batch": ["r"]})
+
+
 def test_roi_align_between_convs_has_no_transpose():
     nodes = [
         node("Conv", ["x", "w1"], "a", pads=[1, 1, 1, 1]),

@@ -181,6 +181,21 @@ def test_scatter_elements_constant_indices_channel_last():
     check_between_convs(middle, {"i": index, "u": data(2, 4, 7, 5)})
 
 
+@pytest.mark.parametrize("rows", [0, 2])
+def test_scatters_with_no_updates_at_run_time(rows):
+    """torchvision's MultiScaleRoIAlign scatters each feature level's boxes into the result;
+    a level that gets no box scatters an empty `updates`, which must leave data as it is
+    (a gather into the empty updates failed in TF and in TFLite)."""
+    x = data(3, 4)
+    index = distinct_along((rows, 4), 3, 0)
+    inputs = {"x": x, "i": index, "u": data(rows, 4), "j": distinct_rows(rows, (3,)),
+              "v": data(rows, 4)}
+    nodes = [node("ScatterElements", ["x", "i", "u"], "y", axis=0),
+             node("ScatterND", ["x", "j", "v"], "z")]
+    check_nodes(nodes, inputs, input_shapes={"i": ["n", 4], "u": ["n", 4], "j": ["n", 1],
+                                             "v": ["n", 4]})
+
+
 def test_scatter_opset9():
     x = data(3, 5)
     index = np.stack([rng.permutation(5)[:3] for _ in range(3)]).astype(np.int64)
