@@ -106,6 +106,28 @@ def test_faulty_conv_is_the_first_divergence(faulty):
     assert abs(report.backends["tf"].first_divergence.max_abs_err - 1e-2) < 1e-4
 
 
+def test_op_that_raises_at_run_time_is_named_and_earlier_values_checked(faulty):
+    """A Keras run that raises (here a gather out of range inside "add", as an empty
+    tensor once made Faster R-CNN's ScatterElements raise) is located by bisection: the
+    values before it are compared, it fails with TF's error, the later ones are unobserved."""
+    def raising(out):
+        index = tf.cast(tf.reduce_max(out) * 0.0, tf.int32) + 5
+        return out + tf.gather(tf.zeros([1]), index)
+
+    faulty("Add", "add", raising)
+    report = check_converted(build(onnx_graph=residual_block()), full=True, tflite=False)
+    checks = report.backends["tf"].checks
+    names = [c.node_name for c in checks]
+    failed = checks[names.index("add")]
+    assert failed.status == FAIL and failed.note.startswith("TF raised:"), failed
+    assert "indices" in failed.note, failed.note
+    assert all(c.status == PASS for c in checks[:names.index("add")])
+    after = checks[names.index("add") + 1:]
+    assert after and all(c.status == UNOBSERVED and "earlier op raised" in c.note
+                         for c in after), after
+    assert report.backends["tf"].first_divergence is failed
+
+
 def test_wrong_layout_caught_when_h_w_c_are_equal(faulty):
     # relu1 hands back NCHW data while its perm says NHWC: the shape (1, 8, 8, 8) is the
     # same either way, and some permutation of it matches ONNX exactly.
