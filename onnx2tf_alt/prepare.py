@@ -107,8 +107,8 @@ INFERENCE_VALUE_LIMIT = 4096
 
 
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """ONNX shape inference (with data propagation) plus `fill_same_shape_gaps` and
-    `fill_handler_gaps`, on a weight-free copy; the inferred value infos and output types
+    """ONNX shape inference (with data propagation) plus `fill_same_shape_gaps`,
+    `fill_handler_gaps` and `fill_control_flow_gaps`, on a weight-free copy; the inferred value infos and output types
     are written into `model`."""
     light = weight_free_copy(model)
     declared = _strip_declared_shapes(light)
@@ -131,7 +131,8 @@ def _infer_rounds(light: onnx.ModelProto) -> onnx.ModelProto:
         except Exception as exc:  # noqa: BLE001 - a partial inference still lets us convert
             log.warning("ONNX shape inference failed (%s); continuing with known shapes", exc)
             break
-        if not fill_same_shape_gaps(light) + fill_handler_gaps(light):
+        if not (fill_same_shape_gaps(light) + fill_handler_gaps(light)
+                + fill_control_flow_gaps(light)):
             break
     return light
 
@@ -316,6 +317,55 @@ def fill_handler_gaps(model: onnx.ModelProto) -> int:
             infos[name] = target
             filled += 1
     return filled
+
+
+def fill_control_flow_gaps(model: onnx.ModelProto) -> int:
+    """Loop-carried values and If outputs that ONNX inference leaves without any shape
+    because their dims differ between iterations or branches (e.g. torchvision's mask and
+    keypoint post-processing grows a (0, H, W) constant by concatenation in a Loop). Their
+    element type and rank agree, so they are known: dims on which the initial value, body
+    output or branches agree are kept, the others unknown.
+
+    Returns how many values were filled, so inference can run again downstream of them.
+    """
+    graph = model.graph
+    infos = {v.name: v for v in [*graph.input, *graph.value_info, *graph.output]}
+    for init in graph.initializer:
+        infos.setdefault(init.name, helper.make_tensor_value_info(
+            init.name, init.data_type, list(init.dims)))
+    outputs = {o.name: o for o in graph.output}
+    filled = 0
+    for node in graph.node:
+        for name, sources in _control_flow_sources(node, infos):
+            if not name or _has_shape(infos.get(name)):
+                continue
+            types = [_type_of(source) for source in sources]
+            if not types or None in types or len({(t, len(d)) for t, d in types}) != 1:
+                continue
+            dims = [d[0] if isinstance(d[0], int) and d.count(d[0]) == len(d) else None
+                    for d in zip(*(dims for _, dims in types))]
+            info = helper.make_tensor_value_info(name, types[0][0], dims)
+            target = outputs.get(name) or graph.value_info.add()
+            target.CopyFrom(info)
+            infos[name] = target
+            filled += 1
+    return filled
+
+
+def _control_flow_sources(node, infos) -> list[tuple[str, list]]:
+    """(output name, value infos it takes its type from) for a Loop's carried outputs (body
+    output and initial value) and an If's outputs (both branches)."""
+    graphs = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+    if node.op_type == "Loop" and "body" in graphs:
+        body = graphs["body"].output
+        carried = min(len(node.input) - 2, len(body) - 1, len(node.output))
+        return [(node.output[k], [body[1 + k], infos.get(node.input[2 + k])])
+                for k in range(carried)]
+    if node.op_type == "If" and {"then_branch", "else_branch"} <= set(graphs):
+        branches = graphs["then_branch"].output, graphs["else_branch"].output
+        return [(name, [branches[0][k], branches[1][k]]) for k, name in enumerate(node.output)
+                if k < min(map(len, branches))]
+    return []
 
 
 def _type_of(info) -> tuple[int, list] | None:

@@ -93,7 +93,19 @@ def _run_if(node, then_branch, else_branch, values, opsets) -> list:
         lambda: run_subgraph(then_branch, opsets, [], values),
         lambda: run_subgraph(else_branch, opsets, [], values),
     )
-    return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    return [_ranked(o) for o in outputs]
+
+
+def _ranked(x):
+    """`x` through a RESHAPE to its own static shape (-1 for its one unknown dim): TF's
+    converter gives an IF's outputs no shape, not even a rank, and then lowers a
+    strided_slice of them to a SLICE of the requested size without ONNX's clamping (a
+    torchvision `keep[:post_nms_top_n]` with fewer boxes kept failed in TFLite)."""
+    dims = x.shape.as_list() if x.shape.rank is not None else None
+    if dims is None or sum(d is None for d in dims) > 1:
+        return x
+    return tf.reshape(x, [-1 if d is None else d for d in dims])
 
 
 def _run_loop(node, body, values, opsets) -> list:

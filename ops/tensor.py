@@ -121,11 +121,23 @@ def _slice(ctx, starts, ends, axes, steps):
                 start = tf.maximum(_int32(start), -size)
             if isinstance(stop, int) and abs(stop) >= INT32_MAX and (stop > 0) == (step > 0):
                 end_mask |= 1 << p  # through the last element in the stepping direction
+            elif dim is None and step > 0:
+                start, stop = (_clamped_to_dim(v, x, p) for v in (start, stop))
         begin[p], end[p] = _int32(start), _int32(stop)
     phased = phase_slice(x, begin, end, strides, begin_mask, end_mask)
     if phased is not None:
         return phased
     return _strided_slice(x, begin, end, strides, begin_mask, end_mask)
+
+
+def _clamped_to_dim(value, x, p: int):
+    """A static non-negative bound clamped to x's run-time dim p; others as they are. TF's
+    converter lowers a strided_slice with static bounds to a SLICE of static size, which
+    TFLite's kernel refuses when the dim turns out smaller (ONNX clamps: `keep[:1000]` of
+    fewer boxes); with a run-time bound it stays a STRIDED_SLICE, which clamps."""
+    if not isinstance(value, int) or value <= 0 or value >= INT32_MAX:
+        return value
+    return tf.minimum(value, tf.shape(x, out_type=tf.int32)[p])
 
 
 TFLITE_SLICE_RANK = 5  # the most axes TFLite's STRIDED_SLICE takes

@@ -265,6 +265,23 @@ def test_slice_runtime_end():
                        input_shape=["N", 3, 4, "S"])
 
 
+@pytest.mark.parametrize("length", [3, 12])
+def test_slice_bounds_past_a_dynamic_dim_on_builtin_kernels(length):
+    """x[1:10] of a run-time length below 10 is clamped, as ONNX says. TF's converter
+    lowered it to a SLICE of static size 9, which TFLite's builtin kernel refuses ("Invalid
+    begin and size"; XNNPACK clamps): torchvision detectors' keep[:post_nms_top_n]."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    nodes = [node("Slice", ["x", "st", "en"], "y")]
+    inits = {"st": ints(1), "en": ints(10)}
+    feeds = {"x": data(length)}
+    model = make_model(nodes, feeds, ["y"], inits, input_shapes={"x": ["L"]})
+    converted = check_model(model, feeds)
+    builtin = Interpreter(model_content=converted.tflite, experimental_op_resolver_type=(
+        OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)).get_signature_runner()
+    np.testing.assert_array_equal(builtin(**feeds)["y"], feeds["x"][1:10])
+
+
 def test_slice_channels_between_convs_has_no_transpose():
     nodes = [node("Slice", ["a", "st", "en", "ax"], "m")]
     check_between_convs(nodes, {"st": ints(1), "en": ints(4), "ax": ints(1)}, channels=5,
