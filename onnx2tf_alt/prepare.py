@@ -333,7 +333,7 @@ def fill_control_flow_gaps(model: onnx.ModelProto) -> int:
     for init in graph.initializer:
         infos.setdefault(init.name, helper.make_tensor_value_info(
             init.name, init.data_type, list(init.dims)))
-    outputs = {o.name: o for o in graph.output}
+    declared = {v.name: v for v in [*graph.value_info, *graph.output]}  # typed, no shape
     filled = 0
     for node in graph.node:
         for name, sources in _control_flow_sources(node, infos):
@@ -345,7 +345,7 @@ def fill_control_flow_gaps(model: onnx.ModelProto) -> int:
             dims = [d[0] if isinstance(d[0], int) and d.count(d[0]) == len(d) else None
                     for d in zip(*(dims for _, dims in types))]
             info = helper.make_tensor_value_info(name, types[0][0], dims)
-            target = outputs.get(name) or graph.value_info.add()
+            target = declared.get(name) or graph.value_info.add()
             target.CopyFrom(info)
             infos[name] = target
             filled += 1

@@ -113,7 +113,8 @@ def _run_loop(node, body, values, opsets) -> list:
     trip = _scalar_tensor(values, names[0], tf.int64)
     cond = _scalar_tensor(values, names[1], tf.bool)
     state = [tf.convert_to_tensor(values[n]) for n in names[2:]]
-    return _iterate(_Body(body, opsets, values, is_loop=True), state, trip, cond)
+    empty = [isinstance(values[n], np.ndarray) and values[n].size == 0 for n in names[2:]]
+    return _iterate(_Body(body, opsets, values, is_loop=True), state, trip, cond, empty)
 
 
 def _run_scan(node, attrs, values, opsets) -> list:
@@ -199,10 +200,14 @@ def _declared_dtype(info: onnx.ValueInfoProto) -> np.dtype:
     return helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type)
 
 
-def _iterate(body: _Body, state: list, count, cond) -> list:
+def _iterate(body: _Body, state: list, count, cond, empty: list | None = None) -> list:
     """tf.while_loop over the body; returns the final state, then each scan output stacked
-    along a new axis 0."""
+    along a new axis 0. State values flagged `empty` (constants of no elements, e.g.
+    torchvision's (0, H, W) start of the masks it pastes one by one) are carried flattened
+    behind a placeholder element, with their shape beside them: TFLite's WHILE fails on an
+    empty loop tensor."""
     n_state = len(state)
+    empty = empty or [False] * n_state
     state_shapes, scan_specs = body.signature(state)
     scans = [_empty_scan(spec) for spec in scan_specs]
 
@@ -210,18 +215,39 @@ def _iterate(body: _Body, state: list, count, cond) -> list:
         return c if count is None else tf.logical_and(c, i < count)
 
     def step(i, c, *carried):
-        c_next, outputs = body.run(body.feeds(i, c, list(carried[:n_state])))
+        inner = [_unpadded(v, shape) if e else v
+                 for v, e, shape in zip(carried[:n_state], empty, state_shapes)]
+        c_next, outputs = body.run(body.feeds(i, c, inner))
+        kept = [_padded(v) if e else v for v, e in zip(outputs[:n_state], empty)]
         grown = [_append(a, o) for a, o in zip(carried[n_state:], outputs[n_state:])]
-        return (i + 1, c if c_next is None else c_next, *outputs[:n_state], *grown)
+        return (i + 1, c if c_next is None else c_next, *kept, *grown)
 
     start = (tf.constant(0, tf.int64), tf.constant(True) if cond is None else cond)
-    invariants = (tf.TensorShape([]), tf.TensorShape([]), *state_shapes,
+    invariants = (tf.TensorShape([]), tf.TensorShape([]),
+                  *[(tf.TensorShape([None]), tf.TensorShape([s.rank])) if e else s
+                    for s, e in zip(state_shapes, empty)],
                   *[_scan_invariant(spec) for spec in scan_specs])
-    result = tf.while_loop(keep_going, step, (*start, *state, *scans),
+    initial = [_padded(v) if e else v for v, e in zip(state, empty)]
+    result = tf.while_loop(keep_going, step, (*start, *initial, *scans),
                            shape_invariants=invariants)
     count, final = result[0], list(result[2:])
     scans = [_stacked(a, spec, count) for a, spec in zip(final[n_state:], scan_specs)]
-    return final[:n_state] + scans
+    return [_unpadded(v, shape) if e else v
+            for v, e, shape in zip(final[:n_state], empty, state_shapes)] + scans
+
+
+def _padded(value):
+    """(placeholder + value flattened, value's shape): never an empty tensor."""
+    flat = tf.concat([tf.zeros([1], value.dtype), tf.reshape(value, [-1])], 0)
+    return flat, tf.shape(value, out_type=tf.int32)
+
+
+def _unpadded(carried, shape: tf.TensorShape):
+    flat, dims = carried
+    value = tf.reshape(flat[1:], dims)
+    if shape.rank is not None:
+        value.set_shape(shape)
+    return value
 
 
 # Scan outputs grow by concatenation, TFLite builtins only. An element of static shape is

@@ -274,6 +274,60 @@ def test_loop_with_growing_carried_value():
     _check_feeds(make_model([node], feeds[0], ["rows"], {"rows0": row}), feeds)
 
 
+def test_loop_growing_from_an_empty_constant_keeps_its_rank():
+    """torchvision's Mask/Keypoint R-CNN paste one result per box onto a (0, ...) constant
+    by concatenation in a Loop: ONNX inference leaves that output without any shape (its
+    first dim differs between the initial value and the body), and ops after it that need
+    the rank (Gather of one column, Unsqueeze) failed to convert."""
+    body = _graph(
+        [
+            helper.make_node("Cast", ["i"], ["i_f"], to=F),
+            helper.make_node("Mul", ["row", "i_f"], ["new_row"]),
+            helper.make_node("Concat", ["rows_in", "new_row"], ["rows_out"], axis=0),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [_vi("i", I64, []), _vi("cond_in", B, []), _vi("rows_in", F, [None, 3])],
+        [_vi("cond_out", B, []), _vi("rows_out", F, ["n_rows", "n_columns"])],  # as torch does
+    )
+    nodes = [
+        helper.make_node("Constant", [], ["rows0"], value=numpy_helper.from_array(
+            np.zeros((0, 3), np.float32))),
+        helper.make_node("Loop", ["trip", "", "rows0"], ["rows"], body=body),
+        helper.make_node("Gather", ["rows", "one"], ["column"], axis=1),
+        helper.make_node("Unsqueeze", ["column", "zero"], ["y"]),
+    ]
+    inits = {"one": np.array(1, np.int64), "zero": np.array([0], np.int64)}
+    feeds = [{"row": _rand(1, 3), "trip": np.array(n, np.int64)} for n in (3, 1, 0)]
+    model = make_model(nodes, feeds[0], ["y"], inits)
+    model.graph.output[0].CopyFrom(_vi("y", F, [1, "n"]))
+    _check_feeds(model, feeds)
+
+
+def test_if_output_sliced_past_its_run_time_length():
+    """torchvision's batched_nms returns an empty constant in one branch and the kept
+    boxes in the other, then keeps the first post_nms_top_n: fewer kept than that must
+    give them all (TFLite's IF output has no shape, so the slice became a SLICE of static
+    size that the builtin kernel refuses)."""
+    then = _graph([helper.make_node("Constant", [], ["t_out"], value=numpy_helper.from_array(
+        np.zeros(0, np.int64)))], "then", [], [_vi("t_out", I64, [0])])
+    other = _graph([helper.make_node("NonZero", ["x"], ["nz"]),
+                    helper.make_node("Reshape", ["nz", "flat"], ["e_out"])],
+                   "else", [], [_vi("e_out", I64, [None])])
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["top"], keepdims=0),
+        helper.make_node("Less", ["top", "limit"], ["empty"]),
+        helper.make_node("If", ["empty"], ["kept"], then_branch=then, else_branch=other),
+        helper.make_node("Slice", ["kept", "start", "end"], ["y"]),
+    ]
+    inits = {"limit": np.array(0.5, np.float32), "flat": np.array([-1], np.int64),
+             "start": np.array([0], np.int64), "end": np.array([6], np.int64)}
+    sparse, dense = np.zeros(20, np.float32), np.ones(20, np.float32)
+    sparse[[2, 5, 11]] = 1.0
+    feeds = [{"x": x} for x in (sparse, dense, np.zeros(20, np.float32))]
+    _check_feeds(make_model(nodes, feeds[0], ["y"], inits), feeds)
+
+
 def _parity_if(name: str):
     """An If on (i % 2 == 0): even iterations add x, odd ones subtract it."""
     then = _graph([helper.make_node("Add", ["acc_in", "x"], [f"{name}_t"])], "then", [],
