@@ -28,10 +28,11 @@ from onnx2tf_alt.ops._resize_math import (
 )
 
 from onnx2tf_alt import perms as P
-from onnx2tf_alt.context import reshape
 from onnx2tf_alt.graph import Graph, Node
 from onnx2tf_alt.layout import channel_last, custom_policy, logical
 from onnx2tf_alt.registry import handler
+
+from ._shapes import reshape_to_dims
 
 F32 = np.float32
 _EMPTY = np.zeros(0, np.float32)
@@ -387,5 +388,8 @@ def runtime_resize(ctx, at: ResizeAttrs):
         x = tf.where(inside, x, tf.cast(at.extrapolation, x.dtype))
     known = ctx.out_phys_shape(0)
     if known is not None and any(d is None and k is not None for d, k in zip(x.shape, known)):
-        x = reshape(x, known)  # restore the static dims (channels) the next ops need
+        # restore the static dims (channels) the next ops need, axis by axis: inside a Loop
+        # body every dim of x may be unknown (torchvision pastes each mask at its box size)
+        dims = tf.shape(x)
+        x = reshape_to_dims(x, [dims[i] if k is None else k for i, k in enumerate(known)])
     return x

@@ -130,7 +130,7 @@ def tf_values(converted, found: list[Target], feeds: dict[str, np.ndarray],
         return values
     try:
         by_id = run(len(tensors))
-    except Exception as exc:  # noqa: BLE001 - located below, then reported per value
+    except Exception as exc:  # located below, then reported per value
         if failures is None:
             raise
         by_id, first_bad, error = _first_failing_prefix(run, len(tensors), exc)

@@ -14,6 +14,7 @@ from onnx2tf_alt.lowering import tflite_bytes
 from harness import (
     assert_close,
     check_model,
+    check_nodes,
     convert,
     count_tflite_ops,
     make_model,
@@ -415,3 +416,18 @@ def test_runtime_conv_resize_conv_has_no_transpose(attrs):
     converted = check_model(make_model(nodes, feeds, ["y"], {"w1": w1, "w2": w2}), feeds)
     ops = count_tflite_ops(converted.tflite)
     assert "TRANSPOSE" not in ops and "GATHER" in ops, ops
+
+
+def test_runtime_sizes_on_an_input_of_unknown_static_dims():
+    """Resize to run-time sizes of an input whose every dim TF leaves unknown (a Reshape to
+    a computed shape here; each mask torchvision's Mask R-CNN pastes in its Loop): the
+    static channel dims are restored axis by axis. Reading the i-th unknown target dim from
+    the i-th unknown input dim gave (1, 1, 7, 1) for (1, 7, 4, 1)."""
+    nodes = [helper.make_node("Concat", ["ones", "dims"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["v", "shape"], ["x"]),
+             helper.make_node("Concat", ["ones", "out_dims"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear")]
+    feeds = {"v": rng.standard_normal(30).astype(np.float32), "dims": np.array([5, 6], np.int64),
+             "out_dims": np.array([7, 4], np.int64)}
+    check_nodes(nodes, feeds, {"ones": np.array([1, 1], np.int64)}, outputs=["y"],
+                input_shapes={"v": ["n"], "dims": [2], "out_dims": [2]})
