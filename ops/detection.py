@@ -107,8 +107,11 @@ def non_max_suppression(ctx):
     boxes, scores = ctx.x(0), ctx.x(1)
     if ctx.attr("center_point_box", 0):
         boxes = _corner_boxes(boxes)
-    boxes = tf.unstack(boxes, axis=0)
-    scores = tf.unstack(tf.reshape(scores, [batches * classes, -1]), axis=0)
+    # Indexed, not unstacked: TFLite's UNPACK refuses an empty input even in an IF branch
+    # that is not taken (torchvision's batched_nms when no box is left)
+    boxes = [boxes[b] for b in range(batches)]
+    scores = tf.reshape(scores, [batches * classes, -1])
+    scores = [scores[k] for k in range(batches * classes)]
     width = boxes_count + 1 if boxes_count is not None else tf.shape(boxes[0])[0] + 1
     codes = []  # (batch * classes + class) * width + box + 1, one run per (batch, class)
     for pair, class_scores in enumerate(scores):

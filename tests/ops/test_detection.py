@@ -98,6 +98,21 @@ def test_nms_equal_scores_are_taken_in_index_order():
     check_nodes(nodes, {"boxes": boxes, "scores": scores}, inits, opset=11)
 
 
+@pytest.mark.parametrize("count", [0, 5])
+def test_nms_with_no_boxes_at_run_time(count):
+    """No box left (torchvision's batched_nms on an empty detection set): nothing is
+    selected. TFLite's UNPACK refused the empty boxes, even in an IF branch not taken."""
+    boxes, scores = nms_inputs(1, 1, count)
+    nodes = [node("NonMaxSuppression", ["boxes", "scores", "limit", "iou"], "selected"),
+             node("Concat", ["first", "selected"], "y", axis=0)]  # never empty: readable
+    inits = {"limit": np.array([3], np.int64), "iou": scalar(0.3),
+             "first": np.array([[7, 7, 7]], np.int64)}
+    feeds = {"boxes": boxes, "scores": scores}
+    model = make_model(nodes, feeds, ["y"], inits,
+                       input_shapes={"boxes": [1, "n", 4], "scores": [1, 1, "n"]})
+    check_model(model, feeds)
+
+
 def test_nms_unbounded_limit_with_runtime_box_count():
     """torchvision's exports: boxes and scores of a run-time length, and max_output_boxes
     INT64_MAX. TFLite sizes and zero-fills its NMS outputs to max_output_size, so the
