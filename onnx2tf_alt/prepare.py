@@ -13,7 +13,6 @@ from onnx2tf_alt.conv_taps import cut_dead_taps
 from onnx2tf_alt.dense_flatten import flatten_channel_last
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.fusion import fuse_patterns
-from onnx2tf_alt.group_norm import unfold_group_norms
 from onnx2tf_alt.shuffle import absorb_channel_shuffles
 
 log = logging.getLogger("onnx2tf_alt")
@@ -518,5 +517,4 @@ def prepare_model(
     flatten_channel_last(model)
     absorb_channel_shuffles(model)
     cut_dead_taps(model)
-    unfold_group_norms(model)
     return infer_shapes(fuse_patterns(model))
