@@ -196,6 +196,29 @@ def test_scatters_with_no_updates_at_run_time(rows):
                                              "v": ["n", 4]})
 
 
+@pytest.mark.parametrize("reduction", ["none", "add"])
+def test_scatter_elements_of_expanded_row_indices(reduction):
+    """torchvision's MultiScaleRoIAlign: result.scatter(0, idx.view(-1, 1, 1, 1).expand(-1,
+    C, H, W), level_result). Whole rows are scattered as rows (no per-element offsets: the
+    Expand disappears from the file); 4-D, data channel-last after a conv, a run-time number of
+    rows (3 and 0), duplicate rows for "add", negative indices."""
+    nodes = [
+        node("Conv", ["x", "w"], "data"),
+        node("Relu", ["u"], "updates"),
+        node("Shape", ["updates"], "shape"),
+        node("Reshape", ["rows", "column"], "small"),
+        node("Expand", ["small", "shape"], "index"),
+        node("ScatterElements", ["data", "index", "updates"], "y", axis=0, reduction=reduction),
+    ]
+    inits = {"w": data(4, 3, 1, 1), "column": np.array([-1, 1, 1, 1], np.int64)}
+    for count in (3, 0):
+        rows = np.array([4, -1, 4] if reduction == "add" else [4, -1, 1], np.int64)[:count]
+        feeds = {"x": data(6, 3, 5, 2), "u": data(count, 4, 5, 2), "rows": rows}
+        _, census = check_nodes(nodes, feeds, inits, outputs=["y"],
+                                input_shapes={"u": ["n", 4, 5, 2], "rows": ["n"]})
+        assert "BROADCAST_TO" not in census, census
+
+
 def test_scatter_opset9():
     x = data(3, 5)
     index = np.stack([rng.permutation(5)[:3] for _ in range(3)]).astype(np.int64)
