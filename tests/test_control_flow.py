@@ -255,9 +255,9 @@ def test_constant_loop_above_unroll_limit_is_evaluated_at_conversion():
     assert "WHILE" not in count_tflite_ops(converted.tflite)
 
 
-def test_loop_with_growing_carried_value():
-    """The carried value grows by one row per iteration (a concatenation)."""
-    body = _graph(
+def _growing_body(rows_in: list, rows_out: list) -> onnx.GraphProto:
+    """A Loop body appending row * i to the carried rows (declared `rows_in` / `rows_out`)."""
+    return _graph(
         [
             helper.make_node("Cast", ["i"], ["i_f"], to=F),
             helper.make_node("Mul", ["row", "i_f"], ["new_row"]),
@@ -265,9 +265,14 @@ def test_loop_with_growing_carried_value():
             helper.make_node("Identity", ["cond_in"], ["cond_out"]),
         ],
         "body",
-        [_vi("i", I64, []), _vi("cond_in", B, []), _vi("rows_in", F, ["n", 3])],
-        [_vi("cond_out", B, []), _vi("rows_out", F, ["n", 3])],
+        [_vi("i", I64, []), _vi("cond_in", B, []), _vi("rows_in", F, rows_in)],
+        [_vi("cond_out", B, []), _vi("rows_out", F, rows_out)],
     )
+
+
+def test_loop_with_growing_carried_value():
+    """The carried value grows by one row per iteration (a concatenation)."""
+    body = _growing_body(["n", 3], ["n", 3])
     node = helper.make_node("Loop", ["trip", "", "rows0"], ["rows"], body=body)
     row = _rand(1, 3)
     feeds = [{"row": row, "trip": np.array(n, np.int64)} for n in (2, 4)]
@@ -279,17 +284,7 @@ def test_loop_growing_from_an_empty_constant_keeps_its_rank():
     by concatenation in a Loop: ONNX inference leaves that output without any shape (its
     first dim differs between the initial value and the body), and ops after it that need
     the rank (Gather of one column, Unsqueeze) failed to convert."""
-    body = _graph(
-        [
-            helper.make_node("Cast", ["i"], ["i_f"], to=F),
-            helper.make_node("Mul", ["row", "i_f"], ["new_row"]),
-            helper.make_node("Concat", ["rows_in", "new_row"], ["rows_out"], axis=0),
-            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-        ],
-        "body",
-        [_vi("i", I64, []), _vi("cond_in", B, []), _vi("rows_in", F, [None, 3])],
-        [_vi("cond_out", B, []), _vi("rows_out", F, ["n_rows", "n_columns"])],  # as torch does
-    )
+    body = _growing_body([None, 3], ["n_rows", "n_columns"])  # symbolic dims as torch writes
     nodes = [
         helper.make_node("Constant", [], ["rows0"], value=numpy_helper.from_array(
             np.zeros((0, 3), np.float32))),
