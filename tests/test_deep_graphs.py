@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 import onnx2tf_alt
@@ -34,7 +35,18 @@ def _only(outputs) -> np.ndarray:
     return value.numpy()
 
 
-def test_a_chain_deeper_than_the_recursion_limit_converts_and_reloads(tmp_path):
+@pytest.fixture
+def default_recursion_limit():
+    """Python's default limit for the test: other libraries loaded in the same worker may
+    have raised it (coremltools' TF frontend sets 5,000), which hid what is tested here."""
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    yield
+    sys.setrecursionlimit(previous)
+
+
+def test_a_chain_deeper_than_the_recursion_limit_converts_and_reloads(
+        tmp_path, default_recursion_limit):
     model = _chain(DEPTH)
     assert sys.getrecursionlimit() < DEPTH  # the point of the test
     limit = sys.getrecursionlimit()
