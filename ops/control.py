@@ -99,9 +99,10 @@ def _run_if(node, then_branch, else_branch, values, opsets) -> list:
 
 def _ranked(x):
     """`x` through a RESHAPE to its own static shape (-1 for its one unknown dim): TF's
-    converter gives an IF's outputs no shape, not even a rank, and then lowers a
-    strided_slice of them to a SLICE of the requested size without ONNX's clamping (a
-    torchvision `keep[:post_nms_top_n]` with fewer boxes kept failed in TFLite)."""
+    converter gives an IF's outputs no shape, not even a rank, in the .tflite, so the ops
+    after it were lowered as if nothing were known of it (the clamping that a
+    `keep[:post_nms_top_n]` after torchvision's batched_nms needs is ops/tensor.py's
+    `_clamped_to_dim`)."""
     dims = x.shape.as_list() if x.shape.rank is not None else None
     if dims is None or sum(d is None for d in dims) > 1:
         return x
