@@ -413,23 +413,52 @@ def test_matmul_nbits(bits, block, k, zero_points):
     assert census.get("TRANSPOSE", 0) == 0
 
 
-@pytest.mark.parametrize("bits, block, with_zero_points", [(4, 16, False), (4, 32, True),
-                                                          (8, 32, False), (8, 16, True)])
-def test_gather_block_quantized(bits, block, with_zero_points):
-    rows, dim = 20, 64
-    blocks = dim // block
+def _gather_tables(content: bytes) -> list:
+    """The element types of the tables GATHER ops read in a .tflite, sorted by name."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=content)
+    tensors = {t["index"]: t for t in interpreter.get_tensor_details()}
+    return sorted((np.dtype(tensors[op["inputs"][0]]["dtype"]).name
+                   for op in interpreter._get_ops_details() if op["op_name"] == "GATHER"))
+
+
+@pytest.mark.parametrize("bits, block, dim, with_zero_points, table", [
+    (4, 16, 64, False, np.int8), (4, 32, 64, True, np.int8), (4, 16, 60, True, np.int8),
+    (8, 32, 64, False, np.int8), (8, 16, 64, True, np.int16)])
+@pytest.mark.parametrize("index_shape", [(2, 5), ("batch", 3)])
+def test_gather_block_quantized(bits, block, dim, with_zero_points, table, index_shape):
+    """A 2-D table blocked along its rows stays integer (int16 where 8-bit codes less their
+    zero points need it) and only the gathered rows are scaled; rows whose length is not a
+    whole number of blocks; indices of a run-time batch."""
+    rows, blocks = 20, -(-dim // block)
     codes = rng.integers(0, 1 << bits, (rows, dim))
     data = _pack(codes, bits) if bits == 4 else codes.astype(np.uint8)
     initializers = {"data": data, "scales": normal(rows, blocks) * 0.1}
     order = ["data", "indices", "scales"]
     if with_zero_points:
-        zero = rng.integers(0, 1 << bits, (rows, blocks))
+        zero = rng.integers(0, 1 << bits, (rows, -(-blocks // 2) * 2))[:, :blocks]
         initializers["zero_points"] = _pack(zero, bits) if bits == 4 else zero.astype(np.uint8)
         order.append("zero_points")
-    indices = rng.integers(-rows, rows, (2, 5)).astype(np.int64)
-    check_contrib("GatherBlockQuantized", {"indices": indices}, initializers,
-                  {"bits": bits, "block_size": block, "gather_axis": 0, "quantize_axis": 1},
-                  order)
+    indices = rng.integers(-rows, rows, (2, 5) if index_shape[0] == 2 else (4, 3)).astype(
+        np.int64)
+    converted = check_model(contrib_model(
+        "GatherBlockQuantized", {"indices": indices}, initializers,
+        {"bits": bits, "block_size": block, "gather_axis": 0, "quantize_axis": 1}, order,
+        input_shapes={"indices": list(index_shape)}), {"indices": indices})
+    assert _gather_tables(converted.tflite) == sorted([np.dtype(table).name, "float32"])
+
+
+def test_gather_block_quantized_of_a_3d_table_gathers_its_dequantized_values():
+    """Other layouts than rows of a 2-D table gather from the table dequantized."""
+    codes = rng.integers(0, 16, (4, 6, 32))
+    initializers = {"data": _pack(codes, 4), "scales": normal(4, 6, 2) * 0.1}
+    indices = np.array([[3, -1], [0, 2], [1, 1]], np.int64)
+    converted = check_model(contrib_model(
+        "GatherBlockQuantized", {"indices": indices}, initializers,
+        {"bits": 4, "block_size": 16, "gather_axis": 0, "quantize_axis": 2},
+        ["data", "indices", "scales"]), {"indices": indices})
+    assert _gather_tables(converted.tflite) == ["float32"]
 
 
 @pytest.mark.parametrize("op, tool", [("DecoderMaskedMultiHeadAttention", "transformers optimizer"),
