@@ -13,6 +13,7 @@ from onnx2tf_alt.conv_taps import cut_dead_taps
 from onnx2tf_alt.dense_flatten import flatten_channel_last
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.fusion import fuse_patterns
+from onnx2tf_alt.nms_limits import bound_nms_by_slices
 from onnx2tf_alt.shuffle import absorb_channel_shuffles
 
 log = logging.getLogger("onnx2tf_alt")
@@ -514,6 +515,8 @@ def prepare_model(
         if not (inline_control_flow(model) or folded):
             break
         model = infer_shapes(model)
+    if bound_nms_by_slices(model):
+        log.info("NonMaxSuppression: limits lowered to the rows a Slice reads")
     flatten_channel_last(model)
     absorb_channel_shuffles(model)
     cut_dead_taps(model)
