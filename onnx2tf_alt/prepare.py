@@ -11,6 +11,7 @@ from onnx import helper, numpy_helper, shape_inference
 from onnx2tf_alt.control_flow import inline_control_flow
 from onnx2tf_alt.conv_taps import cut_dead_taps
 from onnx2tf_alt.dense_flatten import flatten_channel_last
+from onnx2tf_alt.empty_rows import guard_empty_rows
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.fusion import fuse_patterns
 from onnx2tf_alt.nms_limits import bound_nms_by_slices
@@ -517,6 +518,8 @@ def prepare_model(
         model = infer_shapes(model)
     if bound_nms_by_slices(model):
         log.info("NonMaxSuppression: limits lowered to the rows a Slice reads")
+    if guard_empty_rows(model):
+        model = infer_shapes(model)
     flatten_channel_last(model)
     absorb_channel_shuffles(model)
     cut_dead_taps(model)
