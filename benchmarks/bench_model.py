@@ -29,6 +29,7 @@ import onnxruntime as ort
 # The same timing as `onnx2tf-alt batch --check`.
 from onnx2tf_alt import perms as P
 from onnx2tf_alt.batching.latency import interleaved_medians, random_feeds
+from onnx2tf_alt.tflite_run import signature_call
 
 
 def peer_feeds(runner, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -66,38 +67,6 @@ def convert(path: str, out: str, *flags: str) -> tuple[float, float]:
             err.seek(0)
             raise RuntimeError(err.read().decode(errors="replace"))
     return wall, usage.ru_maxrss / 1024
-
-
-def signature_call(interpreter, phys: dict[str, np.ndarray]):
-    """A callable running the `serving_default` signature on `phys` and returning its
-    outputs. The Python runner refuses to read an output with no elements ("Invalid tensor
-    size": a detector that found nothing); then the run is done by hand and such outputs
-    come back as empty arrays of the shape the interpreter computed."""
-    runner = interpreter.get_signature_runner("serving_default")
-    try:
-        runner(**phys)
-        return lambda: runner(**phys)
-    except ValueError as exc:
-        if "Invalid tensor size" not in str(exc):
-            raise
-    signature = interpreter._get_full_signature_list()["serving_default"]
-
-    def call():
-        for name, index in signature["inputs"].items():
-            interpreter.resize_tensor_input(index, phys[name].shape, strict=False)
-        interpreter.allocate_tensors()
-        for name, index in signature["inputs"].items():
-            interpreter.set_tensor(index, phys[name])
-        interpreter.invoke()
-        outputs = {}
-        for name, index in signature["outputs"].items():
-            detail = interpreter._get_tensor_details(index, 0)
-            shape = tuple(int(d) for d in detail["shape"])
-            outputs[name] = (np.zeros(shape, detail["dtype"]) if 0 in shape
-                             else interpreter.get_tensor(index))
-        return outputs
-
-    return call
 
 
 def bench(path: str, runs: int, peer_dir: str | None = None) -> dict:

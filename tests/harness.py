@@ -120,46 +120,20 @@ def tflite_run(converted, feeds, tflite_model: bytes | None = None):
     from ai_edge_litert.interpreter import Interpreter
 
     from onnx2tf_alt.lowering import tflite_bytes
+    from onnx2tf_alt.tflite_run import run_signature
 
     content = tflite_model or tflite_bytes(converted.tflite_result())
     interpreter = Interpreter(model_content=content)
-    runner = interpreter.get_signature_runner("serving_default")
     physical = to_physical(converted, feeds)
-    try:
-        outputs = runner(**physical)
-    except ValueError as exc:
-        if "Invalid tensor size" not in str(exc):
-            raise
-        outputs = _run_with_empty_tensors(Interpreter(model_content=content), physical)
-    else:  # a file must not carry state from one invocation to the next (TFLite variables)
-        if any(n.op_type in RANDOM_OPS for n in converted.graph.nodes):
-            return to_logical(converted, outputs)
-        again = runner(**physical)
-        for key, value in outputs.items():
-            assert np.array_equal(value, again[key], equal_nan=value.dtype.kind in "fc"), (
-                f"TFLite output {key} changed between two invocations on the same input")
+    outputs = run_signature(interpreter, physical)
+    if any(n.op_type in RANDOM_OPS for n in converted.graph.nodes):
+        return to_logical(converted, outputs)
+    # a file must not carry state from one invocation to the next (TFLite variables)
+    again = run_signature(interpreter, physical)
+    for key, value in outputs.items():
+        assert np.array_equal(value, again[key], equal_nan=value.dtype.kind in "fc"), (
+            f"TFLite output {key} changed between two invocations on the same input")
     return to_logical(converted, outputs)
-
-
-def _run_with_empty_tensors(interpreter, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The signature run done by hand: the Python wrapper refuses to read or write a tensor
-    with no elements ("Invalid tensor size"), so those are skipped on input and returned as
-    empty arrays of the shape and dtype the interpreter computed for them."""
-    signature = interpreter._get_full_signature_list()["serving_default"]
-    for name, index in signature["inputs"].items():
-        interpreter.resize_tensor_input(index, feeds[name].shape, strict=False)
-    interpreter.allocate_tensors()
-    for name, index in signature["inputs"].items():
-        if feeds[name].size:
-            interpreter.set_tensor(index, feeds[name])
-    interpreter.invoke()
-    outputs = {}
-    for name, index in signature["outputs"].items():
-        detail = interpreter._get_tensor_details(index, 0)
-        shape = tuple(int(d) for d in detail["shape"])
-        empty = 0 in shape
-        outputs[name] = np.zeros(shape, detail["dtype"]) if empty else interpreter.get_tensor(index)
-    return outputs
 
 
 def assert_close(actual, expected, tol: float = 1e-4, what: str = ""):

@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from onnx2tf_alt.tflite_run import signature_call
+
 RUNS = 9  # timed runs of each runtime, interleaved, after one warm-up each
 
 
@@ -83,7 +85,7 @@ def latency_ratio(onnx_path: str, folder: str, stem: str, runs: int = RUNS) -> d
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
-    ms = interleaved_medians({"tflite": lambda: runner(**physical),
+    ms = interleaved_medians({"tflite": signature_call(interpreter, physical),
                               "onnxruntime": lambda: session.run(None, feeds)}, runs)
     return {"latency_ratio": round(ms["tflite"] / ms["onnxruntime"], 3),
             "latency_ms": {k: round(v, 4) for k, v in ms.items()}}

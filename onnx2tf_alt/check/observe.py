@@ -14,6 +14,7 @@ import onnx
 from onnx import helper
 
 from onnx2tf_alt import perms as P
+from onnx2tf_alt.tflite_run import run_signature
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -218,8 +219,8 @@ def tflite_values(
     """Run a .tflite's `serving_default` once; values by ONNX name, in ONNX order."""
     from ai_edge_litert.interpreter import Interpreter
 
-    runner = Interpreter(model_content=content).get_signature_runner("serving_default")
-    outputs = runner(**converted.result.to_physical(feeds))
+    outputs = run_signature(Interpreter(model_content=content),
+                            converted.result.to_physical(feeds))
     return {
         name: P.to_onnx_order(outputs[key], perms[name])
         for name, key in output_keys.items()

@@ -30,6 +30,7 @@ from onnx2tf_alt.lowering import serving_function
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
 from onnx2tf_alt.quant.calibrate import DEFAULT_METHOD, METHODS, fake_quantized, onnx_ranges
 from onnx2tf_alt.quant.ranges import remeasured
+from onnx2tf_alt.tflite_run import run_signature
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -230,12 +231,13 @@ def run_tflite(content: bytes, converted, samples: list[dict[str, np.ndarray]]) 
     from ai_edge_litert.interpreter import Interpreter
 
     result = converted.result
-    runner = Interpreter(model_content=content).get_signature_runner("serving_default")
+    interpreter = Interpreter(model_content=content)
+    runner = interpreter.get_signature_runner("serving_default")
     inputs, outputs = runner.get_input_details(), runner.get_output_details()
     results = []
     for sample in samples:
         feeds = {k: _quantize(v, inputs[k]) for k, v in result.to_physical(sample).items()}
-        raw = runner(**feeds)
+        raw = run_signature(interpreter, feeds)
         results.append(result.to_onnx({key: _dequantize(raw[key], outputs[key]) for key in raw}))
     return results
 
