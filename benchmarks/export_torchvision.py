@@ -30,6 +30,10 @@ _DETECTOR_THRESHOLDS = {
 }
 
 
+# Video models trained on 112x112 clips; the others (s3d, mvit, swin3d) need 224x224.
+_SMALL_CLIPS = {"r3d_18", "mc3_18", "r2plus1d_18"}
+
+
 def export(name: str, out_dir: str, size: int = 224) -> str:
     torch.manual_seed(0)
     families = (torchvision.models, torchvision.models.segmentation, torchvision.models.video,
@@ -42,14 +46,17 @@ def export(name: str, out_dir: str, size: int = 224) -> str:
         kwargs.update(_DETECTOR_THRESHOLDS.get(name.split("_")[0], {}))
     model = factory(weights=None, **kwargs).eval()
     for m in model.modules():  # non-trivial BatchNorm statistics
-        if isinstance(m, torch.nn.BatchNorm2d):
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
             m.running_mean.uniform_(-0.1, 0.1)
             m.running_var.uniform_(0.5, 1.5)
     path = os.path.join(out_dir, f"{name}.onnx")
     # Not under no_grad: that sends attention layers down a fused fast path
     # (aten::_native_multi_head_attention) that the exporter cannot express.
     outputs = ["boxes", "labels", "scores"] if detector else ["logits"]
-    torch.onnx.export(model, (torch.randn(1, 3, size, size),), path, dynamo=False,
+    shape = (1, 3, size, size)
+    if hasattr(torchvision.models.video, name):  # (N, C, T, H, W) clips of 16 frames
+        shape = (1, 3, 16, *(2 * (112 if name in _SMALL_CLIPS else size,)))
+    torch.onnx.export(model, (torch.randn(*shape),), path, dynamo=False,
                       opset_version=17, input_names=["input"], output_names=outputs)
     return path
 

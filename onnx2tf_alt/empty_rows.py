@@ -50,11 +50,29 @@ def guard_empty_rows(model: onnx.ModelProto) -> int:
             member[k] = symbol
     guarded = 0
     for region in _regions(nodes, member):
-        if any(nodes[k].op_type in FRAGILE for k in region):
+        if any(nodes[k].op_type in FRAGILE for k in region) and _static_rows(graph, nodes,
+                                                                            region, constants):
             _guard(graph, nodes, region, constants, guarded)
             nodes = list(graph.node)  # reordered: indices of later regions are stale
             guarded += 1
     return guarded
+
+
+def _static_rows(graph, nodes, region: list[int], constants: set[str]) -> bool:
+    """Whether every value entering the region has static dims after the first: the padded
+    copy keeps them (ONNX cannot infer a Pad by run-time amounts), and the ops need them
+    (a Conv of unknown input channels would need Flex)."""
+    made = {o for k in region for o in nodes[k].output}
+    entries = {name for k in region for name in nodes[k].input
+               if name and name not in made and name not in constants}
+    infos = {i.name: i for i in [*graph.input, *graph.value_info, *graph.output]}
+    for name in entries:
+        info = infos.get(name)
+        if info is None or not info.type.tensor_type.HasField("shape"):
+            return False
+        if not all(d.HasField("dim_value") for d in info.type.tensor_type.shape.dim[1:]):
+            return False
+    return True
 
 
 def _first_dims(graph: onnx.GraphProto) -> dict[str, tuple[int | None, str | None]]:

@@ -73,3 +73,15 @@ def test_only_data_dependent_rows_are_guarded():
     ops = [n.op_type for n in model.graph.node]
     assert (ops.count("Pad"), ops.count("Slice")) == (1, 2)
     onnx.checker.check_model(model)
+
+
+def test_a_region_whose_entries_have_unknown_channels_is_left_alone():
+    """Run-time Resize scales leave every dim unknown to ONNX inference: a padded copy
+    could not keep the channel count the next Conv needs (it would need Flex)."""
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["r"], mode="nearest"),
+             helper.make_node("Conv", ["r", "w1", "b1"], ["y"], pads=[1, 1, 1, 1])]
+    model = make_model(nodes, {"x": np.zeros((2, 4, 6, 6), np.float32),
+                               "scales": np.ones(4, np.float32)}, ["y"],
+                       {"w1": np.zeros((6, 4, 3, 3), np.float32), "b1": np.zeros(6, np.float32)},
+                       opset=17)
+    assert guard_empty_rows(onnx.shape_inference.infer_shapes(model)) == 0
