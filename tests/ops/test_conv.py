@@ -503,3 +503,21 @@ def test_only_a_true_pointwise_conv_ignores_the_spatial_order(attrs, transposes)
     converted = check_model(make_model(nodes, {"x": x}, ["y"], inits), {"x": x})
     assert count_tflite_ops(converted.tflite).get("TRANSPOSE", 0) == transposes
     assert converted.plan.perms["t"] == (0, 3, 2, 1)
+
+
+def test_conv_with_weights_past_the_cache_runs_in_output_channel_slices(monkeypatch):
+    """Weights above conv.SPLIT_ABOVE run as CONV_2Ds over slices of the output channels
+    (lowered here so that a small conv qualifies), joined by concatenations of at most 4
+    inputs (XNNPACK leaves wider ones to the builtin kernel); the values do not change."""
+    from onnx2tf_alt.ops import conv as conv_module
+
+    w = rng.standard_normal((256, 8, 3, 3)).astype(np.float32)
+    monkeypatch.setattr(conv_module, "SPLIT_ABOVE", w.nbytes - 1)
+    monkeypatch.setattr(conv_module, "CACHE_BYTES", w.nbytes // 8)  # 8 slices of 32
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])
+    model = make_model([node, helper.make_node("Relu", ["y"], ["r"])],
+                       {"x": rng.standard_normal((2, 8, 9, 7)).astype(np.float32)}, ["r"],
+                       {"w": w, "b": rng.standard_normal(256).astype(np.float32)})
+    converted = check_model(model, {"x": rng.standard_normal((2, 8, 9, 7)).astype(np.float32)})
+    ops = count_tflite_ops(converted.tflite)
+    assert (ops["CONV_2D"], ops["CONCATENATION"]) == (8, 3) and "TRANSPOSE" not in ops, ops
