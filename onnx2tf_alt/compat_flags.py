@@ -158,7 +158,10 @@ FLAGS: tuple[CompatFlag, ...] = (
     _row("-ebu", "--enable_batchmatmul_unfold", EXPLAINED,
          "a batched MatMul stays one BATCH_MATMUL; no per-batch unfolding"),
     _row("-eru", "--enable_rnn_unroll", EXPLAINED,
-         "RNN, LSTM and GRU are always unrolled over their static time steps"),
+         "RNN and GRU are always unrolled over their static time steps; an LSTM too, "
+         "except one TFLite's fused kernel can run (default activations, no peepholes or "
+         "clip, static batch) over more than one sequence or more than 256 steps x "
+         "directions (unrolled is faster, fused converts faster)"),
     _row("-dsft", "--disable_suppression_flextranspose", EXPLAINED, _FLEX),
     _row("-nodaftc", "--number_of_dimensions_after_flextranspose_compression", EXPLAINED,
          _FLEX, ONE),
