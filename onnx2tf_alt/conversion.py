@@ -238,6 +238,7 @@ def write_outputs(
     `onnx_names_in_tflite` is what <stem>_io_layout.json records of the .tflite names (the
     caller renames the files, -coion); `builtin_only`: see check_builtin_only."""
     from onnx2tf_alt.export.delegates import write_delegate_report
+    from onnx2tf_alt.export.float16 import float16_from_float32
     from onnx2tf_alt.export.keras_files import save_h5, save_keras_v3
     from onnx2tf_alt.export.saved_model import save_saved_model
     from onnx2tf_alt.export.tflite import check_builtin_only
@@ -248,10 +249,13 @@ def write_outputs(
     save_saved_model(result, folder)
     written = ["saved_model.pb", "variables"]
     if output_tflite:
+        content = None
         for suffix, float16 in (("float32", False), ("float16", True)):
             checkpoint()
             name = f"{stem}_{suffix}.tflite"
-            content = tflite_bytes(converted.tflite_result(), float16=float16)
+            # The float16 file is the float32 one with float16 constants (export/float16.py)
+            derived = float16_from_float32(content) if float16 else None
+            content = derived or tflite_bytes(converted.tflite_result(), float16=float16)
             check_builtin_only(content, name, converted, builtin_only)
             with open(os.path.join(folder, name), "wb") as f:
                 f.write(content)
