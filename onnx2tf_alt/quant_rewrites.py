@@ -23,6 +23,8 @@ accuracy, and 16x8 has no HARD_SWISH kernel.)
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
@@ -202,6 +204,177 @@ def _factor_gated_residual_at(g: _Graph, node: onnx.NodeProto) -> bool:
         helper.make_node("Add", [gate, one], [shifted], name=f"{shifted}_add"),
         helper.make_node("Mul", [x, shifted], list(node.output), name=node.name)])
     return True
+
+
+# --- per-channel range equalization -------------------------------------------------------
+# INT8 activations are quantized per tensor: one channel with a 10x wider range than the
+# others leaves those others a handful of the 256 levels. Scaling channel c of a tensor by
+# k_c and the next Conv's input channel c by 1 / k_c is exact in float (a zero border stays
+# zero) and equalizes the channels' ranges (cross-layer equalization, Nagel et al., 2019).
+MAX_CHANNEL_GAIN = 16.0
+
+
+@dataclass
+class _Equalizable:
+    """Conv / BatchNormalization -> scalar Mul, Div, Add ... -> [x * Clip(x + b, lo, hi)]
+    -> scalar ops ... -> Conv(s), every value read by the next step only."""
+
+    producer: onnx.NodeProto  # whose output channels are scaled by k
+    adds: list[onnx.NodeProto] = field(default_factory=list)  # their constant scales by k
+    gate: onnx.NodeProto | None = None  # the Add of a gate x * Clip(x + b): recomputed from x
+    value: str = ""  # the tensor whose per-channel ranges choose k
+    consumers: list[onnx.NodeProto] = field(default_factory=list)  # input channels: 1 / k
+
+
+def _scalar_step(g: _Graph, node: onnx.NodeProto, name: str) -> bool:
+    """Whether `node` multiplies, divides or shifts `name` by a one-element constant."""
+    other = _other_input(node, name)
+    value = g.const(other) if other else None
+    if value is None or value.size != 1 or node.op_type not in ("Mul", "Add", "Div"):
+        return False
+    return node.op_type != "Div" or node.input[0] == name
+
+
+def _walk_scalars(g: _Graph, name: str, found: _Equalizable) -> str:
+    """The last value of the scalar chain from `name`."""
+    while (node := g.only_user(name)) is not None and _scalar_step(g, node, name):
+        if node.op_type == "Add":
+            found.adds.append(node)
+        name = node.output[0]
+    return name
+
+
+def _gate_at(g: _Graph, x: str) -> onnx.NodeProto | None:
+    """The Add of x * Clip(x + b, lo, hi) when those are x's only readers, else None."""
+    users = g.consumers.get(x, [])
+    if len(users) != 2 or x in g.outputs:
+        return None
+    add = next((u for u in users if u.op_type == "Add"), None)
+    mul = next((u for u in users if u.op_type == "Mul"), None)
+    clip = g.only_user(add.output[0]) if add is not None and _scalar_step(g, add, x) else None
+    if clip is None or clip.op_type != "Clip" or len(clip.input) != 3 or any(
+            g.const(i) is None for i in clip.input[1:]):
+        return None
+    if g.only_user(clip.output[0]) is not mul or set(mul.input) != {x, clip.output[0]}:
+        return None
+    return add
+
+
+def _equalizable_at(g: _Graph, producer: onnx.NodeProto) -> _Equalizable | None:
+    if producer.op_type not in ("Conv", "BatchNormalization") or any(
+            g.const(i) is None for i in producer.input[1:] if i):
+        return None
+    found = _Equalizable(producer)
+    name = found.value = _walk_scalars(g, producer.output[0], found)
+    gate = _gate_at(g, name)
+    if gate is not None:
+        found.gate = gate
+        product = next(u for u in g.consumers[name] if u.op_type == "Mul")
+        name = _walk_scalars(g, product.output[0], found)
+    found.consumers = g.consumers.get(name, [])
+    if name in g.outputs or not found.consumers or any(
+            c.op_type != "Conv" or c.input[0] != name or g.const(c.input[1]) is None
+            for c in found.consumers):
+        return None
+    return found
+
+
+def _channel_shape(k: np.ndarray, rank: int, axis: int = 1) -> tuple:
+    return tuple(len(k) if i == axis else 1 for i in range(rank))
+
+
+def _equalize(g: _Graph, found: _Equalizable, k: np.ndarray) -> None:
+    """Scale `found`'s chain by k per channel (exact in float)."""
+    producer = found.producer
+    rank = g.const(found.consumers[0].input[1]).ndim
+    scaled = {}  # constant input name -> new value
+    if producer.op_type == "Conv":  # output channels: weight rows and bias
+        w = g.const(producer.input[1])
+        scaled[producer.input[1]] = w * k.reshape(_channel_shape(k, w.ndim, 0))
+        if len(producer.input) > 2 and producer.input[2]:
+            scaled[producer.input[2]] = g.const(producer.input[2]) * k
+    else:  # BatchNormalization: gamma and beta
+        for i in producer.input[1:3]:
+            scaled[i] = g.const(i) * k
+    for add in found.adds:
+        other = _other_input(add, next(i for i in add.input if g.const(i) is None))
+        scaled[other] = g.const(other).reshape(()) * k.reshape(_channel_shape(k, rank))
+    for consumer in found.consumers:
+        scaled[consumer.input[1]] = _scale_inputs(consumer, g.const(consumer.input[1]), 1 / k)
+    for node in [producer, *found.adds, *found.consumers]:  # new constants: others may share
+        for j, name in enumerate(node.input):
+            if name in scaled:
+                node.input[j] = g.add_constant(f"{name}_equalized",
+                                               scaled[name].astype(np.float32))
+    if found.gate is not None:  # Clip(x + b) from the scaled x: a 1x1 depthwise Conv
+        add = found.gate
+        shift = g.const(_other_input(add, found.value)).reshape(())
+        taps = g.add_constant(f"{add.output[0]}_unscale",
+                              (1 / k).reshape(len(k), 1, *(1,) * (rank - 2)).astype(np.float32))
+        bias = g.add_constant(f"{add.output[0]}_shift", np.full(len(k), shift, np.float32))
+        gate = helper.make_node("Conv", [found.value, taps, bias], list(add.output),
+                                name=add.name or add.output[0], group=len(k))
+        g.replace([add], [gate])
+    g.index()
+
+
+def _scale_inputs(conv: onnx.NodeProto, weight: np.ndarray, factor: np.ndarray) -> np.ndarray:
+    """`conv`'s weight with input channel c scaled by factor[c]."""
+    groups = {a.name: helper.get_attribute_value(a) for a in conv.attribute}.get("group", 1)
+    per_group = weight.shape[1]  # input channels per group; output rows are grouped alike
+    rows = weight.shape[0] // groups
+    factors = np.repeat(factor.reshape(groups, 1, per_group), rows, axis=1)
+    return weight * factors.reshape(weight.shape[0], per_group, *(1,) * (weight.ndim - 2))
+
+
+def equalizable_chains(model: onnx.ModelProto) -> list[_Equalizable]:
+    """The chains `equalize_channels` can scale (read-only; node references into `model`)."""
+    g = _Graph(model)
+    return [f for n in g.graph.node if (f := _equalizable_at(g, n)) is not None]
+
+
+def equalize_channels(model: onnx.ModelProto, channel_max: dict[str, np.ndarray]
+                      ) -> tuple[onnx.ModelProto, int]:
+    """(copy of `model` with each equalizable chain scaled, how many), given each chain
+    value's max |x| per channel (`channel_max`, e.g. measured on calibration samples):
+    channel c is scaled by k_c = max / max_c, between 1 and MAX_CHANNEL_GAIN."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    g = _Graph(copy)
+    count = 0
+    # by output name: a rewrite re-lists the graph's nodes (one chain's consumer may be the
+    # next one's producer)
+    for output in [f.producer.output[0] for f in equalizable_chains(copy)]:
+        found = _equalizable_at(g, g.producer[output])
+        peaks = channel_max.get(found.value) if found is not None else None
+        if peaks is None:
+            continue
+        k = np.clip(peaks.max() / np.maximum(peaks, 1e-12), 1, MAX_CHANNEL_GAIN)
+        if np.all(k < 1.01):
+            continue
+        _equalize(g, found, k.astype(np.float64))
+        count += 1
+    _drop_unused_constants(copy.graph)
+    return copy, count
+
+
+def channel_peaks(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]],
+                  names: list[str]) -> dict[str, np.ndarray]:
+    """{name: max |value| per channel (axis 1)} over `samples`, run in onnxruntime."""
+    import onnxruntime as ort
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    known = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in names
+                              if n not in known)
+    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    peaks: dict[str, np.ndarray] = {}
+    for sample in samples:
+        for name, value in zip(names, session.run(names, sample)):
+            peak = np.abs(value).max(axis=tuple(i for i in range(value.ndim) if i != 1))
+            peaks[name] = np.maximum(peaks.get(name, peak), peak)
+    return peaks
 
 
 # --- entry point --------------------------------------------------------------------------

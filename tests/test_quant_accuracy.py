@@ -203,11 +203,12 @@ def quantized_block(tmp_path_factory):
 
 def test_int16_activation_files_come_from_the_prepared_model(quantized_block):
     """The report says what the preparation changed; every file converts and stays close to
-    the float32 one (the INT8 files from the original model, the INT16-activation ones from
+    the float32 one (the INT8 files from the equalized copy, the INT16-activation ones from
     the prepared copy)."""
     report = quantized_block
     notes = " ".join(report["notes"])
     assert "2 constant Mul/Add chain(s) folded" in notes and "6 Conv(s)" in notes
+    assert "INT8 files: built from the model with the channel ranges of 1 " in notes
     assert not [e for e in report["files"] if e.get("error")]
     cosines = {e["variant"]: e["outputs"]["y"]["cosine"] for e in report["files"]}
     assert cosines["integer_quant"] > 0.995

@@ -1,7 +1,13 @@
-"""The model the INT16-activation files are built from: the float model rewritten for
-quantization (onnx2tf_alt/quant_rewrites.py, exact in float), then its Conv weights rounded
-with error feedback (quant/weight_rounding.py; after the rewrites, whose folds would move
-weights off TFLite's grid). The float files keep the original model."""
+"""The models the calibrated quantized files are built from (the float files keep the
+original model):
+
+- INT16-activation files: the float model rewritten for quantization
+  (onnx2tf_alt/quant_rewrites.py, exact in float), then its Conv weights rounded with error
+  feedback (quant/weight_rounding.py; after the rewrites, whose folds would move weights off
+  TFLite's grid).
+- INT8 files (per-channel weights): the channel ranges of each Conv -> [hard-swish] -> Conv
+  chain equalized on the calibration samples, then the same rewrites (which fold the
+  per-channel scales the equalization leaves into the next Conv)."""
 
 from __future__ import annotations
 
@@ -11,7 +17,12 @@ import numpy as np
 import onnx
 
 from onnx2tf_alt.quant.weight_rounding import round_conv_weights
-from onnx2tf_alt.quant_rewrites import rewrite_for_quantization
+from onnx2tf_alt.quant_rewrites import (
+    channel_peaks,
+    equalizable_chains,
+    equalize_channels,
+    rewrite_for_quantization,
+)
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -49,6 +60,29 @@ def prepare_for_quantization(model: onnx.ModelProto, samples: list[dict[str, np.
     if not done and not convs:
         return model, notes
     return rounded, notes
+
+
+def prepare_for_int8(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]]
+                     ) -> tuple[onnx.ModelProto, list[str]]:
+    """(model for the per-channel INT8 files, report notes); `model` itself when no chain
+    equalizes or a step fails (e.g. an op onnxruntime lacks)."""
+    try:
+        chains = equalizable_chains(model)
+        peaks = channel_peaks(model, samples, [c.value for c in chains]) if chains else {}
+        equalized, count = equalize_channels(model, peaks)
+        if count:
+            equalized, _ = rewrite_for_quantization(equalized)
+    except Exception as exc:  # noqa: BLE001 - an optimization: go on without it
+        note = f"INT8 files: channel ranges not equalized ({_short(exc)})"
+        log.info("%s", note)
+        return model, [note]
+    if not count:
+        return model, []
+    note = (f"INT8 files: built from the model with the channel ranges of {count} "
+            "Conv -> [hard-swish] -> Conv chain(s) equalized (exact in float), then rewritten "
+            "for quantization")
+    log.info("%s", note)
+    return equalized, [note]
 
 
 def _short(exc: Exception) -> str:

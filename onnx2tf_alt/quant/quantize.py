@@ -345,6 +345,8 @@ class QuantPlan:
     # the calibrated files' conversion: the model prepared for quantization (quant/prepare.py);
     # None: the model itself
     quant_source: object = None
+    # the INT8 files' conversion when prepared differently (quant/prepare.py): None: the model
+    int8_source: object = None
     notes: list[str] = field(default_factory=list)  # what that preparation changed
 
     @property
@@ -359,14 +361,16 @@ class QuantPlan:
 
     def source_for(self, variant: Variant, converted, rebuilt):
         """The conversion `variant` is made from: `rebuilt` (the range model's) when it
-        takes ranges, the prepared model's for the INT16-activation files, else `converted`.
-        The INT8 files keep the original: on the PP-OCRv4 DB detector GPTQ weights moved
-        their held-out cosine by -0.04..+0.0 (8-bit activations limit it) while lifting the
+        takes ranges, else the model prepared for it (`quant_source` for the
+        INT16-activation files, `int8_source` for the INT8 ones), else `converted`.
+        The INT8 files get no GPTQ weights: on the PP-OCRv4 DB detector they moved their
+        held-out cosine by -0.04..+0.0 (8-bit activations limit it) while lifting the
         INT16-activation files from 0.919 to 0.993 (320x320) and 0.972 to 0.999 (640)."""
         if self.takes_ranges(variant):
             return rebuilt
         int16 = INT16_OPS in variant.supported_ops
-        prepared = self.quant_source if variant.calibrated and int16 else None
+        prepared = (self.quant_source if int16 else self.int8_source) if variant.calibrated \
+            else None
         return converted if prepared is None else prepared
 
     def calibration_for(self, variant: Variant) -> list[dict[str, np.ndarray]]:
@@ -405,16 +409,22 @@ def plan_quantization(
                          f"{options.keep_float_auto}.")
     if not options.integer or qdq_model is not None:
         return QuantPlan(options, samples, qdq_model)
-    from onnx2tf_alt.quant.prepare import prepare_for_quantization
+    from onnx2tf_alt.quant.prepare import prepare_for_int8, prepare_for_quantization
 
-    prepared, notes = prepare_for_quantization(converted.model, samples.calibration,
-                                               options.quant_type == "per-channel")
+    per_channel = options.quant_type == "per-channel"
+    prepared, notes = prepare_for_quantization(converted.model, samples.calibration, per_channel)
     calibrated = None
     if options.calibration_method != "tf":
         ranges = onnx_ranges(converted.model, samples.calibration, options.calibration_method)
         calibrated = fake_quantized(converted.model, ranges)
     source = None if prepared is converted.model else converted.rebuild(prepared)
-    return QuantPlan(options, samples, qdq_model, calibrated, quant_source=source, notes=notes)
+    int8_source = None
+    if per_channel and calibrated is None:  # equalized scales would share one weight grid
+        for_int8, int8_notes = prepare_for_int8(converted.model, samples.calibration)
+        notes += int8_notes
+        int8_source = None if for_int8 is converted.model else converted.rebuild(for_int8)
+    return QuantPlan(options, samples, qdq_model, calibrated, quant_source=source,
+                     int8_source=int8_source, notes=notes)
 
 
 def write_quantized(
