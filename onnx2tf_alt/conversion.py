@@ -250,12 +250,16 @@ def write_outputs(
     written = ["saved_model.pb", "variables"]
     if output_tflite:
         content = None
+        # the saved_model just written, unless the .tflite files compute in float32 a model
+        # the saved_model keeps in float64 / float16 (float32_compute.py)
+        saved = folder if converted.tflite_result() is result else None
         for suffix, float16 in (("float32", False), ("float16", True)):
             checkpoint()
             name = f"{stem}_{suffix}.tflite"
             # The float16 file is the float32 one with float16 constants (export/float16.py)
             derived = float16_from_float32(content) if float16 else None
-            content = derived or tflite_bytes(converted.tflite_result(), float16=float16)
+            content = derived or tflite_bytes(converted.tflite_result(), float16=float16,
+                                              saved_model=saved)
             check_builtin_only(content, name, converted, builtin_only)
             with open(os.path.join(folder, name), "wb") as f:
                 f.write(content)

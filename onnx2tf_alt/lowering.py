@@ -12,6 +12,8 @@ from onnx2tf_alt.shared_weights import fold_runtime_biases
 
 log = logging.getLogger("onnx2tf_alt")
 
+SIGNATURE = "serving_default"
+
 
 def signature_function(model, input_names):
     """A tf.function over a Keras model with dict outputs: inputs named `input_names` (in
@@ -43,18 +45,27 @@ def serving_module(result: BuildResult) -> tf.Module:
     return holder
 
 
-def tflite_bytes(result: BuildResult, float16: bool = False, select_tf_ops: bool = True) -> bytes:
+def tflite_bytes(result: BuildResult, float16: bool = False, select_tf_ops: bool = True,
+                 saved_model: str | None = None) -> bytes:
     """The model as a .tflite flatbuffer with a `serving_default` signature.
 
     TFLite builtins only; when the graph needs ops TFLite lacks, Select TF ops are allowed
     with a warning (the file then needs the Flex delegate) unless `select_tf_ops` is False.
     Run-time biases of FULLY_CONNECTED ops that share weights are folded (shared_weights.py).
+    `saved_model`: the folder where `result` was saved (export/saved_model.py); the converter
+    reads it instead of tracing the serving function and saving it once more to a temporary
+    folder, which is what converting a concrete function does (an unrolled 2-layer
+    bidirectional LSTM: 25 s against 5 s).
     """
-    holder = serving_module(result)
-    concrete = holder.serve.get_concrete_function()
+    if saved_model is None:
+        holder = serving_module(result)
+        concrete = holder.serve.get_concrete_function()
 
     def converter(select_tf_ops: bool):
-        conv = tf.lite.TFLiteConverter.from_concrete_functions([concrete], holder)
+        if saved_model is not None:
+            conv = tf.lite.TFLiteConverter.from_saved_model(saved_model, [SIGNATURE])
+        else:
+            conv = tf.lite.TFLiteConverter.from_concrete_functions([concrete], holder)
         ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         if select_tf_ops:
             ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
