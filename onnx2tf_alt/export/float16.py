@@ -53,8 +53,9 @@ def float16_from_float32(content: bytes) -> bytes | None:
                 continue
             if tensor.buffer not in halves:
                 half = schema.BufferT()
-                half.data = np.frombuffer(np.asarray(data, np.uint8).tobytes(), "<f4").astype(
-                    "<f2").view(np.uint8)
+                with np.errstate(over="ignore"):  # beyond float16: +-inf, as TF writes them
+                    half.data = np.frombuffer(np.asarray(data, np.uint8).tobytes(),
+                                              "<f4").astype("<f2").view(np.uint8)
                 model.buffers.append(half)
                 halves[tensor.buffer] = len(model.buffers) - 1
             stored = schema.TensorT()
