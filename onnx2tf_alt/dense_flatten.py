@@ -59,7 +59,7 @@ def _dense_consumers(name, consumers, inits):
             axis = 1 if attrs.get("transB", 0) else 0
         else:
             return None
-        if node.input[1] not in inits or inits[node.input[1]].ndim != 2:
+        if node.input[1] not in inits or len(inits[node.input[1]].dims) != 2:
             return None
         found.append((node, node.input[1], axis))
     return found or None
@@ -68,7 +68,7 @@ def _dense_consumers(name, consumers, inits):
 def flatten_channel_last(model: onnx.ModelProto) -> bool:
     """Apply the rewrite wherever it holds; True if anything changed."""
     graph = model.graph
-    inits = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    inits = {i.name: i for i in graph.initializer}  # read as arrays only where permuted
     infos = {v.name: v for v in [*graph.input, *graph.value_info, *graph.output]}
     producers = {o: n for n in graph.node for o in n.output}
     consumers: dict[str, list] = {}
@@ -98,10 +98,14 @@ def flatten_channel_last(model: onnx.ModelProto) -> bool:
             continue
         order = np.arange(channels * int(np.prod(spatial))).reshape(channels, -1).T.reshape(-1)
         for consumer, weights, axis in dense:
-            permuted = np.take(inits[weights], order, axis=axis)
+            permuted = np.take(numpy_helper.to_array(inits[weights]), order, axis=axis)
             new_name = f"{weights}__rows_for_{node.output[0]}"
-            graph.initializer.append(numpy_helper.from_array(permuted, new_name))
-            inits[new_name] = permuted
+            added = graph.initializer.add()  # built in place: a 400 MB FC weight, copied once
+            added.name, added.data_type = new_name, inits[weights].data_type
+            added.dims.extend(permuted.shape)
+            added.raw_data = np.ascontiguousarray(permuted).astype(
+                permuted.dtype.newbyteorder("<"), copy=False).tobytes()
+            inits[new_name] = added
             consumer.input[1] = new_name
         moved = f"{x}__channel_last_for_{node.name or node.output[0]}"
         perm = [0, *range(2, len(shape)), 1]
@@ -116,7 +120,7 @@ def flatten_channel_last(model: onnx.ModelProto) -> bool:
         del graph.node[:]
         graph.node.extend(nodes)
         used = {i for n in graph.node for i in n.input}
-        kept = [i for i in graph.initializer if i.name in used]
-        del graph.initializer[:]
-        graph.initializer.extend(kept)
+        for k in reversed(range(len(graph.initializer))):  # in place: no copy of the others
+            if graph.initializer[k].name not in used:
+                del graph.initializer[k]
     return changed
