@@ -55,8 +55,21 @@ def tflite_bytes(result: BuildResult, float16: bool = False, select_tf_ops: bool
     `saved_model`: the folder where `result` was saved (export/saved_model.py); the converter
     reads it instead of tracing the serving function and saving it once more to a temporary
     folder, which is what converting a concrete function does (an unrolled 2-layer
-    bidirectional LSTM: 25 s against 5 s).
+    bidirectional LSTM: 25 s against 5 s). Should that fail, the serving function is
+    converted as before.
     """
+    if saved_model is not None:
+        try:
+            return _tflite_bytes(result, float16, select_tf_ops, saved_model)
+        except Exception as exc:  # noqa: BLE001 - the traced function is the reference path
+            message = str(exc).strip().splitlines()
+            log.info("converting the saved_model to .tflite failed (%s); converting the "
+                     "serving function instead", message[-1] if message else type(exc).__name__)
+    return _tflite_bytes(result, float16, select_tf_ops, None)
+
+
+def _tflite_bytes(result: BuildResult, float16: bool, select_tf_ops: bool,
+                  saved_model: str | None) -> bytes:
     if saved_model is None:
         holder = serving_module(result)
         concrete = holder.serve.get_concrete_function()
