@@ -183,11 +183,16 @@ def _quant_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--calibration_method",
-        choices=["tf", "minmax", "percentile", "entropy"],
-        default="tf",
-        help="activation ranges of the -oiqt INT8 files: tf (TF's min-max over the samples), "
-        "or onnxruntime's minmax / percentile (99.999%%) / entropy calibrator on the ONNX "
-        "graph (default: tf). The INT16-activation files always use tf",
+        choices=["auto", "percentile", "mse", "minmax", "tf", "entropy", "ort_minmax",
+                 "ort_percentile"],
+        default="auto",
+        help="activation ranges of the -oiqt INT8 files, measured on the TFLite graph over "
+        "the calibration samples: percentile (min-max without the 0.0025%% most extreme "
+        "values at each end), mse (the range of least 8-bit quantization error), minmax "
+        "(or tf), auto (default: the one of these three whose INT8 file is closest to the "
+        "float model on the calibration samples); or by onnxruntime's calibrators on the "
+        "ONNX graph: entropy, ort_minmax, ort_percentile (99.999%%). The INT16-activation "
+        "files always use min-max",
     )
     p.add_argument(
         "--keep_float",

@@ -60,7 +60,7 @@ def convert(
     quant_norm_mean: list[float] | None = None,
     quant_norm_std: list[float] | None = None,
     allow_newer_opset: bool = False,
-    calibration_method: str = "tf",
+    calibration_method: str = "auto",
     keep_float: list[str] | None = None,
     keep_float_auto: float | None = None,
     copy_onnx_input_output_names_to_tflite: bool = False,
@@ -81,10 +81,13 @@ def convert(
     onnx2tf_alt/check/repro.py), and the error names it. `command_line` is recorded in the
     manifest (the CLI passes its argv; Python calls record their keyword arguments).
     `allow_newer_opset` converts an opset newer than the installed onnx knows.
-    `calibration_method` ("tf", "minmax", "percentile", "entropy") picks where the INT8
-    files' activation ranges come from (quant/calibrate.py). `keep_float` (ONNX node
-    names) and `keep_float_auto` (a target cosine) leave nodes of the INT8 files in float
-    (quant/sensitivity.py).
+    `calibration_method` picks the INT8 files' activation ranges: "percentile", "mse",
+    "minmax" (or its older name "tf") measured on the TFLite graph (quant/ranges.py), "auto"
+    (default) the one of those three whose INT8 file is closest to the float one on the
+    calibration samples; "entropy", "ort_minmax", "ort_percentile" by onnxruntime's
+    calibrators on the ONNX graph (quant/calibrate.py).
+    `keep_float` (ONNX node names) and `keep_float_auto` (a target cosine) leave nodes of
+    the INT8 files in float (quant/sensitivity.py).
     `output_signaturedefs` is accepted for onnx2tf compatibility: the saved_model and the
     .tflite files always carry a `serving_default` signature.
 

@@ -74,7 +74,8 @@ def calibrated():
     model = _hard_swish_model()
     converted = build(input_onnx_file_path=None, onnx_graph=model)
     samples = _samples(8, seed=1)
-    content, flex = calibrated_tflite(converted, QuantOptions(integer=True), samples)
+    options = QuantOptions(integer=True, calibration_method="minmax")
+    content, flex = calibrated_tflite(converted, options, samples)
     assert not flex
     return model, converted, samples, content
 
@@ -133,3 +134,116 @@ def test_a_model_too_large_to_keep_every_tensor_keeps_tfs_ranges(calibrated, mon
         logger.removeHandler(caplog.handler)
     assert "TF's recorded ranges kept" in caplog.text and "GiB at once" in caplog.text
     assert _recorded_ranges(content), "the file is still calibrated"
+
+
+# --- clipped ranges: --calibration_method percentile / mse ----------------------------------
+
+
+def _quantization_mse(values: np.ndarray, low: float, high: float) -> float:
+    """Mean squared error of `values` on the 8-bit grid of [low, high]."""
+    step = (high - low) / 255
+    grid = np.clip(np.round((values - low) / step), 0, 255) * step + low
+    return float(((values - grid) ** 2).mean())
+
+
+def _histogram(values: np.ndarray) -> tuple[np.ndarray, float, float]:
+    low, high = float(values.min()), float(values.max())
+    return np.histogram(values, ranges.BINS, (low, high))[0], low, high
+
+
+def test_percentile_range_drops_only_the_rarest_values():
+    rng = np.random.default_rng(4)
+    values = np.concatenate([rng.normal(0, 1, 200_000), [40.0, -35.0]])
+    low, high = ranges.percentile_range(*_histogram(values))
+    assert -5 < low < -3.5 and 3.5 < high < 5, (low, high)  # the 2.5e-5 quantiles: ±4.05
+    assert np.mean(values < low) <= ranges.PERCENTILE_TAIL
+    assert np.mean(values > high) <= ranges.PERCENTILE_TAIL
+    # one end at 0 or a range beside 0 keeps that end
+    relu = np.concatenate([np.maximum(rng.normal(0, 1, 100_000), 0), [30.0]])
+    assert ranges.percentile_range(*_histogram(relu))[0] == 0
+    shifted = rng.uniform(2, 3, 100_000)
+    low, high = ranges.percentile_range(*_histogram(shifted))
+    assert low == shifted.min() and 2.99 < high <= shifted.max() + 1e-6
+
+
+def test_mse_range_is_the_least_error_range():
+    """Against a brute-force search of the 8-bit error over the same kind of ranges on a
+    heavy-tailed (Laplace) tensor."""
+    rng = np.random.default_rng(5)
+    values = rng.laplace(0.5, 1, 50_000)
+    low, high = ranges.mse_range(*_histogram(values))
+    ours = _quantization_mse(values, low, high)
+    assert ours < _quantization_mse(values, values.min(), values.max())
+    lows = np.linspace(values.min(), 0, 40)
+    highs = np.linspace(0, values.max(), 40)
+    best = min(_quantization_mse(values, a, b) for a in lows for b in highs if b > a)
+    assert ours <= best * 1.05, (low, high, ours, best)
+    assert low <= 0 <= high
+
+
+def _input_range(content: bytes) -> tuple[float, float]:
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    model = schema.Model.GetRootAsModel(content, 0)
+    q = model.Subgraphs(0).Tensors(model.Subgraphs(0).Inputs(0)).Quantization()
+    return float(q.Min(0)), float(q.Max(0))
+
+
+def _spiky_calibration() -> tuple[onnx.ModelProto, object, list, list]:
+    """Conv -> Relu -> Conv, calibrated on 8 images of which one has a single pixel at 60
+    (a glint), held out on 4 images without one."""
+    rng = np.random.default_rng(6)
+    shape = (1, 3, 64, 64)
+    init = {"w0": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
+            "w1": (rng.standard_normal((4, 8, 1, 1)) * 0.3).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c0"], ["r"]),
+             helper.make_node("Conv", ["r", "w1"], ["y"])]
+    model = make_model(nodes, {"x": np.zeros(shape, np.float32)}, ["y"], init, opset=13)
+    calibration = [{"x": rng.uniform(-1, 1, shape).astype(np.float32)} for _ in range(8)]
+    calibration[0]["x"][0, 1, 30, 30] = 60.0
+    held_out = [{"x": rng.uniform(-1, 1, shape).astype(np.float32)} for _ in range(4)]
+    return model, build(input_onnx_file_path=None, onnx_graph=model), calibration, held_out
+
+
+def test_clipped_ranges_ignore_a_glint_that_minmax_keeps():
+    """With min-max the one bright pixel sets the input's 8-bit step (about 0.24, a quarter
+    of the images' [-1, 1]); percentile drops it, and the INT8 file's error on images
+    without it falls by more than half (the conv outputs it reaches, 72 values in all,
+    are too many to clip). (mse keeps it: clipping 60 to 1 costs more squared
+    error than the coarse step over 98,304 values.)"""
+    model, converted, calibration, held_out = _spiky_calibration()
+    errors, input_highs = {}, {}
+    for method in ("minmax", "percentile"):
+        options = QuantOptions(integer=True, calibration_method=method)
+        content, _ = calibrated_tflite(converted, options, calibration)
+        input_highs[method] = _input_range(content)[1]
+        int8 = quantize_calibrated(content, False, None, [])
+        outputs = run_tflite(int8, converted, held_out)
+        errors[method] = np.mean([np.abs(o["y"] - ort_run(model, s)[0]).mean()
+                                  for o, s in zip(outputs, held_out)])
+    # a histogram bin (61 / 2048) above the images' 1
+    assert input_highs["minmax"] >= 60 and input_highs["percentile"] < 1.05, input_highs
+    assert errors["percentile"] < errors["minmax"] / 2, errors  # 0.026 against 0.065
+
+
+def test_auto_keeps_the_method_whose_int8_file_scores_best():
+    """--calibration_method auto (the default) measures minmax, percentile and mse ranges,
+    scores each INT8 file against the float model on the calibration samples, and keeps the
+    best; its note gives the scores."""
+    import re
+
+    _, converted, calibration, _ = _spiky_calibration()
+    notes = []
+    content, _ = calibrated_tflite(converted, QuantOptions(integer=True), calibration, notes)
+    assert QuantOptions().calibration_method == "auto"
+    [note] = notes
+    scores = {m: float(v) for m, v in re.findall(r"(minmax|percentile|mse) (\d\.\d+)", note)}
+    assert set(scores) == {"minmax", "percentile", "mse"}, note
+    chosen = re.match(r"INT8 files: activation ranges by (\w+) ", note).group(1)
+    assert scores[chosen] == max(scores.values()), note
+    alone, _ = calibrated_tflite(
+        converted, QuantOptions(integer=True, calibration_method=chosen), calibration)
+    assert _recorded_ranges(content) == _recorded_ranges(alone)
+    assert _recorded_ranges(content) != _recorded_ranges(calibrated_tflite(
+        converted, QuantOptions(integer=True, calibration_method="minmax"), calibration)[0])

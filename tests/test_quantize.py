@@ -425,7 +425,7 @@ def test_per_tensor_writes_the_int16_files_per_channel(tmp_path):
     assert _weight_scale_counts(read(out, "cnn_full_integer_quant.tflite")) == [1, 1, 1]
 
 
-# --- --calibration_method: onnxruntime's calibrators on the ONNX graph ------------------------
+# --- --calibration_method ------------------------------------------------------------------
 
 
 def test_int8_parameters_match_onnxruntime():
@@ -446,7 +446,7 @@ def test_fake_quantized_model_leaves_fused_activations_alone():
 
     model = small_cnn()
     samples = [{"x": h["x"]} for h in held_out_images()]
-    ranges = onnx_ranges(model, samples, "percentile")
+    ranges = onnx_ranges(model, samples, "ort_percentile")
     assert {"x", "r1", "r2", "r3", "sum", "logits"} <= set(ranges)
     rewritten = fake_quantized(model, ranges)
     quantized = {n.output[0] for n in rewritten.graph.node if n.op_type == "FakeQuantize"}
@@ -484,8 +484,8 @@ def test_clipping_calibrators_narrow_the_min_max_ranges():
 
     model = small_cnn()
     samples = [{"x": h["x"]} for h in held_out_images()]
-    full = onnx_ranges(model, samples, "minmax")
-    for method in ("percentile", "entropy"):
+    full = onnx_ranges(model, samples, "ort_minmax")
+    for method in ("ort_percentile", "entropy"):
         clipped = onnx_ranges(model, samples, method)
         assert set(clipped) == set(full)
         for name, (low, high) in clipped.items():
@@ -493,8 +493,10 @@ def test_clipping_calibrators_narrow_the_min_max_ranges():
         assert any(clipped[n][1] < full[n][1] - 1e-6 for n in full), method
 
 
-@pytest.mark.parametrize("method", ["minmax", "percentile"])
-def test_calibration_method_quantizes_with_onnxruntime_ranges(method, cnn, tmp_path):
+@pytest.mark.parametrize("method", ["ort_minmax", "ort_percentile", "mse", "minmax"])
+def test_every_calibration_method_quantizes(method, cnn, tmp_path):
+    """onnxruntime's calibrators (FakeQuantize ranges) and the ranges measured on the
+    TFLite graph (quant/ranges.py; the default, percentile, is the `cnn` fixture's)."""
     _, out, report = quantize_small_cnn(tmp_path, calibration_method=method)
     assert report["calibration_method"] == method and not report["qdq"]
     assert [f["variant"] for f in report["files"]] == list(ALL_VARIANTS)

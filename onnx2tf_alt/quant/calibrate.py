@@ -23,8 +23,15 @@ from onnx import helper
 
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN
 
-METHODS = ("tf", "minmax", "percentile", "entropy")
-DEFAULT_METHOD = "tf"
+# --calibration_method: ranges measured on the TFLite graph (quant/ranges.py; "tf" is the
+# older name of "minmax"; "auto" measures all three and keeps the best INT8 file's, see
+# quantize.calibrated_tflite) or by onnxruntime's calibrators on the ONNX graph (this module)
+AUTO_METHOD = "auto"
+TFLITE_METHODS = {"percentile": "percentile", "mse": "mse", "minmax": "minmax", "tf": "minmax"}
+ORT_METHODS = ("entropy", "ort_minmax", "ort_percentile")
+METHODS = (AUTO_METHOD, *TFLITE_METHODS, *ORT_METHODS)
+DEFAULT_METHOD = AUTO_METHOD
+AUTO_SAMPLES = 16  # calibration samples "auto" scores each method's INT8 file on
 PERCENTILE = 99.999
 # Values that TFLite folds into the op that produces them carry no range of their own: a
 # FakeQuantize there would stop CONV_2D/ADD/FULLY_CONNECTED fusing RELU/RELU6, or the
@@ -47,10 +54,11 @@ class _Reader:
 
 def onnx_ranges(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]],
                 method: str) -> dict[str, tuple[float, float]]:
-    """{value name: (low, high)} of every float activation of `model` over `samples`."""
+    """{value name: (low, high)} of every float activation of `model` over `samples`, by
+    onnxruntime's calibrator `method` (ORT_METHODS)."""
     from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
 
-    kind = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
+    kind = {"ort_minmax": CalibrationMethod.MinMax, "ort_percentile": CalibrationMethod.Percentile,
             "entropy": CalibrationMethod.Entropy}[method]
     options = {"symmetric": False, "percentile": PERCENTILE}
     with tempfile.TemporaryDirectory(prefix="onnx2tf_alt_calibrate_") as folder:

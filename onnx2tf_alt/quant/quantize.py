@@ -28,8 +28,17 @@ from onnx2tf_alt.export.names import DYNAMIC_RANGE_SUFFIXES, INTEGER_SUFFIXES
 from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.lowering import serving_function
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
-from onnx2tf_alt.quant.calibrate import DEFAULT_METHOD, METHODS, fake_quantized, onnx_ranges
-from onnx2tf_alt.quant.ranges import remeasured
+from onnx2tf_alt.quant.calibrate import (
+    AUTO_METHOD,
+    AUTO_SAMPLES,
+    DEFAULT_METHOD,
+    METHODS,
+    ORT_METHODS,
+    TFLITE_METHODS,
+    fake_quantized,
+    onnx_ranges,
+)
+from onnx2tf_alt.quant.ranges import RANGE_METHODS, remeasured
 from onnx2tf_alt.tflite_run import run_signature
 
 log = logging.getLogger("onnx2tf_alt")
@@ -151,21 +160,58 @@ def two_step(variant: Variant, calibration: list) -> bool:
 
 
 def calibrated_tflite(converted, options: QuantOptions,
-                      calibration: list[dict[str, np.ndarray]]) -> tuple[bytes, bool]:
-    """(calibrated float flatbuffer, whether it needed Select TF ops) for the INT8 files."""
+                      calibration: list[dict[str, np.ndarray]],
+                      notes: list[str] | None = None) -> tuple[bytes, bool]:
+    """(calibrated float flatbuffer, whether it needed Select TF ops) for the INT8 files; its
+    ranges measured again by --calibration_method (quant/ranges.py), `auto` keeping the
+    method whose INT8 file is closest to the float one on the calibration samples (a note
+    in `notes` says which)."""
     calibrate = Variant(INTEGER_SUFFIXES[0], (tf.lite.OpsSet.TFLITE_BUILTINS,))
     flex = []
     content = quantized_tflite(converted, calibrate, options, calibration,
                                calibrate_only=True, used_select_ops=flex)
-    if not flex:  # TF's calibrator records some ranges wrong (quant/ranges.py)
-        feeds = (converted.result.to_physical(s) for s in calibration)
-        try:
-            content, changed = remeasured(content, feeds)
-            log.info("INT8 calibration: %d activation ranges measured again", changed)
-        except (RuntimeError, ValueError) as exc:  # a kernel the interpreter lacks
-            log.warning("INT8 calibration: TF's recorded ranges kept; the float model "
-                        "cannot run in the interpreter to measure them again (%s)", _short(exc))
-    return content, bool(flex)
+    if flex:  # the interpreter cannot run Select TF ops: TF's records stay
+        return content, True
+    method = options.calibration_method
+    methods = RANGE_METHODS if method == AUTO_METHOD else (TFLITE_METHODS.get(method, "minmax"),)
+    feeds = [converted.result.to_physical(s) for s in calibration]
+    try:  # TF's calibrator records some ranges wrong (quant/ranges.py)
+        files = remeasured(content, feeds, methods)
+    except (RuntimeError, ValueError) as exc:  # a kernel the interpreter lacks
+        log.warning("INT8 calibration: TF's recorded ranges kept; the float model "
+                    "cannot run in the interpreter to measure them again (%s)", _short(exc))
+        return content, False
+    chosen = methods[0]
+    if len(files) > 1:
+        scores = _range_scores(files, converted, options, calibration[:AUTO_SAMPLES])
+        chosen = max(scores, key=scores.get)
+        note = (f"INT8 files: activation ranges by {chosen} (--calibration_method auto; INT8 "
+                f"output cosine on {min(len(calibration), AUTO_SAMPLES)} calibration samples: "
+                + ", ".join(f"{m} {v:.4f}" for m, v in scores.items()) + ")")
+        log.info("%s", note)
+        if notes is not None:
+            notes.append(note)
+    content, changed = files[chosen]
+    log.info("INT8 calibration: %d activation ranges measured again (%s)", changed, chosen)
+    return content, False
+
+
+def _range_scores(files: dict[str, tuple[bytes, int]], converted, options: QuantOptions,
+                  samples: list[dict[str, np.ndarray]]) -> dict[str, float]:
+    """{range method: the lowest over outputs of the mean cosine of its INT8 file (with the
+    --keep_float nodes) against the float model on `samples`}."""
+    from onnx2tf_alt.quant.sensitivity import denylist, op_infos, quantize_calibrated
+
+    any_file = next(iter(files.values()))[0]
+    reference = run_tflite(any_file, converted, samples)  # the float model: ranges unused
+    float_ops = denylist(op_infos(any_file, converted), set(options.keep_float)) if (
+        options.keep_float) else []
+    scores = {}
+    for method, (content, _) in files.items():
+        int8 = quantize_calibrated(content, options.quant_type == "per-tensor", None, float_ops)
+        metrics = compare_outputs(reference, run_tflite(int8, converted, samples))
+        scores[method] = min(m["cosine"] for m in metrics.values())
+    return scores
 
 
 def quantized_tflite(converted, variant: Variant, options: QuantOptions,
@@ -414,7 +460,7 @@ def plan_quantization(
     per_channel = options.quant_type == "per-channel"
     prepared, notes = prepare_for_quantization(converted.model, samples.calibration, per_channel)
     calibrated = None
-    if options.calibration_method != "tf":
+    if options.calibration_method in ORT_METHODS:
         ranges = onnx_ranges(converted.model, samples.calibration, options.calibration_method)
         calibrated = fake_quantized(converted.model, ranges)
     source = None if prepared is converted.model else converted.rebuild(prepared)
@@ -502,7 +548,7 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
     if not two_step(variant, calibration):
         return quantized_tflite(source, variant, options, calibration)
     if id(source) not in calibrated:
-        calibrated[id(source)] = calibrated_tflite(source, options, calibration)
+        calibrated[id(source)] = calibrated_tflite(source, options, calibration, report.notes)
     content, flex = calibrated[id(source)]
     if flex and variant.io_dtypes:
         raise ValueError("integer-only files cannot fall back to Select TF ops")

@@ -9,12 +9,21 @@ shows it: the relu6 output, truly in [0, 6], is recorded with the product's rang
 each recorded tensor's range is measured again on the same samples in an interpreter that
 keeps every tensor (`experimental_preserve_all_tensors`, which turns buffer sharing off),
 and written back into the flatbuffer the MLIR quantizer reads.
+
+The measurement can also clip each range (`--calibration_method`): a second pass over the
+samples fills a histogram of every tensor over its min-max range, and the range becomes
+- `percentile`: the values between the PERCENTILE_TAIL-th quantile and its mirror (at most
+  that share of the values is clipped at each end; a range never moves past 0);
+- `mse`: the range whose 8-bit grid has the least expected squared error over the
+  histogram, counting the rounding inside (step^2 / 12 a value) and the clipping outside.
+A range is never widened. A handful of outliers (a heavy-tailed channel, one bright pixel)
+then no longer sets an 8-bit step that rounds the bulk of the values to a few levels.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import flatbuffers
 import numpy as np
@@ -24,6 +33,10 @@ from onnx2tf_alt.tflite_names import FILE_IDENTIFIER, SIGNATURE
 # Keeping every tensor costs their sum at once: about 420 MiB for a 640x640 PP-OCR detector
 # (1.3 GB resident). Above this, TF's records are kept (calibrated_tflite warns).
 MAX_KEPT_BYTES = 2 << 30
+RANGE_METHODS = ("minmax", "percentile", "mse")
+PERCENTILE_TAIL = 2.5e-5  # `percentile`: the share of values clipped at each end at most
+BINS = 2048  # histogram bins over a tensor's min-max range
+MSE_CANDIDATES = 128  # `mse`: candidate ends on each side of 0
 
 
 def _recorded(tensor) -> bool:
@@ -31,10 +44,16 @@ def _recorded(tensor) -> bool:
     return q is not None and q.min is not None and len(q.min) == 1 and q.max is not None
 
 
-def measured_ranges(content: bytes, feeds: Iterable[dict[str, np.ndarray]]) -> dict[int, tuple]:
-    """{tensor index: (min, max)} over `feeds` (signature inputs, physical layout) of the
-    finite values of every float tensor of the main subgraph that an op writes or the
-    subgraph takes as input."""
+def measured_ranges(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
+                    methods: Sequence[str] = ("minmax",)) -> dict[str, dict[int, tuple]]:
+    """{method: {tensor index: (low, high)}} for each of `methods` (RANGE_METHODS) over
+    `feeds` (signature inputs, physical layout): the min and max of the finite values of
+    every float tensor of the main subgraph that an op writes or the subgraph takes as
+    input, clipped by the method."""
+    unknown = set(methods) - set(RANGE_METHODS)
+    if unknown:
+        raise ValueError(f"unknown range method(s) {sorted(unknown)}")
+    feeds = list(feeds)
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     # Reference kernels: a delegate would hide the tensors inside its partitions.
@@ -58,22 +77,90 @@ def measured_ranges(content: bytes, feeds: Iterable[dict[str, np.ndarray]]) -> d
             if index in ranges:
                 low, high = min(low, ranges[index][0]), max(high, ranges[index][1])
             ranges[index] = low, high
-    return ranges
+    measured = {"minmax": ranges} if "minmax" in methods else {}
+    clipping = [m for m in methods if m != "minmax"]
+    if not clipping:
+        return measured
+    counts = {index: np.zeros(BINS) for index in ranges}
+    for feed in feeds:  # a second pass: the histograms need each tensor's whole range
+        runner(**feed)
+        for index, (low, high) in ranges.items():
+            if high > low:
+                value = interpreter.get_tensor(index)
+                counts[index] += np.histogram(value[np.isfinite(value)], BINS, (low, high))[0]
+    for method in clipping:
+        clip = percentile_range if method == "percentile" else mse_range
+        measured[method] = {index: clip(counts[index], low, high) if high > low else (low, high)
+                            for index, (low, high) in ranges.items()}
+    return measured
 
 
-def remeasured(content: bytes, feeds: Iterable[dict[str, np.ndarray]]) -> tuple[bytes, int]:
-    """(`content` with the recorded range of each tensor of its main subgraph replaced by
-    the one measured on `feeds`, how many ranges changed by more than 1%). Tensors the
-    interpreter cannot show (an op's intermediates, other subgraphs) keep their range.
-    ValueError when keeping every tensor at once would take more than MAX_KEPT_BYTES."""
+def percentile_range(counts: np.ndarray, low: float, high: float,
+                     tail: float = PERCENTILE_TAIL) -> tuple[float, float]:
+    """[low, high] without at most `tail` of the histogram's values at each end; 0 stays
+    inside."""
+    edges = np.linspace(low, high, len(counts) + 1)
+    share = np.cumsum(counts) / max(counts.sum(), 1)
+    first = int(np.searchsorted(share, tail, side="right"))  # the bin the low quantile is in
+    last = int(np.searchsorted(share, 1 - tail, side="left"))  # the high one's
+    return (min(float(edges[first]), 0.0) if low < 0 else low,
+            max(float(edges[min(last + 1, len(counts))]), 0.0) if high > 0 else high)
+
+
+def mse_range(counts: np.ndarray, low: float, high: float,
+              candidates: int = MSE_CANDIDATES) -> tuple[float, float]:
+    """The [a, b] within [low, high] (0 inside, ends on bin edges) whose 8-bit grid has the
+    least expected squared error over the histogram `counts` of [low, high]."""
+    bins = len(counts)
+    width = (high - low) / bins
+    centers = low + (np.arange(bins) + 0.5) * width
+    edges = low + np.arange(bins + 1) * width
+    # prefix sums of n, n*c, n*c^2: the clipping error of every end in O(1)
+    n = np.concatenate([[0], np.cumsum(counts)])
+    nc = np.concatenate([[0], np.cumsum(counts * centers)])
+    ncc = np.concatenate([[0], np.cumsum(counts * centers**2)])
+    def choices(start: int, stop: int) -> np.ndarray:
+        return np.unique(np.linspace(start, stop, candidates).round().astype(int))
+
+    # a low end at an edge <= 0, a high end at an edge >= 0
+    lows = choices(0, int(np.searchsorted(edges, 0.0, side="right")) - 1) if low < 0 else (
+        np.array([0]))
+    highs = choices(int(np.searchsorted(edges, 0.0, side="left")), bins) if high > 0 else (
+        np.array([bins]))
+    a, b = np.meshgrid(lows, highs, indexing="ij")
+    lo, hi = low + a * width, low + b * width
+    below = ncc[a] - 2 * lo * nc[a] + lo**2 * n[a]  # sum n (c - lo)^2 over the bins below a
+    above = (ncc[-1] - ncc[b]) - 2 * hi * (nc[-1] - nc[b]) + hi**2 * (n[-1] - n[b])
+    step = (hi - lo) / 255
+    error = below + above + (n[b] - n[a]) * step**2 / 12
+    error[hi <= lo] = np.inf
+    i, j = np.unravel_index(int(np.argmin(error)), error.shape)
+    return (float(lo[i, j]) if low < 0 else low, float(hi[i, j]) if high > 0 else high)
+
+
+def remeasured(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
+               methods: Sequence[str] = ("minmax",)) -> dict[str, tuple[bytes, int]]:
+    """{method: (`content` with the recorded range of each tensor of its main subgraph
+    replaced by the one measured on `feeds` by that method (measured_ranges), how many
+    ranges changed by more than 1%)}. Tensors the interpreter cannot show (an op's
+    intermediates, other subgraphs) keep their range. ValueError when keeping every tensor
+    at once would take more than MAX_KEPT_BYTES."""
     from tensorflow.lite.python import schema_py_generated as schema
 
-    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(content, 0))
-    kept = _activation_bytes(model)
+    kept = _activation_bytes(schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(content, 0)))
     if kept > MAX_KEPT_BYTES:
         raise ValueError(f"its tensors need {kept / 2**30:.1f} GiB at once, more than the "
                          f"{MAX_KEPT_BYTES / 2**30:.0f} GiB allowed")
-    ranges = measured_ranges(content, feeds)
+    return {method: with_ranges(content, ranges)
+            for method, ranges in measured_ranges(content, feeds, methods).items()}
+
+
+def with_ranges(content: bytes, ranges: dict[int, tuple]) -> tuple[bytes, int]:
+    """(`content` with the recorded range of each tensor of `ranges` replaced, how many
+    changed by more than 1%)."""
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(content, 0))
     changed = 0
     for index, tensor in enumerate(model.subgraphs[0].tensors):
         if index not in ranges or not _recorded(tensor):
