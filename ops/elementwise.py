@@ -188,7 +188,11 @@ def mod(ctx):
     return trunc_mod(a, b) if ctx.attr("fmod", 0) else tf.math.floormod(a, b)
 
 
-_POW_SHORTCUTS = {1.0: tf.identity, 2.0: tf.square, 0.5: tf.sqrt, -1.0: tf.math.reciprocal}
+# x ** 2 as MUL, not SQUARE: TFLite's converter fuses SQUARE(a - b) into SQUARED_DIFFERENCE,
+# whose kernel has no INT16-activation variant (a decomposed LayerNorm's INT16 file cannot
+# run); MUL(d, d) reuses the SUB the normalization computes anyway: same op count
+_POW_SHORTCUTS = {1.0: tf.identity, 2.0: lambda x: x * x, 0.5: tf.sqrt,
+                  -1.0: tf.math.reciprocal}
 _POW_MUL_LIMIT = 64  # -rtpo: |integer exponents| up to this become MULs (at most 11)
 
 

@@ -32,7 +32,7 @@ def normalize(x, axes, epsilon):
     """((x - mean) * inv_std, mean, inv_std) over physical `axes` (statistics keep dims)."""
     mean = tf.reduce_mean(x, axes, keepdims=True)
     centered = x - mean
-    inv_std = tf.math.rsqrt(tf.reduce_mean(tf.square(centered), axes, keepdims=True) + epsilon)
+    inv_std = tf.math.rsqrt(tf.reduce_mean(centered * centered, axes, keepdims=True) + epsilon)
     return centered * inv_std, mean, inv_std
 
 
@@ -111,7 +111,8 @@ def _batch_norm_training(ctx):
     channel = ctx.axis(1)
     axes = [a for a in range(ctx.rank(0)) if a != channel]
     mean = tf.reduce_mean(x, axes)
-    var = tf.reduce_mean(tf.square(x - _to_channel(mean, ctx)), axes)
+    centered = x - _to_channel(mean, ctx)
+    var = tf.reduce_mean(centered * centered, axes)  # MUL: see elementwise._POW_SHORTCUTS
     momentum = ctx.attr("momentum", 0.9)
     scale = ctx.x(1) * tf.math.rsqrt(var + ctx.attr("epsilon", 1e-5))
     y = x * _to_channel(scale, ctx) + _to_channel(ctx.x(2) - mean * scale, ctx)
@@ -212,7 +213,7 @@ def mean_variance_normalization(ctx):
     axes = ctx.axes(ctx.attr("axes", [0, 2, 3]))
     mean = tf.reduce_mean(x, axes, keepdims=True)
     centered = x - mean
-    std = tf.sqrt(tf.reduce_mean(tf.square(centered), axes, keepdims=True))
+    std = tf.sqrt(tf.reduce_mean(centered * centered, axes, keepdims=True))
     return centered / (std + 1e-9)
 
 

@@ -639,3 +639,40 @@ def test_cind_takes_onnx2tf_nested_per_channel_lists(tmp_path, cnn):
         assert len(samples.held_out) == 1 and len(samples.calibration) == 2
         assert all(not np.array_equal(samples.held_out[0]["x"], c["x"])
                    for c in samples.calibration)
+
+
+def test_decomposed_layer_norm_int16_files_run(tmp_path):
+    """A LayerNorm exported as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (PaddleOCR's text
+    recognizer): the square is a MUL of the SUB, not SQUARE(a - b), which TFLite fuses into
+    a SQUARED_DIFFERENCE without INT16-activation kernel; every file runs and is measured."""
+    rng = np.random.default_rng(8)
+    shape = (2, 7, 24)
+    init = {"two": np.array(2, np.float32), "eps": np.array(1e-5, np.float32),
+            "w": (rng.standard_normal((24, 10)) * 0.3).astype(np.float32)}
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]),
+             helper.make_node("Sub", ["x", "m"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["d2"]),
+             helper.make_node("ReduceMean", ["d2"], ["v"], axes=[-1]),
+             helper.make_node("Add", ["v", "eps"], ["ve"]),
+             helper.make_node("Sqrt", ["ve"], ["s"]),
+             helper.make_node("Div", ["d", "s"], ["n"]),
+             helper.make_node("MatMul", ["n", "w"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "layer_norm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, 7, 10))],
+        [numpy_helper.from_array(v, k) for k, v in init.items()])
+    path = str(tmp_path / "ln.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    np.save(tmp_path / "x.npy", (rng.standard_normal((12, *shape[1:])) * 3 + 1).astype(np.float32))
+    out = str(tmp_path / "out")
+    convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
+            output_integer_quantized_tflite=True,
+            custom_input_op_name_np_data_path=[["x", str(tmp_path / "x.npy")]])
+    with open(os.path.join(out, "ln_quant_report.json")) as f:
+        report = json.load(f)
+    for entry in report["files"]:
+        assert "error" not in entry and "not_measured" not in entry, entry
+        assert entry["outputs"]["y"]["cosine"] >= 0.98, entry
+    for name in ("ln_float32.tflite", "ln_full_integer_quant_with_int16_act.tflite"):
+        ops = count_tflite_ops(read(out, name))
+        assert "SQUARED_DIFFERENCE" not in ops and "SQUARE" not in ops, (name, ops)
