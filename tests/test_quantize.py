@@ -592,7 +592,9 @@ def test_keep_float_auto_writes_the_file_it_measured(searched, cnn):
     assert gains == sorted(gains, reverse=True) and gains[0] > 0, gains
     keys = {n.name for n in cnn["converted"].graph.nodes}
     assert all(r["nodes"] and set(r["nodes"]) <= keys for r in sensitivity["top_offenders"])
-    added = {n for step in search[1:] for n in step["added"]}
+    # a second ranking (on top of the nodes kept) is a step without "added"
+    added = {n for step in search[1:] for n in step.get("added", [])}
+    assert all("added" in step or "ranked_again" in step for step in search[1:]), search
     assert set(sensitivity["kept_float_nodes"]) == added
     feeds = held_out_images()[:SEARCH_SAMPLES]
     reference = run_tflite(read(cnn["out"], "cnn_float32.tflite"), cnn["converted"], feeds)
@@ -676,3 +678,19 @@ def test_decomposed_layer_norm_int16_files_run(tmp_path):
     for name in ("ln_float32.tflite", "ln_full_integer_quant_with_int16_act.tflite"):
         ops = count_tflite_ops(read(out, name))
         assert "SQUARED_DIFFERENCE" not in ops and "SQUARE" not in ops, (name, ops)
+
+
+def test_keep_float_auto_ranks_again_on_top_of_the_kept_nodes(monkeypatch, tmp_path, cnn):
+    """With one segment tried per ranking, the first ranking keeps its best node and the
+    second, ranked on top of it, adds another: two float nodes, each step a gain."""
+    from onnx2tf_alt.quant import sensitivity
+
+    monkeypatch.setattr(sensitivity, "MAX_KEPT_SEGMENTS", 1)
+    _, _, report = quantize_small_cnn(tmp_path, keep_float_auto=0.99999)
+    search = report["sensitivity"]["search"]
+    kinds = ["added" if "added" in s else "ranked_again" if "ranked_again" in s else "base"
+             for s in search]
+    assert kinds == ["base", "added", "ranked_again", "added"], search
+    cosines = [s["cosine"] for s in search]
+    assert cosines[3] > cosines[1] > cosines[0], search
+    assert len(report["sensitivity"]["kept_float_nodes"]) == 2, report["sensitivity"]

@@ -31,7 +31,8 @@ import tensorflow as tf
 from onnx2tf_alt.errors import InputError
 
 SEARCH_SAMPLES = 8  # held-out samples each re-quantization is measured on
-MAX_KEPT_SEGMENTS = 16  # --keep_float_auto gives up beyond this many float segments
+MAX_KEPT_SEGMENTS = 16  # --keep_float_auto tries this many of a ranking's best segments
+SEARCH_ROUNDS = 2  # --keep_float_auto: rankings at most (the first and one on top of it)
 TOP_OFFENDERS = 12  # segments listed in the quant report
 SKIPPED = {"QUANTIZE", "DEQUANTIZE"}
 
@@ -189,7 +190,10 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
     """Float ops of `calibrated`: the segments of the ONNX nodes `keep`; with `rank` or a
     `target`, each other op's segment is scored by `score(content)` (the outputs' lowest
     mean cosine on the search samples) and, with `target`, the best ones are added until
-    the score reaches it (a node that adds nothing on top of those kept is skipped)."""
+    the score reaches it (a node that adds nothing on top of those kept is skipped). When
+    the first ranking's best MAX_KEPT_SEGMENTS do not reach it, the other segments are
+    ranked again on top of the kept ones (SEARCH_ROUNDS rankings at most): gains that were
+    lost in the noise of the first ranking show once its largest errors are gone."""
     infos = op_infos(calibrated, converted)
     nodes, float_ops = set(keep), denylist(infos, set(keep))
     chosen = MixedPrecision([], sorted(nodes), float_ops)
@@ -199,33 +203,43 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
     def measure(tensors) -> float:
         return score(quantize_calibrated(calibrated, per_tensor, None, sorted(tensors)))
 
+    def ranked(kept_nodes: set[str], kept: set[str], base: float) -> list[dict]:
+        """Each op's segment not yet float, by the cosine it gains on top of `kept`."""
+        entries, seen = [], set()
+        for info in infos:
+            if info.op_type in SKIPPED or not info.nodes:
+                continue
+            segment = frozenset(denylist(infos, kept_nodes | set(info.nodes)))
+            if segment in seen or segment <= kept:
+                continue
+            seen.add(segment)
+            gain = measure(segment) - base
+            entries.append({"op": info.op_type, "tensor": info.tensor, "nodes": info.nodes,
+                            "float_ops": len(segment), "cosine_gain": round(gain, 6)})
+        return sorted(entries, key=lambda r: -r["cosine_gain"])
+
     base = chosen.cosine_int8 = round(measure(float_ops), 6)
-    ranking, seen = [], set()
-    for info in infos:
-        if info.op_type in SKIPPED or not info.nodes:
-            continue
-        segment = frozenset(denylist(infos, nodes | set(info.nodes)))
-        if segment in seen or segment <= set(float_ops):
-            continue
-        seen.add(segment)
-        gain = measure(segment) - base
-        ranking.append({"op": info.op_type, "tensor": info.tensor, "nodes": info.nodes,
-                        "float_ops": len(segment), "cosine_gain": round(gain, 6)})
-    ranking.sort(key=lambda r: -r["cosine_gain"])
+    ranking = candidates = ranked(nodes, set(float_ops), base)
     current, kept = base, set(float_ops)
     if target is not None:
         chosen.search.append({"float_ops": len(kept), "cosine": base})
-        for pick in ranking[:MAX_KEPT_SEGMENTS]:
-            if current >= target or pick["cosine_gain"] <= 0:
+        for search_round in range(SEARCH_ROUNDS):
+            if search_round:
+                candidates = ranked(nodes, kept, current)
+                chosen.search.append({"ranked_again": len(candidates), "cosine": current})
+            for pick in candidates[:MAX_KEPT_SEGMENTS]:
+                if current >= target or pick["cosine_gain"] <= 0:
+                    break
+                trial = set(denylist(infos, nodes | set(pick["nodes"])))
+                cosine = round(measure(trial), 6)
+                if cosine <= current:  # no gain on top of the nodes kept so far
+                    continue
+                nodes |= set(pick["nodes"])
+                kept, current = trial, cosine
+                chosen.search.append({"added": pick["nodes"], "float_ops": len(kept),
+                                      "cosine": current})
+            if current >= target:
                 break
-            trial = set(denylist(infos, nodes | set(pick["nodes"])))
-            cosine = round(measure(trial), 6)
-            if cosine <= current:  # no gain on top of the nodes kept so far
-                continue
-            nodes |= set(pick["nodes"])
-            kept, current = trial, cosine
-            chosen.search.append({"added": pick["nodes"], "float_ops": len(kept),
-                                  "cosine": current})
         chosen.reached = current >= target
     chosen.ranking = ranking
     chosen.kept_nodes, chosen.float_ops = sorted(nodes), sorted(kept)
