@@ -210,6 +210,14 @@ def _quant_flags(p: argparse.ArgumentParser) -> None:
         "held-out samples (e.g. 0.99; ranking each node costs one re-quantization)",
     )
     p.add_argument(
+        "--no_bias_correction",
+        dest="bias_correction",
+        action="store_false",
+        help="leave the biases of the -oiqt INT8 files as quantized (default: each "
+        "convolution without fused activation has the mean error of its 8-bit output on "
+        "the calibration samples taken out of its bias)",
+    )
+    p.add_argument(
         "-iqd",
         "--input_quant_dtype",
         choices=["int8", "uint8", "float32"],

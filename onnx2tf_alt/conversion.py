@@ -63,6 +63,7 @@ def convert(
     calibration_method: str = "auto",
     keep_float: list[str] | None = None,
     keep_float_auto: float | None = None,
+    bias_correction: bool = True,
     copy_onnx_input_output_names_to_tflite: bool = False,
     input_names_to_interrupt_model_conversion: list[str] | None = None,
     output_names_to_interrupt_model_conversion: list[str] | None = None,
@@ -87,7 +88,8 @@ def convert(
     calibration samples; "entropy", "ort_minmax", "ort_percentile" by onnxruntime's
     calibrators on the ONNX graph (quant/calibrate.py).
     `keep_float` (ONNX node names) and `keep_float_auto` (a target cosine) leave nodes of
-    the INT8 files in float (quant/sensitivity.py).
+    the INT8 files in float (quant/sensitivity.py); `bias_correction` takes the mean output
+    error of their convolutions out of the biases (quant/bias_correction.py).
     `output_signaturedefs` is accepted for onnx2tf compatibility: the saved_model and the
     .tflite files always carry a `serving_default` signature.
 
@@ -147,7 +149,7 @@ def convert(
     quant_options = QuantOptions(
         dynamic_range, output_integer_quantized_tflite, quant_type,
         input_quant_dtype, output_quant_dtype, calibration_method, list(keep_float or []),
-        keep_float_auto, check_onnx_tf_outputs_elementwise_close_full,
+        keep_float_auto, check_onnx_tf_outputs_elementwise_close_full, bias_correction,
     )
     try:
         converted = build_loaded(

@@ -56,3 +56,14 @@ def _by_hand(interpreter, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]
         outputs[name] = (np.zeros(shape, detail["dtype"]) if 0 in shape
                          else interpreter.get_tensor(index))
     return outputs
+
+
+def as_input(value: np.ndarray, details: dict) -> np.ndarray:
+    """`value` as the input `details` (the interpreter's) take it: a float value on the
+    grid of an integer input (full-integer files), else cast to the input's type."""
+    dtype = np.dtype(details["dtype"])
+    scale, zero_point = details["quantization"]
+    if value.dtype.kind == "f" and dtype.kind in "iu" and scale:
+        info = np.iinfo(dtype)
+        return np.clip(np.round(value / scale) + zero_point, info.min, info.max).astype(dtype)
+    return value.astype(dtype)

@@ -39,7 +39,7 @@ from onnx2tf_alt.quant.calibrate import (
     onnx_ranges,
 )
 from onnx2tf_alt.quant.ranges import RANGE_METHODS, remeasured
-from onnx2tf_alt.tflite_run import run_signature
+from onnx2tf_alt.tflite_run import as_input, run_signature
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -61,6 +61,7 @@ class QuantOptions:
     keep_float: list[str] = field(default_factory=list)  # ONNX nodes the INT8 files keep float
     keep_float_auto: float | None = None  # target output cosine of the INT8 files
     sensitivity: bool = False  # rank the INT8 files' ops (-cotof) even without a target
+    bias_correction: bool = True  # the INT8 files' conv biases (quant/bias_correction.py)
 
     @property
     def any(self) -> bool:
@@ -238,7 +239,8 @@ def _range_scores(files: dict[str, tuple[bytes, int]], converted, options: Quant
 def quantized_tflite(converted, variant: Variant, options: QuantOptions,
                      calibration: list[dict[str, np.ndarray]], calibrated: bytes | None = None,
                      keep_nodes: list[str] | None = None, calibrate_only: bool = False,
-                     used_select_ops: list | None = None) -> bytes:
+                     used_select_ops: list | None = None, corrected: list | None = None
+                     ) -> bytes:
     """One quantized flatbuffer; `calibration` feeds (ONNX layout) for calibrated variants
     of float models, empty for QDQ models and dynamic range quantization. The 8-bit files of
     float models (`two_step`) are the MLIR quantizer's on `calibrated` (made here when
@@ -252,8 +254,17 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
 
         nodes = set(options.keep_float if keep_nodes is None else keep_nodes)
         float_ops = denylist(op_infos(calibrated, converted), nodes) if nodes else []
-        return quantize_calibrated(calibrated, options.quant_type == "per-tensor",
-                                   variant.io_dtypes, float_ops)
+        content = quantize_calibrated(calibrated, options.quant_type == "per-tensor",
+                                      variant.io_dtypes, float_ops)
+        if options.bias_correction:
+            from onnx2tf_alt.quant.bias_correction import BIAS_SAMPLES, corrected_biases
+
+            feeds = [converted.result.to_physical(s) for s in calibration[:BIAS_SAMPLES]]
+            content, count = corrected_biases(content, calibrated, feeds)
+            log.info("%s: biases of %d convolution(s) corrected", variant.suffix, count)
+            if corrected is not None:
+                corrected.append((count, len(feeds)))
+        return content
     concrete = serving_function(converted.result).get_concrete_function()
 
     def make(select_tf_ops: bool) -> tf.lite.TFLiteConverter:
@@ -303,19 +314,10 @@ def run_tflite(content: bytes, converted, samples: list[dict[str, np.ndarray]]) 
     inputs, outputs = runner.get_input_details(), runner.get_output_details()
     results = []
     for sample in samples:
-        feeds = {k: _quantize(v, inputs[k]) for k, v in result.to_physical(sample).items()}
+        feeds = {k: as_input(v, inputs[k]) for k, v in result.to_physical(sample).items()}
         raw = run_signature(interpreter, feeds)
         results.append(result.to_onnx({key: _dequantize(raw[key], outputs[key]) for key in raw}))
     return results
-
-
-def _quantize(value: np.ndarray, details: dict) -> np.ndarray:
-    dtype = np.dtype(details["dtype"])
-    scale, zero_point = details["quantization"]
-    if value.dtype.kind == "f" and dtype.kind in "iu" and scale:
-        info = np.iinfo(dtype)
-        return np.clip(np.round(value / scale) + zero_point, info.min, info.max).astype(dtype)
-    return value.astype(dtype)
 
 
 def _dequantize(value: np.ndarray, details: dict) -> np.ndarray:
@@ -575,8 +577,15 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
         raise ValueError("integer-only files cannot fall back to Select TF ops")
     if plan.kept_nodes is None:
         plan.kept_nodes = _choose_float_nodes(source, content, plan, report, float_tflite)
-    return quantized_tflite(source, variant, options, calibration, calibrated=content,
-                            keep_nodes=plan.kept_nodes)
+    corrected = []
+    content = quantized_tflite(source, variant, options, calibration, calibrated=content,
+                               keep_nodes=plan.kept_nodes, corrected=corrected)
+    note = corrected and (f"INT8 files: the biases of {corrected[0][0]} convolution(s) without "
+                          "fused activation corrected for the mean error of their 8-bit output "
+                          f"on {corrected[0][1]} calibration samples")
+    if note and note not in report.notes:
+        report.notes.append(note)
+    return content
 
 
 def _choose_float_nodes(source, calibrated: bytes, plan: QuantPlan, report: QuantReport,

@@ -1,0 +1,131 @@
+"""Bias correction of the INT8 files: each convolution's bias absorbs the mean error that
+8-bit activations and weights leave in its output.
+
+Rounding an activation to a coarse grid, or clipping its rare extremes (the `percentile`
+ranges), is not error-free on average: a convolution that sums many such values shifts
+each output channel by a constant that the next layers carry on and add to. Here the
+shift is measured and taken out of the INT8 file's int32 bias, one convolution at a time
+in graph order, each measured after the ones before it were corrected (corrected all at
+once they over-correct: a downstream convolution would also take out the shift an upstream
+one has just removed). The reference is the calibrated float flatbuffer the file was
+quantized from, whose tensors carry the same names.
+
+Only CONV_2D and DEPTHWISE_CONV_2D without a fused activation are corrected: behind a
+fused ReLU the output's mean error is no longer the bias's. On the PP-OCRv4 DB text detector
+(640x640, percentile ranges, 8 calibration samples) the 41 such convolutions lift the
+held-out cosine of the INT8 file from 0.976 to 0.985 without changing an op.
+"""
+
+from __future__ import annotations
+
+import flatbuffers
+import numpy as np
+
+from onnx2tf_alt.tflite_names import FILE_IDENTIFIER, SIGNATURE
+from onnx2tf_alt.tflite_run import as_input
+
+BIAS_SAMPLES = 8  # calibration samples the mean errors are measured on
+CORRECTED_OPS = {3: "CONV_2D", 4: "DEPTHWISE_CONV_2D"}  # builtin operator codes
+NO_ACTIVATION = 0
+DEQUANTIZE = 6
+
+
+def corrected_biases(int8: bytes, calibrated: bytes, feeds: list[dict[str, np.ndarray]]
+                     ) -> tuple[bytes, int]:
+    """(`int8` with the bias of each convolution without fused activation corrected for the
+    mean error of its output against `calibrated` on `feeds` (signature inputs, physical
+    layout, float), how many were corrected)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(int8, 0))
+    reference = Interpreter(
+        model_content=calibrated, experimental_preserve_all_tensors=True,
+        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    targets = _targets(model, {d["name"]: d for d in reference.get_tensor_details()})
+    if not targets:
+        return int8, 0
+    # the float model's channel means of every target output, per sample
+    runner = reference.get_signature_runner(SIGNATURE)
+    expected = []
+    for feed in feeds:
+        runner(**feed)
+        expected.append({op: _channel_means(reference.get_tensor(index))
+                         for op, index in targets.items()})
+    graph = model.subgraphs[0]
+    for op_index in sorted(targets):
+        content = _packed(model)
+        interpreter = Interpreter(
+            model_content=content, experimental_preserve_all_tensors=True,
+            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        run = interpreter.get_signature_runner(SIGNATURE)
+        inputs = run.get_input_details()
+        op = graph.operators[op_index]
+        output = graph.tensors[op.outputs[0]]
+        scale, zero_point = output.quantization.scale[0], output.quantization.zeroPoint[0]
+        error = 0.0
+        for feed, means in zip(feeds, expected):
+            run(**{k: as_input(v, inputs[k]) for k, v in feed.items()})
+            value = (interpreter.get_tensor(op.outputs[0]).astype(np.float64) - zero_point) * scale
+            error = error + _channel_means(value) - means[op_index]
+        bias = graph.tensors[op.inputs[2]]
+        steps = np.asarray(bias.quantization.scale, np.float64)
+        buffer = model.buffers[bias.buffer]
+        values = np.frombuffer(bytes(buffer.data), np.int32).astype(np.int64)
+        values -= np.round(error / len(feeds) / steps).astype(np.int64)
+        info = np.iinfo(np.int32)
+        buffer.data = np.frombuffer(np.clip(values, info.min, info.max).astype(np.int32)
+                                    .tobytes(), np.uint8)
+    return _packed(model), len(targets)
+
+
+def _targets(model, reference_tensors: dict[str, dict]) -> dict[int, int]:
+    """{op index: index of the same-named float tensor in the reference} of the convolutions
+    to correct: no fused activation, an int8 output with one scale, an int32 bias of their
+    own with one scale per output channel, a float twin of the output's shape."""
+    graph, codes = model.subgraphs[0], model.operatorCodes
+    readers: dict[int, int] = {}
+    for tensor in graph.tensors:
+        readers[tensor.buffer] = readers.get(tensor.buffer, 0) + 1
+    # a graph output keeps its name on the DEQUANTIZE that makes it float again
+    renamed = {op.inputs[0]: graph.tensors[op.outputs[0]].name for op in graph.operators
+               if max(codes[op.opcodeIndex].builtinCode,
+                      codes[op.opcodeIndex].deprecatedBuiltinCode) == DEQUANTIZE}
+    targets = {}
+    for index, op in enumerate(graph.operators):
+        code = codes[op.opcodeIndex]
+        if max(code.builtinCode, code.deprecatedBuiltinCode) not in CORRECTED_OPS:
+            continue
+        if len(op.inputs) < 3 or op.inputs[2] < 0 or op.builtinOptions is None:
+            continue
+        if op.builtinOptions.fusedActivationFunction != NO_ACTIVATION:
+            continue
+        output, bias = graph.tensors[op.outputs[0]], graph.tensors[op.inputs[2]]
+        channels = output.shape[-1]
+        if (output.type != 9 or bias.type != 2  # INT8, INT32
+                or output.quantization is None or len(output.quantization.scale) != 1
+                or bias.quantization is None or len(bias.quantization.scale) != channels
+                or readers.get(bias.buffer, 0) != 1):
+            continue
+        twin = reference_tensors.get(_text(output.name)) or reference_tensors.get(
+            _text(renamed.get(op.outputs[0], b"")))
+        if twin is None or list(twin["shape"]) != list(output.shape) or (
+                twin["dtype"] != np.float32):
+            continue
+        targets[index] = twin["index"]
+    return targets
+
+
+def _text(name) -> str:
+    return name.decode() if isinstance(name, bytes) else name
+
+
+def _channel_means(value: np.ndarray) -> np.ndarray:
+    value = np.asarray(value, np.float64)
+    return value.reshape(-1, value.shape[-1]).mean(0)
+
+
+def _packed(model) -> bytes:
+    builder = flatbuffers.Builder(1 << 20)
+    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    return bytes(builder.Output())

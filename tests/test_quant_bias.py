@@ -1,0 +1,120 @@
+"""Bias correction of the INT8 files (quant/bias_correction.py): the convolutions without
+fused activation get the mean error of their 8-bit output taken out of their int32 bias,
+nothing else of the file changes, and the output on held-out samples gets closer to
+onnxruntime's."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from onnx2tf_alt.api import convert
+from onnx2tf_alt.pipeline import build
+from onnx2tf_alt.quant.bias_correction import corrected_biases
+from onnx2tf_alt.quant.quantize import QuantOptions, calibrated_tflite, run_tflite
+from onnx2tf_alt.quant.sensitivity import quantize_calibrated
+
+from harness import make_model, ort_run
+
+SHAPE = (1, 4, 20, 23)
+
+
+def _model() -> onnx.ModelProto:
+    """Conv -> Conv + Relu -> Conv on positive, skewed inputs (mean 1): the int8 rounding
+    of each output channel's few weights shifts its mean by sum((w - q(w)) * E[x])."""
+    rng = np.random.default_rng(11)
+    init = {"w0": (rng.standard_normal((8, 4, 3, 3)) * 0.4).astype(np.float32),
+            "b0": rng.standard_normal(8).astype(np.float32),
+            "w1": (rng.standard_normal((6, 8, 1, 1)) * 0.5).astype(np.float32),
+            "w2": (rng.standard_normal((5, 6, 1, 1)) * 0.5).astype(np.float32),
+            "b2": rng.standard_normal(5).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["c0", "w1"], ["c1"]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["y"])]
+    return make_model(nodes, {"x": np.zeros(SHAPE, np.float32)}, ["y"], init, opset=13)
+
+
+def _samples(n: int, seed: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.exponential(1.0, SHAPE).astype(np.float32)} for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def files():
+    model = _model()
+    converted = build(input_onnx_file_path=None, onnx_graph=model)
+    calibration = _samples(8, seed=1)
+    options = QuantOptions(integer=True, calibration_method="minmax")
+    calibrated, _ = calibrated_tflite(converted, options, calibration)
+    plain = quantize_calibrated(calibrated, False, None, [])
+    feeds = [converted.result.to_physical(s) for s in calibration]
+    corrected, count = corrected_biases(plain, calibrated, feeds)
+    return model, converted, plain, corrected, count
+
+
+def _buffers(content: bytes) -> tuple[list, list]:
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(content, 0))
+    graph = model.subgraphs[0]
+    ops = [(model.operatorCodes[op.opcodeIndex].builtinCode, list(op.inputs), list(op.outputs))
+           for op in graph.operators]
+    biases = {graph.tensors[op.inputs[2]].buffer for op in graph.operators
+              if len(op.inputs) > 2 and op.inputs[2] >= 0}
+    data = [(i in biases, None if b.data is None else bytes(b.data))
+            for i, b in enumerate(model.buffers)]
+    return ops, data
+
+
+def test_only_the_biases_of_convolutions_without_activation_change(files):
+    _, _, plain, corrected, count = files
+    assert count == 2  # the first and the last Conv; the middle one has a fused ReLU
+    plain_ops, plain_data = _buffers(plain)
+    ops, data = _buffers(corrected)
+    assert ops == plain_ops
+    changed = [k for k, (a, b) in enumerate(zip(plain_data, data)) if a[1] != b[1]]
+    assert changed and all(data[k][0] for k in changed), changed
+    assert len(changed) == 2
+
+
+def test_corrected_file_is_closer_to_onnxruntime_on_held_out_samples(files):
+    """The per-channel mean error of the output falls to a fraction, the mean |error| too."""
+    model, converted, plain, corrected, _ = files
+    held_out = _samples(6, seed=2)
+    reference = [ort_run(model, s)[0] for s in held_out]
+    shift, error = {}, {}
+    for name, content in (("plain", plain), ("corrected", corrected)):
+        outputs = [o["y"] for o in run_tflite(content, converted, held_out)]
+        diff = np.stack([o - r for o, r in zip(outputs, reference)])
+        shift[name] = float(np.abs(diff.mean(axis=(0, 1, 3, 4))).mean())
+        error[name] = float(np.abs(diff).mean())
+    assert shift["corrected"] < shift["plain"] / 3, shift
+    assert error["corrected"] < error["plain"], error
+
+
+def test_cli_writes_corrected_files_unless_told_not_to(tmp_path):
+    path = str(tmp_path / "m.onnx")
+    onnx.save(_model(), path)
+    np.save(tmp_path / "x.npy", np.concatenate([s["x"] for s in _samples(10, seed=3)]))
+    reports, contents = {}, {}
+    for flag in (True, False):
+        out = str(tmp_path / f"out_{flag}")
+        convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
+                output_integer_quantized_tflite=True, bias_correction=flag,
+                calibration_method="minmax",
+                custom_input_op_name_np_data_path=[["x", str(tmp_path / "x.npy")]])
+        with open(os.path.join(out, "m_quant_report.json")) as f:
+            reports[flag] = json.load(f)
+        with open(os.path.join(out, "m_full_integer_quant.tflite"), "rb") as f:
+            contents[flag] = f.read()
+    notes = [n for n in reports[True]["notes"] if "biases of 2 convolution(s)" in n]
+    assert notes, reports[True]["notes"]
+    assert not any("biases" in n for n in reports[False]["notes"]), reports[False]["notes"]
+    assert contents[True] != contents[False]
+    assert _buffers(contents[True])[0] == _buffers(contents[False])[0]
