@@ -111,10 +111,15 @@ def test_cli_writes_corrected_files_unless_told_not_to(tmp_path):
                 custom_input_op_name_np_data_path=[["x", str(tmp_path / "x.npy")]])
         with open(os.path.join(out, "m_quant_report.json")) as f:
             reports[flag] = json.load(f)
-        with open(os.path.join(out, "m_full_integer_quant.tflite"), "rb") as f:
-            contents[flag] = f.read()
+        for variant in ("integer_quant", "full_integer_quant"):
+            with open(os.path.join(out, f"m_{variant}.tflite"), "rb") as f:
+                contents[flag, variant] = f.read()
     notes = [n for n in reports[True]["notes"] if "biases of 2 convolution(s)" in n]
     assert notes, reports[True]["notes"]
     assert not any("biases" in n for n in reports[False]["notes"]), reports[False]["notes"]
-    assert contents[True] != contents[False]
-    assert _buffers(contents[True])[0] == _buffers(contents[False])[0]
+    full, half = contents[True, "full_integer_quant"], contents[True, "integer_quant"]
+    assert full != contents[False, "full_integer_quant"]
+    assert _buffers(full)[0] == _buffers(contents[False, "full_integer_quant"])[0]
+    # the full-integer file takes the corrections measured on the float-input one
+    assert sorted(d for bias, d in _buffers(full)[1] if bias) == sorted(
+        d for bias, d in _buffers(half)[1] if bias)

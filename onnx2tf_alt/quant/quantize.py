@@ -239,8 +239,8 @@ def _range_scores(files: dict[str, tuple[bytes, int]], converted, options: Quant
 def quantized_tflite(converted, variant: Variant, options: QuantOptions,
                      calibration: list[dict[str, np.ndarray]], calibrated: bytes | None = None,
                      keep_nodes: list[str] | None = None, calibrate_only: bool = False,
-                     used_select_ops: list | None = None, corrected: list | None = None
-                     ) -> bytes:
+                     used_select_ops: list | None = None, corrected: list | None = None,
+                     bias_cache: dict | None = None) -> bytes:
     """One quantized flatbuffer; `calibration` feeds (ONNX layout) for calibrated variants
     of float models, empty for QDQ models and dynamic range quantization. The 8-bit files of
     float models (`two_step`) are the MLIR quantizer's on `calibrated` (made here when
@@ -260,7 +260,7 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
             from onnx2tf_alt.quant.bias_correction import BIAS_SAMPLES, corrected_biases
 
             feeds = [converted.result.to_physical(s) for s in calibration[:BIAS_SAMPLES]]
-            content, count = corrected_biases(content, calibrated, feeds)
+            content, count = corrected_biases(content, calibrated, feeds, bias_cache)
             log.info("%s: biases of %d convolution(s) corrected", variant.suffix, count)
             if corrected is not None:
                 corrected.append((count, len(feeds)))
@@ -564,8 +564,8 @@ def write_quantized(
 
 def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantReport,
                     float_tflite: bytes, calibrated: dict) -> bytes:
-    """One file of write_quantized. The two-step files share one calibration per source
-    (`calibrated`, filled here) and one choice of float nodes (recorded in `plan` and
+    """One file of write_quantized. The two-step files share one calibration and one set of
+    bias corrections per source (`calibrated`, filled here) and one choice of float nodes (recorded in `plan` and
     `report`)."""
     options, calibration = plan.options, plan.calibration_for(variant)
     if not two_step(variant, calibration):
@@ -579,7 +579,8 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
         plan.kept_nodes = _choose_float_nodes(source, content, plan, report, float_tflite)
     corrected = []
     content = quantized_tflite(source, variant, options, calibration, calibrated=content,
-                               keep_nodes=plan.kept_nodes, corrected=corrected)
+                               keep_nodes=plan.kept_nodes, corrected=corrected,
+                               bias_cache=calibrated.setdefault(("biases", id(source)), {}))
     note = corrected and (f"INT8 files: the biases of {corrected[0][0]} convolution(s) without "
                           "fused activation corrected for the mean error of their 8-bit output "
                           f"on {corrected[0][1]} calibration samples")
