@@ -123,3 +123,31 @@ def test_cli_writes_corrected_files_unless_told_not_to(tmp_path):
     # the full-integer file takes the corrections measured on the float-input one
     assert sorted(d for bias, d in _buffers(full)[1] if bias) == sorted(
         d for bias, d in _buffers(half)[1] if bias)
+
+
+def test_correction_is_kept_only_if_other_calibration_samples_agree(tmp_path):
+    """With calibration samples beyond the 8 the corrections are measured on, both INT8
+    files are scored on those; the note gives the two cosines and the written file is the
+    better one (the corrected file, or the one written with --no_bias_correction)."""
+    import re
+
+    path = str(tmp_path / "m.onnx")
+    onnx.save(_model(), path)
+    np.save(tmp_path / "x.npy", np.concatenate([s["x"] for s in _samples(24, seed=4)]))
+    reports, contents = {}, {}
+    for flag in (True, False):
+        out = str(tmp_path / f"out_{flag}")
+        convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
+                output_integer_quantized_tflite=True, bias_correction=flag,
+                calibration_method="minmax",
+                custom_input_op_name_np_data_path=[["x", str(tmp_path / "x.npy")]])
+        with open(os.path.join(out, "m_quant_report.json")) as f:
+            reports[flag] = json.load(f)
+        with open(os.path.join(out, "m_integer_quant.tflite"), "rb") as f:
+            contents[flag] = f.read()
+    [note] = [n for n in reports[True]["notes"] if "biases of 2 convolution(s)" in n]
+    before, after = (float(v) for v in re.search(
+        r"on (?:\d+) other calibration samples (\d\.\d+) before, (\d\.\d+) after", note).groups())
+    kept = after > before
+    assert (" not corrected for" not in note) == kept, note
+    assert (contents[True] != contents[False]) == kept

@@ -25,6 +25,7 @@ from onnx2tf_alt.tflite_names import FILE_IDENTIFIER, SIGNATURE
 from onnx2tf_alt.tflite_run import as_input
 
 BIAS_SAMPLES = 8  # calibration samples the mean errors are measured on
+SIGNIFICANCE = 3.0  # standard errors a channel's mean error must exceed to be corrected
 CORRECTED_OPS = {3: "CONV_2D", 4: "DEPTHWISE_CONV_2D"}  # builtin operator codes
 NO_ACTIVATION = 0
 DEQUANTIZE = 6
@@ -74,15 +75,26 @@ def corrected_biases(int8: bytes, calibrated: bytes, feeds: list[dict[str, np.nd
         op = graph.operators[op_index]
         output = graph.tensors[op.outputs[0]]
         scale, zero_point = output.quantization.scale[0], output.quantization.zeroPoint[0]
-        error = 0.0
+        errors = []
         for feed, means in zip(feeds, expected):
             run(**{k: as_input(v, inputs[k]) for k, v in feed.items()})
             value = (interpreter.get_tensor(op.outputs[0]).astype(np.float64) - zero_point) * scale
-            error = error + _channel_means(value) - means[op_index]
+            errors.append(_channel_means(value) - means[op_index])
         steps = np.asarray(graph.tensors[op.inputs[2]].quantization.scale, np.float64)
-        known[key(op_index)] = -np.round(error / len(feeds) / steps).astype(np.int64)
+        known[key(op_index)] = -np.round(_significant(np.array(errors)) / steps).astype(np.int64)
         _shift_bias(model, op, known[key(op_index)])
     return _packed(model), len(targets)
+
+
+def _significant(errors: np.ndarray) -> np.ndarray:
+    """The mean over samples of `errors` (samples x channels) where it stands out of their
+    spread (|mean| > SIGNIFICANCE standard errors), else 0: a shift the samples do not
+    agree on is noise, and taking it out adds error."""
+    if len(errors) < 2:
+        return np.zeros(errors.shape[-1])
+    mean = errors.mean(0)
+    standard_error = errors.std(0, ddof=1) / np.sqrt(len(errors))
+    return np.where(np.abs(mean) > SIGNIFICANCE * standard_error, mean, 0.0)
 
 
 def _shift_bias(model, op, delta: np.ndarray) -> None:
