@@ -98,10 +98,12 @@ def test_corrected_file_is_closer_to_onnxruntime_on_held_out_samples(files):
     assert error["corrected"] < error["plain"], error
 
 
-def test_cli_writes_corrected_files_unless_told_not_to(tmp_path):
+def _converted_with_and_without(tmp_path, samples: int, seed: int) -> tuple[dict, dict]:
+    """_model() converted with -oiqt on `samples` calibration inputs, with and without
+    bias correction: ({flag: quant report}, {(flag, variant): .tflite bytes})."""
     path = str(tmp_path / "m.onnx")
     onnx.save(_model(), path)
-    np.save(tmp_path / "x.npy", np.concatenate([s["x"] for s in _samples(10, seed=3)]))
+    np.save(tmp_path / "x.npy", np.concatenate([s["x"] for s in _samples(samples, seed)]))
     reports, contents = {}, {}
     for flag in (True, False):
         out = str(tmp_path / f"out_{flag}")
@@ -114,6 +116,11 @@ def test_cli_writes_corrected_files_unless_told_not_to(tmp_path):
         for variant in ("integer_quant", "full_integer_quant"):
             with open(os.path.join(out, f"m_{variant}.tflite"), "rb") as f:
                 contents[flag, variant] = f.read()
+    return reports, contents
+
+
+def test_cli_writes_corrected_files_unless_told_not_to(tmp_path):
+    reports, contents = _converted_with_and_without(tmp_path, 10, seed=3)
     notes = [n for n in reports[True]["notes"] if "biases of 2 convolution(s)" in n]
     assert notes, reports[True]["notes"]
     assert not any("biases" in n for n in reports[False]["notes"]), reports[False]["notes"]
@@ -131,23 +138,10 @@ def test_correction_is_kept_only_if_other_calibration_samples_agree(tmp_path):
     better one (the corrected file, or the one written with --no_bias_correction)."""
     import re
 
-    path = str(tmp_path / "m.onnx")
-    onnx.save(_model(), path)
-    np.save(tmp_path / "x.npy", np.concatenate([s["x"] for s in _samples(24, seed=4)]))
-    reports, contents = {}, {}
-    for flag in (True, False):
-        out = str(tmp_path / f"out_{flag}")
-        convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
-                output_integer_quantized_tflite=True, bias_correction=flag,
-                calibration_method="minmax",
-                custom_input_op_name_np_data_path=[["x", str(tmp_path / "x.npy")]])
-        with open(os.path.join(out, "m_quant_report.json")) as f:
-            reports[flag] = json.load(f)
-        with open(os.path.join(out, "m_integer_quant.tflite"), "rb") as f:
-            contents[flag] = f.read()
+    reports, contents = _converted_with_and_without(tmp_path, 24, seed=4)
     [note] = [n for n in reports[True]["notes"] if "biases of 2 convolution(s)" in n]
     before, after = (float(v) for v in re.search(
         r"on (?:\d+) other calibration samples (\d\.\d+) before, (\d\.\d+) after", note).groups())
     kept = after > before
     assert (" not corrected for" not in note) == kept, note
-    assert (contents[True] != contents[False]) == kept
+    assert (contents[True, "integer_quant"] != contents[False, "integer_quant"]) == kept
