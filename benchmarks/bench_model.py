@@ -26,10 +26,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-# The same timing as `onnx2tf-alt batch --check`.
-from onnx2tf_alt import perms as P
 from onnx2tf_alt.batching.latency import interleaved_medians, random_feeds
-from onnx2tf_alt.tflite_run import signature_call
+
+# The same timing as `onnx2tf-alt batch --check`.
+from onnx2tf_alt.layout import perms as P
+from onnx2tf_alt.tflite.run import signature_call
 
 
 def peer_feeds(runner, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -19,7 +19,7 @@ import collections
 
 import onnx
 
-from onnx2tf_alt.layout_cost import moving_transposes
+from onnx2tf_alt.layout.cost import moving_transposes
 from onnx2tf_alt.pipeline import build
 
 
@@ -48,7 +48,7 @@ def plan_groups(converted) -> None:
 def tflite_transposes(converted) -> collections.Counter:
     """Each TRANSPOSE op of the float32 .tflite, by where it comes from."""
     from onnx2tf_alt.export.delegates import analyze
-    from onnx2tf_alt.lowering import tflite_bytes
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
 
     graph, plan = converted.graph, converted.plan
     moving = set(moving_transposes(graph, plan))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnx2tf_alt.errors import InputError
-from onnx2tf_alt.graph import Graph
+from onnx2tf_alt.ir.graph import Graph
 
 HELD_OUT_FRACTION = 0.2
 MAX_HELD_OUT = 20  # held-out samples measured per quantized file

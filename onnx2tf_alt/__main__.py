@@ -1,5 +1,5 @@
 import sys
 
-from onnx2tf_alt.cli import main
+from onnx2tf_alt.cli.main import main
 
 sys.exit(main())

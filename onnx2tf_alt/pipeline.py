@@ -13,17 +13,18 @@ from dataclasses import dataclass
 
 import onnx
 
-from onnx2tf_alt import perms as P
+from onnx2tf_alt.build.options import DEFAULT_OPTIONS, ConversionOptions
+from onnx2tf_alt.build.progress import Progress
+from onnx2tf_alt.build.recursion import deep_graphs
+from onnx2tf_alt.build.registry import find_handler, foreign_inference
 from onnx2tf_alt.errors import ConversionError, InputError, NodeFailure
-from onnx2tf_alt.graph import Graph, Node, graph_from_model
-from onnx2tf_alt.layout import LayoutPolicy, Plan, plan_layouts
-from onnx2tf_alt.loader import load_model
-from onnx2tf_alt.options import DEFAULT_OPTIONS, ConversionOptions
-from onnx2tf_alt.prepare import prepare_model
-from onnx2tf_alt.progress import Progress
-from onnx2tf_alt.recursion import deep_graphs
-from onnx2tf_alt.registry import find_handler
-from onnx2tf_alt.validate import check_consistency, check_inference
+from onnx2tf_alt.ir.graph import Graph, Node, graph_from_model
+from onnx2tf_alt.ir.loader import load_model
+from onnx2tf_alt.ir.validate import check_consistency, check_inference
+from onnx2tf_alt.layout import perms as P
+from onnx2tf_alt.layout.plan import Plan, plan_layouts
+from onnx2tf_alt.layout.policies import LayoutPolicy
+from onnx2tf_alt.passes.prepare import prepare_model
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -52,7 +53,7 @@ class Converted:
         """The BuildResult the .tflite files are converted from: `result` itself, or for a
         model with float64 or float16 tensors a rebuild computing in float32 (see
         float32_compute.py)."""
-        from onnx2tf_alt.float32_compute import compute_in_float32, needs_float32_compute
+        from onnx2tf_alt.passes.float32_compute import compute_in_float32, needs_float32_compute
 
         if self._tflite_result is None:
             self._tflite_result = self.result
@@ -76,7 +77,7 @@ def check_batch_size(batch_size: int | None) -> None:
 
 def unsupported_nodes(graph: Graph) -> list[NodeFailure]:
     """A failure for each node no handler converts at the graph's opset."""
-    from onnx2tf_alt.builder import failure_for
+    from onnx2tf_alt.build.builder import failure_for
 
     return [
         failure_for(node, graph, "unsupported op: no handler for this op type and opset")
@@ -117,7 +118,7 @@ def build(
     options: ConversionOptions | None = None,
 ) -> Converted:
     """Load, prepare, plan and build the Keras model without writing any file; `options`
-    are the lowering choices the handlers read (onnx2tf_alt/options.py)."""
+    are the lowering choices the handlers read (onnx2tf_alt/build/options.py)."""
     model = load_model(input_onnx_file_path, onnx_graph, allow_newer_opset)
     return build_loaded(
         model, batch_size, overwrite_input_shape, keep_ncw_or_nchw_or_ncdhw_input_names,
@@ -142,13 +143,14 @@ def build_loaded(
     """`build` for a model `load_model` returned (which this takes over and modifies).
     With -inimc / -onimc names, only the prepared graph's part between those tensors is
     converted (subgraph.py)."""
-    from onnx2tf_alt.builder import ModelBuilder
-    from onnx2tf_alt.subgraph import extract_subgraph
+    from onnx2tf_alt.build.builder import ModelBuilder
+    from onnx2tf_alt.ir.subgraph import extract_subgraph
 
     check_batch_size(batch_size)
     options = options or DEFAULT_OPTIONS
     check_inference(model)
-    model = prepare_model(model, batch_size, overwrite_input_shape)
+    model = prepare_model(model, batch_size, overwrite_input_shape,
+                          infer_foreign=foreign_inference)
     if input_names_to_interrupt_model_conversion or output_names_to_interrupt_model_conversion:
         model = extract_subgraph(model, input_names_to_interrupt_model_conversion,
                                  output_names_to_interrupt_model_conversion)
@@ -185,7 +187,7 @@ def run_subgraph_model(prepared: onnx.ModelProto, feeds: dict) -> list:
     """Convert a prepared subgraph model (an If / Loop / Scan body) and run it on `feeds`
     (TF tensors, or arrays for constants, by input name); its inputs stay in ONNX order.
     Returns its outputs in ONNX order and layout."""
-    from onnx2tf_alt.builder import ModelBuilder
+    from onnx2tf_alt.build.builder import ModelBuilder
 
     graph = graph_from_model(prepared)
     missing = unsupported_nodes(graph)

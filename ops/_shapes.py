@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from onnx2tf_alt import perms as P
+from onnx2tf_alt.layout import perms as P
 
 
 def shape_tensor(ctx, i: int = 0, dtype=tf.int32):

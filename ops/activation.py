@@ -16,8 +16,8 @@ from onnx2tf_alt.ops._dtypes import widen
 from onnx2tf_alt.ops._elementwise_common import unary
 from onnx2tf_alt.ops._erf import erf
 
-from onnx2tf_alt.layout import agnostic
-from onnx2tf_alt.registry import handler
+from onnx2tf_alt.build.registry import handler
+from onnx2tf_alt.layout.policies import agnostic
 
 
 def relu(x):
@@ -114,7 +114,7 @@ def _gelu(ctx, approximate: bool):
 
 @handler("Gelu", since=1, layout=agnostic)
 def gelu(ctx):
-    """Opset 20, and the nodes onnx2tf_alt.fusion makes in models of any opset."""
+    """Opset 20, and the nodes onnx2tf_alt.passes.fusion makes in models of any opset."""
     return _gelu(ctx, ctx.attr("approximate", "none") == "tanh")
 
 

@@ -1,7 +1,7 @@
 """If, Loop and Scan that run at run time: tf.cond and tf.while_loop (TFLite IF, WHILE).
 
 Constant conditions, short constant loops and short static scans never get here: prepare
-inlines them (onnx2tf_alt/control_flow.py). What remains is converted subgraph by subgraph
+inlines them (onnx2tf_alt/passes/control_flow.py). What remains is converted subgraph by subgraph
 with the project's own handlers, on plain TF tensors, each time the node is traced: the
 subgraph becomes a small ONNX model whose inputs carry the static shapes of the tensors fed
 to it, is prepared (shape inference, folding, inlining) and built node by node.
@@ -21,13 +21,13 @@ import tensorflow as tf
 import tf_keras
 from onnx import helper, numpy_helper
 
-from onnx2tf_alt.builder import INLINE_CONSTANT_LIMIT
-from onnx2tf_alt.control_flow import free_names
-from onnx2tf_alt.graph import graph_from_model
-from onnx2tf_alt.layout import logical
+from onnx2tf_alt.build.builder import INLINE_CONSTANT_LIMIT
+from onnx2tf_alt.build.registry import foreign_inference, handler
+from onnx2tf_alt.ir.graph import graph_from_model
+from onnx2tf_alt.layout.policies import logical
+from onnx2tf_alt.passes.control_flow import free_names
+from onnx2tf_alt.passes.prepare import prepare_model
 from onnx2tf_alt.pipeline import run_subgraph_model
-from onnx2tf_alt.prepare import prepare_model
-from onnx2tf_alt.registry import handler
 
 IR_VERSION = 10
 
@@ -336,7 +336,7 @@ def _prepared(graph: onnx.GraphProto, opsets, formal: list, outer: dict) -> onnx
     imports = [helper.make_opsetid(d, v) for d, v in opsets.items()]
     model = helper.make_model(sub, opset_imports=imports)
     model.ir_version = IR_VERSION
-    return prepare_model(model)
+    return prepare_model(model, infer_foreign=foreign_inference)
 
 
 def _value_info(name: str, tensor) -> onnx.ValueInfoProto:

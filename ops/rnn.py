@@ -5,7 +5,7 @@ matmul before the loop; each step adds a matmul with the recurrence weights and 
 gates, which TFLite runs as FULLY_CONNECTED, ADD, MUL, LOGISTIC and TANH builtins, with no
 control flow and no Flex ops. Each step's FULLY_CONNECTED gets a run-time bias (the step's
 projection, or a vector computed at run time) so that all steps share one copy of the
-recurrence weights on TFLite's builtin kernel (onnx2tf_alt/shared_weights.py). Weights,
+recurrence weights on TFLite's builtin kernel (onnx2tf_alt/tflite/shared_weights.py). Weights,
 biases and peepholes computed at run time go through the same code as tensors: the slices
 and products that fold in numpy become ops.
 
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.context import reshape
-from onnx2tf_alt.layout import Decision, custom_policy, logical
-from onnx2tf_alt.registry import handler
+from onnx2tf_alt.build.context import reshape
+from onnx2tf_alt.build.registry import handler
+from onnx2tf_alt.layout.policies import Decision, custom_policy, logical
 
 from ._shapes import delegated_split
 
@@ -115,7 +115,7 @@ class Recurrence:
         self.time_axis = ctx.axis(0 if self.layout == 0 else 1, 0)  # physical, in X and Y
         # One sequence: each step's input projection is a vector [width], which the TFLite
         # file adds to the recurrence product as the FULLY_CONNECTED op's run-time bias
-        # (onnx2tf_alt/shared_weights.py: the steps then share one copy of the weights).
+        # (onnx2tf_alt/tflite/shared_weights.py: the steps then share one copy of the weights).
         self.vector_steps = ctx.shape(0)[1 if self.layout == 0 else 0] == 1
         if self.steps is None:
             raise NotImplementedError(
@@ -156,7 +156,7 @@ class Recurrence:
         """The function h -> h @ weight^T (+ bias) of the product with the recurrence
         weights that every step computes, as FULLY_CONNECTED ops that all read one weight
         tensor. Each gets a run-time bias, which makes TFLite run them on its builtin kernel
-        with one copy of the weights (onnx2tf_alt/shared_weights.py): with one sequence the
+        with one copy of the weights (onnx2tf_alt/tflite/shared_weights.py): with one sequence the
         caller adds the step's input projection (a vector, `vector_steps`), else the bias
         (zero by default) is made a vector computed at run time."""
         product = self.linear(weight)

@@ -119,8 +119,8 @@ RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUnifor
 def tflite_run(converted, feeds, tflite_model: bytes | None = None):
     from ai_edge_litert.interpreter import Interpreter
 
-    from onnx2tf_alt.lowering import tflite_bytes
-    from onnx2tf_alt.tflite_run import run_signature
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
+    from onnx2tf_alt.tflite.run import run_signature
 
     content = tflite_model or tflite_bytes(converted.tflite_result())
     interpreter = Interpreter(model_content=content)
@@ -172,7 +172,7 @@ def check_model(
     for i, (a, e) in enumerate(zip(tf_run(converted, feeds), expected)):
         assert_close(a, e, tol, f"TF output {i}")
     if tflite:
-        from onnx2tf_alt.lowering import tflite_bytes
+        from onnx2tf_alt.tflite.lowering import tflite_bytes
 
         converted.tflite = tflite_bytes(converted.tflite_result())
         outputs = tflite_run(converted, feeds, converted.tflite)
@@ -241,7 +241,7 @@ def check_nodes(
         assert_close(a, e, tol, f"TF {name}")
     census = None
     if tflite:
-        from onnx2tf_alt.lowering import tflite_bytes
+        from onnx2tf_alt.tflite.lowering import tflite_bytes
 
         content = tflite_bytes(converted.tflite_result())
         for name, a, e in zip(outputs, tflite_run(converted, inputs, content), expected):
@@ -315,7 +315,7 @@ def check_with_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
                          tol: float = 1e-4):
     """check_model, but against onnx.reference.ReferenceEvaluator, for ops onnxruntime has
     no kernel for; returns the conversion, its float32 flatbuffer in `.tflite`."""
-    from onnx2tf_alt.lowering import tflite_bytes
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
 
     expected = reference_run(model, feeds)
     converted = convert(model)

@@ -2,12 +2,17 @@
 inside functions too): no module imports itself through others, and the packages form
 layers, each importing only from the layers below it.
 
-    core         the pipeline and what it is made of: onnx2tf_alt/*.py but the front modules
+    core         the pipeline and what it is made of (below)
     ops          the handlers (found by the registry by name, as plugins)
     check        the accuracy check; export: the files a conversion writes (never each other)
-    calibration  calibration samples
+    calibration  calibration samples and activation-range methods
     quant        the quantized files and their check
-    front        what users run: api, conversion, cli, batching, docs
+    front        what users run: api, conversion, cli/, batching/
+
+Inside core, rooms in their own order: the base modules at the package root (errors,
+interrupts, logs, version) < ir/ < passes/ and layout/ (never each other) < build/ <
+tflite/ < pipeline.py. ir/, passes/ and layout/ never import TensorFlow or Keras: the plan
+is a pure function of the graph.
 """
 
 from __future__ import annotations
@@ -16,9 +21,8 @@ import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FRONT = {"onnx2tf_alt", "onnx2tf_alt.__main__", "onnx2tf_alt.api", "onnx2tf_alt.cli",
-         "onnx2tf_alt.cli_args", "onnx2tf_alt.compat_flags", "onnx2tf_alt.conversion",
-         "onnx2tf_alt.docs"}
+FRONT = {"onnx2tf_alt", "onnx2tf_alt.__main__", "onnx2tf_alt.api", "onnx2tf_alt.conversion"}
+FRONT_PACKAGES = ("cli", "batching")
 LAYERS = {"core": 0, "ops": 1, "check": 2, "export": 2, "calibration": 3, "quant": 4,
           "front": 5}
 
@@ -60,14 +64,27 @@ def import_graph() -> dict[str, set[str]]:
 
 def group_of(module: str) -> str:
     parts = module.split(".")
-    if module in FRONT or parts[:2] == ["onnx2tf_alt", "batching"]:
+    if module in FRONT or (len(parts) > 1 and parts[1] in FRONT_PACKAGES):
         return "front"
     if parts[0] == "calibration":
         return "calibration"
-    if len(parts) > 2 or module in ("onnx2tf_alt.ops", "onnx2tf_alt.check",
-                                     "onnx2tf_alt.export", "onnx2tf_alt.quant"):
+    if len(parts) > 1 and parts[1] in ("ops", "check", "export", "quant"):
         return parts[1]
     return "core"
+
+
+# Rooms of core and their order; a module imports its own room or a lower rank only.
+CORE_ROOMS = {"base": 0, "ir": 1, "passes": 2, "layout": 2, "build": 3, "tflite": 4,
+              "pipeline": 5}
+BASE = {"errors", "interrupts", "logs", "version"}
+PURE_ROOMS = ("ir", "passes", "layout")  # never TensorFlow or Keras
+ROOT_MODULE_LIMIT = 12
+
+
+def room_of(module: str) -> str:
+    """The core room of a core module."""
+    name = module.split(".")[1]
+    return "base" if name in BASE else name
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -105,8 +122,9 @@ def test_the_graph_is_read():
     graph = import_graph()
     assert len(graph) > 100
     assert "onnx2tf_alt.pipeline" in graph["onnx2tf_alt.conversion"]
-    assert "onnx2tf_alt.registry" in graph["onnx2tf_alt.ops.activation"]
+    assert "onnx2tf_alt.build.registry" in graph["onnx2tf_alt.ops.activation"]
     assert {group_of(m) for m in graph} == set(LAYERS)
+    assert {room_of(m) for m in graph if group_of(m) == "core"} == set(CORE_ROOMS)
 
 
 def test_no_module_imports_itself_through_others():
@@ -120,6 +138,40 @@ def test_packages_import_only_from_layers_below():
         if group_of(a) != group_of(b) and LAYERS[group_of(b)] >= LAYERS[group_of(a)]
     )
     assert wrong == []
+
+
+def test_core_rooms_import_only_their_own_or_lower_rooms():
+    graph = import_graph()
+    wrong = sorted(
+        f"{a} ({room_of(a)}) imports {b} ({room_of(b)})"
+        for a, targets in graph.items() if group_of(a) == "core"
+        for b in targets if group_of(b) == "core" and room_of(a) != room_of(b)
+        and CORE_ROOMS[room_of(b)] >= CORE_ROOMS[room_of(a)]
+    )
+    assert wrong == []
+
+
+def test_graph_passes_and_layout_never_import_tensorflow():
+    heavy = ("tensorflow", "tf_keras", "keras", "ai_edge_litert")
+    found = []
+    for name, path in module_files().items():
+        if group_of(name) != "core" or room_of(name) not in PURE_ROOMS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                targets = [node.module or ""]
+            else:
+                continue
+            found += [f"{name}: {t}" for t in targets if t.split(".")[0] in heavy]
+    assert found == []
+
+
+def test_the_package_root_holds_few_modules():
+    """Everything else lives in a room named after what it holds."""
+    root = sorted(p.name for p in (ROOT / "onnx2tf_alt").glob("*.py"))
+    assert len(root) <= ROOT_MODULE_LIMIT, root
 
 
 def test_ops_do_not_borrow_private_helpers():

@@ -24,7 +24,7 @@ from onnx2tf_alt.batching import Thresholds
 from onnx2tf_alt.batching.baseline import regressions
 from onnx2tf_alt.batching.cli import split_arguments
 from onnx2tf_alt.batching.source import load_jobs
-from onnx2tf_alt.cli import main as cli_main
+from onnx2tf_alt.cli.main import main as cli_main
 
 OPSET = 17
 

@@ -12,9 +12,9 @@ import pytest
 import tensorflow as tf
 from onnx import TensorProto, helper
 
-from onnx2tf_alt import registry
+from onnx2tf_alt.build import registry
 from onnx2tf_alt.errors import ConversionError
-from onnx2tf_alt.layout import logical
+from onnx2tf_alt.layout.policies import logical
 
 DOMAIN = "test.flex"
 
@@ -81,8 +81,8 @@ def test_without_builtin_only_a_warning_names_the_node(inverse_handler, tmp_path
 
 def test_builtin_model_has_no_flex_ops():
     from onnx2tf_alt.export.tflite import flex_ops, flex_report
-    from onnx2tf_alt.lowering import tflite_bytes
     from onnx2tf_alt.pipeline import build
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x],

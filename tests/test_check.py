@@ -16,14 +16,14 @@ import tensorflow as tf
 from onnx import helper
 
 import onnx2tf_alt
-from onnx2tf_alt import registry
+from onnx2tf_alt.build import registry
 from onnx2tf_alt.check.compare import FAIL, PASS, UNOBSERVED, compare
 from onnx2tf_alt.check.inputs import make_inputs
 from onnx2tf_alt.check.observe import Target, ort_values, targets, tf_values
 from onnx2tf_alt.check.repro import write_failure_reports
 from onnx2tf_alt.check.run import check_converted
 from onnx2tf_alt.errors import ConversionError, InputError
-from onnx2tf_alt.graph import graph_from_model
+from onnx2tf_alt.ir.graph import graph_from_model
 from onnx2tf_alt.pipeline import build
 
 from harness import make_model, ort_run

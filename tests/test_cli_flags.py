@@ -7,8 +7,8 @@ import argparse
 
 import pytest
 
-from onnx2tf_alt.cli_args import parser
-from onnx2tf_alt.compat_flags import (
+from onnx2tf_alt.cli.args import parser
+from onnx2tf_alt.cli.compat_flags import (
     ANY,
     EXPLAINED,
     FLAGS,

@@ -1,5 +1,5 @@
 """Control flow: If, Loop and Scan, inlined at conversion time where their course is known
-(onnx2tf_alt/control_flow.py) and run as tf.cond / tf.while_loop otherwise (ops/control.py).
+(onnx2tf_alt/passes/control_flow.py) and run as tf.cond / tf.while_loop otherwise (ops/control.py).
 Every case is compared with onnxruntime through TF and the float32 TFLite."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx2tf_alt.control_flow import MAX_UNROLL, inline_control_flow
+from onnx2tf_alt.passes.control_flow import MAX_UNROLL, inline_control_flow
 
 from harness import (
     assert_close,
@@ -34,7 +34,7 @@ def _rand(*shape) -> np.ndarray:
 
 def _check_feeds(model: onnx.ModelProto, feeds_list: list[dict], tflite: bool = True):
     """One conversion, compared with onnxruntime on several feeds (TF and TFLite)."""
-    from onnx2tf_alt.lowering import tflite_bytes
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
 
     converted = convert(model)
     content = tflite_bytes(converted.result) if tflite else None

@@ -1,4 +1,4 @@
-"""Convolution taps that only ever read padding are cut (onnx2tf_alt/conv_taps.py): the
+"""Convolution taps that only ever read padding are cut (onnx2tf_alt/passes/conv_taps.py): the
 rewritten graph computes what the original does (onnxruntime on both, many random
 geometries), the kernel really shrinks where it should, and converted models match
 onnxruntime through TF and the float32 TFLite."""
@@ -9,8 +9,8 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
-from onnx2tf_alt.conv_taps import cut_dead_taps
-from onnx2tf_alt.prepare import infer_shapes
+from onnx2tf_alt.passes.conv_taps import cut_dead_taps
+from onnx2tf_alt.passes.prepare import infer_shapes
 
 from harness import check_model, make_model
 

@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx2tf_alt.io_layout import io_layout, save_io_layout
+from onnx2tf_alt.build.io_layout import io_layout, save_io_layout
 
 from harness import assert_close, check_model, ort_run, tflite_run
 
@@ -155,7 +155,7 @@ def test_wrong_intermediate_value_info(intermediate):
 def test_consistent_declarations_fill_what_inference_leaves_unknown():
     """A declaration inference agrees with is not reported, and names a dim that inference
     leaves unknown (NonZero's count)."""
-    from onnx2tf_alt.prepare import infer_shapes
+    from onnx2tf_alt.passes.prepare import infer_shapes
 
     x = np.zeros((2, 3), np.float32)
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("NonZero", ["r"], ["nz"])]

@@ -5,7 +5,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from onnx2tf_alt.dense_flatten import flatten_channel_last
+from onnx2tf_alt.passes.dense_flatten import flatten_channel_last
 
 from harness import check_model, count_tflite_ops, make_model, ort_run
 

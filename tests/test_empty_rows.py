@@ -1,4 +1,4 @@
-"""Convolutions and pools over a data-dependent number of rows (onnx2tf_alt/empty_rows.py),
+"""Convolutions and pools over a data-dependent number of rows (onnx2tf_alt/passes/empty_rows.py),
 as a detector's per-region heads: with zero rows (an image with no detection) the TFLite
 file must still run under XNNPACK and the TF model give the right shape; with rows, the
 values match onnxruntime."""
@@ -8,8 +8,9 @@ import onnx
 import pytest
 from onnx import helper
 
+from onnx2tf_alt.passes.empty_rows import guard_empty_rows
+
 from harness import check_model, make_model
-from onnx2tf_alt.empty_rows import guard_empty_rows
 
 rng = np.random.default_rng(4)
 

@@ -97,7 +97,7 @@ def _metadata(content: bytes) -> dict[bytes, bytes]:
 @pytest.fixture(scope="module", params=sorted(CASES))
 def files(request):
     from onnx2tf_alt.export.float16 import float16_from_float32
-    from onnx2tf_alt.lowering import tflite_bytes
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
 
     model, feeds = CASES[request.param]
     converted = convert(model)
@@ -120,7 +120,7 @@ def test_derived_file_has_the_ops_and_float16_constants_of_tfs(files):
 def test_derived_file_computes_what_tfs_computes_bit_for_bit(files):
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    from onnx2tf_alt.tflite_run import run_signature
+    from onnx2tf_alt.tflite.run import run_signature
 
     model, feeds, converted, _, by_tf, derived = files
     for feed in feeds:
@@ -154,7 +154,7 @@ def test_derived_file_declares_float16_weights_as_tf_does(files):
 
 def test_a_model_without_float_constants_is_left_to_tf():
     from onnx2tf_alt.export.float16 import float16_from_float32
-    from onnx2tf_alt.lowering import tflite_bytes
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
 
     x = np.ones((2, 3), np.float32)
     model = make_model([helper.make_node("Add", ["x", "x"], ["y"])], {"x": x}, ["y"])

@@ -6,8 +6,8 @@ import onnx
 import pytest
 from onnx import helper
 
-from onnx2tf_alt.float32_compute import compute_in_float32, needs_float32_compute
-from onnx2tf_alt.lowering import tflite_bytes
+from onnx2tf_alt.passes.float32_compute import compute_in_float32, needs_float32_compute
+from onnx2tf_alt.tflite.lowering import tflite_bytes
 
 from harness import (
     assert_close,

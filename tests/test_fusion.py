@@ -6,8 +6,8 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from onnx2tf_alt.fusion import fuse_patterns
-from onnx2tf_alt.lowering import tflite_bytes
+from onnx2tf_alt.passes.fusion import fuse_patterns
+from onnx2tf_alt.tflite.lowering import tflite_bytes
 
 from harness import assert_close, convert, count_tflite_ops, make_model, ort_run, tf_run, tflite_run
 

@@ -104,7 +104,8 @@ def test_main_in_process_puts_the_signal_handlers_back(tmp_path):
     """cli.main() called from Python (tests, scripts) leaves no CLI handler behind, which
     would make a later Ctrl-C only be recorded (this file's publication test failed when it
     ran after such a call in the same worker)."""
-    from onnx2tf_alt import cli, interrupts
+    from onnx2tf_alt import interrupts
+    from onnx2tf_alt.cli import main as cli
 
     before = {s: signal.getsignal(s) for s in interrupts.SIGNALS}
     code = cli.main(["-i", str(tmp_path / "missing.onnx"), "-o", str(tmp_path / "out"), "-n"])

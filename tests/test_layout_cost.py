@@ -1,6 +1,6 @@
-"""The layout plan's cost model and search (onnx2tf_alt/layout_cost.py).
+"""The layout plan's cost model and search (onnx2tf_alt/layout/cost.py).
 
-The first tests use a few policies of layout.py on hand-made graphs: no handler, no
+The first tests use a few policies of layout/policies.py on hand-made graphs: no handler, no
 TensorFlow. The property tests draw random graphs of real ops: the search is never worse
 than the forward pass nor than the ONNX-order plan (by cost), and its plans convert to the
 same values as onnxruntime's through the Keras model and the float32 TFLite.
@@ -13,11 +13,12 @@ import onnx
 import pytest
 from onnx import helper
 
-from onnx2tf_alt import layout_cost as LC
-from onnx2tf_alt import perms as P
-from onnx2tf_alt.graph import graph_from_model
-from onnx2tf_alt.layout import agnostic, channel_last, derived, logical, plan_layouts, same_as_input
-from onnx2tf_alt.layout_cost import PER_TRANSPOSE, Cost, plan_cost
+from onnx2tf_alt.ir.graph import graph_from_model
+from onnx2tf_alt.layout import cost as LC
+from onnx2tf_alt.layout import perms as P
+from onnx2tf_alt.layout.cost import PER_TRANSPOSE, Cost, plan_cost
+from onnx2tf_alt.layout.plan import plan_layouts
+from onnx2tf_alt.layout.policies import agnostic, channel_last, derived, logical, same_as_input
 
 from harness import check_model, make_model
 
@@ -204,8 +205,8 @@ class _RandomGraph:
 
 
 def _real_plans(model):
+    from onnx2tf_alt.passes.prepare import prepare_model
     from onnx2tf_alt.pipeline import policy_of
-    from onnx2tf_alt.prepare import prepare_model
 
     graph = graph_from_model(prepare_model(model))
     plans = {s: plan_layouts(graph, policy_of(graph), search=s)

@@ -7,11 +7,11 @@ transposes the builder would have to insert (Plan.transposes).
 import numpy as np
 from onnx import helper
 
-from onnx2tf_alt import perms as P
-from onnx2tf_alt.graph import graph_from_model
-from onnx2tf_alt.layout import reshape_perm
+from onnx2tf_alt.ir.graph import graph_from_model
+from onnx2tf_alt.layout import perms as P
+from onnx2tf_alt.layout.policies import reshape_perm
+from onnx2tf_alt.passes.prepare import prepare_model
 from onnx2tf_alt.pipeline import plan_graph
-from onnx2tf_alt.prepare import prepare_model
 
 from harness import make_model
 
@@ -139,7 +139,7 @@ def test_reshape_merging_non_adjacent_axes_runs_logically():
 
 def test_channel_shuffle_needs_no_transpose():
     """Prepared, a channel shuffle (Reshape -> Transpose -> Reshape reordering only C) between
-    two Convs is folded into the second one's weights (onnx2tf_alt/shuffle.py): no node, no
+    two Convs is folded into the second one's weights (onnx2tf_alt/passes/shuffle.py): no node, no
     transpose."""
     inits = {"s": np.array([1, 2, 4, 3, 5], np.int64), "back": np.array([1, 8, 3, 5], np.int64)}
     nodes = [

@@ -27,6 +27,6 @@ def test_light_model(path):
     census = count_tflite_ops(converted.tflite)
     # light_shufflenet (v1) shuffles between grouped convs: its 16 shuffles stay RESHAPE +
     # TRANSPOSE + RESHAPE, which XNNPACK runs about twice as fast as one GATHER (measured on
-    # conv -> shuffle -> conv and on shufflenet_v2_x0_5; see onnx2tf_alt/shuffle.py).
+    # conv -> shuffle -> conv and on shufflenet_v2_x0_5; see onnx2tf_alt/passes/shuffle.py).
     shuffles = SHUFFLES.get(os.path.basename(path), 0)
     assert census.get("TRANSPOSE", 0) == shuffles and "GATHER" not in census, census

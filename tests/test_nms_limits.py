@@ -1,4 +1,4 @@
-"""NonMaxSuppression limited to the rows a leading Slice reads (onnx2tf_alt/nms_limits.py):
+"""NonMaxSuppression limited to the rows a leading Slice reads (onnx2tf_alt/passes/nms_limits.py):
 the pattern of torchvision's `keep = batched_nms(...)[:K]`, inside and outside an If; the
 converted model still matches onnxruntime, which runs the unlimited NMS."""
 
@@ -9,8 +9,9 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from onnx2tf_alt.passes.nms_limits import bound_nms_by_slices
+
 from harness import check_model, make_model
-from onnx2tf_alt.nms_limits import bound_nms_by_slices
 
 rng = np.random.default_rng(3)
 UNBOUNDED = np.array([2**63 - 1], np.int64)

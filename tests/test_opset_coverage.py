@@ -1,5 +1,5 @@
 """Every ONNX schema version of a supported op is either served by a handler of its own or
-reviewed in onnx2tf_alt/schema_review.py (why the older handler is still right, or a known
+reviewed in onnx2tf_alt/cli/schema_review.py (why the older handler is still right, or a known
 gap), checked against the schemas of the installed onnx package. No conversion runs here;
 loading the registry imports the ops modules (and TensorFlow) once.
 """
@@ -7,14 +7,14 @@ loading the registry imports the ops modules (and TensorFlow) once.
 import onnx
 import pytest
 
-from onnx2tf_alt import schema_review
-from onnx2tf_alt.docs import FOREIGN_DOMAINS, op_coverage, schema_versions
-from onnx2tf_alt.registry import all_handlers
+from onnx2tf_alt.build.registry import all_handlers
+from onnx2tf_alt.cli import schema_review
+from onnx2tf_alt.cli.docs import FOREIGN_DOMAINS, op_coverage, schema_versions
 
 HINT = (
     "compare onnx.defs.get_schema({op!r}, {v}, {domain!r}) with version {prev} (attributes, "
     "inputs, outputs, type constraints, doc); if the since={since} handler still converts it, "
-    "add a REVIEWED entry to onnx2tf_alt/schema_review.py saying why (or GAP with what "
+    "add a REVIEWED entry to onnx2tf_alt/cli/schema_review.py saying why (or GAP with what "
     "changed), else register a handler with since={v}"
 )
 
@@ -64,7 +64,7 @@ def test_review_entries_are_not_stale(handlers, versions):
             stale.append(f"{where}: a handler with since={v} now serves it; remove the entry")
         elif v in cov.unsupported:
             stale.append(f"{where}: older than the first handler (not converted at all); remove the entry")
-    assert not stale, "stale entries in onnx2tf_alt/schema_review.py:\n" + "\n".join(stale)
+    assert not stale, "stale entries in onnx2tf_alt/cli/schema_review.py:\n" + "\n".join(stale)
 
 
 def test_legacy_gaps_name_served_schema_versions(handlers, versions):

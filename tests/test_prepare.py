@@ -8,8 +8,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 from onnx2tf_alt.errors import InputError
-from onnx2tf_alt.loader import load_model
-from onnx2tf_alt.prepare import parse_shape_overrides, prepare_model
+from onnx2tf_alt.ir.loader import load_model
+from onnx2tf_alt.passes.prepare import parse_shape_overrides, prepare_model
 
 
 def shape_subgraph_model(batch="N"):

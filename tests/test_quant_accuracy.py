@@ -1,5 +1,5 @@
 """What the calibrated quantized files are built from (quant/prepare.py): the rewrites of
-onnx2tf_alt/quant_rewrites.py, exact in float (checked against onnxruntime through the TF
+onnx2tf_alt/passes/quant_rewrites.py, exact in float (checked against onnxruntime through the TF
 model and the float32 TFLite), and GPTQ weight rounding (quant/weight_rounding.py), on a
 block shaped like PP-LCNetV3's (learnable affine after Conv and after the written-out
 hard-swish, squeeze-excitation residual)."""
@@ -15,9 +15,9 @@ import pytest
 from onnx import helper
 
 from onnx2tf_alt.api import convert
+from onnx2tf_alt.passes.quant_rewrites import rewrite_for_quantization
 from onnx2tf_alt.quant.quantize import cosine
 from onnx2tf_alt.quant.weight_rounding import LEVELS, round_conv_weights, round_rows
-from onnx2tf_alt.quant_rewrites import rewrite_for_quantization
 
 from harness import check_model, count_tflite_ops, make_model, ort_run
 

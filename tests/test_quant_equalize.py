@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnx2tf_alt.quant_rewrites import (
+from onnx2tf_alt.passes.quant_rewrites import (
     MAX_CHANNEL_GAIN,
     channel_peaks,
     equalizable_chains,

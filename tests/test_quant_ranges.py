@@ -12,8 +12,8 @@ import onnx
 import pytest
 from onnx import helper
 
+from calibration import ranges
 from onnx2tf_alt.pipeline import build
-from onnx2tf_alt.quant import ranges
 from onnx2tf_alt.quant.quantize import QuantOptions, calibrated_tflite, run_tflite
 from onnx2tf_alt.quant.sensitivity import quantize_calibrated
 

@@ -431,7 +431,7 @@ def test_per_tensor_writes_the_int16_files_per_channel(tmp_path):
 def test_int8_parameters_match_onnxruntime():
     from onnxruntime.quantization.quant_utils import compute_scale_zp
 
-    from onnx2tf_alt.quant.calibrate import int8_parameters
+    from calibration.ort import int8_parameters
 
     for low, high in [(-1.5, 3.0), (0.0, 6.0), (0.2, 0.9), (-4.0, -1.0)]:
         ours = int8_parameters(low, high)
@@ -442,7 +442,7 @@ def test_int8_parameters_match_onnxruntime():
 
 
 def test_fake_quantized_model_leaves_fused_activations_alone():
-    from onnx2tf_alt.quant.calibrate import fake_quantized, onnx_ranges
+    from calibration.ort import fake_quantized, onnx_ranges
 
     model = small_cnn()
     samples = [{"x": h["x"]} for h in held_out_images()]
@@ -459,7 +459,7 @@ def test_fake_quantized_model_leaves_fused_activations_alone():
 def test_fake_quantized_model_leaves_foldable_scale_and_shift_alone():
     """Conv -> Mul(constant) -> Add(constant) -> Relu (a BatchNorm as exported by some
     tools): TFLite folds the three into one CONV_2D, so only the Relu output gets a range."""
-    from onnx2tf_alt.quant.calibrate import fake_quantized
+    from calibration.ort import fake_quantized
 
     rng = np.random.default_rng(3)
     inits = {"w": _conv_weights(rng, 4, 3), "s": rng.random((1, 4, 1, 1)).astype(np.float32),
@@ -480,7 +480,7 @@ def test_fake_quantized_model_leaves_foldable_scale_and_shift_alone():
 
 
 def test_clipping_calibrators_narrow_the_min_max_ranges():
-    from onnx2tf_alt.quant.calibrate import onnx_ranges
+    from calibration.ort import onnx_ranges
 
     model = small_cnn()
     samples = [{"x": h["x"]} for h in held_out_images()]

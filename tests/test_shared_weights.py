@@ -1,6 +1,6 @@
 """FULLY_CONNECTED ops that share a weight tensor get their run-time bias folded in, so
 that XNNPACK leaves them to the builtin kernel, which reads one copy of the weights
-(onnx2tf_alt/shared_weights.py); an unrolled recurrence of one sequence is built that way
+(onnx2tf_alt/tflite/shared_weights.py); an unrolled recurrence of one sequence is built that way
 (ops/rnn.py)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 from onnx import helper
 
 from onnx2tf_alt.export.delegates import analyze
-from onnx2tf_alt.shared_weights import fold_runtime_biases
+from onnx2tf_alt.tflite.shared_weights import fold_runtime_biases
 
 from harness import check_model, make_model
 

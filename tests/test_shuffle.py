@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from onnx2tf_alt.prepare import infer_shapes, prepare_model
-from onnx2tf_alt.shuffle import absorb_channel_shuffles
+from onnx2tf_alt.passes.prepare import infer_shapes, prepare_model
+from onnx2tf_alt.passes.shuffle import absorb_channel_shuffles
 
 from harness import check_model, count_tflite_ops, make_model
 

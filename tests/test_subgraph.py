@@ -10,7 +10,7 @@ from onnx import helper
 from onnx.utils import Extractor
 
 from onnx2tf_alt.errors import InputError
-from onnx2tf_alt.prepare import prepare_model
+from onnx2tf_alt.passes.prepare import prepare_model
 
 from harness import assert_close, convert, make_model, ort_run, tf_run, tflite_run
 

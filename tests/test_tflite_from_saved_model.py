@@ -20,7 +20,7 @@ def _census(content: bytes) -> Counter:
 
 def test_saved_model_and_traced_function_give_the_same_file(tmp_path):
     from onnx2tf_alt.export.saved_model import save_saved_model
-    from onnx2tf_alt.lowering import tflite_bytes
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
 
     model, feeds = tiny_cnn()
     converted = convert(model)

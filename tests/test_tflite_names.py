@@ -129,9 +129,9 @@ def test_without_coion_the_tflite_keeps_tf_names():
     reorders exactly the I/O (tensor count and op count unchanged)."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from onnx2tf_alt.lowering import tflite_bytes
     from onnx2tf_alt.pipeline import build
-    from onnx2tf_alt.tflite_names import copy_onnx_names
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
+    from onnx2tf_alt.tflite.names import copy_onnx_names
 
     converted = build(onnx_graph=two_in_three_out())
     content = tflite_bytes(converted.tflite_result())

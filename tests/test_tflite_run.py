@@ -1,4 +1,4 @@
-"""onnx2tf_alt/tflite_run.py: a .tflite's signature run with empty outputs (a detector that
+"""onnx2tf_alt/tflite/run.py: a .tflite's signature run with empty outputs (a detector that
 finds nothing), which the interpreter's Python runner refuses to read."""
 
 import numpy as np
@@ -18,8 +18,8 @@ def _nonzero_model():
 def test_empty_and_non_empty_outputs():
     from ai_edge_litert.interpreter import Interpreter
 
-    from onnx2tf_alt.lowering import tflite_bytes
-    from onnx2tf_alt.tflite_run import run_signature, signature_call
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
+    from onnx2tf_alt.tflite.run import run_signature, signature_call
 
     model = _nonzero_model()
     converted = convert(model)

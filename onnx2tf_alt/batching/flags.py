@@ -14,7 +14,7 @@ def child_flags(flags: list[str], check: bool) -> list[str]:
     """`flags` as the child CLI gets them: with -coto when `check`, and -n (no progress
     bars in the logs) unless a verbosity was asked for. Raises InputError on flags the CLI
     would refuse, and on -i/-o (the batch chooses both)."""
-    from onnx2tf_alt.cli_args import parser
+    from onnx2tf_alt.cli.args import parser
 
     stderr = io.StringIO()
     try:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from onnx2tf_alt.tflite_run import signature_call
+from onnx2tf_alt.tflite.run import signature_call
 
 RUNS = 9  # timed runs of each runtime, interleaved, after one warm-up each
 

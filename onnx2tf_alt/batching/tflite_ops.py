@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from ai_edge_litert import schema_py_generated as schema
-
-_BUILTIN_NAMES = {v: k for k, v in vars(schema.BuiltinOperator).items() if k.isupper()}
+from onnx2tf_alt.tflite.flatbuffer import OP_NAMES, read_model, schema
 
 
 def tflite_op_counts(path: str) -> dict[str, int]:
     """Operator name -> how many times it occurs, over every subgraph of `path`."""
     with open(path, "rb") as f:
-        model = schema.Model.GetRootAs(f.read(), 0)
+        model = read_model(f.read())
     names = [_op_name(model.OperatorCodes(i)) for i in range(model.OperatorCodesLength())]
     counts: dict[str, int] = {}
     for g in range(model.SubgraphsLength()):
@@ -26,4 +24,4 @@ def _op_name(code) -> str:
     builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
     if builtin == schema.BuiltinOperator.CUSTOM:
         return f"CUSTOM:{code.CustomCode().decode()}"
-    return _BUILTIN_NAMES.get(builtin, f"BUILTIN_{builtin}")
+    return OP_NAMES.get(builtin, f"BUILTIN_{builtin}")

@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from onnx2tf_alt.errors import InputError
-from onnx2tf_alt.graph import Graph
+from onnx2tf_alt.ir.graph import Graph
 
 DEFAULT_SEED = 0
 SMALL_INT_LIMIT = 8  # random integer inputs lie in [0, 8) unless an index bound is lower

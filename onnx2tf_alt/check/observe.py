@@ -13,8 +13,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnx2tf_alt import perms as P
-from onnx2tf_alt.tflite_run import run_signature
+from onnx2tf_alt.layout import perms as P
+from onnx2tf_alt.tflite.run import run_signature
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -206,7 +206,7 @@ def debug_tflite(converted, found: list[Target]) -> tuple[bytes, dict[str, str]]
     Returns the flatbuffer and {ONNX value name: signature output name}. Builtins only: the
     interpreter that runs the check has no Flex delegate.
     """
-    from onnx2tf_alt.lowering import tflite_bytes
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
 
     probe = probe_conversion(converted, found).result
     return tflite_bytes(probe, select_tf_ops=False), dict(probe.output_names)

@@ -25,7 +25,7 @@ from onnx import helper, numpy_helper
 from onnx2tf_alt.check.inputs import make_inputs
 from onnx2tf_alt.check.observe import ort_values
 from onnx2tf_alt.errors import NodeFailure
-from onnx2tf_alt.graph import Graph, Node, graph_from_model
+from onnx2tf_alt.ir.graph import Graph, Node, graph_from_model
 
 log = logging.getLogger("onnx2tf_alt")
 

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from onnx2tf_alt import perms as P
+from onnx2tf_alt.build.io_layout import io_layout
 from onnx2tf_alt.check.compare import FAIL, AccuracyReport, BackendReport, compare
 from onnx2tf_alt.check.inputs import DEFAULT_SEED, first_sample, make_inputs
 from onnx2tf_alt.check.observe import (
@@ -21,9 +21,9 @@ from onnx2tf_alt.check.observe import (
 )
 from onnx2tf_alt.check.report import console_table, write_reports
 from onnx2tf_alt.errors import InputError
-from onnx2tf_alt.io_layout import io_layout
-from onnx2tf_alt.lowering import tflite_bytes
+from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.pipeline import build, stem_of
+from onnx2tf_alt.tflite.lowering import tflite_bytes
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -193,7 +193,7 @@ def check_files(
 def _with_tf_names(content: bytes, layout: dict) -> bytes:
     """A -coion .tflite (ONNX names, see tflite_names.py) renamed back to the
     signature keys the checker feeds (`tf_name`); other files as they are."""
-    from onnx2tf_alt.tflite_names import rename_io
+    from onnx2tf_alt.tflite.names import rename_io
 
     names = {side: {e["tflite_name"]: e["tf_name"] for e in layout.get(side, [])
                     if e.get("tflite_name", e["tf_name"]) != e["tf_name"]}

@@ -21,11 +21,11 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from ai_edge_litert import schema_py_generated as schema
+
+from onnx2tf_alt.tflite.flatbuffer import op_name, schema, unpack_model
 
 log = logging.getLogger("onnx2tf_alt")
 
-OP_NAMES = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
 DTYPE_NAMES = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
 
 ONE_RUNTIME_INPUT = frozenset({
@@ -210,21 +210,13 @@ def _operands(model, subgraph, indices) -> list[_Operand]:
     return found
 
 
-def _op_name(model, op) -> str:
-    code = model.operatorCodes[op.opcodeIndex]
-    builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
-    if builtin == schema.BuiltinOperator.CUSTOM:
-        return code.customCode.decode() if code.customCode else "CUSTOM"
-    return OP_NAMES.get(builtin, str(builtin))
-
-
 def _indices(array) -> list[int]:
     return [] if array is None else [int(t) for t in array]
 
 
 def _main_ops(model) -> Iterator[tuple[str, object]]:
     for op in model.subgraphs[0].operators or []:
-        yield _op_name(model, op), op
+        yield op_name(model, op), op
 
 
 def gpu_issues(model) -> list[str | None]:
@@ -280,7 +272,7 @@ def onnx_origins(model, result, graph) -> list[list[dict]]:
 def analyze(content: bytes, result=None, graph=None) -> DelegateReport:
     """The delegate report of a .tflite flatbuffer; with the BuildResult and the Graph it
     was converted from, each op names its ONNX nodes."""
-    model = schema.ModelT.InitFromPackedBuf(bytearray(content), 0)
+    model = unpack_model(content)
     subgraph = model.subgraphs[0]
     issues = gpu_issues(model)
     origins = (onnx_origins(model, result, graph) if result is not None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnx2tf_alt.tflite_names import FILE_IDENTIFIER
+from onnx2tf_alt.tflite.flatbuffer import pack_model, pack_table, schema, unpack_model
 
 DEQUANTIZE_VERSION = 3  # the version that reads float16
 DEQUANTIZE_RUNTIME = "1.15.0"  # the TFLite release that runs DEQUANTIZE version 3
@@ -30,10 +30,7 @@ PTQ_FLOAT16 = 1001  # ConversionMetadata's ModelOptimizationMode for float16 wei
 def float16_from_float32(content: bytes) -> bytes | None:
     """The float16-weights flatbuffer of the float32 .tflite `content`, or None where
     TF's converter should write it (see the module docstring)."""
-    import flatbuffers
-    from tensorflow.lite.python import schema_py_generated as schema
-
-    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(content, 0))
+    model = unpack_model(content)
     builtin = schema.BuiltinOperator
     if any(b.offset > 1 for b in model.buffers) or any(
             max(c.builtinCode, c.deprecatedBuiltinCode) == builtin.CUSTOM
@@ -77,9 +74,7 @@ def float16_from_float32(content: bytes) -> bytes | None:
     for index in set(halves) - still_read:
         model.buffers[index].data = None
     _metadata(model, schema)
-    builder = flatbuffers.Builder(len(content) // 2 + 4096)
-    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
-    return bytes(builder.Output())
+    return pack_model(model, len(content) // 2 + 4096)
 
 
 def _opcode(model, code: int, schema) -> int:
@@ -106,7 +101,6 @@ def _empty_buffer(model, schema) -> int:
 def _metadata(model, schema) -> None:
     """min_runtime_version raised for DEQUANTIZE version 3, reduced_precision_support added,
     and PTQ_FLOAT16 recorded among the conversion's optimization modes, as TF does."""
-    import flatbuffers
     from tensorflow.lite.python import conversion_metadata_schema_py_generated as conversion
 
     entries = {m.name: m for m in model.metadata or []}
@@ -137,6 +131,4 @@ def _metadata(model, schema) -> None:
         modes = [int(m) for m in (meta.options.modelOptimizationModes
                                   if meta.options.modelOptimizationModes is not None else [])]
         meta.options.modelOptimizationModes = sorted({*modes, PTQ_FLOAT16})
-        builder = flatbuffers.Builder(len(data) + 64)
-        builder.Finish(meta.Pack(builder))
-        put(b"CONVERSION_METADATA", bytes(builder.Output()))
+        put(b"CONVERSION_METADATA", pack_table(meta, len(data) + 64))

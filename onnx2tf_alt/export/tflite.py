@@ -1,5 +1,5 @@
 """The Select TF (Flex) ops a .tflite needs, mapped to ONNX nodes (--builtin_only). The
-flatbuffers themselves come from onnx2tf_alt/lowering.py."""
+flatbuffers themselves come from onnx2tf_alt/tflite/lowering.py."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import logging
 import os
 from dataclasses import dataclass
 
-from onnx2tf_alt.builder import BuildResult
+from onnx2tf_alt.build.builder import BuildResult
 from onnx2tf_alt.errors import ConversionError
+from onnx2tf_alt.tflite.flatbuffer import read_model
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -26,9 +27,7 @@ class FlexOp:
 
 def flex_ops(content: bytes) -> list[FlexOp]:
     """The Select TF (Flex) ops of a .tflite, in every subgraph."""
-    from tensorflow.lite.python import schema_py_generated as schema
-
-    model = schema.Model.GetRootAsModel(content, 0)
+    model = read_model(content)
     keys: dict[tuple[int, int], str] = {}
     for i in range(model.SignatureDefsLength()):
         signature = model.SignatureDefs(i)

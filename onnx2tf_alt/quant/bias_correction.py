@@ -18,11 +18,10 @@ held-out cosine of the INT8 file from 0.976 to 0.985 without changing an op.
 
 from __future__ import annotations
 
-import flatbuffers
 import numpy as np
 
-from onnx2tf_alt.tflite_names import FILE_IDENTIFIER, SIGNATURE
-from onnx2tf_alt.tflite_run import as_input
+from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, unpack_model
+from onnx2tf_alt.tflite.run import as_input
 
 BIAS_SAMPLES = 8  # calibration samples the mean errors are measured on
 SIGNIFICANCE = 3.0  # standard errors a channel's mean error must exceed to be corrected
@@ -39,9 +38,7 @@ def corrected_biases(int8: bytes, calibrated: bytes, feeds: list[dict[str, np.nd
     by bias name and scales: a second file quantized from the same calibration with the
     same float ops (the full-integer twin) takes them without running anything."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
-    from tensorflow.lite.python import schema_py_generated as schema
-
-    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(int8, 0))
+    model = unpack_model(int8)
     reference = Interpreter(
         model_content=calibrated, experimental_preserve_all_tensors=True,
         experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
@@ -153,6 +150,4 @@ def _channel_means(value: np.ndarray) -> np.ndarray:
 
 
 def _packed(model) -> bytes:
-    builder = flatbuffers.Builder(1 << 20)
-    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
-    return bytes(builder.Output())
+    return pack_model(model)

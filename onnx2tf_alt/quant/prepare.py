@@ -2,7 +2,7 @@
 original model):
 
 - INT16-activation files: the float model rewritten for quantization
-  (onnx2tf_alt/quant_rewrites.py, exact in float), then its Conv weights rounded with error
+  (onnx2tf_alt/passes/quant_rewrites.py, exact in float), then its Conv weights rounded with error
   feedback (quant/weight_rounding.py; after the rewrites, whose folds would move weights off
   TFLite's grid).
 - INT8 files (per-channel weights): the channel ranges of each Conv -> [hard-swish] -> Conv
@@ -16,13 +16,13 @@ import logging
 import numpy as np
 import onnx
 
-from onnx2tf_alt.quant.weight_rounding import round_conv_weights
-from onnx2tf_alt.quant_rewrites import (
+from onnx2tf_alt.passes.quant_rewrites import (
     channel_peaks,
     equalizable_chains,
     equalize_channels,
     rewrite_for_quantization,
 )
+from onnx2tf_alt.quant.weight_rounding import round_conv_weights
 
 log = logging.getLogger("onnx2tf_alt")
 

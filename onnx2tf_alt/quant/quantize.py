@@ -22,13 +22,7 @@ import onnx
 import tensorflow as tf
 from onnx import helper, numpy_helper
 
-from calibration.samples import CustomData, Samples, plan_samples
-from onnx2tf_alt.errors import InputError
-from onnx2tf_alt.export.names import DYNAMIC_RANGE_SUFFIXES, INTEGER_SUFFIXES
-from onnx2tf_alt.interrupts import checkpoint
-from onnx2tf_alt.lowering import serving_function
-from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
-from onnx2tf_alt.quant.calibrate import (
+from calibration.ort import (
     AUTO_METHOD,
     AUTO_SAMPLES,
     DEFAULT_METHOD,
@@ -38,8 +32,14 @@ from onnx2tf_alt.quant.calibrate import (
     fake_quantized,
     onnx_ranges,
 )
-from onnx2tf_alt.quant.ranges import RANGE_METHODS, remeasured
-from onnx2tf_alt.tflite_run import as_input, run_signature
+from calibration.ranges import RANGE_METHODS, remeasured
+from calibration.samples import CustomData, Samples, plan_samples
+from onnx2tf_alt.errors import InputError
+from onnx2tf_alt.export.names import DYNAMIC_RANGE_SUFFIXES, INTEGER_SUFFIXES
+from onnx2tf_alt.interrupts import checkpoint
+from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
+from onnx2tf_alt.tflite.lowering import serving_function
+from onnx2tf_alt.tflite.run import as_input, run_signature
 
 log = logging.getLogger("onnx2tf_alt")
 

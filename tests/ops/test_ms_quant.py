@@ -97,7 +97,7 @@ def ort_one_thread(model: onnx.ModelProto, feeds: dict[str, np.ndarray]):
 def compare(model: onnx.ModelProto, feeds: dict[str, np.ndarray], reference=ort_run):
     """Per output, (max|err| through TF, through TFLite) against `reference` (onnxruntime),
     and the TFLite op census. Shapes and dtypes must match."""
-    from onnx2tf_alt.lowering import tflite_bytes
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
 
     expected = reference(model, feeds)
     converted = convert(model)

@@ -7,7 +7,7 @@ import tf_keras
 from onnx import helper, numpy_helper
 
 from onnx2tf_alt.errors import ConversionError
-from onnx2tf_alt.lowering import tflite_bytes
+from onnx2tf_alt.tflite.lowering import tflite_bytes
 
 from harness import (
     assert_close,

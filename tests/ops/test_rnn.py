@@ -227,7 +227,7 @@ ONE_SEQUENCE_EXTRAS = {"RNN": {}, "LSTM": {"peepholes": True},
 @pytest.mark.parametrize("op", ["RNN", "LSTM", "GRU"])
 def test_one_sequence(op):
     """Batch 1: each step's input projection is a vector, added to the recurrence product
-    as the run-time bias of its FULLY_CONNECTED (onnx2tf_alt/shared_weights.py), with
+    as the run-time bias of its FULLY_CONNECTED (onnx2tf_alt/tflite/shared_weights.py), with
     initial states, lengths, clip and run-time weights. The LSTMs are unrolled (peepholes,
     input_forget)."""
     extra = ONE_SEQUENCE_EXTRAS[op]
@@ -384,7 +384,7 @@ def test_torch_rnn_with_a_dynamic_batch(kind, tmp_path):
     the graph (their shape is known only at run time, so every step starts from a state);
     converted once, it runs batches of 1 and 3, with builtin ops only (a fused LSTM of
     unknown batch would need Flex: it is unrolled). Its recurrence products get a run-time
-    bias and run on the builtin kernel (onnx2tf_alt/shared_weights.py)."""
+    bias and run on the builtin kernel (onnx2tf_alt/tflite/shared_weights.py)."""
     torch = pytest.importorskip("torch")
     from onnx2tf_alt.export.delegates import analyze
 

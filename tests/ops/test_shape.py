@@ -9,10 +9,10 @@ import onnx
 import pytest
 from onnx import helper
 
-from onnx2tf_alt.context import NodeContext
-from onnx2tf_alt.graph import Node
-from onnx2tf_alt.lowering import tflite_bytes
-from onnx2tf_alt.registry import find_handler
+from onnx2tf_alt.build.context import NodeContext
+from onnx2tf_alt.build.registry import find_handler
+from onnx2tf_alt.ir.graph import Node
+from onnx2tf_alt.tflite.lowering import tflite_bytes
 
 from harness import (
     check_both_layouts,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from onnx2tf_alt.lowering import tflite_bytes
+from onnx2tf_alt.tflite.lowering import tflite_bytes
 
 from harness import check_model, check_node, count_tflite_ops, make_model
 

@@ -9,7 +9,7 @@ Scripts written for onnx2tf keep working or fail with a reason: each flag is
 - REFUSED: the user asks for a file or a check we do not produce under that name; the run
   stops with exit code 2 before converting, and the message names what to use instead.
 
-The table is the single source of docs/cli_flags.md (`python -m onnx2tf_alt.cli_args >
+The table is the single source of docs/cli_flags.md (`python -m onnx2tf_alt.cli.args >
 docs/cli_flags.md`) and of the parser entries of the EXPLAINED and REFUSED flags.
 """
 
@@ -229,8 +229,8 @@ def flags_of(version: str) -> list[CompatFlag]:
 NOTES_DEST = "compat_notes"  # where the notes of EXPLAINED flags collect while parsing
 HEADER = """# onnx2tf command-line flags in onnx2tf-alt
 
-Generated from `onnx2tf_alt/compat_flags.py` by
-`python -m onnx2tf_alt.cli_args > docs/cli_flags.md`; do not edit.
+Generated from `onnx2tf_alt/cli/compat_flags.py` by
+`python -m onnx2tf_alt.cli.args > docs/cli_flags.md`; do not edit.
 
 - **implemented**: same name and meaning;
 - **explained**: accepted; a one-line note says why it changes nothing here;

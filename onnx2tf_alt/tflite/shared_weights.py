@@ -19,9 +19,7 @@ changes.
 
 from __future__ import annotations
 
-import flatbuffers
-
-from onnx2tf_alt.tflite_names import FILE_IDENTIFIER
+from onnx2tf_alt.tflite.flatbuffer import pack_model, read_model, schema, unpack_model
 
 
 def fold_runtime_biases(content: bytes) -> bytes:
@@ -29,18 +27,14 @@ def fold_runtime_biases(content: bytes) -> bytes:
     its weight tensor with another FULLY_CONNECTED op, and whose output only feeds an ADD
     of a 1-D run-time vector [units], computing that ADD as its bias (the ADD removed). The
     flatbuffer is returned unchanged (the same object) when no op qualifies."""
-    from tensorflow.lite.python import schema_py_generated as schema
-
-    if not _has_candidates(schema.Model.GetRootAsModel(content, 0), schema):
+    if not _has_candidates(read_model(content), schema):
         return content
-    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(content, 0))
+    model = unpack_model(content)
     codes = _builtin_codes(model)
     folded = sum(_fold_subgraph(codes, model, subgraph, schema) for subgraph in model.subgraphs)
     if not folded:
         return content
-    builder = flatbuffers.Builder(len(content) + 4096)
-    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
-    return bytes(builder.Output())
+    return pack_model(model, len(content) + 4096)
 
 
 def _builtin_codes(model) -> list[int]:

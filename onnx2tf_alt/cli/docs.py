@@ -1,8 +1,8 @@
 """Generate docs/supported_ops.md from the handler registry:
-`python -m onnx2tf_alt.docs > docs/supported_ops.md`.
+`python -m onnx2tf_alt.cli.docs > docs/supported_ops.md`.
 
 Beside each op's handlers it lists the ONNX schema versions the installed onnx defines,
-and for each version without a handler of its own the review (onnx2tf_alt.schema_review)
+and for each version without a handler of its own the review (onnx2tf_alt.cli.schema_review)
 that says why the older handler still converts it, or that it is a known gap.
 """
 
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import onnx
 
-from onnx2tf_alt import schema_review
-from onnx2tf_alt.registry import Handler, all_handlers
+from onnx2tf_alt.build.registry import Handler, all_handlers
+from onnx2tf_alt.cli import schema_review
 
 # Domains whose ops are not in onnx's schemas, and what they are instead.
 FOREIGN_DOMAINS = {
@@ -103,7 +103,7 @@ def _gaps() -> list[str]:
 def _review_notes() -> list[str]:
     lines = ["## Schema versions served by an older handler", "",
              "What changed against the previous schema version, and why the handler still "
-             + "converts it (onnx2tf_alt/schema_review.py).", ""]
+             + "converts it (onnx2tf_alt/cli/schema_review.py).", ""]
     by_op: dict[tuple[str, str], list[str]] = {}
     for (domain, op_type, v), review in sorted(schema_review.REVIEWED.items()):
         by_op.setdefault((domain, op_type), []).append(f"{v} {review.kind}: {review.note}")
@@ -117,7 +117,7 @@ def supported_ops_markdown() -> str:
     lines = [
         "# Supported ONNX ops",
         "",
-        "Generated from the handler registry by `python -m onnx2tf_alt.docs`; do not edit.",
+        "Generated from the handler registry by `python -m onnx2tf_alt.cli.docs`; do not edit.",
         f"Opsets are checked up to {newest}, the newest the installed onnx package defines.",
         "A handler registered `since` N serves opsets from N until the op's next handler; "
         + "the schema versions are those of the installed onnx.",

@@ -4,40 +4,22 @@ TF's converter names a .tflite's input tensors `serving_default_<key>:0` and its
 `StatefulPartitionedCall:<i>`, with signature keys made TF-safe (builder.keras_name) and
 the outputs in the alphabetical order of those keys. Here the signature keys and the I/O
 tensor names become the ONNX names and the subgraph's inputs and outputs follow the ONNX
-order, using the TFLite schema's object API (TF's generated `schema_py_generated`) and the
-flatbuffers package; no op, buffer or quantization parameter changes.
+order, through the schema's object API (flatbuffer.py); no op, buffer or quantization parameter changes.
 """
 
 from __future__ import annotations
 
-import flatbuffers
-
-from onnx2tf_alt.builder import BuildResult
-from onnx2tf_alt.graph import Graph
-
-FILE_IDENTIFIER = b"TFL3"
-SIGNATURE = "serving_default"
-
-
-def tflite_keys(result: BuildResult, graph: Graph, onnx_names: bool) -> tuple[dict, list]:
-    """The .tflite signature keys: ({ONNX input name: key}, [key per graph output, in
-    order]). With `onnx_names` a key is the ONNX name itself, except for an output listed
-    twice, whose repeats keep their TF key (signature keys must be unique)."""
-    inputs = {n: (n if onnx_names else result.input_names[n]) for n in graph.inputs}
-    outputs, seen = [], set()
-    for name, key in zip(graph.outputs, result.output_keys):
-        outputs.append(name if onnx_names and name not in seen else key)
-        seen.add(name)
-    return inputs, outputs
+from onnx2tf_alt.build.builder import BuildResult
+from onnx2tf_alt.build.io_layout import tflite_keys
+from onnx2tf_alt.ir.graph import Graph
+from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, unpack_model
 
 
 def rename_io(content: bytes, inputs: dict[str, str], outputs: dict[str, str]) -> bytes:
     """`content` with the `serving_default` signature's inputs and outputs renamed
     ({current key: new name}; keys not listed keep their name) and ordered as the dicts
     are: signature keys, tensor names, and the subgraph's input and output lists."""
-    from tensorflow.lite.python import schema_py_generated as schema
-
-    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(content, 0))
+    model = unpack_model(content)
     signature = next(s for s in model.signatureDefs if s.signatureKey.decode() == SIGNATURE)
     subgraph = model.subgraphs[signature.subgraphIndex]
     for maps, names, attr in ((signature.inputs, inputs, "inputs"),
@@ -49,9 +31,7 @@ def rename_io(content: bytes, inputs: dict[str, str], outputs: dict[str, str]) -
             tensor_map.name = new
             subgraph.tensors[tensor_map.tensorIndex].name = new
         setattr(subgraph, attr, [m.tensorIndex for m in maps])
-    builder = flatbuffers.Builder(len(content) + 4096)
-    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
-    return bytes(builder.Output())
+    return pack_model(model, len(content) + 4096)
 
 
 def copy_onnx_names(content: bytes, result: BuildResult, graph: Graph) -> bytes:

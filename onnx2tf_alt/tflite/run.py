@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-SIGNATURE = "serving_default"
+from onnx2tf_alt.tflite.flatbuffer import SIGNATURE
 
 
 def signature_call(interpreter, feeds: dict[str, np.ndarray]

@@ -9,7 +9,7 @@ input's; onnxruntime loads such a model and fails only when it runs.
 from __future__ import annotations
 
 from onnx2tf_alt.errors import InputError, printable
-from onnx2tf_alt.graph import Graph, Node
+from onnx2tf_alt.ir.graph import Graph, Node
 
 
 class InvalidModelError(InputError):
@@ -126,7 +126,7 @@ def check_inference(model) -> None:
     can be known (ONNX's strict inference also trips over gaps onnxruntime fills)."""
     from onnx import shape_inference
 
-    from onnx2tf_alt.prepare import weight_free_copy
+    from onnx2tf_alt.ir.weights import weight_free_copy
 
     try:
         shape_inference.infer_shapes(weight_free_copy(model), strict_mode=True)

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from onnx2tf_alt.control_flow import inline_control_flow
-from onnx2tf_alt.conv_taps import cut_dead_taps
-from onnx2tf_alt.dense_flatten import flatten_channel_last
-from onnx2tf_alt.empty_rows import guard_empty_rows
 from onnx2tf_alt.errors import InputError
-from onnx2tf_alt.fusion import fuse_patterns
-from onnx2tf_alt.nms_limits import bound_nms_by_slices
-from onnx2tf_alt.shuffle import absorb_channel_shuffles
+from onnx2tf_alt.ir.weights import weight_free_copy
+from onnx2tf_alt.passes.control_flow import inline_control_flow
+from onnx2tf_alt.passes.conv_taps import cut_dead_taps
+from onnx2tf_alt.passes.dense_flatten import flatten_channel_last
+from onnx2tf_alt.passes.empty_rows import guard_empty_rows
+from onnx2tf_alt.passes.fusion import fuse_patterns
+from onnx2tf_alt.passes.nms_limits import bound_nms_by_slices
+from onnx2tf_alt.passes.shuffle import absorb_channel_shuffles
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -102,21 +104,22 @@ def set_input_shapes(
                 dim.dim_value = symbols[dim.dim_param]
 
 
-# Initializers above this many elements are weights, never shape data: shape inference runs
-# on a copy of the model that declares them as typed inputs instead of carrying their values
-# (ONNX's inference serializes the whole model on every call).
-INFERENCE_VALUE_LIMIT = 4096
+# (op_type, domain, opset) -> the handler's `infer(node, input types)` for ops ONNX shape
+# inference does not know, or None. The build layer supplies it (build/registry.py's
+# `foreign_inference`): the passes never import the handlers or TensorFlow themselves.
+ForeignInference = Callable[[str, str, int], Callable | None]
 
 
-def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+def infer_shapes(model: onnx.ModelProto,
+                 infer_foreign: ForeignInference | None = None) -> onnx.ModelProto:
     """ONNX shape inference (with data propagation) plus `fill_same_shape_gaps`,
-    `fill_handler_gaps` and `fill_control_flow_gaps`, on a weight-free copy; the inferred value infos and output types
-    are written into `model`."""
+    `fill_handler_gaps` (with `infer_foreign`) and `fill_control_flow_gaps`, on a weight-free
+    copy; the inferred value infos and output types are written into `model`."""
     light = weight_free_copy(model)
     declared = _strip_declared_shapes(light)
-    light = _infer_rounds(light)
+    light = _infer_rounds(light, infer_foreign)
     if _restore_unknown_shapes(light, declared):  # inference continues from those hints
-        light = _infer_rounds(light)
+        light = _infer_rounds(light, infer_foreign)
     _merge_declared_shapes(light, declared)
     graph = model.graph
     del graph.value_info[:]
@@ -126,14 +129,15 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _infer_rounds(light: onnx.ModelProto) -> onnx.ModelProto:
+def _infer_rounds(light: onnx.ModelProto,
+                  infer_foreign: ForeignInference | None) -> onnx.ModelProto:
     for _ in range(16):  # each round also infers past one more op ONNX does not know
         try:
             light = shape_inference.infer_shapes(light, data_prop=True)
         except Exception as exc:  # noqa: BLE001 - a partial inference still lets us convert
             log.warning("ONNX shape inference failed (%s); continuing with known shapes", exc)
             break
-        if not (fill_same_shape_gaps(light) + fill_handler_gaps(light)
+        if not (fill_same_shape_gaps(light) + fill_handler_gaps(light, infer_foreign)
                 + fill_control_flow_gaps(light)):
             break
     return light
@@ -205,30 +209,6 @@ def _dims_text(dims) -> str:
         str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?" for d in dims) + "]"
 
 
-def weight_free_copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    """`model` with its large initializers turned into graph inputs of the same type."""
-    light = onnx.ModelProto()
-    for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version"):
-        setattr(light, field, getattr(model, field))
-    light.opset_import.extend(model.opset_import)
-    light.functions.extend(model.functions)
-    graph, copy = model.graph, light.graph
-    copy.name = graph.name
-    copy.node.extend(graph.node)
-    copy.input.extend(graph.input)
-    copy.output.extend(graph.output)
-    copy.value_info.extend(graph.value_info)
-    copy.sparse_initializer.extend(graph.sparse_initializer)
-    declared = {i.name for i in graph.input}
-    for init in graph.initializer:
-        if int(np.prod(init.dims, dtype=np.int64)) <= INFERENCE_VALUE_LIMIT:
-            copy.initializer.append(init)
-        elif init.name not in declared:
-            copy.input.append(helper.make_tensor_value_info(init.name, init.data_type,
-                                                            list(init.dims)))
-    return light
-
-
 # Ops whose first output has the shape and dtype of their first input. Used where ONNX shape
 # inference leaves a value unknown (e.g. GroupNormalization-21 has no inference function).
 SAME_SHAPE_OPS = {
@@ -281,7 +261,7 @@ def fill_same_shape_gaps(model: onnx.ModelProto) -> int:
     return filled
 
 
-def fill_handler_gaps(model: onnx.ModelProto) -> int:
+def fill_handler_gaps(model: onnx.ModelProto, infer_foreign: ForeignInference | None) -> int:
     """Types of the outputs of ops from other domains (com.microsoft, ...), which ONNX shape
     inference does not know, from their handlers' `infer` (in graph order).
 
@@ -290,9 +270,8 @@ def fill_handler_gaps(model: onnx.ModelProto) -> int:
     graph = model.graph
     foreign = [n for n in graph.node
                if n.domain not in ("", "ai.onnx") or not onnx.defs.has(n.op_type)]
-    if not foreign:
+    if not foreign or infer_foreign is None:
         return 0
-    from onnx2tf_alt.registry import find_handler  # imports the ops (TensorFlow) only here
 
     infos = {v.name: v for v in [*graph.input, *graph.value_info, *graph.output]}
     for init in graph.initializer:
@@ -305,12 +284,11 @@ def fill_handler_gaps(model: onnx.ModelProto) -> int:
     for node in foreign:
         if all(_has_shape(infos.get(o)) for o in node.output if o):
             continue
-        found = find_handler(node.op_type, node.domain, opsets.get(node.domain, 1))
+        infer = infer_foreign(node.op_type, node.domain, opsets.get(node.domain, 1))
         types = [_type_of(infos.get(i)) if i else None for i in node.input]
-        if found is None or found.infer is None or any(
-                t is None for i, t in zip(node.input, types) if i):
+        if infer is None or any(t is None for i, t in zip(node.input, types) if i):
             continue
-        for name, result in zip(node.output, found.infer(node, types)):
+        for name, result in zip(node.output, infer(node, types)):
             if not name or result is None or _has_shape(infos.get(name)):
                 continue
             info = helper.make_tensor_value_info(name, result[0], list(result[1]))
@@ -506,21 +484,24 @@ def prepare_model(
     model: onnx.ModelProto,
     batch_size: int | None = None,
     overwrite_input_shape: list[str] | None = None,
+    infer_foreign: ForeignInference | None = None,
 ) -> onnx.ModelProto:
-    """Name nodes, fix input shapes, infer shapes and fold constants until nothing changes."""
+    """Name nodes, fix input shapes, infer shapes and fold constants until nothing changes,
+    then run the rewrite passes (in this order). `infer_foreign` types the outputs of ops
+    ONNX shape inference does not know (see ForeignInference)."""
     name_nodes(model.graph)
     set_input_shapes(model, batch_size, parse_shape_overrides(overwrite_input_shape))
-    model = infer_shapes(model)
+    model = infer_shapes(model, infer_foreign)
     for _ in range(MAX_FOLD_ROUNDS):
         folded = fold_constants(model)
         if not (inline_control_flow(model) or folded):
             break
-        model = infer_shapes(model)
+        model = infer_shapes(model, infer_foreign)
     if bound_nms_by_slices(model):
         log.info("NonMaxSuppression: limits lowered to the rows a Slice reads")
     if guard_empty_rows(model):
-        model = infer_shapes(model)
+        model = infer_shapes(model, infer_foreign)
     flatten_channel_last(model)
     absorb_channel_shuffles(model)
     cut_dead_taps(model)
-    return infer_shapes(fuse_patterns(model))
+    return infer_shapes(fuse_patterns(model), infer_foreign)

@@ -6,16 +6,26 @@ import json
 
 import numpy as np
 
-from onnx2tf_alt import perms as P
-from onnx2tf_alt.builder import BuildResult
-from onnx2tf_alt.graph import Graph
+from onnx2tf_alt.layout import perms as P
+from onnx2tf_alt.build.builder import BuildResult
+from onnx2tf_alt.ir.graph import Graph
+
+
+def tflite_keys(result: BuildResult, graph: Graph, onnx_names: bool) -> tuple[dict, list]:
+    """The .tflite signature keys: ({ONNX input name: key}, [key per graph output, in
+    order]). With `onnx_names` a key is the ONNX name itself, except for an output listed
+    twice, whose repeats keep their TF key (signature keys must be unique)."""
+    inputs = {n: (n if onnx_names else result.input_names[n]) for n in graph.inputs}
+    outputs, seen = [], set()
+    for name, key in zip(graph.outputs, result.output_keys):
+        outputs.append(name if onnx_names and name not in seen else key)
+        seen.add(name)
+    return inputs, outputs
 
 
 def io_layout(result: BuildResult, graph: Graph, onnx_names_in_tflite: bool = False) -> dict:
     """`tf_name` is the saved_model's signature key, `tflite_name` the .tflite files' (the
-    ONNX name with -coion, see tflite_names.py)."""
-    from onnx2tf_alt.tflite_names import tflite_keys
-
+    ONNX name with -coion, see tflite/names.py)."""
     tflite_inputs, tflite_outputs = tflite_keys(result, graph, onnx_names_in_tflite)
 
     def entry(onnx_name: str, tf_name: str, perm, tflite_name: str, output: bool) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from onnx2tf_alt.layout import LayoutPolicy, logical
+from onnx2tf_alt.layout.policies import LayoutPolicy, logical
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def handler(
     """Register `fn(ctx)` as the converter of `op_type` from opset `since` on."""
 
     if not isinstance(layout, LayoutPolicy):
-        raise TypeError(f"{op_type}: layout must be a LayoutPolicy (see onnx2tf_alt/layout.py), "
+        raise TypeError(f"{op_type}: layout must be a LayoutPolicy (see onnx2tf_alt/layout/policies.py), "
                         f"not {layout!r}")
 
     def register(fn: Callable) -> Callable:
@@ -68,6 +68,13 @@ def find_handler(op_type: str, domain: str, opset: int) -> Handler | None:
         if h.since <= opset:
             chosen = h
     return chosen
+
+
+def foreign_inference(op_type: str, domain: str, opset: int) -> Callable | None:
+    """The handler's output-type inference for an op ONNX shape inference does not know
+    (the passes' ForeignInference; loads the handlers only when such an op is met)."""
+    found = find_handler(op_type, domain, opset)
+    return None if found is None else found.infer
 
 
 def all_handlers() -> dict[tuple[str, str], list[Handler]]:

@@ -6,7 +6,7 @@ reason here: the change between it and the previous schema version (attributes, 
 outputs, type constraints and text compared with `onnx.defs`, then read by hand) and why
 the older handler already converts it. Changes a handler does not follow are listed too,
 as GAP, with what changed. tests/test_opset_coverage.py keeps this in step with the
-installed onnx; `python -m onnx2tf_alt.docs` prints it in docs/supported_ops.md.
+installed onnx; `python -m onnx2tf_alt.cli.docs` prints it in docs/supported_ops.md.
 """
 
 from __future__ import annotations

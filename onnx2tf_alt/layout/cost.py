@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-from onnx2tf_alt import perms as P
-from onnx2tf_alt.graph import Graph, Node
+from onnx2tf_alt.ir.graph import Graph, Node
+from onnx2tf_alt.layout import perms as P
 
 UNKNOWN_DIM = 16
 # Elements-equivalent of one more TRANSPOSE op. Measured on yolo11n's attention (XNNPACK,

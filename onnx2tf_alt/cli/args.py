@@ -1,12 +1,12 @@
 """The conversion command line: every flag `onnx2tf-alt` (and each child of a batch)
-parses, and the list of those onnx2tf does not have. `python -m onnx2tf_alt.cli_args`
+parses, and the list of those onnx2tf does not have. `python -m onnx2tf_alt.cli.args`
 prints docs/cli_flags.md."""
 
 from __future__ import annotations
 
 import argparse
 
-from onnx2tf_alt.compat_flags import FLAGS, add_compat_flags, cli_flags_markdown
+from onnx2tf_alt.cli.compat_flags import FLAGS, add_compat_flags, cli_flags_markdown
 from onnx2tf_alt.version import __version__
 
 

@@ -25,10 +25,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-import flatbuffers
 import numpy as np
 
-from onnx2tf_alt.tflite_names import FILE_IDENTIFIER, SIGNATURE
+from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, unpack_model
 
 # Keeping every tensor costs their sum at once: about 420 MiB for a 640x640 PP-OCR detector
 # (1.3 GB resident). Above this, TF's records are kept (calibrated_tflite warns).
@@ -145,9 +144,7 @@ def remeasured(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
     ranges changed by more than 1%)}. Tensors the interpreter cannot show (an op's
     intermediates, other subgraphs) keep their range. ValueError when keeping every tensor
     at once would take more than MAX_KEPT_BYTES."""
-    from tensorflow.lite.python import schema_py_generated as schema
-
-    kept = _activation_bytes(schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(content, 0)))
+    kept = _activation_bytes(unpack_model(content))
     if kept > MAX_KEPT_BYTES:
         raise ValueError(f"its tensors need {kept / 2**30:.1f} GiB at once, more than the "
                          f"{MAX_KEPT_BYTES / 2**30:.0f} GiB allowed")
@@ -158,9 +155,7 @@ def remeasured(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
 def with_ranges(content: bytes, ranges: dict[int, tuple]) -> tuple[bytes, int]:
     """(`content` with the recorded range of each tensor of `ranges` replaced, how many
     changed by more than 1%)."""
-    from tensorflow.lite.python import schema_py_generated as schema
-
-    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(content, 0))
+    model = unpack_model(content)
     changed = 0
     for index, tensor in enumerate(model.subgraphs[0].tensors):
         if index not in ranges or not _recorded(tensor):
@@ -170,9 +165,7 @@ def with_ranges(content: bytes, ranges: dict[int, tuple]) -> tuple[bytes, int]:
         old = float(q.max[0]) - float(q.min[0])
         changed += abs((high - low) - old) > 0.01 * max(old, 1e-12)
         q.min, q.max = [low], [high]
-    builder = flatbuffers.Builder(len(content) + 4096)
-    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
-    return bytes(builder.Output()), changed
+    return pack_model(model, len(content) + 4096), changed
 
 
 def _activation_bytes(model) -> int:

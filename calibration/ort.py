@@ -20,7 +20,6 @@ import tempfile
 import numpy as np
 import onnx
 from onnx import helper
-
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN
 
 # --calibration_method: ranges measured on the TFLite graph (quant/ranges.py; "tf" is the

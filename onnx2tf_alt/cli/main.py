@@ -12,8 +12,8 @@ import sys
 import tempfile
 
 from onnx2tf_alt import interrupts
-from onnx2tf_alt.cli_args import parser
-from onnx2tf_alt.compat_flags import NOTES_DEST
+from onnx2tf_alt.cli.args import parser
+from onnx2tf_alt.cli.compat_flags import NOTES_DEST
 
 
 def main(argv: list[str] | None = None) -> int:

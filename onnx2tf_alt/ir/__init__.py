@@ -1,0 +1,4 @@
+"""The ONNX model as the converter holds it: loading (loader.py), the light graph view every
+later stage reads (graph.py), the weights (weights.py), validation of a prepared model
+(validate.py) and the part of a model between named tensors (subgraph.py). Imports nothing
+else of the package but errors.py, and never TensorFlow."""

@@ -1,0 +1,50 @@
+"""The .tflite flatbuffer: the one place that reads, unpacks and writes it.
+
+Every edit of a .tflite (float16 weights, -coion names, shared FULLY_CONNECTED weights,
+bias correction, activation ranges) is the same round trip: `unpack_model` gives the
+schema's object API (`schema.ModelT`: plain Python lists and objects), the caller edits it,
+`pack_model` serializes it again. Readers that only look use `read_model`, the lazy flat
+view. One schema package serves them all: ai_edge_litert's generated `schema_py_generated`
+(a superset of TensorFlow's copy, with blockwise quantization), which does not import
+TensorFlow.
+"""
+
+from __future__ import annotations
+
+import flatbuffers
+from ai_edge_litert import schema_py_generated as schema
+
+FILE_IDENTIFIER = b"TFL3"
+SIGNATURE = "serving_default"  # the one signature a converted model has
+OP_NAMES = {v: k for k, v in vars(schema.BuiltinOperator).items() if k.isupper()}
+
+
+def read_model(content: bytes) -> schema.Model:
+    """The flat, read-only view of a .tflite (nothing is copied)."""
+    return schema.Model.GetRootAsModel(content, 0)
+
+
+def unpack_model(content: bytes) -> schema.ModelT:
+    """The whole model as editable Python objects."""
+    return schema.ModelT.InitFromObj(read_model(content))
+
+
+def pack_model(model: schema.ModelT, size_hint: int = 1 << 20) -> bytes:
+    """`model` serialized as a .tflite file (`size_hint`: the builder's first allocation)."""
+    return pack_table(model, size_hint, FILE_IDENTIFIER)
+
+
+def pack_table(table, size_hint: int = 1024, file_identifier: bytes | None = None) -> bytes:
+    """Any object-API table (a model, the conversion metadata, ...) serialized on its own."""
+    builder = flatbuffers.Builder(size_hint)
+    builder.Finish(table.Pack(builder), file_identifier=file_identifier)
+    return bytes(builder.Output())
+
+
+def op_name(model, op) -> str:
+    """The builtin name of `op` (an OperatorT of `model`), or the custom op's code."""
+    code = model.operatorCodes[op.opcodeIndex]
+    builtin = max(code.builtinCode, code.deprecatedBuiltinCode)
+    if builtin == schema.BuiltinOperator.CUSTOM:
+        return code.customCode.decode() if code.customCode else "CUSTOM"
+    return OP_NAMES.get(builtin, str(builtin))
