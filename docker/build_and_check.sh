@@ -2,7 +2,7 @@
 # Build the onnx2tf_alt Docker image, run its CLI on the shipped model and check that it
 # writes the same files, with the same TFLite outputs, as the pip-installed CLI.
 #
-#   bash docker/build_and_check.sh            (as root; the test tests/test_docker.py runs it)
+#   bash docker/build_and_check.sh            (as root; the test tests/cli/test_docker.py runs it)
 #
 # Environment:
 #   ONNX2TF_ALT_CLI  the pip-installed CLI to compare with (default: onnx2tf-alt on PATH)

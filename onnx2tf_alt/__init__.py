@@ -3,8 +3,8 @@
 The public functions are those of onnx2tf_alt/api.py; they load their modules when called.
 """
 
-from onnx2tf_alt.build.recursion import deep_graphs  # import-light (sys, contextlib)
 from onnx2tf_alt.check import check  # import-light; loads the checker when called
+from onnx2tf_alt.translate.recursion import deep_graphs  # import-light (sys, contextlib)
 from onnx2tf_alt.version import __version__
 
 

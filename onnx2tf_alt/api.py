@@ -6,9 +6,9 @@
 from __future__ import annotations
 
 from onnx2tf_alt.batching import batch
-from onnx2tf_alt.build.recursion import deep_graphs
 from onnx2tf_alt.check import check
 from onnx2tf_alt.conversion import convert
+from onnx2tf_alt.translate.recursion import deep_graphs
 
 
 def custom_objects() -> dict:
@@ -16,8 +16,8 @@ def custom_objects() -> dict:
 
     `tf_keras.models.load_model("model.keras", custom_objects=onnx2tf_alt.custom_objects())`
     """
-    from onnx2tf_alt.build.keras_layers import ConstantWeights
     from onnx2tf_alt.ops.control import ControlFlow
+    from onnx2tf_alt.translate.keras_layers import ConstantWeights
 
     return {"ConstantWeights": ConstantWeights, "ControlFlow": ControlFlow}
 

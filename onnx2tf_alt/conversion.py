@@ -13,8 +13,6 @@ import numpy as np
 import onnx
 
 from calibration.samples import parse_custom_data
-from onnx2tf_alt.build.options import ConversionOptions, pseudo_operators
-from onnx2tf_alt.build.recursion import deep_graphs
 from onnx2tf_alt.check.inputs import first_sample, load_custom_inputs
 from onnx2tf_alt.check.repro import REPORTS_FOLDER, write_failure_reports
 from onnx2tf_alt.errors import ConversionError, InputError
@@ -25,6 +23,8 @@ from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.ir.loader import external_data_paths, load_model
 from onnx2tf_alt.logs import configure_logging
 from onnx2tf_alt.pipeline import Converted, build_loaded, check_batch_size, stem_of
+from onnx2tf_alt.translate.options import ConversionOptions, pseudo_operators
+from onnx2tf_alt.translate.recursion import deep_graphs
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -118,7 +118,7 @@ def convert(
     ConversionError naming the ONNX nodes responsible; otherwise a warning names them.
     `disable_group_convolution` (-dgc) splits grouped convolutions into one per group;
     `replace_to_pseudo_operators` (-rtpo, onnx2tf's op names) picks ops lowered to the
-    simplest builtins GPU/NNAPI delegates take (onnx2tf_alt/build/options.py).
+    simplest builtins GPU/NNAPI delegates take (onnx2tf_alt/translate/options.py).
     """
     call = {k: v for k, v in locals().items() if k not in ("onnx_graph", "command_line")}
     del output_signaturedefs  # always on
@@ -242,13 +242,13 @@ def write_outputs(
     """Write every requested format into `folder` (expected to be empty). Returns file names.
     `onnx_names_in_tflite` is what <stem>_io_layout.json records of the .tflite names (the
     caller renames the files, -coion); `builtin_only`: see check_builtin_only."""
-    from onnx2tf_alt.build.io_layout import save_io_layout
     from onnx2tf_alt.export.delegates import write_delegate_report
     from onnx2tf_alt.export.float16 import float16_from_float32
     from onnx2tf_alt.export.keras_files import save_h5, save_keras_v3
     from onnx2tf_alt.export.saved_model import save_saved_model
     from onnx2tf_alt.export.tflite import check_builtin_only
     from onnx2tf_alt.tflite.lowering import tflite_bytes
+    from onnx2tf_alt.translate.io_layout import save_io_layout
 
     result = converted.result
     save_saved_model(result, folder)

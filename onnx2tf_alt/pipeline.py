@@ -13,10 +13,6 @@ from dataclasses import dataclass
 
 import onnx
 
-from onnx2tf_alt.build.options import DEFAULT_OPTIONS, ConversionOptions
-from onnx2tf_alt.build.progress import Progress
-from onnx2tf_alt.build.recursion import deep_graphs
-from onnx2tf_alt.build.registry import find_handler, foreign_inference
 from onnx2tf_alt.errors import ConversionError, InputError, NodeFailure
 from onnx2tf_alt.ir.graph import Graph, Node, graph_from_model
 from onnx2tf_alt.ir.loader import load_model
@@ -25,6 +21,10 @@ from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.plan import Plan, plan_layouts
 from onnx2tf_alt.layout.policies import LayoutPolicy
 from onnx2tf_alt.passes.prepare import prepare_model
+from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
+from onnx2tf_alt.translate.progress import Progress
+from onnx2tf_alt.translate.recursion import deep_graphs
+from onnx2tf_alt.translate.registry import find_handler, foreign_inference
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -77,7 +77,7 @@ def check_batch_size(batch_size: int | None) -> None:
 
 def unsupported_nodes(graph: Graph) -> list[NodeFailure]:
     """A failure for each node no handler converts at the graph's opset."""
-    from onnx2tf_alt.build.builder import failure_for
+    from onnx2tf_alt.translate.builder import failure_for
 
     return [
         failure_for(node, graph, "unsupported op: no handler for this op type and opset")
@@ -118,7 +118,7 @@ def build(
     options: ConversionOptions | None = None,
 ) -> Converted:
     """Load, prepare, plan and build the Keras model without writing any file; `options`
-    are the lowering choices the handlers read (onnx2tf_alt/build/options.py)."""
+    are the lowering choices the handlers read (onnx2tf_alt/translate/options.py)."""
     model = load_model(input_onnx_file_path, onnx_graph, allow_newer_opset)
     return build_loaded(
         model, batch_size, overwrite_input_shape, keep_ncw_or_nchw_or_ncdhw_input_names,
@@ -143,8 +143,8 @@ def build_loaded(
     """`build` for a model `load_model` returned (which this takes over and modifies).
     With -inimc / -onimc names, only the prepared graph's part between those tensors is
     converted (subgraph.py)."""
-    from onnx2tf_alt.build.builder import ModelBuilder
     from onnx2tf_alt.ir.subgraph import extract_subgraph
+    from onnx2tf_alt.translate.builder import ModelBuilder
 
     check_batch_size(batch_size)
     options = options or DEFAULT_OPTIONS
@@ -187,7 +187,7 @@ def run_subgraph_model(prepared: onnx.ModelProto, feeds: dict) -> list:
     """Convert a prepared subgraph model (an If / Loop / Scan body) and run it on `feeds`
     (TF tensors, or arrays for constants, by input name); its inputs stay in ONNX order.
     Returns its outputs in ONNX order and layout."""
-    from onnx2tf_alt.build.builder import ModelBuilder
+    from onnx2tf_alt.translate.builder import ModelBuilder
 
     graph = graph_from_model(prepared)
     missing = unsupported_nodes(graph)

@@ -4,8 +4,8 @@ this module does not."""
 
 from __future__ import annotations
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout.policies import agnostic
+from onnx2tf_alt.translate.registry import handler
 
 from ._dtypes import widen
 

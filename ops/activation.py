@@ -16,8 +16,8 @@ from onnx2tf_alt.ops._dtypes import widen
 from onnx2tf_alt.ops._elementwise_common import unary
 from onnx2tf_alt.ops._erf import erf
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout.policies import agnostic
+from onnx2tf_alt.translate.registry import handler
 
 
 def relu(x):

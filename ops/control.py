@@ -21,13 +21,13 @@ import tensorflow as tf
 import tf_keras
 from onnx import helper, numpy_helper
 
-from onnx2tf_alt.build.builder import INLINE_CONSTANT_LIMIT
-from onnx2tf_alt.build.registry import foreign_inference, handler
 from onnx2tf_alt.ir.graph import graph_from_model
 from onnx2tf_alt.layout.policies import logical
 from onnx2tf_alt.passes.control_flow import free_names
 from onnx2tf_alt.passes.prepare import prepare_model
 from onnx2tf_alt.pipeline import run_subgraph_model
+from onnx2tf_alt.translate.builder import INLINE_CONSTANT_LIMIT
+from onnx2tf_alt.translate.registry import foreign_inference, handler
 
 IR_VERSION = 10
 

@@ -23,10 +23,10 @@ from onnx2tf_alt.ops._conv_common import (
 from onnx2tf_alt.ops._dtypes import compute_dtype
 from onnx2tf_alt.ops._spatial import dilate_kernel, kernel_attrs, pad_spatial, tf_padding
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import Decision, channel_last, custom_policy
+from onnx2tf_alt.translate.registry import handler
 
 
 def _weights(ctx):

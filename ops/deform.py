@@ -17,9 +17,9 @@ import numpy as np
 import tensorflow as tf
 from onnx2tf_alt.ops._conv_common import array_module, kernel_tensor
 
-from onnx2tf_alt.build.context import reshape
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout.policies import channel_last
+from onnx2tf_alt.translate.context import reshape
+from onnx2tf_alt.translate.registry import handler
 
 
 def _static(ctx, dims, what: str) -> list[int]:

@@ -13,8 +13,8 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout.policies import channel_last
+from onnx2tf_alt.translate.registry import handler
 
 INT32_MAX = 2**31 - 1
 

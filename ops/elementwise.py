@@ -21,9 +21,9 @@ import numpy as np
 import tensorflow as tf
 from onnx import helper
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import Decision, agnostic, custom_policy
+from onnx2tf_alt.translate.registry import handler
 
 from ._dtypes import from_ordered, ordered, widen
 from ._elementwise_common import binary, unary

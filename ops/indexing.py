@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import Decision, custom_policy, derived, same_as_input
+from onnx2tf_alt.translate.registry import handler
 
 from ._dtypes import from_ordered, ordered, widen
 

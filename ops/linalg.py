@@ -11,8 +11,8 @@ import itertools
 
 import tensorflow as tf
 
-from onnx2tf_alt.build.context import reshape
-from onnx2tf_alt.build.registry import handler
+from onnx2tf_alt.translate.context import reshape
+from onnx2tf_alt.translate.registry import handler
 
 COFACTOR_MAX = 4  # larger matrices are eliminated instead
 

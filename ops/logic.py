@@ -11,8 +11,8 @@ from onnx2tf_alt.ops._dtypes import ordered, widen
 from onnx2tf_alt.ops._elementwise_common import binary
 from onnx2tf_alt.ops._integers import int64_floordiv, uint64_halve
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout.policies import agnostic
+from onnx2tf_alt.translate.registry import handler
 
 binary("Equal", tf.equal, prepare=ordered)
 binary("Less", tf.less, prepare=ordered)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from onnx2tf_alt.build.registry import handler
+from onnx2tf_alt.translate.registry import handler
 
 from .softmax import softmax
 

@@ -14,9 +14,9 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import CUSTOM, Decision, LayoutPolicy, custom_policy
+from onnx2tf_alt.translate.registry import handler
 
 from ._dtypes import rounded_matmul
 from ._matmul_common import operand, swaps_last_two

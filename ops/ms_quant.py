@@ -47,8 +47,8 @@ from onnx2tf_alt.ops.quant import (
 )
 from onnx2tf_alt.ops.softmax import softmax
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout.policies import agnostic, channel_last, same_as_input
+from onnx2tf_alt.translate.registry import handler
 
 MS = "com.microsoft"
 _FLOAT = onnx.TensorProto.FLOAT

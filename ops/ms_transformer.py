@@ -16,8 +16,8 @@ import numpy as np
 import onnx
 import tensorflow as tf
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout.policies import channel_last
+from onnx2tf_alt.translate.registry import handler
 
 from ._dtypes import compute_dtype
 from ._infer import attrs_of, dtype_of, infer_as, infer_attention, plus

@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 import tensorflow as tf
 
-from onnx2tf_alt.build.registry import handler
+from onnx2tf_alt.translate.registry import handler
 
 from ._infer import attrs_of
 

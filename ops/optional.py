@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout.policies import agnostic
+from onnx2tf_alt.translate.registry import handler
 
 
 @handler("OptionalHasElement", since=15,

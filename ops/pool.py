@@ -27,9 +27,9 @@ from onnx2tf_alt.ops._spatial import (
     taps_inside,
 )
 
-from onnx2tf_alt.build.context import reshape
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout.policies import channel_last, same_as_input
+from onnx2tf_alt.translate.context import reshape
+from onnx2tf_alt.translate.registry import handler
 
 
 @dataclass

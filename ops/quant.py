@@ -24,8 +24,8 @@ import tensorflow as tf
 from onnx2tf_alt.ops._conv_common import depthwise_conv, grouped_conv
 from onnx2tf_alt.ops._spatial import kernel_attrs, tf_padding
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout.policies import agnostic, channel_last, same_as_input
+from onnx2tf_alt.translate.registry import handler
 
 FAKE_QUANT_DOMAIN = "onnx2tf_alt"
 EXACT_LIMIT = 2.0**24  # float32 represents every integer up to here

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.build.registry import handler
+from onnx2tf_alt.translate.registry import handler
 
 
 def _random(shape, ctx, normal: bool):

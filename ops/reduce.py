@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import custom_policy, derived
+from onnx2tf_alt.translate.registry import handler
 
 
 def _static_axes(node, const_of, shape_of) -> list[int] | None:

@@ -27,10 +27,10 @@ from onnx2tf_alt.ops._resize_math import (
     tf_kernel_for,
 )
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import channel_last, custom_policy, logical
+from onnx2tf_alt.translate.registry import handler
 
 from ._shapes import reshape_to_dims
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.build.context import reshape
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout.policies import Decision, custom_policy, logical
+from onnx2tf_alt.translate.context import reshape
+from onnx2tf_alt.translate.registry import handler
 
 from ._shapes import delegated_split
 

@@ -16,9 +16,9 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.build.context import reshape
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout.policies import channel_last, same_as_input
+from onnx2tf_alt.translate.context import reshape
+from onnx2tf_alt.translate.registry import handler
 
 from ._shapes import scalar, shape_tensor, to_inferred_shape
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.build.context import reshape as reshape_dims
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import Decision, custom_policy, derived, reshaping, same_as_input
+from onnx2tf_alt.translate.context import reshape as reshape_dims
+from onnx2tf_alt.translate.registry import handler
 
 from ._shapes import scalar, shape_tensor
 

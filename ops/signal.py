@@ -14,7 +14,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.build.registry import handler
+from onnx2tf_alt.translate.registry import handler
 
 from ._shapes import scalar
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import tensorflow as tf
 from onnx2tf_alt.ops._shapes import physical_axes
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout.policies import custom_policy, logical, same_as_input
+from onnx2tf_alt.translate.registry import handler
 
 HALF = (tf.float16, tf.bfloat16)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.layout.policies import channel_last
+from onnx2tf_alt.translate.registry import handler
 
 
 def crd_to_dcr(depth: int, block: int) -> np.ndarray:

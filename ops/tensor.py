@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import derived, same_as_input
+from onnx2tf_alt.translate.registry import handler
 
 from ._shapes import delegated_split, dims_of, phase_slice, scalar, shape_tensor, to_inferred_shape
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.build.registry import handler
+from onnx2tf_alt.translate.registry import handler
 
 
 def pool_ngrams(pool: np.ndarray, counts: list[int]) -> dict[int, np.ndarray]:

@@ -17,8 +17,8 @@ import numpy as np
 import onnx
 import tensorflow as tf
 
-from onnx2tf_alt.build.registry import handler
 from onnx2tf_alt.passes.control_flow import free_names
+from onnx2tf_alt.translate.registry import handler
 
 from ._dtypes import compute_dtype, rounded_matmul
 from ._shapes import dims_of, reshape_to_dims

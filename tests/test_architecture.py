@@ -10,7 +10,7 @@ layers, each importing only from the layers below it.
     front        what users run: api, conversion, cli/, batching/
 
 Inside core, rooms in their own order: the base modules at the package root (errors,
-interrupts, logs, version) < ir/ < passes/ and layout/ (never each other) < build/ <
+interrupts, logs, version) < ir/ < passes/ and layout/ (never each other) < translate/ <
 tflite/ < pipeline.py. ir/, passes/ and layout/ never import TensorFlow or Keras: the plan
 is a pure function of the graph.
 """
@@ -74,7 +74,7 @@ def group_of(module: str) -> str:
 
 
 # Rooms of core and their order; a module imports its own room or a lower rank only.
-CORE_ROOMS = {"base": 0, "ir": 1, "passes": 2, "layout": 2, "build": 3, "tflite": 4,
+CORE_ROOMS = {"base": 0, "ir": 1, "passes": 2, "layout": 2, "translate": 3, "tflite": 4,
               "pipeline": 5}
 BASE = {"errors", "interrupts", "logs", "version"}
 PURE_ROOMS = ("ir", "passes", "layout")  # never TensorFlow or Keras
@@ -122,7 +122,7 @@ def test_the_graph_is_read():
     graph = import_graph()
     assert len(graph) > 100
     assert "onnx2tf_alt.pipeline" in graph["onnx2tf_alt.conversion"]
-    assert "onnx2tf_alt.build.registry" in graph["onnx2tf_alt.ops.activation"]
+    assert "onnx2tf_alt.translate.registry" in graph["onnx2tf_alt.ops.activation"]
     assert {group_of(m) for m in graph} == set(LAYERS)
     assert {room_of(m) for m in graph if group_of(m) == "core"} == set(CORE_ROOMS)
 

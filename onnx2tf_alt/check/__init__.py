@@ -7,7 +7,7 @@ imported subpackage would otherwise replace the function of the same name).
 
 from __future__ import annotations
 
-from onnx2tf_alt.build.recursion import deep_graphs
+from onnx2tf_alt.translate.recursion import deep_graphs
 
 
 @deep_graphs()

@@ -9,7 +9,6 @@ import os
 
 import numpy as np
 
-from onnx2tf_alt.build.io_layout import io_layout
 from onnx2tf_alt.check.compare import FAIL, AccuracyReport, BackendReport, compare
 from onnx2tf_alt.check.inputs import DEFAULT_SEED, first_sample, make_inputs
 from onnx2tf_alt.check.observe import (
@@ -24,6 +23,7 @@ from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.pipeline import build, stem_of
 from onnx2tf_alt.tflite.lowering import tflite_bytes
+from onnx2tf_alt.translate.io_layout import io_layout
 
 log = logging.getLogger("onnx2tf_alt")
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import onnx
 
-from onnx2tf_alt.build.registry import Handler, all_handlers
 from onnx2tf_alt.cli import schema_review
+from onnx2tf_alt.translate.registry import Handler, all_handlers
 
 # Domains whose ops are not in onnx's schemas, and what they are instead.
 FOREIGN_DOMAINS = {

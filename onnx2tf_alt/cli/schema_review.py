@@ -5,7 +5,7 @@ the op, so each schema version of a supported op that has no handler of its own 
 reason here: the change between it and the previous schema version (attributes, inputs,
 outputs, type constraints and text compared with `onnx.defs`, then read by hand) and why
 the older handler already converts it. Changes a handler does not follow are listed too,
-as GAP, with what changed. tests/test_opset_coverage.py keeps this in step with the
+as GAP, with what changed. tests/cli/test_opset_coverage.py keeps this in step with the
 installed onnx; `python -m onnx2tf_alt.cli.docs` prints it in docs/supported_ops.md.
 """
 

@@ -8,7 +8,7 @@ import os
 import warnings
 import zipfile
 
-from onnx2tf_alt.build.builder import BuildResult
+from onnx2tf_alt.translate.builder import BuildResult
 
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can carry
 

@@ -7,8 +7,8 @@ import os
 
 import tensorflow as tf
 
-from onnx2tf_alt.build.builder import BuildResult
 from onnx2tf_alt.tflite.lowering import serving_module
+from onnx2tf_alt.translate.builder import BuildResult
 
 
 def save_saved_model(result: BuildResult, folder: str) -> None:

@@ -7,9 +7,9 @@ import logging
 import os
 from dataclasses import dataclass
 
-from onnx2tf_alt.build.builder import BuildResult
 from onnx2tf_alt.errors import ConversionError
 from onnx2tf_alt.tflite.flatbuffer import read_model
+from onnx2tf_alt.translate.builder import BuildResult
 
 log = logging.getLogger("onnx2tf_alt")
 

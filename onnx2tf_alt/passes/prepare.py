@@ -105,7 +105,7 @@ def set_input_shapes(
 
 
 # (op_type, domain, opset) -> the handler's `infer(node, input types)` for ops ONNX shape
-# inference does not know, or None. The build layer supplies it (build/registry.py's
+# inference does not know, or None. The translate layer supplies it (translate/registry.py's
 # `foreign_inference`): the passes never import the handlers or TensorFlow themselves.
 ForeignInference = Callable[[str, str, int], Callable | None]
 

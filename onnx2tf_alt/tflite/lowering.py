@@ -7,9 +7,9 @@ import logging
 
 import tensorflow as tf
 
-from onnx2tf_alt.build.builder import BuildResult
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE
 from onnx2tf_alt.tflite.shared_weights import fold_runtime_biases
+from onnx2tf_alt.translate.builder import BuildResult
 
 log = logging.getLogger("onnx2tf_alt")
 

@@ -9,10 +9,10 @@ order, through the schema's object API (flatbuffer.py); no op, buffer or quantiz
 
 from __future__ import annotations
 
-from onnx2tf_alt.build.builder import BuildResult
-from onnx2tf_alt.build.io_layout import tflite_keys
 from onnx2tf_alt.ir.graph import Graph
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, unpack_model
+from onnx2tf_alt.translate.builder import BuildResult
+from onnx2tf_alt.translate.io_layout import tflite_keys
 
 
 def rename_io(content: bytes, inputs: dict[str, str], outputs: dict[str, str]) -> bytes:

@@ -8,8 +8,8 @@ outputs named after the attributes, so a failure names its combination.
 import numpy as np
 from onnx import helper
 
-from onnx2tf_alt.build.options import ConversionOptions
 from onnx2tf_alt.export.delegates import analyze
+from onnx2tf_alt.translate.options import ConversionOptions
 
 from harness import check_model, count_tflite_ops, make_model
 

@@ -1,6 +1,6 @@
 """onnxruntime's com.microsoft transformer fusions and weight-only quantized ops against
 onnxruntime, through TF and the float32 TFLite: one-node models here; graphs written by
-onnxruntime's own tools in tests/test_ms_tools.py."""
+onnxruntime's own tools in tests/ops/test_ms_tools.py."""
 
 import numpy as np
 import pytest

@@ -9,10 +9,10 @@ import onnx
 import pytest
 from onnx import helper
 
-from onnx2tf_alt.build.context import NodeContext
-from onnx2tf_alt.build.registry import find_handler
 from onnx2tf_alt.ir.graph import Node
 from onnx2tf_alt.tflite.lowering import tflite_bytes
+from onnx2tf_alt.translate.context import NodeContext
+from onnx2tf_alt.translate.registry import find_handler
 
 from harness import (
     check_both_layouts,

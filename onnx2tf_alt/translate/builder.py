@@ -10,16 +10,16 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from onnx2tf_alt.layout import perms as P
-from onnx2tf_alt.build.context import NodeContext, reshape
 from onnx2tf_alt.errors import ConversionError, NodeFailure
 from onnx2tf_alt.ir.graph import Graph, Node
-from onnx2tf_alt.build.keras_layers import constant_weights
-from onnx2tf_alt.layout.plan import Plan
-from onnx2tf_alt.build.options import DEFAULT_OPTIONS, ConversionOptions
+from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.perms import Perm
-from onnx2tf_alt.build.progress import Progress
-from onnx2tf_alt.build.registry import find_handler
+from onnx2tf_alt.layout.plan import Plan
+from onnx2tf_alt.translate.context import NodeContext, reshape
+from onnx2tf_alt.translate.keras_layers import constant_weights
+from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
+from onnx2tf_alt.translate.progress import Progress
+from onnx2tf_alt.translate.registry import find_handler
 
 INLINE_CONSTANT_LIMIT = 1024  # elements; larger constants become layer weights
 

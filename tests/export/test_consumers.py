@@ -33,7 +33,7 @@ from onnx import helper
 from cli_runner import run_cli
 from harness import make_model, ort_run
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MOBILENET = REPO / "tests" / "data" / "mobilenet_block.onnx"
 TOL = 1e-4
 

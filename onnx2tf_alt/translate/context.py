@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.ir.graph import Graph, Node
-from onnx2tf_alt.build.options import DEFAULT_OPTIONS, ConversionOptions
+from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.perms import Perm
+from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
 
 
 class NodeContext:
@@ -18,7 +18,7 @@ class NodeContext:
 
     `x(i)` is input i as a TF tensor in `perm(i)`; `const(i)` its value when it is a constant
     (in ONNX order, untouched). Shapes and dtypes are the logical ONNX ones. `options` are
-    the user's lowering choices (onnx2tf_alt/build/options.py).
+    the user's lowering choices (onnx2tf_alt/translate/options.py).
     """
 
     def __init__(self, builder, node: Node, graph: Graph, in_perms, out_perms, opset: int,

@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx2tf_alt.build.io_layout import io_layout, save_io_layout
+from onnx2tf_alt.translate.io_layout import io_layout, save_io_layout
 
 from harness import assert_close, check_model, ort_run, tflite_run
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from onnx2tf_alt.build.options import ConversionOptions, pseudo_operators
 from onnx2tf_alt.errors import InputError
+from onnx2tf_alt.translate.options import ConversionOptions, pseudo_operators
 
 from cli_runner import run_cli
 from harness import check_nodes, count_tflite_ops, make_model, ort_run

@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 
-from onnx2tf_alt.layout import perms as P
-from onnx2tf_alt.build.builder import BuildResult
 from onnx2tf_alt.ir.graph import Graph
+from onnx2tf_alt.layout import perms as P
+from onnx2tf_alt.translate.builder import BuildResult
 
 
 def tflite_keys(result: BuildResult, graph: Graph, onnx_names: bool) -> tuple[dict, list]:

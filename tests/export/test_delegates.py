@@ -16,7 +16,7 @@ from onnx2tf_alt.export.names import planned_outputs
 
 from harness import check_model, make_model
 
-DATA = os.path.join(os.path.dirname(__file__), "data")
+DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 rng = np.random.default_rng(0)
 
 # (model, TFLite op) -> why no delegated equivalent exists.

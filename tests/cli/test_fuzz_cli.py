@@ -15,7 +15,7 @@ import pytest
 
 from cli_runner import leftovers, run_cli
 
-SHIPPED = os.path.join(os.path.dirname(__file__), "data", "mobilenet_block.onnx")
+SHIPPED = os.path.join(os.path.dirname(__file__), "..", "data", "mobilenet_block.onnx")
 FLIPPED, TRUNCATED = 24, (1, 100, 0.1, 0.33, 0.5, 0.9, -1)
 SEED = 20261201
 

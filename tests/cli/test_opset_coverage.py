@@ -7,9 +7,9 @@ loading the registry imports the ops modules (and TensorFlow) once.
 import onnx
 import pytest
 
-from onnx2tf_alt.build.registry import all_handlers
 from onnx2tf_alt.cli import schema_review
 from onnx2tf_alt.cli.docs import FOREIGN_DOMAINS, op_coverage, schema_versions
+from onnx2tf_alt.translate.registry import all_handlers
 
 HINT = (
     "compare onnx.defs.get_schema({op!r}, {v}, {domain!r}) with version {prev} (attributes, "

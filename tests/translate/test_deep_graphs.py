@@ -1,6 +1,6 @@
 """Graphs deeper than Python's default recursion limit (1,000 frames): tf_keras walks a
 functional model one frame per layer on its longest path, and an unrolled recurrence or a
-deep transformer has thousands of ops in a row (onnx2tf_alt/build/recursion.py)."""
+deep transformer has thousands of ops in a row (onnx2tf_alt/translate/recursion.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnx2tf_alt
-from onnx2tf_alt.build.recursion import deep_graphs
+from onnx2tf_alt.translate.recursion import deep_graphs
 
 from harness import assert_close, ort_run
 

@@ -12,9 +12,9 @@ import pytest
 import tensorflow as tf
 from onnx import TensorProto, helper
 
-from onnx2tf_alt.build import registry
 from onnx2tf_alt.errors import ConversionError
 from onnx2tf_alt.layout.policies import logical
+from onnx2tf_alt.translate import registry
 
 DOMAIN = "test.flex"
 

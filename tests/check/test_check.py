@@ -16,7 +16,6 @@ import tensorflow as tf
 from onnx import helper
 
 import onnx2tf_alt
-from onnx2tf_alt.build import registry
 from onnx2tf_alt.check.compare import FAIL, PASS, UNOBSERVED, compare
 from onnx2tf_alt.check.inputs import make_inputs
 from onnx2tf_alt.check.observe import Target, ort_values, targets, tf_values
@@ -25,6 +24,7 @@ from onnx2tf_alt.check.run import check_converted
 from onnx2tf_alt.errors import ConversionError, InputError
 from onnx2tf_alt.ir.graph import graph_from_model
 from onnx2tf_alt.pipeline import build
+from onnx2tf_alt.translate import registry
 
 from harness import make_model, ort_run
 from models import custom_op_model, tiny_cnn
