@@ -18,6 +18,7 @@ from onnx2tf_alt.ir.graph import Graph, Node, graph_from_model
 from onnx2tf_alt.ir.loader import load_model
 from onnx2tf_alt.ir.validate import check_consistency, check_inference
 from onnx2tf_alt.layout import perms as P
+from onnx2tf_alt.layout.explain import describe
 from onnx2tf_alt.layout.plan import Plan, plan_layouts
 from onnx2tf_alt.layout.policies import LayoutPolicy
 from onnx2tf_alt.passes.prepare import prepare_model
@@ -164,6 +165,9 @@ def build_loaded(
         error.prepared_model = model  # replayed by the failure reports (check/repro.py)
         raise error
     plan = plan_graph(graph, keep, force)
+    if log.isEnabledFor(logging.DEBUG):
+        for line in describe(graph, plan):
+            log.debug("layout plan: %s", line)
     progress = Progress(len(graph.nodes), enabled=show_progress)
     try:
         result = ModelBuilder(graph, plan, progress, options).build()

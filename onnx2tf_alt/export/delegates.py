@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from onnx2tf_alt.layout.explain import tflite_transposes
 from onnx2tf_alt.tflite.flatbuffer import op_name, schema, unpack_model
 
 log = logging.getLogger("onnx2tf_alt")
@@ -308,6 +309,9 @@ def write_delegate_report(converted, folder: str, stem: str) -> str:
     with open(os.path.join(folder, name), "w") as f:
         json.dump(report.to_json(), f, indent=1, default=_plain)
     log.info("delegates (%s_float32.tflite): %s", stem, report.summary())
+    if log.isEnabledFor(logging.DEBUG):
+        found = tflite_transposes(report.ops, converted.graph, converted.plan)
+        log.debug("TFLite TRANSPOSE ops by origin: %s", dict(found.most_common()) or "none")
     return name
 
 
