@@ -22,6 +22,7 @@ import tf_keras
 from onnx import helper, numpy_helper
 
 from onnx2tf_alt.ir.graph import graph_from_model
+from onnx2tf_alt.ir.weights import to_array
 from onnx2tf_alt.layout.policies import logical
 from onnx2tf_alt.passes.control_flow import free_names
 from onnx2tf_alt.passes.prepare import prepare_model
@@ -358,7 +359,7 @@ def _lift_initializers(graph: onnx.GraphProto, lifted: dict[str, np.ndarray]) ->
     """Move large subgraph initializers out of the subgraph (they become layer weights)."""
     kept = []
     for init in graph.initializer:
-        array = numpy_helper.to_array(init)
+        array = to_array(init)
         if array.size > INLINE_CONSTANT_LIMIT and array.dtype != bool:
             lifted[init.name] = array
         else:
@@ -431,7 +432,7 @@ class ControlFlow(tf_keras.layers.Layer):
     def _run(self, inputs: list):
         values = dict(zip(self.tensor_names, inputs))
         for init in _decode(onnx.GraphProto, self.constants).initializer:
-            values[init.name] = numpy_helper.to_array(init)
+            values[init.name] = to_array(init)
         for (name, _, _), weight in zip(self.weight_specs, self.const_weights):
             values[name] = tf.convert_to_tensor(weight)
         return run_control_node(_decode(onnx.NodeProto, self.node), values, self.opsets)

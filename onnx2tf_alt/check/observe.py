@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from onnx2tf_alt.ir.weights import ort_options, to_array
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.tflite.run import run_signature
 
@@ -75,7 +76,7 @@ def ort_session(model: onnx.ModelProto, expose: list[str]):
     exposed.graph.output.extend(
         infos.get(name) or helper.make_value_info(name, onnx.TypeProto()) for name in expose
     )
-    options = ort.SessionOptions()
+    options = ort_options()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
     # onnxruntime's own warnings (e.g. execution providers) go to its default logger; they
@@ -92,7 +93,7 @@ def ort_values(
 ) -> dict[str, np.ndarray]:
     """Values `names` as onnxruntime computes them; graph inputs and initializers are
     returned as they are."""
-    known = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    known = {i.name: to_array(i) for i in model.graph.initializer}
     known.update(feeds)
     computed = [n for n in dict.fromkeys(names) if n not in known]
     values = {n: known[n] for n in names if n in known}

@@ -12,6 +12,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnx2tf_alt.ir.weights import to_array
+
 Shape = tuple  # of int | None (None: unknown or symbolic dimension)
 
 
@@ -94,7 +96,7 @@ def _dtype_of(type_proto: onnx.TypeProto) -> np.dtype | None:
 def graph_from_model(model: onnx.ModelProto) -> Graph:
     """Build the view of an already prepared (inferred, folded, named) model."""
     g = model.graph
-    constants = {init.name: numpy_helper.to_array(init) for init in g.initializer}
+    constants = {init.name: to_array(init) for init in g.initializer}
     shapes: dict[str, Shape | None] = {}
     dtypes: dict[str, np.dtype] = {}
     symbols: dict[str, dict[int, str]] = {}

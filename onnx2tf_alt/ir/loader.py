@@ -10,6 +10,7 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
 from onnx2tf_alt.errors import InputError, printable
+from onnx2tf_alt.ir.weights import keep_on_disk
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -26,9 +27,11 @@ def load_model(
 ) -> onnx.ModelProto:
     """The ModelProto to convert (a copy: the caller's proto and file are never modified).
 
-    External data is read from the model's folder. An opset newer than the installed onnx
+    External data is read from the model's folder: small tensors into the model, large ones
+    left on disk and read as needed (ir/weights.py). An opset newer than the installed onnx
     package knows is refused unless `allow_newer_opset` (then it converts as the newest).
     """
+    checked = False
     if proto is not None:
         model = onnx.ModelProto()
         model.CopyFrom(proto)
@@ -39,25 +42,30 @@ def load_model(
         path = os.fspath(path)
         model = _read(path, load_external_data=False)
         source = f"'{path}'"
-        external_data_paths(path, model)  # every file present and readable
-        try:
-            external_data_helper.load_external_data_for_model(model, os.path.dirname(path))
-        except (OSError, ValueError) as exc:
-            raise InputError(
-                f"The external data of {source} could not be read ({type(exc).__name__}: "
-                f"{exc}). Keep the model's data files beside it, complete and unchanged."
-            ) from exc
+        if external_data_paths(path, model):  # every file present and readable
+            _run_checker(path, source, allow_newer_opset)  # by path: the data stays on disk
+            checked = True
+            try:
+                on_disk = keep_on_disk(model, os.path.dirname(os.path.abspath(path)))
+            except (OSError, ValueError) as exc:
+                raise InputError(
+                    f"The external data of {source} could not be read ({type(exc).__name__}: "
+                    f"{exc}). Keep the model's data files beside it, complete and unchanged."
+                ) from exc
+            log.info("%s: %.1f MB of weights read from disk as needed", source, on_disk / 2**20)
     if not model.graph.node and not model.graph.output:
         raise InputError(f"{source} holds no ONNX graph (no nodes and no outputs).")
     _check_opset(model, source, allow_newer_opset)
-    _run_checker(model, source, allow_newer_opset)
+    if not checked:
+        _run_checker(model, source, allow_newer_opset)
     _check_has_inputs(model, source)  # after the checker, which names what is invalid
     return model
 
 
-def _run_checker(model: onnx.ModelProto, source: str, allow_newer_opset: bool) -> None:
-    """onnx's checker: what it rejects is an InputError, except what converts all the same
-    (deprecated ops, onnxruntime's ops in the ONNX domain, newer opsets when allowed)."""
+def _run_checker(model: onnx.ModelProto | str, source: str, allow_newer_opset: bool) -> None:
+    """onnx's checker (on a model, or on a file by its path, which never loads its external
+    data): what it rejects is an InputError, except what converts all the same (deprecated
+    ops, onnxruntime's ops in the ONNX domain, newer opsets when allowed)."""
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
@@ -81,7 +89,7 @@ def _run_checker(model: onnx.ModelProto, source: str, allow_newer_opset: bool) -
             f"byte {exc.start}). Re-export the model."
         ) from exc
     except ValueError:
-        if model.ByteSize() <= MAX_CHECKED_BYTES:
+        if isinstance(model, str) or model.ByteSize() <= MAX_CHECKED_BYTES:
             raise
         # models over 2 GB cannot be checked in memory; the loader already parsed them
 

@@ -126,7 +126,7 @@ def check_inference(model) -> None:
     can be known (ONNX's strict inference also trips over gaps onnxruntime fills)."""
     from onnx import shape_inference
 
-    from onnx2tf_alt.ir.weights import weight_free_copy
+    from onnx2tf_alt.ir.weights import ort_options, weight_free_copy
 
     try:
         shape_inference.infer_shapes(weight_free_copy(model), strict_mode=True)
@@ -135,7 +135,7 @@ def check_inference(model) -> None:
         problem = exc
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
+    options = ort_options()
     options.log_severity_level = 3
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:

@@ -1,19 +1,95 @@
 """The model's weights as the rest of the converter sees them.
 
+A model's large tensors stay where the exporter put them. The loader (`keep_on_disk`) reads
+external tensors of up to INFERENCE_VALUE_LIMIT elements into the model (they may be shape
+data) and leaves every larger one on disk, its `location` rewritten relative to the
+filesystem root so that the model proto alone says where each tensor lives, whatever copies
+of it the passes make. `to_array` memory-maps such a tensor (no copy: pages are read when
+touched and belong to the page cache), so no stage holds the model's weights twice and no
+proto ever carries them: nothing here is bound by protobuf's 2 GB limit. onnxruntime
+resolves the same locations with `ort_options`.
+
 Shape inference and validation run on a weight-free copy of the model: ONNX's inference
 serializes the whole model on every call, and a model past 2 GB cannot be serialized at all.
 """
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import external_data_helper, helper, numpy_helper
 
 # Initializers above this many elements are weights, never shape data: shape inference runs
 # on a copy of the model that declares them as typed inputs instead of carrying their values
 # (ONNX's inference serializes the whole model on every call).
 INFERENCE_VALUE_LIMIT = 4096
+
+# External locations are kept relative to this folder (see the module docstring).
+FILESYSTEM_ROOT = os.path.abspath(os.sep)
+
+# Element types whose external bytes are the little-endian array itself (memory-mappable);
+# the others (strings, 4-bit and 8-bit floats, bfloat16) are read with onnx's own decoder.
+_RAW_TYPES = {
+    onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
+    onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
+    onnx.TensorProto.UINT32, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL,
+    onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128,
+}
+
+
+def is_external(tensor: onnx.TensorProto) -> bool:
+    return external_data_helper.uses_external_data(tensor)
+
+
+def keep_on_disk(model: onnx.ModelProto, folder: str) -> int:
+    """Read `model`'s small external tensors into it and point the large ones at their
+    files by a location relative to FILESYSTEM_ROOT (`folder`: the model file's folder,
+    which the locations are relative to). Returns the bytes left on disk."""
+    on_disk = 0
+    for tensor in external_data_helper._get_all_tensors(model):
+        if not is_external(tensor):
+            continue
+        elements = int(np.prod(tensor.dims, dtype=np.int64))
+        if elements <= INFERENCE_VALUE_LIMIT:
+            external_data_helper.load_external_data_for_tensor(tensor, folder)
+            tensor.data_location = onnx.TensorProto.DEFAULT
+            del tensor.external_data[:]
+            continue
+        info = external_data_helper.ExternalDataInfo(tensor)
+        path = os.path.normpath(os.path.join(folder, info.location))
+        entry = next(e for e in tensor.external_data if e.key == "location")
+        entry.value = os.path.relpath(path, FILESYSTEM_ROOT)
+        on_disk += info.length or os.path.getsize(path)
+    return on_disk
+
+
+def to_array(tensor: onnx.TensorProto) -> np.ndarray:
+    """The tensor's value: a read-only memory map for a tensor kept on disk, else decoded
+    from the proto (numpy_helper.to_array)."""
+    if not is_external(tensor):
+        return numpy_helper.to_array(tensor)
+    if tensor.data_type not in _RAW_TYPES:
+        return numpy_helper.to_array(tensor, FILESYSTEM_ROOT)
+    info = external_data_helper.ExternalDataInfo(tensor)
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).newbyteorder("<")
+    shape = tuple(int(d) for d in tensor.dims)
+    if int(np.prod(shape, dtype=np.int64)) == 0:
+        return np.zeros(shape, dtype)
+    path = os.path.join(FILESYSTEM_ROOT, info.location)
+    return np.memmap(path, dtype=dtype, mode="r", offset=info.offset or 0, shape=shape)
+
+
+def ort_options(options=None):
+    """onnxruntime SessionOptions (given or new) that find the tensors kept on disk."""
+    import onnxruntime as ort
+
+    options = options or ort.SessionOptions()
+    options.add_session_config_entry(
+        "session.model_external_initializers_file_folder_path", FILESYSTEM_ROOT)
+    return options
 
 
 def weight_free_copy(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -18,6 +18,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnx2tf_alt.ir.weights import to_array
+
 MAX_UNROLL = 256  # iterations; longer loops stay loops
 
 
@@ -113,7 +115,7 @@ class _Scope:
 
     def enter(self, graph: onnx.GraphProto) -> _Scope:
         consts = dict(self.consts)
-        consts.update({i.name: numpy_helper.to_array(i) for i in graph.initializer})
+        consts.update({i.name: to_array(i) for i in graph.initializer})
         for node in graph.node:
             value = _constant_node_value(node)
             if value is not None:

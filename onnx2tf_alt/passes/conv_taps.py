@@ -22,6 +22,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnx2tf_alt.ir.weights import to_array
+
 
 def cut_dead_taps(model: onnx.ModelProto) -> int:
     """Shrink every main-graph Conv whose kernel has taps that only ever read padding;
@@ -40,7 +42,7 @@ def cut_dead_taps(model: onnx.ModelProto) -> int:
         if len(node.input) < 2 or node.input[1] not in inits:
             continue
         spatial = _spatial_sizes(infos.get(node.input[0]))
-        weights = numpy_helper.to_array(inits[node.input[1]])
+        weights = to_array(inits[node.input[1]])
         if spatial is None or weights.ndim != len(spatial) + 2:
             continue
         plan = _kept_taps(node, spatial, weights.shape[2:])

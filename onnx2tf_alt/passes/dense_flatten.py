@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
+
+from onnx2tf_alt.ir.weights import to_array
 
 # Producers whose output the plan keeps channel-last, and ops that pass that layout along.
 CHANNEL_LAST_PRODUCERS = {
@@ -98,7 +100,7 @@ def flatten_channel_last(model: onnx.ModelProto) -> bool:
             continue
         order = np.arange(channels * int(np.prod(spatial))).reshape(channels, -1).T.reshape(-1)
         for consumer, weights, axis in dense:
-            permuted = np.take(numpy_helper.to_array(inits[weights]), order, axis=axis)
+            permuted = np.take(to_array(inits[weights]), order, axis=axis)
             new_name = f"{weights}__rows_for_{node.output[0]}"
             added = graph.initializer.add()  # built in place: a 400 MB FC weight, copied once
             added.name, added.data_type = new_name, inits[weights].data_type

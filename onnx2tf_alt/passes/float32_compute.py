@@ -17,6 +17,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnx2tf_alt.ir.weights import to_array
+
 FLOAT = onnx.TensorProto.FLOAT
 DEMOTED = {onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16}
 DTYPE_ATTRS = ("to", "dtype", "output_dtype")
@@ -94,4 +96,4 @@ def _demote_graph(graph: onnx.GraphProto, keep_boundary: bool) -> None:
 
 
 def _demoted(tensor: onnx.TensorProto) -> onnx.TensorProto:
-    return numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float32), tensor.name)
+    return numpy_helper.from_array(to_array(tensor).astype(np.float32), tensor.name)

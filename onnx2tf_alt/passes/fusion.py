@@ -23,6 +23,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnx2tf_alt.ir.weights import to_array
+
 ARITHMETIC = {"Add", "Sub", "Mul", "Div", "Pow"}
 CORES = {"Erf": "none", "Tanh": "tanh"}
 MAX_CLIMB = 4  # arithmetic nodes between the core (Erf / Tanh) and the Gelu output
@@ -110,7 +112,7 @@ class _GraphIndex:
 
 def _light_value(tensor: onnx.TensorProto) -> np.ndarray:
     if int(np.prod(tensor.dims, dtype=np.int64)) <= 16:
-        return numpy_helper.to_array(tensor)
+        return to_array(tensor)
     dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
     return np.broadcast_to(np.zeros((), dtype), tuple(tensor.dims))
 

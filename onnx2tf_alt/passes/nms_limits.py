@@ -17,6 +17,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnx2tf_alt.ir.weights import to_array
+
 ROW_KEEPING = {"Cast", "Identity"}
 
 
@@ -139,7 +141,7 @@ def _constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
 def _constant(name: str, scopes: list[dict]) -> np.ndarray | None:
     for scope in scopes:
         if name in scope:
-            return numpy_helper.to_array(scope[name])
+            return to_array(scope[name])
     return None
 
 

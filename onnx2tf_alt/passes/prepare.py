@@ -10,7 +10,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from onnx2tf_alt.errors import InputError
-from onnx2tf_alt.ir.weights import weight_free_copy
+from onnx2tf_alt.ir.weights import to_array, weight_free_copy
 from onnx2tf_alt.passes.control_flow import inline_control_flow
 from onnx2tf_alt.passes.conv_taps import cut_dead_taps
 from onnx2tf_alt.passes.dense_flatten import flatten_channel_last
@@ -152,9 +152,15 @@ def _infer_rounds(light: onnx.ModelProto,
 
 def _strip_declared_shapes(light: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
     """Clear the shapes of `light`'s value infos and outputs; returns copies of the declared
-    ones by value name."""
+    ones by value name. Value infos of initializers keep theirs: an initializer's shape is a
+    fact, and ONNX's inference reads a Slice whose `axes` has a shapeless value info as if it
+    had no `axes` (torch's dynamo exporter declares its constants so: a rotary embedding's
+    halves then came out [0, heads, seq, 2 * half])."""
+    constants = {i.name for i in light.graph.initializer}
     declared = {}
     for info in [*light.graph.value_info, *light.graph.output]:
+        if info.name in constants:
+            continue
         if info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape"):
             declared[info.name] = onnx.ValueInfoProto()
             declared[info.name].CopyFrom(info)
@@ -392,7 +398,7 @@ def fold_constants(model: onnx.ModelProto) -> bool:
     (Shape -> Gather -> Concat -> Reshape) collapse into constant reshape targets.
     """
     graph = model.graph
-    known: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    known: dict[str, np.ndarray] = {i.name: to_array(i) for i in graph.initializer}
     infos = {i.name: i for i in list(graph.value_info) + list(graph.input) + list(graph.output)}
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     folded_nodes = []

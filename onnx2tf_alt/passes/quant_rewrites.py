@@ -29,13 +29,15 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnx2tf_alt.ir.weights import to_array
+
 
 class _Graph:
     """Producers, consumers and constants of a graph, kept current while nodes change."""
 
     def __init__(self, model: onnx.ModelProto):
         self.graph = model.graph
-        self.constants = {i.name: numpy_helper.to_array(i) for i in self.graph.initializer}
+        self.constants = {i.name: to_array(i) for i in self.graph.initializer}
         for node in self.graph.node:
             if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
                 self.constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)

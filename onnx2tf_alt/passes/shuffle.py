@@ -22,6 +22,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from onnx2tf_alt.ir.weights import to_array
+
 MAX_ELEMENTS = 1 << 24  # index tensors above this size are not evaluated
 
 
@@ -106,7 +108,7 @@ def _reorder(graph, inits, node: onnx.NodeProto, index: int, order, axis: int) -
     if not name:
         return name
     new_name = f"{name}_{node.name or node.output[0]}_shuffled"
-    array = np.take(numpy_helper.to_array(inits[name]), order, axis=axis)
+    array = np.take(to_array(inits[name]), order, axis=axis)
     tensor = numpy_helper.from_array(array, new_name)
     graph.initializer.append(tensor)
     inits[new_name] = tensor

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 import tensorflow as tf
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from calibration.ort import (
     AUTO_METHOD,
@@ -37,6 +37,7 @@ from calibration.samples import CustomData, Samples, plan_samples
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.export.names import DYNAMIC_RANGE_SUFFIXES, INTEGER_SUFFIXES
 from onnx2tf_alt.interrupts import checkpoint
+from onnx2tf_alt.ir.weights import to_array
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
 from onnx2tf_alt.tflite.lowering import serving_function
 from onnx2tf_alt.tflite.run import as_input, run_signature
@@ -114,7 +115,7 @@ def fake_quant_model(model: onnx.ModelProto) -> onnx.ModelProto | None:
     model_copy = onnx.ModelProto()
     model_copy.CopyFrom(model)
     graph = model_copy.graph
-    constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    constants = {i.name: to_array(i) for i in graph.initializer}
     producers = {o: n for n in graph.node for o in n.output}
     nodes, replaced = [], 0
     for node in graph.node:

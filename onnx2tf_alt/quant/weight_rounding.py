@@ -23,6 +23,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnx2tf_alt.ir.weights import to_array
+
 LEVELS = 127  # TFLite's symmetric int8 weight range
 DAMPING = 0.01  # of H's mean diagonal, added to it: keeps H invertible
 MAX_SAMPLES = 16  # calibration samples the patch statistics are collected on
@@ -59,7 +61,7 @@ def conv_input_statistics(model: onnx.ModelProto, samples: list[dict[str, np.nda
 
 
 def _weights(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    found = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    found = {i.name: to_array(i) for i in model.graph.initializer}
     for node in model.graph.node:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             found[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)

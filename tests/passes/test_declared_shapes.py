@@ -179,3 +179,22 @@ def test_io_layout_takes_unknown_dims_from_the_tf_model(crnn):
                                                              "y": unknown})
         (entry,) = io_layout(converted.result, graph)["outputs"]
         assert entry["onnx_shape"] == [9, batch, 6]
+
+
+def test_declared_constants_keep_their_shapes():
+    """torch's dynamo exporter declares value infos for its constants; a Slice whose `axes`
+    is such a constant (a rotary embedding's half) is inferred, converted and run right."""
+    from onnx2tf_alt.passes.prepare import infer_shapes
+
+    x = RNG.standard_normal((2, 3, 5, 8)).astype(np.float32)
+    constants = {"starts": np.array([4], np.int64), "ends": np.array([2**63 - 1], np.int64),
+                 "axes": np.array([3], np.int64)}
+    nodes = [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"])]
+    declared = [helper.make_tensor_value_info(k, TensorProto.INT64, [1]) for k in constants]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])]
+    model = _model(nodes, x, outputs, declared, constants)
+    (output,) = infer_shapes(model).graph.output
+    assert [d.dim_value for d in output.type.tensor_type.shape.dim] == [2, 3, 5, 4]
+    converted, messages = _convert_checked(model, {"x": x})
+    assert converted.graph.shapes["y"] == (2, 3, 5, 4)
+    assert not [m for m in messages if "contradicts" in m], messages
