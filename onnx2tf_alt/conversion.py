@@ -21,7 +21,7 @@ from onnx2tf_alt.export.names import planned_outputs
 from onnx2tf_alt.export.publish import OutputFolder
 from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.ir.loader import external_data_paths, load_model
-from onnx2tf_alt.logs import configure_logging
+from onnx2tf_alt.logs import configure_logging, phase
 from onnx2tf_alt.pipeline import Converted, build_loaded, check_batch_size, stem_of
 from onnx2tf_alt.translate.options import ConversionOptions, pseudo_operators
 from onnx2tf_alt.translate.recursion import deep_graphs
@@ -152,8 +152,10 @@ def convert(
         keep_float_auto, check_onnx_tf_outputs_elementwise_close_full, bias_correction,
     )
     try:
+        with phase("load"):
+            loaded = load_model(input_onnx_file_path, onnx_graph, allow_newer_opset)
         converted = build_loaded(
-            load_model(input_onnx_file_path, onnx_graph, allow_newer_opset),
+            loaded,
             batch_size=batch_size,
             overwrite_input_shape=overwrite_input_shape,
             keep_ncw_or_nchw_or_ncdhw_input_names=keep_ncw_or_nchw_or_ncdhw_input_names,
@@ -183,18 +185,19 @@ def convert(
         if check:
             from onnx2tf_alt.check.run import check_and_report
 
-            model.onnx2tf_alt_report = check_and_report(
-                converted, stage, stem,
-                full=check_onnx_tf_outputs_elementwise_close_full,
-                atol=check_onnx_tf_outputs_elementwise_close_atol,
-                rtol=check_onnx_tf_outputs_elementwise_close_rtol,
-                custom_inputs=first_sample(custom_inputs, converted.graph),
-                tflite_path=os.path.join(stage, f"{stem}_float32.tflite")
-                if output_tflite else None,
-                print_table=not non_verbose,
-                more_backends=None if quant_plan is None else _quantized_check(
-                    converted, quant_plan, stage, stem),
-            )
+            with phase("check"):
+                model.onnx2tf_alt_report = check_and_report(
+                    converted, stage, stem,
+                    full=check_onnx_tf_outputs_elementwise_close_full,
+                    atol=check_onnx_tf_outputs_elementwise_close_atol,
+                    rtol=check_onnx_tf_outputs_elementwise_close_rtol,
+                    custom_inputs=first_sample(custom_inputs, converted.graph),
+                    tflite_path=os.path.join(stage, f"{stem}_float32.tflite")
+                    if output_tflite else None,
+                    print_table=not non_verbose,
+                    more_backends=None if quant_plan is None else _quantized_check(
+                        converted, quant_plan, stage, stem),
+                )
         if copy_onnx_input_output_names_to_tflite:
             from onnx2tf_alt.tflite.names import copy_onnx_names_in_files
 
@@ -251,7 +254,8 @@ def write_outputs(
     from onnx2tf_alt.translate.io_layout import save_io_layout
 
     result = converted.result
-    save_saved_model(result, folder)
+    with phase("saved_model"):
+        save_saved_model(result, folder)
     written = ["saved_model.pb", "variables"]
     if output_tflite:
         content = None
@@ -262,20 +266,24 @@ def write_outputs(
             checkpoint()
             name = f"{stem}_{suffix}.tflite"
             # The float16 file is the float32 one with float16 constants (export/float16.py)
-            derived = float16_from_float32(content) if float16 else None
-            content = derived or tflite_bytes(converted.tflite_result(), float16=float16,
-                                              saved_model=saved)
-            check_builtin_only(content, name, converted, builtin_only)
-            with open(os.path.join(folder, name), "wb") as f:
-                f.write(content)
+            with phase(f"tflite {suffix}"):
+                derived = float16_from_float32(content) if float16 else None
+                content = derived or tflite_bytes(converted.tflite_result(), float16=float16,
+                                                  saved_model=saved)
+                check_builtin_only(content, name, converted, builtin_only)
+                with open(os.path.join(folder, name), "wb") as f:
+                    f.write(content)
             written.append(name)
-        written.append(write_delegate_report(converted, folder, stem))
+        with phase("delegate report"):
+            written.append(write_delegate_report(converted, folder, stem))
     checkpoint()
     if output_h5:
-        save_h5(result, os.path.join(folder, f"{stem}.h5"))
+        with phase("h5"):
+            save_h5(result, os.path.join(folder, f"{stem}.h5"))
         written.append(f"{stem}.h5")
     if output_keras_v3:
-        save_keras_v3(result, os.path.join(folder, f"{stem}.keras"))
+        with phase("keras"):
+            save_keras_v3(result, os.path.join(folder, f"{stem}.keras"))
         written.append(f"{stem}.keras")
     save_io_layout(result, converted.graph, os.path.join(folder, f"{stem}_io_layout.json"),
                    onnx_names_in_tflite)

@@ -12,6 +12,10 @@ import logging
 import os
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 LEVELS = {
     "debug": logging.DEBUG,
@@ -50,3 +54,41 @@ def configure_logging(verbosity: str) -> None:
             absl.logging.set_verbosity(absl.logging.ERROR)
         except ImportError:
             pass
+
+
+@contextmanager
+def phase(name: str) -> Iterator[None]:
+    """At `-v debug`, log how long the block took and the process's memory in it:
+    `phase NAME: 1.23 s, peak 789 MB, after 456 MB` (resident set size, sampled every 20 ms
+    while the block runs; benchmarks/convert_phases.py reads these lines). Costs nothing
+    at other levels."""
+    log = logging.getLogger("onnx2tf_alt")
+    if not log.isEnabledFor(logging.DEBUG) or _rss_bytes() is None:
+        yield
+        return
+    peak, done = [_rss_bytes()], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            peak[0] = max(peak[0], _rss_bytes() or 0)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    start = time.perf_counter()
+    sampler.start()
+    try:
+        yield
+    finally:
+        done.set()
+        sampler.join()
+        after = _rss_bytes()
+        log.debug("phase %s: %.2f s, peak %d MB, after %d MB", name, time.perf_counter() - start,
+                  max(peak[0], after) >> 20, after >> 20)
+
+
+def _rss_bytes() -> int | None:
+    """This process's resident set size (Linux), else None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

@@ -21,6 +21,7 @@ from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.explain import describe
 from onnx2tf_alt.layout.plan import Plan, plan_layouts
 from onnx2tf_alt.layout.policies import LayoutPolicy
+from onnx2tf_alt.logs import phase
 from onnx2tf_alt.passes.prepare import prepare_model
 from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
 from onnx2tf_alt.translate.progress import Progress
@@ -149,9 +150,10 @@ def build_loaded(
 
     check_batch_size(batch_size)
     options = options or DEFAULT_OPTIONS
-    check_inference(model)
-    model = prepare_model(model, batch_size, overwrite_input_shape,
-                          infer_foreign=foreign_inference)
+    with phase("prepare"):
+        check_inference(model)
+        model = prepare_model(model, batch_size, overwrite_input_shape,
+                              infer_foreign=foreign_inference)
     if input_names_to_interrupt_model_conversion or output_names_to_interrupt_model_conversion:
         model = extract_subgraph(model, input_names_to_interrupt_model_conversion,
                                  output_names_to_interrupt_model_conversion)
@@ -164,13 +166,15 @@ def build_loaded(
         error = ConversionError(missing, headline=f"{len(missing)} node(s) have unsupported ops:")
         error.prepared_model = model  # replayed by the failure reports (check/repro.py)
         raise error
-    plan = plan_graph(graph, keep, force)
+    with phase("plan"):
+        plan = plan_graph(graph, keep, force)
     if log.isEnabledFor(logging.DEBUG):
         for line in describe(graph, plan):
             log.debug("layout plan: %s", line)
     progress = Progress(len(graph.nodes), enabled=show_progress)
     try:
-        result = ModelBuilder(graph, plan, progress, options).build()
+        with phase("translate"):
+            result = ModelBuilder(graph, plan, progress, options).build()
     except ConversionError as error:
         error.prepared_model = model
         raise
