@@ -76,7 +76,8 @@ class ConversionError(Onnx2TfError):
         if unsupported:
             lines.append(
                 "No handler exists for these op types in this opset. Replace them in the ONNX "
-                "graph (e.g. with onnx-graphsurgeon) or add a handler in ops/ (see README)."
+                "graph (e.g. with onnx-graphsurgeon) or add a handler in ops/ (see "
+                "docs/contributing.md)."
             )
         lines += sorted({hint for f in unsupported if (hint := producing_tool(f))})
         super().__init__("\n".join(lines))

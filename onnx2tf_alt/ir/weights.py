@@ -15,6 +15,7 @@ serializes the whole model on every call, and a model past 2 GB cannot be serial
 
 from __future__ import annotations
 
+import mmap
 import os
 
 import numpy as np
@@ -80,6 +81,17 @@ def to_array(tensor: onnx.TensorProto) -> np.ndarray:
         return np.zeros(shape, dtype)
     path = os.path.join(FILESYSTEM_ROOT, info.location)
     return np.memmap(path, dtype=dtype, mode="r", offset=info.offset or 0, shape=shape)
+
+
+def release(array: np.ndarray) -> None:
+    """Drop the resident pages of a tensor kept on disk once its value has been copied
+    elsewhere (into a TF variable): the file stays mapped, and a later read pages it in
+    again. Without this a model's weights would count twice in the converter's memory."""
+    base = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+        base.madvise(mmap.MADV_DONTNEED)
 
 
 def ort_options(options=None):

@@ -12,6 +12,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from onnx2tf_alt.ir.weights import release
+
 
 @tf_keras.saving.register_keras_serializable(package="onnx2tf_alt")
 class ConstantWeights(tf_keras.layers.Layer):
@@ -46,4 +48,5 @@ def constant_weights(array: np.ndarray, anchor, name: str | None = None):
     """A KerasTensor whose value is `array`, stored as a layer weight."""
     layer = ConstantWeights(array.shape, array.dtype.name, name=name)
     layer.set_weights([array])
+    release(array)  # the layer holds its own copy now
     return layer(anchor)
