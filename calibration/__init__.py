@@ -1,9 +1,14 @@
-"""Default calibration data for INT8 quantization: six photographs (public domain / CC0,
-from scikit-image's sample data; see README.md), 256x256 RGB PNGs beside this file.
+"""Calibration of the INT8 files: the sample data and the activation-range methods.
 
-`image_samples` turns them into model inputs: augmented views (the photograph, its mirror
-image, a zoomed corner) for calibration, and views not used there (a mirrored centre
-zoom) held out to measure the quantized model.
+Sample data: six photographs (public domain / CC0, from scikit-image's sample data; see
+README.md), 256x256 RGB PNGs beside this file, the default for image inputs. `image_samples`
+turns them into model inputs: augmented views (the photograph, its mirror image, a zoomed
+corner) for calibration, and views not used there (a mirrored centre zoom) held out to
+measure the quantized model; samples.py plans the samples of every input (-cind data too).
+
+Range methods (--calibration_method): methods.py holds their table, ranges.py measures
+ranges on the calibrated TFLite graph, ort.py with onnxruntime's calibrators on the ONNX
+graph.
 """
 
 from __future__ import annotations

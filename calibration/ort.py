@@ -22,16 +22,8 @@ import onnx
 from onnx import helper
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN
 
-# --calibration_method: ranges measured on the TFLite graph (quant/ranges.py; "tf" is the
-# older name of "minmax"; "auto" measures all three and keeps the best INT8 file's, see
-# quantize.calibrated_tflite) or by onnxruntime's calibrators on the ONNX graph (this module)
-AUTO_METHOD = "auto"
-TFLITE_METHODS = {"percentile": "percentile", "mse": "mse", "minmax": "minmax", "tf": "minmax"}
-ORT_METHODS = ("entropy", "ort_minmax", "ort_percentile")
-METHODS = (AUTO_METHOD, *TFLITE_METHODS, *ORT_METHODS)
-DEFAULT_METHOD = AUTO_METHOD
-AUTO_SAMPLES = 16  # calibration samples "auto" scores each method's INT8 file on
-PERCENTILE = 99.999
+from calibration.methods import BY_NAME, ONNXRUNTIME
+
 # Values that TFLite folds into the op that produces them carry no range of their own: a
 # FakeQuantize there would stop CONV_2D/ADD/FULLY_CONNECTED fusing RELU/RELU6, or the
 # converter folding a constant scale or shift (a BatchNorm exported as Mul/Add) into the
@@ -54,17 +46,20 @@ class _Reader:
 def onnx_ranges(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]],
                 method: str) -> dict[str, tuple[float, float]]:
     """{value name: (low, high)} of every float activation of `model` over `samples`, by
-    onnxruntime's calibrator `method` (ORT_METHODS)."""
+    onnxruntime's calibrator of `method` (an ONNXRUNTIME row of methods.METHODS)."""
     from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
 
-    kind = {"ort_minmax": CalibrationMethod.MinMax, "ort_percentile": CalibrationMethod.Percentile,
-            "entropy": CalibrationMethod.Entropy}[method]
-    options = {"symmetric": False, "percentile": PERCENTILE}
+    row = BY_NAME.get(method)
+    if row is None or row.measurer != ONNXRUNTIME:
+        raise ValueError(f"'{method}' is not a method of onnxruntime's calibrators")
+    options = {"symmetric": False}
+    if row.percentile is not None:
+        options["percentile"] = row.percentile
     with tempfile.TemporaryDirectory(prefix="onnx2tf_alt_calibrate_") as folder:
         path = os.path.join(folder, "model.onnx")
         onnx.save(model, path, save_as_external_data=model.ByteSize() > 2**31 - 1)
         calibrator = create_calibrator(
-            path, None, os.path.join(folder, "augmented.onnx"), kind,
+            path, None, os.path.join(folder, "augmented.onnx"), CalibrationMethod[row.algorithm],
             use_external_data_format=model.ByteSize() > 2**31 - 1,
             providers=["CPUExecutionProvider"], extra_options=options,
         )

@@ -10,11 +10,12 @@ each recorded tensor's range is measured again on the same samples in an interpr
 keeps every tensor (`experimental_preserve_all_tensors`, which turns buffer sharing off),
 and written back into the flatbuffer the MLIR quantizer reads.
 
-The measurement can also clip each range (`--calibration_method`): a second pass over the
-samples fills a histogram of every tensor over its min-max range, and the range becomes
-- `percentile`: the values between the PERCENTILE_TAIL-th quantile and its mirror (at most
-  that share of the values is clipped at each end; a range never moves past 0);
-- `mse`: the range whose 8-bit grid has the least expected squared error over the
+The measurement can also clip each range (`--calibration_method`, the TFLITE_GRAPH rows of
+methods.py): a second pass over the samples fills a histogram of every tensor over its
+min-max range, and the range becomes, by the row's algorithm,
+- PERCENTILE: the values between the row's `tail`-th quantile and its mirror (at most that
+  share of the values is clipped at each end; a range never moves past 0);
+- MSE: the range whose 8-bit grid has the least expected squared error over the
   histogram, counting the rounding inside (step^2 / 12 a value) and the clipping outside.
 A range is never widened. A handful of outliers (a heavy-tailed channel, one bright pixel)
 then no longer sets an 8-bit step that rounds the bulk of the values to a few levels.
@@ -27,13 +28,14 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from calibration.methods import BY_NAME, MINMAX, MSE, PERCENTILE, TFLITE_GRAPH, RangeMethod
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, unpack_model
 
 # Keeping every tensor costs their sum at once: about 420 MiB for a 640x640 PP-OCR detector
 # (1.3 GB resident). Above this, TF's records are kept (calibrated_tflite warns).
 MAX_KEPT_BYTES = 2 << 30
-RANGE_METHODS = ("minmax", "percentile", "mse")
-PERCENTILE_TAIL = 2.5e-5  # `percentile`: the share of values clipped at each end at most
+ALGORITHMS = (MINMAX, PERCENTILE, MSE)
+PERCENTILE_TAIL = BY_NAME[PERCENTILE].tail  # percentile_range's default
 BINS = 2048  # histogram bins over a tensor's min-max range
 MSE_CANDIDATES = 128  # `mse`: candidate ends on each side of 0
 
@@ -44,14 +46,16 @@ def _recorded(tensor) -> bool:
 
 
 def measured_ranges(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
-                    methods: Sequence[str] = ("minmax",)) -> dict[str, dict[int, tuple]]:
-    """{method: {tensor index: (low, high)}} for each of `methods` (RANGE_METHODS) over
-    `feeds` (signature inputs, physical layout): the min and max of the finite values of
-    every float tensor of the main subgraph that an op writes or the subgraph takes as
-    input, clipped by the method."""
-    unknown = set(methods) - set(RANGE_METHODS)
+                    methods: Sequence[str] = (MINMAX,)) -> dict[str, dict[int, tuple]]:
+    """{method: {tensor index: (low, high)}} for each of `methods` (names of TFLITE_GRAPH
+    rows of methods.METHODS, not auto) over `feeds` (signature inputs, physical layout): the
+    min and max of the finite values of every float tensor of the main subgraph that an op
+    writes or the subgraph takes as input, clipped by the method."""
+    unknown = {m for m in methods if m not in BY_NAME or BY_NAME[m].measurer != TFLITE_GRAPH
+               or BY_NAME[m].algorithm not in ALGORITHMS}
     if unknown:
         raise ValueError(f"unknown range method(s) {sorted(unknown)}")
+    rows = [BY_NAME[m] for m in methods]
     feeds = list(feeds)
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
@@ -76,8 +80,8 @@ def measured_ranges(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
             if index in ranges:
                 low, high = min(low, ranges[index][0]), max(high, ranges[index][1])
             ranges[index] = low, high
-    measured = {"minmax": ranges} if "minmax" in methods else {}
-    clipping = [m for m in methods if m != "minmax"]
+    measured = {m.name: ranges for m in rows if m.algorithm == MINMAX}
+    clipping = [m for m in rows if m.algorithm != MINMAX]
     if not clipping:
         return measured
     counts = {index: np.zeros(BINS) for index in ranges}
@@ -88,10 +92,17 @@ def measured_ranges(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
                 value = interpreter.get_tensor(index)
                 counts[index] += np.histogram(value[np.isfinite(value)], BINS, (low, high))[0]
     for method in clipping:
-        clip = percentile_range if method == "percentile" else mse_range
-        measured[method] = {index: clip(counts[index], low, high) if high > low else (low, high)
-                            for index, (low, high) in ranges.items()}
+        measured[method.name] = {
+            index: _clipped(method, counts[index], low, high) if high > low else (low, high)
+            for index, (low, high) in ranges.items()}
     return measured
+
+
+def _clipped(method: RangeMethod, counts: np.ndarray, low: float, high: float
+             ) -> tuple[float, float]:
+    if method.algorithm == PERCENTILE:
+        return percentile_range(counts, low, high, method.tail)
+    return mse_range(counts, low, high)
 
 
 def percentile_range(counts: np.ndarray, low: float, high: float,
@@ -138,7 +149,7 @@ def mse_range(counts: np.ndarray, low: float, high: float,
 
 
 def remeasured(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
-               methods: Sequence[str] = ("minmax",)) -> dict[str, tuple[bytes, int]]:
+               methods: Sequence[str] = (MINMAX,)) -> dict[str, tuple[bytes, int]]:
     """{method: (`content` with the recorded range of each tensor of its main subgraph
     replaced by the one measured on `feeds` by that method (measured_ranges), how many
     ranges changed by more than 1%)}. Tensors the interpreter cannot show (an op's

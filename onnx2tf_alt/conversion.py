@@ -83,10 +83,10 @@ def convert(
     manifest (the CLI passes its argv; Python calls record their keyword arguments).
     `allow_newer_opset` converts an opset newer than the installed onnx knows.
     `calibration_method` picks the INT8 files' activation ranges: "percentile", "mse",
-    "minmax" (or its older name "tf") measured on the TFLite graph (quant/ranges.py), "auto"
+    "minmax" (or its older name "tf") measured on the TFLite graph (calibration/ranges.py), "auto"
     (default) the one of those three whose INT8 file is closest to the float one on the
     calibration samples; "entropy", "ort_minmax", "ort_percentile" by onnxruntime's
-    calibrators on the ONNX graph (quant/calibrate.py).
+    calibrators on the ONNX graph (calibration/ort.py).
     `keep_float` (ONNX node names) and `keep_float_auto` (a target cosine) leave nodes of
     the INT8 files in float (quant/sensitivity.py); `bias_correction` takes the mean output
     error of their convolutions out of the biases (quant/bias_correction.py).
@@ -110,7 +110,7 @@ def convert(
     `output_integer_quantized_tflite` writes the dynamic range file too, as onnx2tf does.
 
     `copy_onnx_input_output_names_to_tflite` (-coion) gives every written .tflite's input and
-    output tensors and signature keys the ONNX names (tflite_names.py; the check and
+    output tensors and signature keys the ONNX names (tflite/names.py; the check and
     the quantization report run before the renaming, which changes names only).
     `input_names_to_interrupt_model_conversion` / `output_names_to_interrupt_model_conversion`
     (-inimc / -onimc) convert only the part of the graph between those tensors.
@@ -260,7 +260,7 @@ def write_outputs(
     if output_tflite:
         content = None
         # the saved_model just written, unless the .tflite files compute in float32 a model
-        # the saved_model keeps in float64 / float16 (float32_compute.py)
+        # the saved_model keeps in float64 / float16 (passes/float32_compute.py)
         saved = folder if converted.tflite_result() is result else None
         for suffix, float16 in (("float32", False), ("float16", True)):
             checkpoint()

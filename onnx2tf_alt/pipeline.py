@@ -54,7 +54,7 @@ class Converted:
     def tflite_result(self):
         """The BuildResult the .tflite files are converted from: `result` itself, or for a
         model with float64 or float16 tensors a rebuild computing in float32 (see
-        float32_compute.py)."""
+        passes/float32_compute.py)."""
         from onnx2tf_alt.passes.float32_compute import compute_in_float32, needs_float32_compute
 
         if self._tflite_result is None:
@@ -144,7 +144,7 @@ def build_loaded(
 ) -> Converted:
     """`build` for a model `load_model` returned (which this takes over and modifies).
     With -inimc / -onimc names, only the prepared graph's part between those tensors is
-    converted (subgraph.py)."""
+    converted (ir/subgraph.py)."""
     from onnx2tf_alt.ir.subgraph import extract_subgraph
     from onnx2tf_alt.translate.builder import ModelBuilder
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from calibration.methods import DEFAULT_METHOD, METHODS, NAMES, ONNXRUNTIME, TFLITE_GRAPH
 from onnx2tf_alt.cli.compat_flags import FLAGS, add_compat_flags, cli_flags_markdown
 from onnx2tf_alt.version import __version__
 
@@ -157,6 +158,20 @@ def _check_flags(p: argparse.ArgumentParser) -> None:
         "list per channel, e.g. [0.485,0.456,0.406])",
     )
 
+def _calibration_method_help() -> str:
+    """--calibration_method's help, from the table of calibration/methods.py."""
+
+    def listed(measurer: str) -> str:
+        return ", ".join(f"{m.name} ({'default: ' if m.name == DEFAULT_METHOD else ''}"
+                         f"{m.description})" for m in METHODS if m.measurer == measurer)
+
+    text = (f"activation ranges of the -oiqt INT8 files, measured on the TFLite graph over the "
+            f"calibration samples: {listed(TFLITE_GRAPH)}; or by onnxruntime's calibrators on "
+            f"the ONNX graph: {listed(ONNXRUNTIME)}. The INT16-activation files always use "
+            "min-max")
+    return text.replace("%", "%%")
+
+
 def _quant_flags(p: argparse.ArgumentParser) -> None:
     """The quantized .tflite files."""
     p.add_argument(
@@ -183,16 +198,9 @@ def _quant_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--calibration_method",
-        choices=["auto", "percentile", "mse", "minmax", "tf", "entropy", "ort_minmax",
-                 "ort_percentile"],
-        default="auto",
-        help="activation ranges of the -oiqt INT8 files, measured on the TFLite graph over "
-        "the calibration samples: percentile (min-max without the 0.0025%% most extreme "
-        "values at each end), mse (the range of least 8-bit quantization error), minmax "
-        "(or tf), auto (default: the one of these three whose INT8 file is closest to the "
-        "float model on the calibration samples); or by onnxruntime's calibrators on the "
-        "ONNX graph: entropy, ort_minmax, ort_percentile (99.999%%). The INT16-activation "
-        "files always use min-max",
+        choices=NAMES,
+        default=DEFAULT_METHOD,
+        help=_calibration_method_help(),
     )
     p.add_argument(
         "--keep_float",

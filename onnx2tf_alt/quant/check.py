@@ -62,7 +62,7 @@ def _values(source, variant, plan, calibration, found, feeds, full: bool, path: 
     wanted = {t.onnx_name for t in found}
     probe = probe_conversion(source, [t for t in targets(source, True) if t.onnx_name in wanted])
     content = quantized_tflite(probe, variant, plan.options, calibration,
-                               keep_nodes=plan.kept_nodes)
+                               keep_nodes=plan.kept_nodes).content
     return run_tflite(content, probe, [feeds])[0]
 
 

@@ -22,17 +22,18 @@ import onnx
 import tensorflow as tf
 from onnx import helper
 
-from calibration.ort import (
+from calibration.methods import (
+    AUTO_CANDIDATES,
     AUTO_METHOD,
     AUTO_SAMPLES,
+    BY_NAME,
     DEFAULT_METHOD,
-    METHODS,
-    ORT_METHODS,
-    TFLITE_METHODS,
-    fake_quantized,
-    onnx_ranges,
+    MINMAX,
+    NAMES,
+    ONNXRUNTIME,
 )
-from calibration.ranges import RANGE_METHODS, remeasured
+from calibration.ort import fake_quantized, onnx_ranges
+from calibration.ranges import remeasured
 from calibration.samples import CustomData, Samples, plan_samples
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.export.names import DYNAMIC_RANGE_SUFFIXES, INTEGER_SUFFIXES
@@ -165,35 +166,37 @@ def calibrated_tflite(converted, options: QuantOptions,
                       calibration: list[dict[str, np.ndarray]],
                       notes: list[str] | None = None) -> tuple[bytes, bool]:
     """(calibrated float flatbuffer, whether it needed Select TF ops) for the INT8 files; its
-    ranges measured again by --calibration_method (quant/ranges.py); `auto` picks the method
-    on calibration samples left out of a trial measurement (a note in `notes` says which
-    and why)."""
+    ranges measured again on the TFLite graph (calibration/ranges.py) by
+    --calibration_method, or min-max for onnxruntime's methods (their FakeQuantize nodes
+    set the others); `auto` picks the method on calibration samples left out of a trial
+    measurement (a note in `notes` says which and why)."""
     calibrate = Variant(INTEGER_SUFFIXES[0], (tf.lite.OpsSet.TFLITE_BUILTINS,))
-    flex = []
-    content = quantized_tflite(converted, calibrate, options, calibration,
-                               calibrate_only=True, used_select_ops=flex)
-    if flex:  # the interpreter cannot run Select TF ops: TF's records stay
+    made = quantized_tflite(converted, calibrate, options, calibration, calibrate_only=True)
+    content = made.content
+    if made.select_tf_ops:  # the interpreter cannot run Select TF ops: TF's records stay
         return content, True
     method = options.calibration_method
     feeds = [converted.result.to_physical(s) for s in calibration]
-    try:  # TF's calibrator records some ranges wrong (quant/ranges.py)
+    try:  # TF's calibrator records some ranges wrong (calibration/ranges.py)
         if method == AUTO_METHOD:
             method = _choose_range_method(content, converted, options, calibration, feeds,
                                           notes)
-        method = TFLITE_METHODS.get(method, "minmax")
+        if BY_NAME[method].measurer == ONNXRUNTIME:
+            method = MINMAX
         content, changed = remeasured(content, feeds, (method,))[method]
     except (RuntimeError, ValueError) as exc:  # a kernel the interpreter lacks
         log.warning("INT8 calibration: TF's recorded ranges kept; the float model "
                     "cannot run in the interpreter to measure them again (%s)", _short(exc))
         return content, False
-    log.info("INT8 calibration: %d activation ranges measured again (%s)", changed, method)
+    log.info("INT8 calibration: %d activation ranges measured again (%s)", changed,
+             BY_NAME[method].algorithm)
     return content, False
 
 
 def _choose_range_method(content: bytes, converted, options: QuantOptions,
                          calibration: list[dict[str, np.ndarray]], feeds: list[dict],
                          notes: list[str] | None) -> str:
-    """--calibration_method auto: the range method (RANGE_METHODS) whose INT8 file, with
+    """--calibration_method auto: the range method (AUTO_CANDIDATES) whose INT8 file, with
     ranges measured on the first three quarters of the calibration samples, is closest to
     the float model on the last quarter (at most AUTO_SAMPLES of them; every sample for
     both when there are fewer than 8): scored on the samples they were measured on, the
@@ -205,7 +208,7 @@ def _choose_range_method(content: bytes, converted, options: QuantOptions,
         split = len(calibration)
     fit = feeds[:split]
     check = calibration[split:] or calibration
-    files = remeasured(content, fit, RANGE_METHODS)
+    files = remeasured(content, fit, AUTO_CANDIDATES)
     scores = _range_scores(files, converted, options, check)
     chosen = max(scores, key=scores.get)
     note = (f"INT8 files: activation ranges by {chosen} (--calibration_method auto; INT8 "
@@ -237,16 +240,27 @@ def _range_scores(files: dict[str, tuple[bytes, int]], converted, options: Quant
     return scores
 
 
+@dataclass
+class QuantizedTflite:
+    """What quantized_tflite made."""
+
+    content: bytes  # the flatbuffer
+    select_tf_ops: bool = False  # whether a TFLite conversion of this call needed Select TF ops
+    notes: list[str] = field(default_factory=list)  # for the report: what bias correction did
+
+
 def quantized_tflite(converted, variant: Variant, options: QuantOptions,
                      calibration: list[dict[str, np.ndarray]], calibrated: bytes | None = None,
                      keep_nodes: list[str] | None = None, calibrate_only: bool = False,
-                     used_select_ops: list | None = None, corrected: list | None = None,
-                     bias_cache: dict | None = None) -> bytes:
+                     bias_cache: dict | None = None) -> QuantizedTflite:
     """One quantized flatbuffer; `calibration` feeds (ONNX layout) for calibrated variants
     of float models, empty for QDQ models and dynamic range quantization. The 8-bit files of
     float models (`two_step`) are the MLIR quantizer's on `calibrated` (made here when
-    None), with the ONNX nodes `keep_nodes` (default: --keep_float) left in float."""
+    None), with the ONNX nodes `keep_nodes` (default: --keep_float) left in float, and
+    their biases corrected; `bias_cache` (a dict the caller keeps) lets the files quantized
+    from one calibration share the corrections and the decision to keep them."""
     if not calibrate_only and two_step(variant, calibration):
+        flex = False
         if calibrated is None:
             calibrated, flex = calibrated_tflite(converted, options, calibration)
             if flex and variant.io_dtypes:
@@ -255,12 +269,12 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
 
         nodes = set(options.keep_float if keep_nodes is None else keep_nodes)
         float_ops = denylist(op_infos(calibrated, converted), nodes) if nodes else []
-        content = quantize_calibrated(calibrated, options.quant_type == "per-tensor",
-                                      variant.io_dtypes, float_ops)
+        made = QuantizedTflite(quantize_calibrated(
+            calibrated, options.quant_type == "per-tensor", variant.io_dtypes, float_ops), flex)
         if options.bias_correction:
-            content = _bias_corrected(content, calibrated, converted, calibration,
-                                      {} if bias_cache is None else bias_cache, corrected)
-        return content
+            made.content = _bias_corrected(made.content, calibrated, converted, calibration,
+                                           {} if bias_cache is None else bias_cache, made.notes)
+        return made
     concrete = serving_function(converted.result).get_concrete_function()
 
     def make(select_tf_ops: bool) -> tf.lite.TFLiteConverter:
@@ -287,20 +301,18 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
     with warnings.catch_warnings():  # TF's calibrator still runs the deprecated tf.lite one
         warnings.filterwarnings("ignore", message=r"(?s).*tf\.lite\.Interpreter is deprecated")
         try:
-            return make(select_tf_ops=False).convert()
+            return QuantizedTflite(make(select_tf_ops=False).convert())
         except Exception:
             if variant.io_dtypes:  # integer-only files cannot fall back to TF ops
                 raise
             log.warning("%s: TFLite builtins cannot express this model; using Select TF ops",
                         variant.suffix)
-            if used_select_ops is not None:
-                used_select_ops.append(True)
-            return make(select_tf_ops=True).convert()
+            return QuantizedTflite(make(select_tf_ops=True).convert(), select_tf_ops=True)
 
 
 def _bias_corrected(content: bytes, calibrated: bytes, converted,
                     calibration: list[dict[str, np.ndarray]], cache: dict,
-                    notes: list | None) -> bytes:
+                    notes: list[str]) -> bytes:
     """`content` with its conv biases corrected (quant/bias_correction.py) on the first
     BIAS_SAMPLES calibration samples, if that brings the INT8 output closer to the float
     model on the others (at most AUTO_SAMPLES of them; kept without that check when there
@@ -330,8 +342,7 @@ def _bias_corrected(content: bytes, calibrated: bytes, converted,
                     ) + (f" (INT8 output cosine on {len(check)} other calibration samples "
                          f"{scores[0]:.6f} before, {scores[1]:.6f} after)")
         log.info("%s", note)
-        if notes is not None:
-            notes.append(note)
+        notes.append(note)
     return fixed if cache["keep"] else content
 
 
@@ -497,8 +508,8 @@ def plan_quantization(
     for flag, value in (("-iqd", options.input_quant_dtype), ("-oqd", options.output_quant_dtype)):
         if value not in QUANT_DTYPES:
             raise InputError(f"{flag} must be one of {list(QUANT_DTYPES)}, got '{value}'.")
-    if options.calibration_method not in METHODS:
-        raise InputError(f"--calibration_method must be one of {list(METHODS)}, got "
+    if options.calibration_method not in BY_NAME:
+        raise InputError(f"--calibration_method must be one of {list(NAMES)}, got "
                          f"'{options.calibration_method}'.")
     qdq_model = fake_quant_model(converted.model) if options.integer else None
     samples = plan_samples(converted.graph, custom or {}, mean, std,
@@ -516,7 +527,7 @@ def plan_quantization(
     per_channel = options.quant_type == "per-channel"
     prepared, notes = prepare_for_quantization(converted.model, samples.calibration, per_channel)
     calibrated = None
-    if options.calibration_method in ORT_METHODS:
+    if BY_NAME[options.calibration_method].measurer == ONNXRUNTIME:
         ranges = onnx_ranges(converted.model, samples.calibration, options.calibration_method)
         calibrated = fake_quantized(converted.model, ranges)
     source = None if prepared is converted.model else converted.rebuild(prepared)
@@ -602,7 +613,7 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
     `report`)."""
     options, calibration = plan.options, plan.calibration_for(variant)
     if not two_step(variant, calibration):
-        return quantized_tflite(source, variant, options, calibration)
+        return quantized_tflite(source, variant, options, calibration).content
     if id(source) not in calibrated:
         calibrated[id(source)] = calibrated_tflite(source, options, calibration, report.notes)
     content, flex = calibrated[id(source)]
@@ -610,12 +621,11 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
         raise ValueError("integer-only files cannot fall back to Select TF ops")
     if plan.kept_nodes is None:
         plan.kept_nodes = _choose_float_nodes(source, content, plan, report, float_tflite)
-    corrected = []
-    content = quantized_tflite(source, variant, options, calibration, calibrated=content,
-                               keep_nodes=plan.kept_nodes, corrected=corrected,
-                               bias_cache=calibrated.setdefault(("biases", id(source)), {}))
-    report.notes += corrected
-    return content
+    made = quantized_tflite(source, variant, options, calibration, calibrated=content,
+                            keep_nodes=plan.kept_nodes,
+                            bias_cache=calibrated.setdefault(("biases", id(source)), {}))
+    report.notes += made.notes
+    return made.content
 
 
 def _choose_float_nodes(source, calibrated: bytes, plan: QuantPlan, report: QuantReport,

@@ -1,4 +1,4 @@
-"""The activation ranges the INT8 files are quantized with (quant/ranges.py): every range in
+"""The activation ranges the INT8 files are quantized with (calibration/ranges.py): every range in
 the calibrated flatbuffer is the range onnxruntime computes for the same ONNX value on the
 calibration samples, including the hard-swish gate whose buffer TF's calibrator lets the
 following multiply overwrite."""

@@ -197,7 +197,7 @@ def test_per_tensor_weights_and_integer_io_types(cnn):
 
     variant = Variant("full_integer_quant", (tf.lite.OpsSet.TFLITE_BUILTINS_INT8,),
                       io_dtypes=(tf.uint8, tf.float32))
-    content = quantized_tflite(converted, variant, options, feeds)
+    content = quantized_tflite(converted, variant, options, feeds).content
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_content=content)
@@ -496,7 +496,7 @@ def test_clipping_calibrators_narrow_the_min_max_ranges():
 @pytest.mark.parametrize("method", ["ort_minmax", "ort_percentile", "mse", "minmax"])
 def test_every_calibration_method_quantizes(method, cnn, tmp_path):
     """onnxruntime's calibrators (FakeQuantize ranges) and the ranges measured on the
-    TFLite graph (quant/ranges.py; the default, percentile, is the `cnn` fixture's)."""
+    TFLite graph (calibration/ranges.py; the default, auto, is the `cnn` fixture's)."""
     _, out, report = quantize_small_cnn(tmp_path, calibration_method=method)
     assert report["calibration_method"] == method and not report["qdq"]
     assert [f["variant"] for f in report["files"]] == list(ALL_VARIANTS)

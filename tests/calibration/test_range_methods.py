@@ -1,0 +1,121 @@
+"""The table of activation-range methods (calibration/methods.py) is the one list of
+--calibration_method: the command line's choices and help, docs/cli_flags.md, both
+measurers (ranges.py, ort.py) and the quantizer take their methods from it."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from calibration import ranges
+from calibration.methods import (
+    AUTO_CANDIDATES,
+    AUTO_METHOD,
+    BY_NAME,
+    DEFAULT_METHOD,
+    METHODS,
+    NAMES,
+    ONNXRUNTIME,
+    TFLITE_GRAPH,
+)
+from calibration.ort import onnx_ranges
+from onnx2tf_alt.cli.args import parser
+from onnx2tf_alt.errors import InputError
+from onnx2tf_alt.pipeline import build
+from onnx2tf_alt.quant.quantize import QuantOptions, calibrated_tflite, plan_quantization
+
+from harness import make_model
+
+DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "cli_flags.md")
+SHAPE = (1, 3, 6, 6)
+
+
+def _action():
+    [action] = [a for a in parser()._actions if "--calibration_method" in a.option_strings]
+    return action
+
+
+def test_the_table_is_well_formed():
+    assert len(NAMES) == len(METHODS), "method names are unique"
+    assert DEFAULT_METHOD in NAMES and AUTO_METHOD in NAMES
+    assert all(BY_NAME[m].measurer == TFLITE_GRAPH and BY_NAME[m].algorithm in ranges.ALGORITHMS
+               for m in AUTO_CANDIDATES)
+    from onnxruntime.quantization.calibrate import CalibrationMethod
+
+    for method in METHODS:
+        assert method.description and "\n" not in method.description, method
+        if method.measurer == ONNXRUNTIME:
+            assert method.algorithm in CalibrationMethod.__members__, method
+        else:
+            assert method.measurer == TFLITE_GRAPH, method
+            assert method.algorithm in (*ranges.ALGORITHMS, AUTO_METHOD), method
+
+
+def test_cli_choices_default_and_help_come_from_the_table():
+    action = _action()
+    assert tuple(action.choices) == NAMES
+    assert action.default == DEFAULT_METHOD
+    help_text = action.help.replace("%%", "%")
+    for method in METHODS:
+        assert f"{method.name} (" in help_text and method.description in help_text, method
+
+
+def test_cli_refuses_a_method_not_in_the_table(capsys):
+    assert parser().parse_args(["--calibration_method", NAMES[-1]]).calibration_method == (
+        NAMES[-1])
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--calibration_method", "magic"])
+    assert "invalid choice: 'magic'" in capsys.readouterr().err
+
+
+def test_the_docs_list_every_method():
+    with open(DOC) as f:
+        [row] = [line for line in f if line.startswith("| `--calibration_method` |")]
+    for method in METHODS:
+        assert f"{method.name} (" in row and method.description in row, method
+
+
+@pytest.fixture(scope="module")
+def converted():
+    rng = np.random.default_rng(0)
+    weights = {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    model = make_model(nodes, {"x": np.zeros(SHAPE, np.float32)}, ["y"], weights)
+    return build(input_onnx_file_path=None, onnx_graph=model)
+
+
+def test_the_quantizer_takes_exactly_the_tables_methods(converted):
+    for name in NAMES:
+        plan = plan_quantization(converted, QuantOptions(dynamic_range=True,
+                                                         calibration_method=name))
+        assert plan.options.calibration_method == name
+    with pytest.raises(InputError, match="calibration_method") as refused:
+        plan_quantization(converted, QuantOptions(dynamic_range=True, calibration_method="magic"))
+    assert str(list(NAMES)) in str(refused.value)
+
+
+def test_each_measurer_takes_only_its_rows(converted):
+    tflite_graph = [m.name for m in METHODS
+                    if m.measurer == TFLITE_GRAPH and m.algorithm != AUTO_METHOD]
+    samples = [{"x": np.random.default_rng(i).uniform(-1, 1, SHAPE).astype(np.float32)}
+               for i in range(3)]
+    content, flex = calibrated_tflite(
+        converted, QuantOptions(integer=True, calibration_method="minmax"), samples)
+    assert not flex
+    feeds = [converted.result.to_physical(s) for s in samples]
+    measured = ranges.measured_ranges(content, feeds, tflite_graph)
+    assert sorted(measured) == sorted(tflite_graph)
+    for name in tflite_graph:  # rows of one algorithm measure the same ranges
+        same = [m for m in tflite_graph if BY_NAME[m].algorithm == BY_NAME[name].algorithm]
+        assert all(measured[m] == measured[name] for m in same), name
+    for name in NAMES:
+        if name not in tflite_graph:
+            with pytest.raises(ValueError, match="unknown range method"):
+                ranges.measured_ranges(content, feeds, (name,))
+        if BY_NAME[name].measurer != ONNXRUNTIME:
+            with pytest.raises(ValueError, match="onnxruntime"):
+                onnx_ranges(converted.model, samples, name)
