@@ -46,9 +46,9 @@ def _samples(n: int, seed: int) -> list[dict[str, np.ndarray]]:
 
 
 def _recorded_ranges(content: bytes) -> list[tuple[float, float]]:
-    from tensorflow.lite.python import schema_py_generated as schema
+    from onnx2tf_alt.tflite.flatbuffer import unpack_model
 
-    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(content, 0))
+    model = unpack_model(content)
     ranges = []
     for tensor in model.subgraphs[0].tensors:
         q = tensor.quantization
@@ -182,9 +182,9 @@ def test_mse_range_is_the_least_error_range():
 
 
 def _input_range(content: bytes) -> tuple[float, float]:
-    from tensorflow.lite.python import schema_py_generated as schema
+    from onnx2tf_alt.tflite.flatbuffer import read_model
 
-    model = schema.Model.GetRootAsModel(content, 0)
+    model = read_model(content)
     q = model.Subgraphs(0).Tensors(model.Subgraphs(0).Inputs(0)).Quantization()
     return float(q.Min(0)), float(q.Max(0))
 

@@ -59,9 +59,9 @@ def files():
 
 
 def _buffers(content: bytes) -> tuple[list, list]:
-    from tensorflow.lite.python import schema_py_generated as schema
+    from onnx2tf_alt.tflite.flatbuffer import unpack_model
 
-    model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(content, 0))
+    model = unpack_model(content)
     graph = model.subgraphs[0]
     ops = [(model.operatorCodes[op.opcodeIndex].builtinCode, list(op.inputs), list(op.outputs))
            for op in graph.operators]
