@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from onnx2tf_alt.ir.weights import to_array
+from onnx2tf_alt.ir.index import GraphIndex, dims_of
 
 MAX_UNROLL = 256  # iterations; longer loops stay loops
 
@@ -114,39 +114,16 @@ class _Scope:
         self.shapes = shapes
 
     def enter(self, graph: onnx.GraphProto) -> _Scope:
+        index = GraphIndex(graph)
         consts = dict(self.consts)
-        consts.update({i.name: to_array(i) for i in graph.initializer})
-        for node in graph.node:
-            value = _constant_node_value(node)
-            if value is not None:
-                consts[node.output[0]] = value
-        shapes = dict(self.shapes)
-        for info in [*graph.input, *graph.value_info, *graph.output]:
-            shape = _static_dims(info)
+        consts.update({name: index.value(name) for name in index.constants})
+        shapes = dict(self.shapes)  # None for unknown dims
+        for name in index.infos:
+            shape = index.shape(name)
             if shape is not None:
-                shapes[info.name] = shape
+                shapes[name] = tuple(shape)
         shapes.update({name: tuple(a.shape) for name, a in consts.items()})
         return _Scope(consts, shapes)
-
-
-def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
-    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or not node.attribute:
-        return None
-    attr = node.attribute[0]
-    value = helper.get_attribute_value(attr)
-    if attr.name == "value":
-        return numpy_helper.to_array(value)
-    kinds = {"value_int": np.int64, "value_ints": np.int64, "value_float": np.float32,
-             "value_floats": np.float32}
-    return np.array(value, dtype=kinds[attr.name]) if attr.name in kinds else None
-
-
-def _static_dims(info: onnx.ValueInfoProto) -> tuple | None:
-    """Shape with None for unknown dims; None when even the rank is unknown."""
-    if not info.type.HasField("tensor_type") or not info.type.tensor_type.HasField("shape"):
-        return None
-    return tuple(d.dim_value if d.HasField("dim_value") else None
-                 for d in info.type.tensor_type.shape.dim)
 
 
 # --- the pass ----------------------------------------------------------------------------
@@ -292,13 +269,13 @@ def _inline_if(node, scope: _Scope, out: _Expansion) -> _Expansion | None:
 def _stays_true(body: onnx.GraphProto, scope: _Scope) -> bool:
     """Is the body's condition output its condition input (through Identity) or true?"""
     cond_in, name = body.input[1].name, body.output[0].name
-    producers = {o: n for n in body.node for o in n.output}
+    index = GraphIndex(body)
     while True:
         if name == cond_in:
             return True
         if name in scope.consts:
             return bool(np.all(scope.consts[name]))
-        producer = producers.get(name)
+        producer = index.producer_node(name)
         if producer is None or producer.op_type != "Identity":
             return False
         name = producer.input[0]
@@ -445,5 +422,5 @@ def _out_rank(scope: _Scope, outer_name: str, body_output: onnx.ValueInfoProto) 
     shape = scope.shapes.get(outer_name)
     if shape is not None:
         return len(shape)
-    element = _static_dims(body_output)
+    element = dims_of(body_output)
     return None if element is None else len(element) + 1

@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnx2tf_alt.ir.index import GraphIndex
 from onnx2tf_alt.ir.weights import to_array
 
 
@@ -29,49 +30,38 @@ def cut_dead_taps(model: onnx.ModelProto) -> int:
     """Shrink every main-graph Conv whose kernel has taps that only ever read padding;
     return how many convolutions changed."""
     graph = model.graph
-    infos = {v.name: v for v in [*graph.input, *graph.value_info]}
-    inits = {i.name: i for i in graph.initializer}
-    readers: dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
+    index = GraphIndex(graph)
+    replaced: set[str] = set()  # weights the cut ones replace
     changed = 0
     for node in graph.node:
         if node.op_type != "Conv" or node.domain not in ("", "ai.onnx"):
             continue
-        if len(node.input) < 2 or node.input[1] not in inits:
+        if len(node.input) < 2 or node.input[1] not in index.initializers:
             continue
-        spatial = _spatial_sizes(infos.get(node.input[0]))
-        weights = to_array(inits[node.input[1]])
-        if spatial is None or weights.ndim != len(spatial) + 2:
+        spatial = (index.shape(node.input[0]) or [])[2:]
+        if not spatial or not all(d is not None and d > 0 for d in spatial):
+            continue
+        weights = to_array(index.initializers[node.input[1]])
+        if weights.ndim != len(spatial) + 2:
             continue
         plan = _kept_taps(node, spatial, weights.shape[2:])
         if plan is None:
             continue
         (begins, ends), pads, dilations = plan
-        index = (slice(None), slice(None), *(slice(b, e) for b, e in zip(begins, ends)))
+        live = (slice(None), slice(None), *(slice(b, e) for b, e in zip(begins, ends)))
         name = f"{node.input[1]}_{node.name or node.output[0]}_live_taps"
-        graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(weights[index]), name))
-        readers[node.input[1]] -= 1
+        graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(weights[live]), name))
+        replaced.add(node.input[1])
         node.input[1] = name
         _set_attributes(node, [e - b for b, e in zip(begins, ends)], pads, dilations)
         changed += 1
     if changed:
-        unread = {name for name, count in readers.items() if count == 0}
-        graph_inputs = {i.name for i in graph.input}
-        kept = [i for i in graph.initializer if i.name not in unread or i.name in graph_inputs]
+        index.reindex()
+        stale = replaced - set(index.consumers) - {i.name for i in graph.input}
+        kept = [i for i in graph.initializer if i.name not in stale]
         del graph.initializer[:]
         graph.initializer.extend(kept)
     return changed
-
-
-def _spatial_sizes(info) -> list[int] | None:
-    if info is None or not info.type.tensor_type.HasField("shape"):
-        return None
-    dims = info.type.tensor_type.shape.dim[2:]
-    if not dims or not all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
-        return None
-    return [d.dim_value for d in dims]
 
 
 def _kept_taps(node, sizes: list[int], kernel: tuple[int, ...]):

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from onnx2tf_alt.ir.index import GraphIndex
 from onnx2tf_alt.ir.weights import to_array
 
 # Producers whose output the plan keeps channel-last, and ops that pass that layout along.
@@ -31,27 +32,22 @@ LAYOUT_KEEPING = {
 }
 
 
-def _static_shape(info: onnx.ValueInfoProto | None) -> list[int | None] | None:
-    if info is None or not info.type.tensor_type.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else None for d in info.type.tensor_type.shape.dim]
-
-
-def _comes_channel_last(name: str, producers: dict, depth: int = 6) -> bool:
-    node = producers.get(name)
+def _comes_channel_last(name: str, index: GraphIndex, depth: int = 6) -> bool:
+    node = index.producer_node(name)
     if node is None or depth == 0:
         return False
     if node.op_type in CHANNEL_LAST_PRODUCERS:
         return True
     return node.op_type in LAYOUT_KEEPING and _comes_channel_last(
-        node.input[0], producers, depth - 1
+        node.input[0], index, depth - 1
     )
 
 
-def _dense_consumers(name, consumers, inits):
+def _dense_consumers(name: str, index: GraphIndex):
     """[(node, B initializer name, rows axis)] when every consumer is a dense layer."""
+    inits = index.initializers
     found = []
-    for node in consumers.get(name, []):
+    for node in index.consumer_nodes(name):
         if node.op_type == "MatMul" and node.input[0] == name:
             axis = 0
         elif node.op_type == "Gemm" and node.input[0] == name:
@@ -70,22 +66,16 @@ def _dense_consumers(name, consumers, inits):
 def flatten_channel_last(model: onnx.ModelProto) -> bool:
     """Apply the rewrite wherever it holds; True if anything changed."""
     graph = model.graph
-    inits = {i.name: i for i in graph.initializer}  # read as arrays only where permuted
-    infos = {v.name: v for v in [*graph.input, *graph.value_info, *graph.output]}
-    producers = {o: n for n in graph.node for o in n.output}
-    consumers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    graph_outputs = {o.name for o in graph.output}
+    index = GraphIndex(graph)
+    inits = index.initializers  # read as arrays only where permuted
     changed = False
     rewritten = []
     for node in graph.node:
         rewritten.append(node)
-        if node.op_type not in ("Flatten", "Reshape") or node.output[0] in graph_outputs:
+        if node.op_type not in ("Flatten", "Reshape") or node.output[0] in index.outputs:
             continue
         x = node.input[0]
-        shape, out_shape = _static_shape(infos.get(x)), _static_shape(infos.get(node.output[0]))
+        shape, out_shape = index.shape(x), index.shape(node.output[0])
         if not shape or not out_shape or not 3 <= len(shape) <= 5 or len(out_shape) != 2:
             continue
         channels, spatial = shape[1], shape[2:]
@@ -95,8 +85,8 @@ def flatten_channel_last(model: onnx.ModelProto) -> bool:
             a.name == "axis" and a.i != 1 for a in node.attribute
         ):
             continue
-        dense = _dense_consumers(node.output[0], consumers, inits)
-        if dense is None or not _comes_channel_last(x, producers):
+        dense = _dense_consumers(node.output[0], index)
+        if dense is None or not _comes_channel_last(x, index):
             continue
         order = np.arange(channels * int(np.prod(spatial))).reshape(channels, -1).T.reshape(-1)
         for consumer, weights, axis in dense:

@@ -24,6 +24,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnx2tf_alt.ir.index import GraphIndex
+
 FRAGILE = {"Conv", "ConvTranspose", "MaxPool", "AveragePool"}
 UNARY = {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Selu",
          "Erf", "Identity", "Cast", "Clip", "BatchNormalization", "InstanceNormalization",
@@ -38,54 +40,40 @@ def guard_empty_rows(model: onnx.ModelProto) -> int:
     if opset < 11:  # Pad takes its pads as an input from opset 11
         return 0
     graph = model.graph
-    dims = _first_dims(graph)
+    index = GraphIndex(graph)
     taken = _input_symbols(graph)
-    constants = {i.name for i in graph.initializer} | {
-        n.output[0] for n in graph.node if n.op_type == "Constant"}
-    nodes = list(graph.node)
+    constants = set(index.constants)
     member: dict[int, str] = {}  # node index -> the row symbol of its region
-    for k, node in enumerate(nodes):
-        symbol = _rows_symbol(node, dims, taken, constants)
+    for k, node in enumerate(index.nodes):
+        symbol = _rows_symbol(node, index, taken, constants)
         if symbol is not None:
             member[k] = symbol
     guarded = 0
-    for region in _regions(nodes, member):
-        if any(nodes[k].op_type in FRAGILE for k in region) and _static_rows(graph, nodes,
-                                                                            region, constants):
-            _guard(graph, nodes, region, constants, guarded)
-            nodes = list(graph.node)  # reordered: indices of later regions are stale
+    for region in _regions(index, member):
+        if any(index.nodes[k].op_type in FRAGILE for k in region) and _static_rows(
+                index, region, constants):
+            _guard(index, region, constants, guarded)
+            index = GraphIndex(graph)  # reordered: indices of later regions are stale
             guarded += 1
     return guarded
 
 
-def _static_rows(graph, nodes, region: list[int], constants: set[str]) -> bool:
+def _static_rows(index: GraphIndex, region: list[int], constants: set[str]) -> bool:
     """Whether every value entering the region has static dims after the first: the padded
     copy keeps them (ONNX cannot infer a Pad by run-time amounts), and the ops need them
     (a Conv of unknown input channels would need Flex)."""
-    made = {o for k in region for o in nodes[k].output}
-    entries = {name for k in region for name in nodes[k].input
+    made = {o for k in region for o in index.nodes[k].output}
+    entries = {name for k in region for name in index.nodes[k].input
                if name and name not in made and name not in constants}
-    infos = {i.name: i for i in [*graph.input, *graph.value_info, *graph.output]}
-    for name in entries:
-        info = infos.get(name)
-        if info is None or not info.type.tensor_type.HasField("shape"):
-            return False
-        if not all(d.HasField("dim_value") for d in info.type.tensor_type.shape.dim[1:]):
-            return False
-    return True
+    return all((shape := index.shape(name)) is not None and None not in shape[1:]
+               for name in entries)
 
 
-def _first_dims(graph: onnx.GraphProto) -> dict[str, tuple[int | None, str | None]]:
-    """Per value: (its static first dim or None, the symbol of an unknown one)."""
-    dims = {}
-    for info in [*graph.input, *graph.value_info, *graph.output]:
-        shape = info.type.tensor_type.shape if info.type.HasField("tensor_type") else None
-        if shape is None or not info.type.tensor_type.HasField("shape") or not shape.dim:
-            continue
-        dim = shape.dim[0]
-        dims[info.name] = (dim.dim_value if dim.HasField("dim_value") else None,
-                           dim.dim_param if dim.HasField("dim_param") else None)
-    return dims
+def _first_dim(index: GraphIndex, name: str) -> tuple[int | None, str | None]:
+    """(the value's static first dim or None, the symbol of an unknown one); (0, None),
+    static, when its rank is unknown or 0."""
+    first = (index.dims(name) or [0])[0]
+    return (first, None) if isinstance(first, int) else (None, first)
 
 
 def _input_symbols(graph: onnx.GraphProto) -> set[str]:
@@ -94,29 +82,27 @@ def _input_symbols(graph: onnx.GraphProto) -> set[str]:
             for d in i.type.tensor_type.shape.dim if d.HasField("dim_param")}
 
 
-def _rows_symbol(node, dims, taken: set[str], constants: set[str]) -> str | None:
+def _rows_symbol(node, index: GraphIndex, taken: set[str], constants: set[str]) -> str | None:
     """The data-dependent row symbol `node` maps row by row, or None."""
     if node.domain not in ("", "ai.onnx") or not node.input or not node.output:
         return None
-    value, symbol = dims.get(node.input[0], (0, None))
+    value, symbol = _first_dim(index, node.input[0])
     if value is not None or symbol is None or symbol in taken:
         return None
-    out = dims.get(node.output[0], (0, None))
-    if out != (None, symbol):
+    if _first_dim(index, node.output[0]) != (None, symbol):
         return None
     if node.op_type in UNARY:
         extra = node.input[1:]
         return symbol if all(not name or name in constants for name in extra) else None
     if node.op_type in BINARY:
         other = node.input[1]
-        if other in constants or dims.get(other) == (None, symbol):
+        if other in constants or _first_dim(index, other) == (None, symbol):
             return symbol
     return None
 
 
-def _regions(nodes: list[onnx.NodeProto], member: dict[int, str]) -> list[list[int]]:
+def _regions(index: GraphIndex, member: dict[int, str]) -> list[list[int]]:
     """Connected groups of member nodes (indices) with one symbol."""
-    producer = {o: k for k, n in enumerate(nodes) for o in n.output}
     parent = {k: k for k in member}
 
     def find(k):
@@ -125,10 +111,10 @@ def _regions(nodes: list[onnx.NodeProto], member: dict[int, str]) -> list[list[i
             k = parent[k]
         return k
 
-    for k in member:
-        for name in nodes[k].input:
-            source = producer.get(name)
-            if source in member and member[source] == member[k]:
+    for k, symbol in member.items():
+        for name in index.nodes[k].input:
+            source = index.producer.get(name)
+            if source in member and member[source] == symbol:
                 parent[find(k)] = find(source)
     groups: dict[int, list[int]] = {}
     for k in sorted(member):
@@ -136,9 +122,10 @@ def _regions(nodes: list[onnx.NodeProto], member: dict[int, str]) -> list[list[i
     return list(groups.values())
 
 
-def _guard(graph: onnx.GraphProto, all_nodes: list[onnx.NodeProto], region: list[int],
-           constants: set[str], index: int) -> None:
-    """Pad the region's entries and cut its exits (values read outside it)."""
+def _guard(index: GraphIndex, region: list[int], constants: set[str], count: int) -> None:
+    """Pad the region's entries and cut its exits (values read outside it); `count`: how
+    many regions are guarded already."""
+    graph, all_nodes = index.graph, index.nodes
     nodes = [all_nodes[k] for k in region]
     made = {o for n in nodes for o in n.output}
     entries = []
@@ -151,7 +138,7 @@ def _guard(graph: onnx.GraphProto, all_nodes: list[onnx.NodeProto], region: list
                        for name in _reads(n)}
     readers_outside |= {o.name for o in graph.output}
     exits = [o for n in nodes for o in n.output if o in readers_outside]
-    prefix = f"rows_guard_{index}"
+    prefix = f"rows_guard_{count}"
     first = entries[0]
     added = [  # rows = Shape(first)[0:1]; missing = (rows == 0): ops of every opset >= 11
         helper.make_node("Shape", [first], [f"{prefix}_dims"]),
@@ -164,7 +151,7 @@ def _guard(graph: onnx.GraphProto, all_nodes: list[onnx.NodeProto], region: list
     ]
     renamed = {}
     for k, name in enumerate(entries):
-        rank = _rank(graph, name)
+        rank = index.rank(name)
         zeros = f"{prefix}_zeros_{rank}"
         if not any(n.output[0] == zeros for n in added):
             added.append(_constant(zeros, np.zeros(rank - 1, np.int64)))
@@ -175,7 +162,7 @@ def _guard(graph: onnx.GraphProto, all_nodes: list[onnx.NodeProto], region: list
             axis=0))
         renamed[name] = f"{name}_{prefix}"
         added.append(helper.make_node("Pad", [name, pads], [renamed[name]]))
-        graph.value_info.append(_with_rows(_info(graph, name), renamed[name], f"{prefix}_rows"))
+        graph.value_info.append(_with_rows(index.info(name), renamed[name], f"{prefix}_rows"))
     for node in nodes:
         for i, name in enumerate(node.input):
             if name in renamed:
@@ -227,14 +214,6 @@ def _reads(node: onnx.NodeProto) -> set[str]:
             for inner in sub.node:
                 names |= _reads(inner)
     return names
-
-
-def _info(graph: onnx.GraphProto, name: str) -> onnx.ValueInfoProto:
-    return next(i for i in [*graph.input, *graph.value_info, *graph.output] if i.name == name)
-
-
-def _rank(graph: onnx.GraphProto, name: str) -> int:
-    return len(_info(graph, name).type.tensor_type.shape.dim)
 
 
 def _with_rows(info: onnx.ValueInfoProto, name: str, rows: str) -> onnx.ValueInfoProto:

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
-from onnx2tf_alt.ir.weights import to_array
+from onnx2tf_alt.ir.index import GraphIndex
 
 ARITHMETIC = {"Add", "Sub", "Mul", "Div", "Pow"}
 CORES = {"Erf": "none", "Tanh": "tanh"}
@@ -41,7 +41,7 @@ def fuse_patterns(model: onnx.ModelProto) -> onnx.ModelProto:
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     while True:
-        index = _GraphIndex(graph)
+        index = GraphIndex(graph)
         match = next((m for i in range(len(index.nodes)) if (m := _match_gelu(i, index))), None)
         if match is None:
             return model
@@ -58,85 +58,42 @@ class _Match:
     approximate: str
 
 
-class _GraphIndex:
-    """Nodes are referred to by their position in `nodes` (protobuf wrappers have no
-    stable identity)."""
-
-    def __init__(self, graph: onnx.GraphProto):
-        self.nodes = list(graph.node)
-        self.producer = {o: i for i, n in enumerate(self.nodes) for o in n.output if o}
-        self.consumers: dict[str, list[int]] = {}
-        for i, n in enumerate(self.nodes):
-            for name in dict.fromkeys(n.input):
-                self.consumers.setdefault(name, []).append(i)
-        self.outputs = {o.name for o in graph.output}
-        # Values of small initializers only; weights are shape-only stand-ins (no copy).
-        self.constants = {i.name: _light_value(i) for i in graph.initializer}
-        for n in self.nodes:
-            if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-                value = _constant_node_value(n)
-                if value is not None:
-                    self.constants[n.output[0]] = value
-        self.ranks = {
-            v.name: len(v.type.tensor_type.shape.dim)
-            for v in [*graph.input, *graph.value_info, *graph.output]
-            if v.type.tensor_type.HasField("shape")
-        }
-
-    def is_scalar(self, name: str) -> bool:
-        value = self.constants.get(name)
-        return value is not None and value.size == 1 and value.dtype.kind == "f"
-
-    def scalar(self, name: str) -> float:
-        return float(self.constants[name].reshape(-1)[0])
-
-    def keeps_rank(self, name: str, x: str) -> bool:
-        """Broadcasting the one-element constant against x does not raise x's rank
-        (an unknown rank admits scalars and 1-D constants)."""
-        return self.constants[name].ndim <= self.ranks.get(x, 1)
-
-    def single_use(self, name: str) -> bool:
-        return len(self.consumers.get(name, [])) == 1 and name not in self.outputs
-
-    def is_arithmetic(self, i: int | None) -> bool:
-        node = None if i is None else self.nodes[i]
-        return node is not None and node.op_type in ARITHMETIC and node.domain in ("", "ai.onnx")
-
-    def operands(self, i: int) -> list[str] | None:
-        """Non-constant inputs of node i, or None when one of its constants is not a scalar."""
-        inputs = self.nodes[i].input
-        if any(name in self.constants and not self.is_scalar(name) for name in inputs):
-            return None
-        return [name for name in inputs if name not in self.constants]
+def _is_scalar(index: GraphIndex, name: str) -> bool:
+    value = index.constants.get(name)
+    return value is not None and value.size == 1 and value.dtype.kind == "f"
 
 
-def _light_value(tensor: onnx.TensorProto) -> np.ndarray:
-    if int(np.prod(tensor.dims, dtype=np.int64)) <= 16:
-        return to_array(tensor)
-    dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
-    return np.broadcast_to(np.zeros((), dtype), tuple(tensor.dims))
+def _keeps_rank(index: GraphIndex, name: str, x: str) -> bool:
+    """Broadcasting the one-element constant against x does not raise x's rank
+    (an unknown rank admits scalars and 1-D constants)."""
+    rank = index.rank(x)
+    return index.constants[name].ndim <= (1 if rank is None else rank)
 
 
-def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
-    for attr in node.attribute:
-        if attr.name == "value":
-            return numpy_helper.to_array(attr.t)
-        if attr.name == "value_float":
-            return np.array(attr.f, np.float32)
-    return None
+def _is_arithmetic(index: GraphIndex, i: int | None) -> bool:
+    node = None if i is None else index.nodes[i]
+    return node is not None and node.op_type in ARITHMETIC and node.domain in ("", "ai.onnx")
 
 
-def _region_behind(value: str, index: _GraphIndex, x: str | None = None):
+def _operands(index: GraphIndex, i: int) -> list[str] | None:
+    """Non-constant inputs of node i, or None when one of its constants is not a scalar."""
+    inputs = index.nodes[i].input
+    if any(name in index.constants and not _is_scalar(index, name) for name in inputs):
+        return None
+    return [name for name in inputs if name not in index.constants]
+
+
+def _region_behind(value: str, index: GraphIndex, x: str | None = None):
     """(nodes, sources): the arithmetic nodes computing `value` through single-use
     intermediates (stopping at x), and the non-constant values they start from."""
     nodes, sources, stack = [], set(), [value]
     while stack:
         name = stack.pop()
         i = index.producer.get(name)
-        if name == x or not index.is_arithmetic(i) or not index.single_use(name):
+        if name == x or not _is_arithmetic(index, i) or not index.single_use(name):
             sources.add(name)
             continue
-        operands = index.operands(i)
+        operands = _operands(index, i)
         if operands is None:
             return None
         if i not in nodes:
@@ -145,7 +102,7 @@ def _region_behind(value: str, index: _GraphIndex, x: str | None = None):
     return nodes, sources
 
 
-def _match_gelu(core: int, index: _GraphIndex) -> _Match | None:
+def _match_gelu(core: int, index: GraphIndex) -> _Match | None:
     """The Gelu subgraph around node `core` if it is an Erf or Tanh in one, else None."""
     node = index.nodes[core]
     if node.op_type not in CORES or node.domain not in ("", "ai.onnx"):
@@ -160,7 +117,7 @@ def _match_gelu(core: int, index: _GraphIndex) -> _Match | None:
         if not index.single_use(value):
             return None
         step = index.consumers[value][0]
-        operands = index.operands(step) if index.is_arithmetic(step) else None
+        operands = _operands(index, step) if _is_arithmetic(index, step) else None
         if operands is None:
             return None
         for operand in set(operands) - {value, x}:
@@ -181,14 +138,14 @@ _FUNCTIONS = {
 }
 
 
-def _computes_gelu(region, x: str, output: str, index: _GraphIndex, approximate: str) -> bool:
+def _computes_gelu(region, x: str, output: str, index: GraphIndex, approximate: str) -> bool:
     """Does the region (positions in graph order), evaluated at SAMPLES in float64, equal
     Gelu at its output?"""
     nodes = [index.nodes[i] for i in region]
     constants = {name for n in nodes for name in n.input if name in index.constants}
-    if not all(index.keeps_rank(c, x) for c in constants):
+    if not all(_keeps_rank(index, c, x) for c in constants):
         return False
-    values = {x: SAMPLES, **{c: index.scalar(c) for c in constants}}
+    values = {x: SAMPLES, **{c: float(index.constants[c].reshape(-1)[0]) for c in constants}}
     with np.errstate(all="ignore"):
         for n in nodes:
             values[n.output[0]] = _FUNCTIONS[n.op_type](*(values[i] for i in n.input))
@@ -201,7 +158,7 @@ def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
     return 0.5 * x * (1 + _FUNCTIONS["Erf"](x / math.sqrt(2)))
 
 
-def _replace(graph: onnx.GraphProto, index: _GraphIndex, match: _Match, contrib: bool) -> None:
+def _replace(graph: onnx.GraphProto, index: GraphIndex, match: _Match, contrib: bool) -> None:
     """Put one Gelu node where the subgraph's output node was; drop what only it used.
 
     `contrib`: use onnxruntime's com.microsoft Gelu / FastGelu (models below opset 20).

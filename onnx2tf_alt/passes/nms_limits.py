@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from onnx2tf_alt.ir.weights import to_array
+from onnx2tf_alt.ir.index import GraphIndex
 
 ROW_KEEPING = {"Cast", "Identity"}
 
@@ -32,29 +32,28 @@ def _opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
-def _bound_in(graph: onnx.GraphProto, scopes: list[dict], opset: int) -> int:
-    scope = _constants(graph)
-    scopes = [scope, *scopes]
+def _bound_in(graph: onnx.GraphProto, scopes: list[GraphIndex], opset: int) -> int:
+    """`scopes`: the indexes of the enclosing graphs, innermost first (for constants)."""
+    index = GraphIndex(graph)
+    scopes = [index, *scopes]
     uses = _uses(graph)
-    producers = {o: n for n in graph.node for o in n.output}
     lowered = 0
     for node in list(graph.node):
         rows = _leading_rows(node, scopes, opset) if node.op_type == "Slice" else None
         if rows is not None:
-            lowered += _bound_source(graph, node.input[0], rows, producers, uses, scopes, opset)
+            lowered += _bound_source(index, node.input[0], rows, uses, scopes, opset)
         for attr in node.attribute:
             for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
                 lowered += _bound_in(sub, scopes, opset)
     return lowered
 
 
-def _bound_source(graph, name: str, rows: int, producers, uses, scopes, opset: int) -> int:
+def _bound_source(index: GraphIndex, name: str, rows: int, uses, scopes, opset: int) -> int:
     """Follow `name` back through row-keeping ops to NonMaxSuppression nodes (into If
     branches) and limit them to `rows`; every value on the way has this one reader."""
-    while uses.get(name, 0) == 1 and name in producers:
-        node = producers[name]
+    while uses.get(name, 0) == 1 and (node := index.producer_node(name)) is not None:
         if node.op_type == "NonMaxSuppression" and name == node.output[0]:
-            return _limit(graph, node, rows, scopes)
+            return _limit(index.graph, node, rows, scopes)
         if node.op_type == "If":
             return _bound_branches(node, list(node.output).index(name), rows, scopes, opset)
         if not _keeps_rows(node, scopes, opset):
@@ -63,16 +62,15 @@ def _bound_source(graph, name: str, rows: int, producers, uses, scopes, opset: i
     return 0
 
 
-def _bound_branches(node, index: int, rows: int, scopes, opset: int) -> int:
+def _bound_branches(node, position: int, rows: int, scopes, opset: int) -> int:
     lowered = 0
     for attr in node.attribute:
         if attr.type != onnx.AttributeProto.GRAPH:
             continue
-        branch = attr.g
-        producers = {o: n for n in branch.node for o in n.output}
-        uses = _uses(branch)  # its output counts once: the If's reader
-        lowered += _bound_source(branch, branch.output[index].name, rows, producers, uses,
-                                 [_constants(branch), *scopes], opset)
+        branch = GraphIndex(attr.g)
+        uses = _uses(attr.g)  # its output counts once: the If's reader
+        lowered += _bound_source(branch, attr.g.output[position].name, rows, uses,
+                                 [branch, *scopes], opset)
     return lowered
 
 
@@ -130,19 +128,9 @@ def _limit(graph, node, rows: int, scopes) -> int:
     return 1
 
 
-def _constants(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
-    found = {i.name: i for i in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            found[node.output[0]] = node.attribute[0].t
-    return found
-
-
-def _constant(name: str, scopes: list[dict]) -> np.ndarray | None:
-    for scope in scopes:
-        if name in scope:
-            return to_array(scope[name])
-    return None
+def _constant(name: str, scopes: list[GraphIndex]) -> np.ndarray | None:
+    """The value of constant `name` in the innermost scope that has one, or None."""
+    return next((scope.value(name) for scope in scopes if name in scope.constants), None)
 
 
 def _uses(graph: onnx.GraphProto) -> dict[str, int]:

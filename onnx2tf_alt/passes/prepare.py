@@ -10,6 +10,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from onnx2tf_alt.errors import InputError
+from onnx2tf_alt.ir.index import GraphIndex, dims_of
 from onnx2tf_alt.ir.weights import to_array, weight_free_copy
 from onnx2tf_alt.passes.control_flow import inline_control_flow
 from onnx2tf_alt.passes.conv_taps import cut_dead_taps
@@ -235,10 +236,7 @@ def fill_same_shape_gaps(model: onnx.ModelProto) -> int:
     """
     filled = 0
     graph = model.graph
-    infos = {v.name: v for v in [*graph.input, *graph.value_info, *graph.output]}
-    for init in graph.initializer:
-        infos.setdefault(init.name, helper.make_tensor_value_info(
-            init.name, init.data_type, list(init.dims)))
+    index = GraphIndex(graph)
     outputs = {o.name: o for o in graph.output}
 
     def fill(name: str, source, elem_type: int | None = None) -> None:
@@ -249,19 +247,19 @@ def fill_same_shape_gaps(model: onnx.ModelProto) -> int:
         target.type.CopyFrom(source.type)
         if elem_type is not None:
             target.type.tensor_type.elem_type = elem_type
-        infos[name] = target
+        index.infos[name] = target
 
     for node in graph.node:
         if node.op_type not in SAME_SHAPE_OPS or not node.input or not node.output:
             continue
-        source = infos.get(node.input[0])
-        if source is None or not _has_shape(source):
+        source = index.info(node.input[0])
+        if _type_of(source) is None:
             continue
         targets = [(node.output[0], None)]
         if node.op_type == "Dropout" and len(node.output) > 1 and node.output[1]:
             targets.append((node.output[1], onnx.TensorProto.BOOL))  # the mask
         for name, elem_type in targets:
-            if not _has_shape(infos.get(name)):
+            if _type_of(index.info(name)) is None:
                 fill(name, source, elem_type)
                 filled += 1
     return filled
@@ -279,28 +277,24 @@ def fill_handler_gaps(model: onnx.ModelProto, infer_foreign: ForeignInference | 
     if not foreign or infer_foreign is None:
         return 0
 
-    infos = {v.name: v for v in [*graph.input, *graph.value_info, *graph.output]}
-    for init in graph.initializer:
-        infos.setdefault(init.name, helper.make_tensor_value_info(
-            init.name, init.data_type, list(init.dims)))
-    declared = {v.name: v for v in graph.value_info}
-    declared.update({o.name: o for o in graph.output})
+    index = GraphIndex(graph)
+    declared = {v.name: v for v in [*graph.value_info, *graph.output]}
     opsets = {o.domain: o.version for o in model.opset_import}
     filled = 0
     for node in foreign:
-        if all(_has_shape(infos.get(o)) for o in node.output if o):
+        if all(_type_of(index.info(o)) is not None for o in node.output if o):
             continue
         infer = infer_foreign(node.op_type, node.domain, opsets.get(node.domain, 1))
-        types = [_type_of(infos.get(i)) if i else None for i in node.input]
+        types = [_type_of(index.info(i)) if i else None for i in node.input]
         if infer is None or any(t is None for i, t in zip(node.input, types) if i):
             continue
         for name, result in zip(node.output, infer(node, types)):
-            if not name or result is None or _has_shape(infos.get(name)):
+            if not name or result is None or _type_of(index.info(name)) is not None:
                 continue
             info = helper.make_tensor_value_info(name, result[0], list(result[1]))
             target = declared.get(name) or graph.value_info.add()
             target.CopyFrom(info)
-            infos[name] = target
+            index.infos[name] = target
             filled += 1
     return filled
 
@@ -315,15 +309,12 @@ def fill_control_flow_gaps(model: onnx.ModelProto) -> int:
     Returns how many values were filled, so inference can run again downstream of them.
     """
     graph = model.graph
-    infos = {v.name: v for v in [*graph.input, *graph.value_info, *graph.output]}
-    for init in graph.initializer:
-        infos.setdefault(init.name, helper.make_tensor_value_info(
-            init.name, init.data_type, list(init.dims)))
+    index = GraphIndex(graph)
     declared = {v.name: v for v in [*graph.value_info, *graph.output]}  # typed, no shape
     filled = 0
     for node in graph.node:
-        for name, sources in _control_flow_sources(node, infos):
-            if not name or _has_shape(infos.get(name)):
+        for name, sources in _control_flow_sources(node, index):
+            if not name or _type_of(index.info(name)) is not None:
                 continue
             types = [_type_of(source) for source in sources]
             if not types or None in types or len({(t, len(d)) for t, d in types}) != 1:
@@ -333,19 +324,19 @@ def fill_control_flow_gaps(model: onnx.ModelProto) -> int:
             info = helper.make_tensor_value_info(name, types[0][0], dims)
             target = declared.get(name) or graph.value_info.add()
             target.CopyFrom(info)
-            infos[name] = target
+            index.infos[name] = target
             filled += 1
     return filled
 
 
-def _control_flow_sources(node, infos) -> list[tuple[str, list]]:
+def _control_flow_sources(node, index: GraphIndex) -> list[tuple[str, list]]:
     """(output name, value infos it takes its type from) for a Loop's carried outputs (body
     output and initial value) and an If's outputs (both branches)."""
     graphs = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
     if node.op_type == "Loop" and "body" in graphs:
         body = graphs["body"].output
         carried = min(len(node.input) - 2, len(body) - 1, len(node.output))
-        return [(node.output[k], [body[1 + k], infos.get(node.input[2 + k])])
+        return [(node.output[k], [body[1 + k], index.info(node.input[2 + k])])
                 for k in range(carried)]
     if node.op_type == "If" and {"then_branch", "else_branch"} <= set(graphs):
         branches = graphs["then_branch"].output, graphs["else_branch"].output
@@ -355,21 +346,12 @@ def _control_flow_sources(node, infos) -> list[tuple[str, list]]:
 
 
 def _type_of(info) -> tuple[int, list] | None:
-    """(elem_type, dims: int, str or None each) of a value info with a shape."""
-    if not _has_shape(info):
+    """(elem_type, dims: int, str or None each) of a value info with both known, else
+    None."""
+    dims = dims_of(info)
+    if dims is None or info.type.tensor_type.elem_type == 0:
         return None
-    dims = [d.dim_value if d.HasField("dim_value") else d.dim_param or None
-            for d in info.type.tensor_type.shape.dim]
     return info.type.tensor_type.elem_type, dims
-
-
-def _has_shape(info) -> bool:
-    return (
-        info is not None
-        and info.type.HasField("tensor_type")
-        and info.type.tensor_type.elem_type != 0
-        and info.type.tensor_type.HasField("shape")
-    )
 
 
 def _subgraph_names(graph: onnx.GraphProto) -> set[str]:
@@ -382,15 +364,6 @@ def _subgraph_names(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
-def _static_shape(info: onnx.ValueInfoProto) -> list[int] | None:
-    if not info.type.HasField("tensor_type") or not info.type.tensor_type.HasField("shape"):
-        return None
-    dims = info.type.tensor_type.shape.dim
-    if all(d.HasField("dim_value") for d in dims):
-        return [d.dim_value for d in dims]
-    return None
-
-
 def fold_constants(model: onnx.ModelProto) -> bool:
     """Evaluate nodes whose inputs are all known at conversion time; True if any folded.
 
@@ -399,7 +372,7 @@ def fold_constants(model: onnx.ModelProto) -> bool:
     """
     graph = model.graph
     known: dict[str, np.ndarray] = {i.name: to_array(i) for i in graph.initializer}
-    infos = {i.name: i for i in list(graph.value_info) + list(graph.input) + list(graph.output)}
+    index = GraphIndex(graph)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     folded_nodes = []
     for node in graph.node:
@@ -407,7 +380,7 @@ def fold_constants(model: onnx.ModelProto) -> bool:
             continue
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
             continue
-        values = _try_fold(node, known, infos, opset)
+        values = _try_fold(node, known, index, opset)
         if values is None:
             continue
         known.update(values)
@@ -434,10 +407,9 @@ def fold_constants(model: onnx.ModelProto) -> bool:
     return True
 
 
-def _try_fold(node, known, infos, opset) -> dict[str, np.ndarray] | None:
+def _try_fold(node, known, index: GraphIndex, opset) -> dict[str, np.ndarray] | None:
     if node.op_type in ("Shape", "Size") and node.input[0] not in known:
-        info = infos.get(node.input[0])
-        shape = _static_shape(info) if info is not None else None
+        shape = index.static_shape(node.input[0])
         if shape is None:
             return None
         if node.op_type == "Size":

@@ -27,61 +27,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
-from onnx2tf_alt.ir.weights import to_array
+from onnx2tf_alt.ir.index import GraphIndex
 
 
-class _Graph:
-    """Producers, consumers and constants of a graph, kept current while nodes change."""
-
-    def __init__(self, model: onnx.ModelProto):
-        self.graph = model.graph
-        self.constants = {i.name: to_array(i) for i in self.graph.initializer}
-        for node in self.graph.node:
-            if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-                self.constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-        self.outputs = {o.name for o in self.graph.output}
-        self.index()
-
-    def index(self) -> None:
-        self.producer = {o: n for n in self.graph.node for o in n.output}
-        self.consumers: dict[str, list[onnx.NodeProto]] = {}
-        for node in self.graph.node:
-            for name in node.input:
-                self.consumers.setdefault(name, []).append(node)
-
-    def const(self, name: str) -> np.ndarray | None:
-        return self.constants.get(name)
-
-    def only_user(self, name: str) -> onnx.NodeProto | None:
-        """The single consumer of an intermediate value (None for graph outputs)."""
-        users = self.consumers.get(name, [])
-        return users[0] if len(users) == 1 and name not in self.outputs else None
-
-    def add_constant(self, name: str, value: np.ndarray) -> str:
-        name = self.unique(name)
-        self.graph.initializer.append(numpy_helper.from_array(value, name))
-        self.constants[name] = value
-        return name
-
-    def unique(self, name: str) -> str:
-        taken = set(self.producer) | set(self.constants) | {i.name for i in self.graph.input}
-        candidate, k = name, 0
-        while candidate in taken:
-            k += 1
-            candidate = f"{name}_{k}"
-        return candidate
-
-    def replace(self, old: list[onnx.NodeProto], new: list[onnx.NodeProto]) -> None:
-        """Put `new` where the first of `old` was and drop `old`."""
-        nodes = list(self.graph.node)
-        gone = [any(n is o for o in old) for n in nodes]
-        at = gone.index(True)
-        kept = [n for n, dropped in zip(nodes, gone) if not dropped]
-        del self.graph.node[:]
-        self.graph.node.extend(kept[:at] + new + kept[at:])
-        self.index()
+def _replace(g: GraphIndex, old: list[onnx.NodeProto], new: list[onnx.NodeProto]) -> None:
+    """Put `new` where the first of `old` was and drop `old`."""
+    nodes = list(g.graph.node)
+    gone = [any(n is o for o in old) for n in nodes]
+    at = gone.index(True)
+    kept = [n for n, dropped in zip(nodes, gone) if not dropped]
+    del g.graph.node[:]
+    g.graph.node.extend(kept[:at] + new + kept[at:])
+    g.reindex()
 
 
 def _other_input(node: onnx.NodeProto, name: str) -> str | None:
@@ -100,15 +59,15 @@ def _channel_vector(value: np.ndarray | None, channels: int, rank: int) -> np.nd
     return np.broadcast_to(value.reshape(-1), (channels,)).astype(np.float64)
 
 
-def _affine_chain(g: _Graph, conv: onnx.NodeProto, channels: int, rank: int):
+def _affine_chain(g: GraphIndex, conv: onnx.NodeProto, channels: int, rank: int):
     """(source, nodes, scale, shift) of a Mul / Add by per-channel constants (Mul first)
     that only feeds `conv`'s data input, or None."""
     nodes, scale, shift = [], np.ones(channels), np.zeros(channels)
     name = conv.input[0]
-    while (node := g.producer.get(name)) is not None and g.only_user(name) is not None:
-        source = next((i for i in node.input if g.const(i) is None), None)
+    while (node := g.producer_node(name)) is not None and g.only_user(name) is not None:
+        source = next((i for i in node.input if g.value(i) is None), None)
         constant = _other_input(node, source) if source is not None else None
-        vector = _channel_vector(g.const(constant), channels, rank) if constant else None
+        vector = _channel_vector(g.value(constant), channels, rank) if constant else None
         above_mul = bool(nodes) and nodes[0].op_type == "Mul"  # x * a + b: one Mul, on top
         if vector is None or above_mul or node.op_type not in ("Mul", "Add"):
             break
@@ -132,8 +91,8 @@ def _pads(conv: onnx.NodeProto, spatial: int) -> list[int] | None:
     return list(attrs.get("pads", [0] * 2 * spatial))
 
 
-def _fold_into_conv(g: _Graph, conv: onnx.NodeProto) -> bool:
-    weight = g.const(conv.input[1]) if len(conv.input) > 1 else None
+def _fold_into_conv(g: GraphIndex, conv: onnx.NodeProto) -> bool:
+    weight = g.value(conv.input[1]) if len(conv.input) > 1 else None
     if conv.op_type != "Conv" or weight is None or weight.ndim < 3:
         return False
     attrs = {a.name: helper.get_attribute_value(a) for a in conv.attribute}
@@ -155,7 +114,7 @@ def _fold_into_conv(g: _Graph, conv: onnx.NodeProto) -> bool:
     factors = np.repeat(per_input, out_per_group, axis=1).reshape(weight.shape[0], -1, *spatial)
     shifts = np.repeat(shift.reshape(groups, 1, weight.shape[1]), out_per_group, axis=1
                        ).reshape(weight.shape[0], -1, *spatial)
-    bias = g.const(conv.input[2]) if len(conv.input) > 2 and conv.input[2] else None
+    bias = g.value(conv.input[2]) if len(conv.input) > 2 and conv.input[2] else None
     if len(conv.input) > 2 and conv.input[2] and bias is None:
         return False
     new_bias = (np.zeros(weight.shape[0]) if bias is None else bias.astype(np.float64)) + (
@@ -165,44 +124,42 @@ def _fold_into_conv(g: _Graph, conv: onnx.NodeProto) -> bool:
               g.add_constant(f"{stem}_folded_b", new_bias.astype(weight.dtype))]
     folded = helper.make_node("Conv", inputs, list(conv.output), name=conv.name)
     folded.attribute.extend(conv.attribute)
-    g.replace([*nodes, conv], [folded])
+    _replace(g, [*nodes, conv], [folded])
     return True
 
 
 # --- squeeze-excitation residual ----------------------------------------------------------
-def _gated_residual_at(g: _Graph, add: onnx.NodeProto):
+def _gated_residual_at(g: GraphIndex, add: onnx.NodeProto):
     if add.op_type != "Add" or len(add.input) != 2:
         return None
     for k in (0, 1):
         x, product = add.input[k], add.input[1 - k]
-        mul = g.producer.get(product)
+        mul = g.producer_node(product)
         if mul is None or mul.op_type != "Mul" or g.only_user(product) is not add:
             continue
         gate = _other_input(mul, x)
-        if gate is None or g.const(gate) is not None or not _smaller(g, gate, x):
+        if gate is None or g.value(gate) is not None or not _smaller(g, gate, x):
             continue
         return x, gate, mul
     return None
 
 
-def _smaller(g: _Graph, gate: str, x: str) -> bool:
+def _smaller(g: GraphIndex, gate: str, x: str) -> bool:
     """Whether `gate` has a known shape with fewer elements than `x`'s (a broadcast gate)."""
-    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
-              for v in [*g.graph.value_info, *g.graph.input, *g.graph.output]
-              if v.name in (gate, x) and v.type.tensor_type.HasField("shape")}
-    if len(shapes) != 2 or any(0 in s for s in shapes.values()):
+    shapes = [g.static_shape(gate), g.static_shape(x)]
+    if None in shapes or any(0 in s for s in shapes):
         return False
-    return int(np.prod(shapes[gate])) < int(np.prod(shapes[x]))
+    return int(np.prod(shapes[0])) < int(np.prod(shapes[1]))
 
 
-def _factor_gated_residual_at(g: _Graph, node: onnx.NodeProto) -> bool:
+def _factor_gated_residual_at(g: GraphIndex, node: onnx.NodeProto) -> bool:
     match = _gated_residual_at(g, node)
     if match is None:
         return False
     x, gate, mul = match
     one = g.add_constant(f"{node.name or node.output[0]}_one", np.array(1, np.float32))
     shifted = g.unique(f"{gate}_plus_one")
-    g.replace([mul, node], [
+    _replace(g, [mul, node], [
         helper.make_node("Add", [gate, one], [shifted], name=f"{shifted}_add"),
         helper.make_node("Mul", [x, shifted], list(node.output), name=node.name)])
     return True
@@ -228,16 +185,16 @@ class _Equalizable:
     consumers: list[onnx.NodeProto] = field(default_factory=list)  # input channels: 1 / k
 
 
-def _scalar_step(g: _Graph, node: onnx.NodeProto, name: str) -> bool:
+def _scalar_step(g: GraphIndex, node: onnx.NodeProto, name: str) -> bool:
     """Whether `node` multiplies, divides or shifts `name` by a one-element constant."""
     other = _other_input(node, name)
-    value = g.const(other) if other else None
+    value = g.value(other) if other else None
     if value is None or value.size != 1 or node.op_type not in ("Mul", "Add", "Div"):
         return False
     return node.op_type != "Div" or node.input[0] == name
 
 
-def _walk_scalars(g: _Graph, name: str, found: _Equalizable) -> str:
+def _walk_scalars(g: GraphIndex, name: str, found: _Equalizable) -> str:
     """The last value of the scalar chain from `name`."""
     while (node := g.only_user(name)) is not None and _scalar_step(g, node, name):
         if node.op_type == "Add":
@@ -246,36 +203,36 @@ def _walk_scalars(g: _Graph, name: str, found: _Equalizable) -> str:
     return name
 
 
-def _gate_at(g: _Graph, x: str) -> onnx.NodeProto | None:
+def _gate_at(g: GraphIndex, x: str) -> onnx.NodeProto | None:
     """The Add of x * Clip(x + b, lo, hi) when those are x's only readers, else None."""
-    users = g.consumers.get(x, [])
+    users = g.consumer_nodes(x)
     if len(users) != 2 or x in g.outputs:
         return None
     add = next((u for u in users if u.op_type == "Add"), None)
     mul = next((u for u in users if u.op_type == "Mul"), None)
     clip = g.only_user(add.output[0]) if add is not None and _scalar_step(g, add, x) else None
     if clip is None or clip.op_type != "Clip" or len(clip.input) != 3 or any(
-            g.const(i) is None for i in clip.input[1:]):
+            g.value(i) is None for i in clip.input[1:]):
         return None
     if g.only_user(clip.output[0]) is not mul or set(mul.input) != {x, clip.output[0]}:
         return None
     return add
 
 
-def _equalizable_at(g: _Graph, producer: onnx.NodeProto) -> _Equalizable | None:
+def _equalizable_at(g: GraphIndex, producer: onnx.NodeProto) -> _Equalizable | None:
     if producer.op_type not in ("Conv", "BatchNormalization") or any(
-            g.const(i) is None for i in producer.input[1:] if i):
+            g.value(i) is None for i in producer.input[1:] if i):
         return None
     found = _Equalizable(producer)
     name = found.value = _walk_scalars(g, producer.output[0], found)
     gate = _gate_at(g, name)
     if gate is not None:
         found.gate = gate
-        product = next(u for u in g.consumers[name] if u.op_type == "Mul")
+        product = next(u for u in g.consumer_nodes(name) if u.op_type == "Mul")
         name = _walk_scalars(g, product.output[0], found)
-    found.consumers = g.consumers.get(name, [])
+    found.consumers = g.consumer_nodes(name)
     if name in g.outputs or not found.consumers or any(
-            c.op_type != "Conv" or c.input[0] != name or g.const(c.input[1]) is None
+            c.op_type != "Conv" or c.input[0] != name or g.value(c.input[1]) is None
             for c in found.consumers):
         return None
     return found
@@ -285,24 +242,24 @@ def _channel_shape(k: np.ndarray, rank: int, axis: int = 1) -> tuple:
     return tuple(len(k) if i == axis else 1 for i in range(rank))
 
 
-def _equalize(g: _Graph, found: _Equalizable, k: np.ndarray) -> None:
+def _equalize(g: GraphIndex, found: _Equalizable, k: np.ndarray) -> None:
     """Scale `found`'s chain by k per channel (exact in float)."""
     producer = found.producer
-    rank = g.const(found.consumers[0].input[1]).ndim
+    rank = g.value(found.consumers[0].input[1]).ndim
     scaled = {}  # constant input name -> new value
     if producer.op_type == "Conv":  # output channels: weight rows and bias
-        w = g.const(producer.input[1])
+        w = g.value(producer.input[1])
         scaled[producer.input[1]] = w * k.reshape(_channel_shape(k, w.ndim, 0))
         if len(producer.input) > 2 and producer.input[2]:
-            scaled[producer.input[2]] = g.const(producer.input[2]) * k
+            scaled[producer.input[2]] = g.value(producer.input[2]) * k
     else:  # BatchNormalization: gamma and beta
         for i in producer.input[1:3]:
-            scaled[i] = g.const(i) * k
+            scaled[i] = g.value(i) * k
     for add in found.adds:
-        other = _other_input(add, next(i for i in add.input if g.const(i) is None))
-        scaled[other] = g.const(other).reshape(()) * k.reshape(_channel_shape(k, rank))
+        other = _other_input(add, next(i for i in add.input if g.value(i) is None))
+        scaled[other] = g.value(other).reshape(()) * k.reshape(_channel_shape(k, rank))
     for consumer in found.consumers:
-        scaled[consumer.input[1]] = _scale_inputs(consumer, g.const(consumer.input[1]), 1 / k)
+        scaled[consumer.input[1]] = _scale_inputs(consumer, g.value(consumer.input[1]), 1 / k)
     for node in [producer, *found.adds, *found.consumers]:  # new constants: others may share
         for j, name in enumerate(node.input):
             if name in scaled:
@@ -310,14 +267,14 @@ def _equalize(g: _Graph, found: _Equalizable, k: np.ndarray) -> None:
                                                scaled[name].astype(np.float32))
     if found.gate is not None:  # Clip(x + b) from the scaled x: a 1x1 depthwise Conv
         add = found.gate
-        shift = g.const(_other_input(add, found.value)).reshape(())
+        shift = g.value(_other_input(add, found.value)).reshape(())
         taps = g.add_constant(f"{add.output[0]}_unscale",
                               (1 / k).reshape(len(k), 1, *(1,) * (rank - 2)).astype(np.float32))
         bias = g.add_constant(f"{add.output[0]}_shift", np.full(len(k), shift, np.float32))
         gate = helper.make_node("Conv", [found.value, taps, bias], list(add.output),
                                 name=add.name or add.output[0], group=len(k))
-        g.replace([add], [gate])
-    g.index()
+        _replace(g, [add], [gate])
+    g.reindex()
 
 
 def _scale_inputs(conv: onnx.NodeProto, weight: np.ndarray, factor: np.ndarray) -> np.ndarray:
@@ -331,7 +288,7 @@ def _scale_inputs(conv: onnx.NodeProto, weight: np.ndarray, factor: np.ndarray) 
 
 def equalizable_chains(model: onnx.ModelProto) -> list[_Equalizable]:
     """The chains `equalize_channels` can scale (read-only; node references into `model`)."""
-    g = _Graph(model)
+    g = GraphIndex(model.graph)
     return [f for n in g.graph.node if (f := _equalizable_at(g, n)) is not None]
 
 
@@ -342,12 +299,12 @@ def equalize_channels(model: onnx.ModelProto, channel_max: dict[str, np.ndarray]
     channel c is scaled by k_c = max / max_c, between 1 and MAX_CHANNEL_GAIN."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    g = _Graph(copy)
+    g = GraphIndex(copy.graph)
     count = 0
     # by output name: a rewrite re-lists the graph's nodes (one chain's consumer may be the
     # next one's producer)
     for output in [f.producer.output[0] for f in equalizable_chains(copy)]:
-        found = _equalizable_at(g, g.producer[output])
+        found = _equalizable_at(g, g.producer_node(output))
         peaks = channel_max.get(found.value) if found is not None else None
         if peaks is None:
             continue
@@ -386,7 +343,7 @@ REWRITES = {  # name in the counts -> one rewrite at a node (True when it rewrot
 }
 
 
-def _repeat(g: _Graph, rewrite_at) -> int:
+def _repeat(g: GraphIndex, rewrite_at) -> int:
     """Apply `rewrite_at` until no node matches (each rewrite re-lists the nodes); the count."""
     count = 0
     while any(rewrite_at(g, n) for n in list(g.graph.node)):
@@ -401,7 +358,7 @@ def rewrite_for_quantization(model: onnx.ModelProto) -> tuple[onnx.ModelProto, d
     copy.CopyFrom(model)
     if not copy.graph.value_info:  # the gated-residual rewrite reads shapes
         copy = onnx.shape_inference.infer_shapes(copy)
-    g = _Graph(copy)
+    g = GraphIndex(copy.graph)
     counts = {name: _repeat(g, rewrite_at) for name, rewrite_at in REWRITES.items()}
     _drop_unused_constants(copy.graph)
     return copy, counts

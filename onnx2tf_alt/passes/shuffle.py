@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from onnx2tf_alt.ir.index import GraphIndex
 from onnx2tf_alt.ir.weights import to_array
 
 MAX_ELEMENTS = 1 << 24  # index tensors above this size are not evaluated
@@ -31,38 +32,31 @@ def absorb_channel_shuffles(model: onnx.ModelProto) -> bool:
     """Fold every channel shuffle of the main graph that feeds, or is fed by, a dense Conv
     with constant weights into those weights; True if anything changed."""
     graph = model.graph
-    infos = {v.name: v for v in [*graph.input, *graph.value_info, *graph.output]}
-    inits = {i.name: i for i in graph.initializer}
-    producers = {o: n for n in graph.node for o in n.output}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    outputs = {o.name for o in graph.output}
-    uses = {name: len(nodes) + (name in outputs) for name, nodes in consumers.items()}
+    index = GraphIndex(graph)
+    inits = index.initializers
     dropped: set[int] = set()
     replaced: set[str] = set()  # initializers the folded weights replace
     for node in list(graph.node):
-        chain = _chain_ending_at(node, producers, uses)
+        chain = _chain_ending_at(node, index)
         if chain is None or any(id(n) in dropped for n in chain):
             continue
         first, transpose, last = chain
         source, shuffled = first.input[0], last.output[0]
         found = _single_axis_permutation(
-            _shape(infos.get(source)), _shape(infos.get(first.output[0])), _perm(transpose),
+            index.static_shape(source), index.static_shape(first.output[0]), _perm(transpose),
         )
         if found is None or found[0] != 1:
             continue
-        if _shape(infos.get(shuffled)) != _shape(infos.get(source)):
+        if index.static_shape(shuffled) != index.static_shape(source):
             continue
         indices = found[1]
-        readers = consumers.get(shuffled, [])
-        producer = producers.get(source)
-        if shuffled not in outputs and readers and all(_dense_conv(n, inits) for n in readers):
+        readers = index.consumer_nodes(shuffled)
+        producer = index.producer_node(source)
+        if shuffled not in index.outputs and readers and all(_dense_conv(n, inits) for n in readers):
             for reader in readers:  # conv(y, w) == conv(x, w[:, argsort(indices)])
                 replaced.add(_reorder(graph, inits, reader, 1, np.argsort(indices), axis=1))
                 reader.input[0] = source
-        elif uses.get(source) == 1 and producer is not None and _dense_conv(producer, inits):
+        elif index.single_use(source) and producer is not None and _dense_conv(producer, inits):
             for i in range(1, len(producer.input)):  # weights (O, I, k...) and bias (O,)
                 replaced.add(_reorder(graph, inits, producer, i, indices, axis=0))
             producer.output[0] = shuffled
@@ -116,26 +110,18 @@ def _reorder(graph, inits, node: onnx.NodeProto, index: int, order, axis: int) -
     return name
 
 
-def _chain_ending_at(node, producers, uses):
+def _chain_ending_at(node, index: GraphIndex):
     """(Reshape, Transpose, Reshape) ending at `node`, intermediates used once, or None."""
     if node.op_type != "Reshape":
         return None
-    transpose = producers.get(node.input[0])
-    if transpose is None or transpose.op_type != "Transpose" or uses.get(transpose.output[0]) != 1:
+    transpose = index.producer_node(node.input[0])
+    if transpose is None or transpose.op_type != "Transpose" or not index.single_use(
+            transpose.output[0]):
         return None
-    first = producers.get(transpose.input[0])
-    if first is None or first.op_type != "Reshape" or uses.get(first.output[0]) != 1:
+    first = index.producer_node(transpose.input[0])
+    if first is None or first.op_type != "Reshape" or not index.single_use(first.output[0]):
         return None
     return first, transpose, node
-
-
-def _shape(info) -> tuple[int, ...] | None:
-    if info is None or not info.type.tensor_type.HasField("shape"):
-        return None
-    dims = info.type.tensor_type.shape.dim
-    if not all(d.HasField("dim_value") for d in dims):
-        return None
-    return tuple(d.dim_value for d in dims)
 
 
 def _perm(transpose: onnx.NodeProto) -> list[int] | None:
