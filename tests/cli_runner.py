@@ -10,13 +10,15 @@ import sys
 
 
 def cli_env(tmpdir: str | None = None) -> dict:
+    """The environment of a CLI run: quiet TF logs; temporary files in `tmpdir` if given."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     if tmpdir is not None:  # where the run's temporary files would go, to look for leftovers
         env["TMPDIR"] = str(tmpdir)
     return env
 
 
-def run_cli(*args, cwd=None, tmpdir=None, timeout=300):
+def run_cli(*args, cwd=None, tmpdir=None, timeout=300) -> tuple[int, str]:
+    """`python -m onnx2tf_alt *args` in a subprocess: (exit code, stdout + stderr)."""
     proc = subprocess.run(
         [sys.executable, "-m", "onnx2tf_alt", *map(str, args)],
         check=False,

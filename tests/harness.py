@@ -1,8 +1,49 @@
-"""Build one-node (or small) ONNX models, convert them in memory, and compare
-onnxruntime with the TF model and the float32 TFLite model.
+"""Shared helpers for the tests: build small ONNX models, convert them in memory, and
+compare onnxruntime with the TF model and the float32 TFLite model.
 
 Converted values come back in their physical layout; the harness maps them to ONNX order
 through the perms the converter reports (never by guessing axes).
+
+Which check to use (each converts once and compares every output through TF and, unless
+`tflite=False`, the float32 TFLite):
+
+- `check_node(op_type, inputs, attrs)`: one node of one op against onnxruntime. The
+  default for an op test; `initializers` become constant inputs, `opset`, `domain` and
+  `num_outputs` as the node needs.
+- `check_nodes(nodes, inputs)`: several nodes in one model, e.g. one per attribute
+  combination, or a short chain. Failures name the output; returns (conversion, census of
+  TFLite builtin ops) to assert e.g. no TRANSPOSE. `reference=reference_run` compares with
+  onnx.reference instead of onnxruntime.
+- `check_both_layouts(variants, x)`: an op whose axes must be remapped, checked on an input
+  in ONNX order and on one the plan keeps channel-last.
+- `check_model(model, feeds)`: a model built elsewhere (`make_model`, tests/models.py, a
+  torch export, `onnx.load` of a file); converter options pass through as keyword args.
+- `check_with_reference(model, feeds)`: like check_model, against
+  onnx.reference.ReferenceEvaluator, for ops onnxruntime has no kernel for.
+
+Building blocks, for what the checks do not cover:
+
+- `node` (onnx.helper.make_node; one output may be given by its name), `make_model` (a
+  checked model whose output types come from inference), `ints` (an int64 vector),
+  `label` (an output name that says the attributes of its case).
+- `ort_run` / `reference_run` (expected values), `convert`, `tf_run` / `tflite_run`
+  (converted outputs, in ONNX order; `to_physical` / `to_logical` map between layouts).
+- `assert_close` (the tolerance rule), `count_tflite_ops` and `assert_builtin` (what the
+  .tflite holds), `assert_keras_reloads` (the saved .h5 and .keras files).
+- Test data: `rng = Rng(seed)` once per module, a numpy Generator (the numbers of
+  `np.random.default_rng(seed)`) with `rng.randn(*shape)` for float32 inputs. Keep a test's
+  seed as it is: its inputs, and so the values compared, depend on it.
+
+Elsewhere: tests/models.py and tests/light_models.py hold shared small models;
+tests/cli_runner.py runs the real CLI on files in a subprocess.
+
+A typical op test:
+
+    rng = Rng(0)
+
+    @pytest.mark.parametrize("alpha", [0.1, 0.5])
+    def test_leaky_relu(alpha):
+        check_node("LeakyRelu", {"x": rng.randn(2, 3, 5, 7)}, {"alpha": alpha})
 """
 
 from __future__ import annotations
@@ -15,7 +56,41 @@ from onnx import helper, numpy_helper
 DEFAULT_OPSET = 18
 
 
+class Rng(np.random.Generator):
+    """`np.random.default_rng(seed)` (the same numbers) with shortcuts for test data."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__(np.random.PCG64(seed))
+
+    def randn(self, *shape: int, scale: float = 1.0, dtype=np.float32) -> np.ndarray:
+        """Standard normal values times `scale`, cast to `dtype` (an array, also for shape ())."""
+        values = self.standard_normal(shape)
+        values *= scale  # in place: a 0-d array times a float would become a numpy scalar
+        return values.astype(dtype)
+
+    def conv_weights(self, out_ch: int, in_ch: int, k: int = 3) -> np.ndarray:
+        """Weights of a k x k Conv, standard normal times 0.3."""
+        return self.standard_normal((out_ch, in_ch, k, k)).astype(np.float32) * 0.3
+
+
+def node(op_type: str, inputs: list[str], outputs: str | list[str], **attrs) -> onnx.NodeProto:
+    """onnx.helper.make_node, with a single output given by its name."""
+    outputs = [outputs] if isinstance(outputs, str) else outputs
+    return helper.make_node(op_type, inputs, outputs, **attrs)
+
+
+def ints(*values: int) -> np.ndarray:
+    """An int64 vector, as shape, axes and index inputs want."""
+    return np.array(values, np.int64)
+
+
+def label(op_type: str, attrs: dict) -> str:
+    """An output name that says the attributes, e.g. "Conv(group=2, strides=[2, 2])"."""
+    return op_type + "(" + ", ".join(f"{k}={v}" for k, v in attrs.items()) + ")"
+
+
 def tensor_info(name: str, array_or_dtype, shape=None) -> onnx.ValueInfoProto:
+    """A value_info of an array's dtype and shape, or of a dtype and `shape`."""
     if isinstance(array_or_dtype, np.ndarray):
         dtype, shape = array_or_dtype.dtype, array_or_dtype.shape if shape is None else shape
     else:
@@ -76,6 +151,7 @@ def _has_full_type(info) -> bool:
 
 
 def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], check: bool = True):
+    """The outputs of onnxruntime (CPU, graph optimizations off), in graph output order."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
@@ -87,12 +163,14 @@ def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], check: bool = 
 
 
 def convert(model: onnx.ModelProto, **kwargs):
+    """The in-memory conversion (onnx2tf_alt.pipeline.build); kwargs are converter options."""
     from onnx2tf_alt.pipeline import build
 
     return build(onnx_graph=model, **kwargs)
 
 
 def to_physical(converted, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """ONNX-order feeds in the layout the converted model takes them."""
     return converted.result.to_physical(feeds)
 
 
@@ -102,7 +180,8 @@ def to_logical(converted, outputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     return [values[name] for name in converted.graph.outputs]
 
 
-def tf_run(converted, feeds):
+def tf_run(converted, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The TF model's outputs for ONNX-order feeds, in ONNX order and layout."""
     outputs = converted.result.model(
         [to_physical(converted, feeds)[converted.result.input_names[n]]
          for n in converted.graph.inputs],
@@ -116,7 +195,10 @@ RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUnifor
               "Bernoulli", "Multinomial", "Dropout"}
 
 
-def tflite_run(converted, feeds, tflite_model: bytes | None = None):
+def tflite_run(converted, feeds: dict[str, np.ndarray],
+               tflite_model: bytes | None = None) -> list[np.ndarray]:
+    """The float32 TFLite model's outputs (of `tflite_model` if given), in ONNX order and
+    layout; run twice to check that no state carries over between invocations."""
     from ai_edge_litert.interpreter import Interpreter
 
     from onnx2tf_alt.tflite.lowering import tflite_bytes
@@ -196,9 +278,9 @@ def check_node(
     given by dict order (inputs first, then initializers unless `input_order` is given)."""
     order = check_kwargs.pop("input_order", None) or [*inputs, *(initializers or {})]
     outputs = [f"out{i}" for i in range(num_outputs)]
-    node = helper.make_node(op_type, order, outputs, domain=domain or None, **(attrs or {}))
+    single = helper.make_node(op_type, order, outputs, domain=domain or None, **(attrs or {}))
     extra = {domain: 1} if domain else None
-    model = make_model([node], inputs, outputs, initializers, opset, input_shapes, extra)
+    model = make_model([single], inputs, outputs, initializers, opset, input_shapes, extra)
     return check_model(model, inputs, **check_kwargs)
 
 
@@ -211,6 +293,13 @@ def count_tflite_ops(content: bytes) -> dict[str, int]:
     for op in interpreter._get_ops_details():
         counts[op["op_name"]] = counts.get(op["op_name"], 0) + 1
     return counts
+
+
+def assert_builtin(census: dict[str, int], transpose_free: bool = False) -> None:
+    """No Flex (Select TF) op in a census of TFLite ops; with `transpose_free`, no TRANSPOSE."""
+    assert not any(name.startswith("Flex") for name in census), census
+    if transpose_free:
+        assert "TRANSPOSE" not in census, census
 
 
 def check_nodes(

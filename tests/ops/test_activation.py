@@ -3,20 +3,18 @@ import pytest
 from onnx import helper
 
 from harness import (
+    Rng,
     assert_keras_reloads,
     check_node,
     check_nodes,
     check_with_reference,
     count_tflite_ops,
     make_model,
+    node,
 )
 
-rng = np.random.default_rng(0)
+rng = Rng(0)
 SHAPE = (2, 3, 5, 7)
-
-
-def node(op, inputs, output, **attrs):
-    return helper.make_node(op, inputs, [output], **attrs)
 
 
 PLAIN = ["Relu", "Sigmoid", "Tanh", "Softplus", "Softsign", "HardSwish", "Mish", "LeakyRelu",
@@ -156,14 +154,10 @@ def test_channel_last_chain_has_no_transpose():
 # --- Swish and SwiGLU -------------------------------------------------------------------
 # onnxruntime has no SwiGLU (its function body needs Swish-24): it is compared with
 # onnx.reference.ReferenceEvaluator instead, with the same tolerance.
-def normal(*shape, scale=1.0):
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
 @pytest.mark.parametrize("alpha", [None, 0.5])
 def test_swish(alpha):
     attrs = {} if alpha is None else {"alpha": alpha}
-    check_node("Swish", {"x": 3 * normal(2, 3, 5)}, attrs, opset=24)
+    check_node("Swish", {"x": 3 * rng.randn(2, 3, 5)}, attrs, opset=24)
 
 
 @pytest.mark.parametrize(
@@ -172,21 +166,21 @@ def test_swish(alpha):
 def test_swiglu(shape, alpha):
     attrs = {} if alpha is None else {"alpha": alpha}
     node = helper.make_node("SwiGLU", ["a", "b"], ["y"], **attrs)
-    feeds = {"a": normal(*shape, scale=3.0), "b": normal(*shape)}
+    feeds = {"a": rng.randn(*shape, scale=3.0), "b": rng.randn(*shape)}
     check_with_reference(make_model([node], feeds, ["y"], opset=28), feeds)
 
 
 def test_swiglu_between_convs_has_no_transpose():
     """Gate and value from two convs, the product into a third: all channel-last."""
     c = 4
-    inits = {f"w{i}": normal(c, c, 1, 1) for i in range(3)}
+    inits = {f"w{i}": rng.randn(c, c, 1, 1) for i in range(3)}
     nodes = [
         helper.make_node("Conv", ["x", "w0"], ["gate"]),
         helper.make_node("Conv", ["x", "w1"], ["value"]),
         helper.make_node("SwiGLU", ["gate", "value"], ["h"], alpha=0.8),
         helper.make_node("Conv", ["h", "w2"], ["y"]),
     ]
-    feeds = {"x": normal(2, c, 5, 7)}
+    feeds = {"x": rng.randn(2, c, 5, 7)}
     model = make_model(nodes, feeds, ["y"], inits, opset=28)
     converted = check_with_reference(model, feeds)
     assert "TRANSPOSE" not in count_tflite_ops(converted.tflite)

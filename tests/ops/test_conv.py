@@ -10,36 +10,33 @@ import pytest
 from onnx import helper
 
 from harness import (
+    Rng,
     assert_close,
     assert_keras_reloads,
     check_model,
     check_node,
     check_nodes,
     count_tflite_ops,
+    label,
     make_model,
     ort_run,
     to_logical,
     to_physical,
 )
 
-rng = np.random.default_rng(0)
-
-
-def randn(*shape):
-    return rng.standard_normal(shape).astype(np.float32)
-
-
-def label(op, attrs) -> str:
-    return op + "(" + ", ".join(f"{k}={v}" for k, v in attrs.items()) + ")"
+rng = Rng(0)
 
 
 def conv_node(op, x, i, out_ch, kernel, attrs, group=1, bias=True):
     """(node, initializers) of a Conv (out_ch outputs) or ConvTranspose (out_ch per group)."""
     in_ch = x.shape[1]
-    w = randn(out_ch, in_ch // group, *kernel) if op == "Conv" else randn(in_ch, out_ch, *kernel)
+    if op == "Conv":
+        w = rng.randn(out_ch, in_ch // group, *kernel)
+    else:
+        w = rng.randn(in_ch, out_ch, *kernel)
     init = {f"w{i}": w}
     if bias:
-        init[f"b{i}"] = randn(out_ch * (group if op == "ConvTranspose" else 1))
+        init[f"b{i}"] = rng.randn(out_ch * (group if op == "ConvTranspose" else 1))
     attrs = {"group": group, **attrs}
     node = helper.make_node(op, ["x", *init], [label(op, attrs)], **attrs)
     return node, init
@@ -70,7 +67,7 @@ def check_cases(op, x, cases, opset=18, input_shapes=None):
 def test_conv2d_pads_groups():
     pads = [[0, 0, 0, 0], [1, 1, 1, 1], [0, 1, 2, 1]]
     cases = [(8, (3, 3), {"pads": p}, g) for p in pads for g in (1, 2, 4)]
-    counts = check_cases("Conv", randn(2, 4, 9, 7), cases)
+    counts = check_cases("Conv", rng.randn(2, 4, 9, 7), cases)
     # group 2 is one CONV_2D with grouped filters (no SPLIT / CONCATENATION), group 4 depthwise
     assert counts.get("CONV_2D") == 3 * 2 and counts.get("DEPTHWISE_CONV_2D") == 3, counts
     assert "SPLIT" not in counts and "CONCATENATION" not in counts, counts
@@ -86,7 +83,7 @@ def test_conv2d_attrs():
         (5, (3, 2), {"kernel_shape": [3, 2], "pads": [2, 0, 0, 1]}),
         (6, (1, 1), {"strides": [2, 2]}, 3),
     ]
-    counts = check_cases("Conv", randn(2, 3, 7, 9), cases)
+    counts = check_cases("Conv", rng.randn(2, 3, 7, 9), cases)
     assert counts.get("CONV_2D") == 6 and counts.get("DEPTHWISE_CONV_2D") == 1, counts
 
 
@@ -98,7 +95,7 @@ def test_conv2d_depthwise():
         (8, (3, 3), {"dilations": [2, 1], "strides": [2, 2], "pads": [1, 0, 2, 1]}, 4),
         (4, (3, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}, 4, False),
     ]
-    counts = check_cases("Conv", randn(2, 4, 7, 9), cases)
+    counts = check_cases("Conv", rng.randn(2, 4, 7, 9), cases)
     assert counts.get("DEPTHWISE_CONV_2D") == 5 and "CONV_2D" not in counts, counts
 
 
@@ -113,7 +110,7 @@ def test_large_depthwise_kernels_are_tiled():
         (4, (1, 31), {"pads": [0, 15, 0, 15]}, 4),
         (4, (7, 7), {"auto_pad": "SAME_UPPER"}, 4, False),
     ]
-    counts = check_cases("Conv", randn(2, 4, 9, 33), cases)
+    counts = check_cases("Conv", rng.randn(2, 4, 9, 33), cases)
     assert counts.get("DEPTHWISE_CONV_2D") == 3 + 3 + 2 + 2 + 3 and "CONV_2D" not in counts, counts
 
 
@@ -130,11 +127,11 @@ def test_grouped_conv_is_one_conv2d():
         (12, (1, 1), {"strides": [2, 2]}, 4),
         (6, (2, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}, 3),
     ]
-    counts = check_cases("Conv", randn(3, 12, 9, 11), cases)
+    counts = check_cases("Conv", rng.randn(3, 12, 9, 11), cases)
     assert counts.get("CONV_2D") == len(cases), counts
     assert "SPLIT" not in counts and "CONCATENATION" not in counts, counts
-    counts = check_cases("Conv", randn(3, 6, 13), [(9, (3,), {"pads": [1, 2]}, 3),
-                                                    (4, (2,), {"strides": [2]}, 2)])
+    counts = check_cases("Conv", rng.randn(3, 6, 13), [(9, (3,), {"pads": [1, 2]}, 3),
+                                                       (4, (2,), {"strides": [2]}, 2)])
     assert counts.get("CONV_2D") == 2 and "SPLIT" not in counts, counts
 
 
@@ -142,7 +139,7 @@ def test_grouped_conv2d_without_xnnpack():
     """TFLite's own kernels (no XNNPACK delegate) compute the grouped CONV_2D too."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    x = randn(2, 8, 7, 9)
+    x = rng.randn(2, 8, 7, 9)
     node, init = conv_node("Conv", x, 0, 6, (3, 3), {"strides": [2, 1], "pads": [1, 0, 2, 1]},
                            group=2)
     model = make_model([node], {"x": x}, list(node.output), init)
@@ -159,21 +156,21 @@ def test_grouped_conv2d_without_xnnpack():
 def test_conv_opsets(opset):
     cases = [(4, (2, 3), {"strides": [2, 1], "pads": [0, 1, 1, 1]}),
              (6, (3, 3), {"auto_pad": "SAME_UPPER"}, 3)]
-    check_cases("Conv", randn(2, 3, 7, 9), cases, opset=opset)
+    check_cases("Conv", rng.randn(2, 3, 7, 9), cases, opset=opset)
 
 
 def test_conv_dynamic_batch():
     cases = [(6, (3, 3), {"pads": [1, 0, 1, 2], "strides": [2, 2]}),
              (6, (3, 3), {"auto_pad": "SAME_UPPER"}, 3)]
-    check_cases("Conv", randn(2, 3, 7, 9), cases, input_shapes={"x": ["N", 3, 7, 9]})
-    check_cases("Conv", randn(2, 4, 11), [(6, (3,), {"pads": [1, 1]})],
+    check_cases("Conv", rng.randn(2, 3, 7, 9), cases, input_shapes={"x": ["N", 3, 7, 9]})
+    check_cases("Conv", rng.randn(2, 4, 11), [(6, (3,), {"pads": [1, 1]})],
                 input_shapes={"x": ["N", 4, 11]})
 
 
 def test_conv_unknown_spatial_dims():
     cases = [(6, (3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
              (6, (3, 2), {"pads": [1, 0, 2, 1], "dilations": [1, 2]}, 3)]
-    check_cases("Conv", randn(2, 3, 7, 9), cases, input_shapes={"x": ["N", 3, "H", "W"]})
+    check_cases("Conv", rng.randn(2, 3, 7, 9), cases, input_shapes={"x": ["N", 3, "H", "W"]})
 
 
 # --- Conv 1-D and 3-D ---------------------------------------------------------------------
@@ -187,7 +184,7 @@ def test_conv1d():
         (8, (3,), {"auto_pad": "SAME_LOWER"}, 2),
         (8, (3,), {"strides": [2], "pads": [1, 1]}, 4),
     ]
-    counts = check_cases("Conv", randn(2, 4, 11), cases)
+    counts = check_cases("Conv", rng.randn(2, 4, 11), cases)
     assert counts.get("CONV_2D") == 3 + 1 and counts.get("DEPTHWISE_CONV_2D") == 1, counts
 
 
@@ -198,7 +195,7 @@ def test_conv3d():
         (6, (3, 2, 3), {"auto_pad": "SAME_LOWER", "strides": [1, 2, 2]}, 1, False),
         (6, (3, 2, 3), {"pads": [1, 1, 1, 1, 1, 1]}, 3),
     ]
-    check_cases("Conv", randn(2, 3, 5, 6, 7), cases)
+    check_cases("Conv", rng.randn(2, 3, 5, 6, 7), cases)
 
 
 # --- ConvTranspose ------------------------------------------------------------------------
@@ -218,7 +215,7 @@ def test_conv_transpose2d():
         {"strides": [2, 2], "auto_pad": "VALID", "output_padding": [1, 1]},
     ]
     cases = [(3, (3, 3), a, 1, bool(a)) for a in attrs]
-    counts = check_cases("ConvTranspose", randn(2, 4, 7, 9), cases)
+    counts = check_cases("ConvTranspose", rng.randn(2, 4, 7, 9), cases)
     assert counts.get("TRANSPOSE_CONV") == len(cases), counts
 
 
@@ -228,9 +225,9 @@ def test_conv_transpose_same_kernel_shorter_than_stride():
     cases = [(3, (3, 2), {"strides": [2, 3], "auto_pad": "SAME_UPPER"}),
              (3, (3, 2), {"strides": [2, 3], "auto_pad": "SAME_LOWER"}),
              (2, (1, 2), {"strides": [3, 4], "auto_pad": "SAME_UPPER"}, 1, False)]
-    check_cases("ConvTranspose", randn(2, 4, 7, 9), cases)
-    check_cases("ConvTranspose", randn(2, 4, 11), [(3, (2,), {"strides": [3],
-                                                             "auto_pad": "SAME_UPPER"})])
+    check_cases("ConvTranspose", rng.randn(2, 4, 7, 9), cases)
+    check_cases("ConvTranspose", rng.randn(2, 4, 11), [(3, (2,), {"strides": [3],
+                                                                  "auto_pad": "SAME_UPPER"})])
 
 
 def test_conv_transpose2d_groups():
@@ -239,20 +236,20 @@ def test_conv_transpose2d_groups():
         (1, (3, 3), {"strides": [2, 2]}, 4),
         (2, (3, 3), {"strides": [2, 1], "pads": [0, 1, 1, 0], "dilations": [1, 2]}, 4),
     ]
-    check_cases("ConvTranspose", randn(2, 4, 7, 9), cases)
+    check_cases("ConvTranspose", rng.randn(2, 4, 7, 9), cases)
 
 
 @pytest.mark.parametrize("opset", [7, 11, 23])
 def test_conv_transpose_opsets(opset):
     cases = [(2, (3, 2), {"strides": [2, 2], "pads": [1, 0, 0, 1]}),
              (2, (3, 3), {"strides": [2, 2], "output_shape": [10, 12]})]
-    check_cases("ConvTranspose", randn(2, 3, 5, 6), cases, opset=opset)
+    check_cases("ConvTranspose", rng.randn(2, 3, 5, 6), cases, opset=opset)
 
 
 def test_conv_transpose_dynamic_batch():
     cases = [(3, (3, 3), {"strides": [2, 2], "pads": [1, 1, 0, 0]}),
              (3, (3, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER"})]
-    check_cases("ConvTranspose", randn(2, 4, 7, 9), cases, input_shapes={"x": ["N", 4, 7, 9]})
+    check_cases("ConvTranspose", rng.randn(2, 4, 7, 9), cases, input_shapes={"x": ["N", 4, 7, 9]})
 
 
 def test_conv_transpose1d():
@@ -261,7 +258,7 @@ def test_conv_transpose1d():
         (3, (3,), {"dilations": [2], "output_shape": [14]}),
         (3, (3,), {"strides": [3], "auto_pad": "SAME_LOWER"}, 2),
     ]
-    check_cases("ConvTranspose", randn(2, 4, 11), cases)
+    check_cases("ConvTranspose", rng.randn(2, 4, 11), cases)
 
 
 def test_conv_transpose3d():
@@ -271,7 +268,7 @@ def test_conv_transpose3d():
                         "strides": [1, 2, 2]}),
         (2, (3, 2, 3), {"strides": [2, 2, 2], "auto_pad": "SAME_UPPER"}, 3),
     ]
-    check_cases("ConvTranspose", randn(2, 3, 5, 6, 7), cases)
+    check_cases("ConvTranspose", rng.randn(2, 3, 5, 6, 7), cases)
 
 
 # --- run-time weights ---------------------------------------------------------------------
@@ -307,7 +304,7 @@ def test_conv2d_runtime_weights():
         (8, (3, 3), {"pads": [0, 1, 1, 0]}, 4),
         (4, (3, 3), {"strides": [2, 2], "dilations": [2, 1], "pads": [1, 1, 2, 0]}, 4, False),
     ]
-    counts = check_runtime_cases("Conv", randn(2, 4, 7, 9), cases)
+    counts = check_runtime_cases("Conv", rng.randn(2, 4, 7, 9), cases)
     assert counts.get("CONV_2D") == 1 + 1 + 1 + 1 + 1, counts
     assert "SPLIT" not in counts and "CONCATENATION" not in counts, counts
     assert counts.get("DEPTHWISE_CONV_2D") == 2, counts
@@ -320,19 +317,19 @@ def test_conv1d_3d_runtime_weights():
         (6, (2,), {"auto_pad": "SAME_UPPER"}),
         (8, (3,), {"strides": [2], "pads": [1, 1]}, 4),
     ]
-    check_runtime_cases("Conv", randn(3, 4, 11), cases)
+    check_runtime_cases("Conv", rng.randn(3, 4, 11), cases)
     cases = [
         (4, (3, 2, 3), {"pads": [1, 0, 1, 0, 1, 2], "strides": [2, 1, 2]}),
         (6, (3, 2, 3), {"dilations": [1, 2, 1], "pads": [1, 1, 1, 1, 1, 1]}, 3),
     ]
-    check_runtime_cases("Conv", randn(2, 3, 5, 6, 7), cases)
+    check_runtime_cases("Conv", rng.randn(2, 3, 5, 6, 7), cases)
 
 
 def test_conv_runtime_weights_dynamic_batch_and_opsets():
     cases = [(6, (3, 3), {"pads": [1, 0, 1, 2], "strides": [2, 2]}),
              (3, (3, 3), {"auto_pad": "SAME_UPPER"}, 3)]
-    check_runtime_cases("Conv", randn(2, 3, 7, 9), cases, input_shapes={"x": ["N", 3, 7, 9]})
-    check_runtime_cases("Conv", randn(2, 3, 7, 9), cases, opset=11)
+    check_runtime_cases("Conv", rng.randn(2, 3, 7, 9), cases, input_shapes={"x": ["N", 3, 7, 9]})
+    check_runtime_cases("Conv", rng.randn(2, 3, 7, 9), cases, opset=11)
 
 
 def test_conv_transpose_runtime_weights():
@@ -345,7 +342,7 @@ def test_conv_transpose_runtime_weights():
         (2, (3, 3), {"strides": [2, 1], "pads": [0, 1, 1, 0], "dilations": [1, 2]}, 2),
         (1, (2, 2), {"strides": [2, 2]}, 4),
     ]
-    counts = check_runtime_cases("ConvTranspose", randn(2, 4, 7, 9), cases)
+    counts = check_runtime_cases("ConvTranspose", rng.randn(2, 4, 7, 9), cases)
     assert counts.get("TRANSPOSE_CONV") == 5 + 2 + 4, counts
 
 
@@ -354,27 +351,28 @@ def test_conv_transpose_1d_3d_runtime_weights():
         (3, (3,), {"strides": [2], "pads": [1, 2], "output_padding": [1]}),
         (2, (3,), {"dilations": [2], "output_shape": [14]}, 2),
     ]
-    check_runtime_cases("ConvTranspose", randn(2, 4, 11), cases)
+    check_runtime_cases("ConvTranspose", rng.randn(2, 4, 11), cases)
     cases = [
         (2, (3, 2, 3), {"strides": [2, 1, 2], "pads": [1, 0, 0, 0, 1, 1]}),
         (1, (2, 2, 3), {"dilations": [2, 1, 1], "strides": [1, 2, 2]}, 3),
     ]
-    check_runtime_cases("ConvTranspose", randn(2, 3, 4, 5, 6), cases)
+    check_runtime_cases("ConvTranspose", rng.randn(2, 3, 4, 5, 6), cases)
 
 
 def test_computed_weights_between_convs_stay_channel_last():
     """Conv -> Conv whose kernel is computed (Mul) -> Conv: the data stays channel-last;
     only the computed kernel is transposed."""
-    x, w1, w2, w3 = randn(2, 3, 8, 8), randn(4, 3, 3, 3), randn(4, 4, 3, 3), randn(2, 4, 1, 1)
+    x, w1 = rng.randn(2, 3, 8, 8), rng.randn(4, 3, 3, 3)
+    w2, w3 = rng.randn(4, 4, 3, 3), rng.randn(2, 4, 1, 1)
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("Mul", ["w2", "scale"], ["w2s"]),
         helper.make_node("Conv", ["c1", "w2s"], ["c2"], pads=[1, 1, 1, 1]),
         helper.make_node("Conv", ["c2", "w3"], ["y"]),
     ]
-    model = make_model(nodes, {"x": x, "scale": randn(1)}, ["y"],
+    model = make_model(nodes, {"x": x, "scale": rng.randn(1)}, ["y"],
                        {"w1": w1, "w2": w2, "w3": w3})
-    converted = check_model(model, {"x": x, "scale": randn(1)})
+    converted = check_model(model, {"x": x, "scale": rng.randn(1)})
     assert converted.plan.perms["c2"] == (0, 2, 3, 1)
     counts = count_tflite_ops(converted.tflite)
     assert counts.get("TRANSPOSE", 0) <= 2 and counts.get("CONV_2D") == 3, counts
@@ -383,10 +381,10 @@ def test_computed_weights_between_convs_stay_channel_last():
 # --- CausalConvWithState -----------------------------------------------------------------
 def causal_conv_case(batch, channels, length, taps, bias, past, activation, weights_runtime):
     """Inputs, constant initializers and the node's input order."""
-    inputs = {"x": randn(batch, channels, length)}
+    inputs = {"x": rng.randn(batch, channels, length)}
     inits = {}
-    params = {"w": randn(channels, 1, taps), "bias": randn(channels) if bias else None,
-              "past": randn(batch, channels, taps - 1) if past else None}
+    params = {"w": rng.randn(channels, 1, taps), "bias": rng.randn(channels) if bias else None,
+              "past": rng.randn(batch, channels, taps - 1) if past else None}
     (inputs if weights_runtime else inits)["w"] = params["w"]
     if bias:
         (inputs if weights_runtime else inits)["bias"] = params["bias"]
@@ -434,9 +432,9 @@ def test_causal_conv_between_convs_has_no_transpose(weights_runtime, tmp_path):
     channel-last (B, k-1, C); the past_state model input is declared so too, as a decoder
     feeding one step's state to the next would (by default it stays in ONNX order)."""
     c, taps = 6, 4
-    inputs = {"x": randn(2, c, 9), "past": randn(2, c, taps - 1)}
-    inits = {"w_in": randn(c, c, 1), "w_out": randn(c, c, 3), "bias": randn(c)}
-    (inputs if weights_runtime else inits)["w"] = randn(c, 1, taps)
+    inputs = {"x": rng.randn(2, c, 9), "past": rng.randn(2, c, taps - 1)}
+    inits = {"w_in": rng.randn(c, c, 1), "w_out": rng.randn(c, c, 3), "bias": rng.randn(c)}
+    (inputs if weights_runtime else inits)["w"] = rng.randn(c, 1, taps)
     nodes = [
         helper.make_node("Conv", ["x", "w_in"], ["h"]),
         helper.make_node("CausalConvWithState", ["h", "w", "bias", "past"], ["g", "state"],
@@ -454,9 +452,9 @@ def dfl_head(batch: int, anchors: int, bins: int = 16):
     """A YOLOv8-style distribution-focal-loss head: a conv's (N, 4*bins, 1, A) output regrouped
     to (N, 4, bins, A), bins moved to the channel axis, softmax over bins, a 1x1 conv with
     fixed weights 0..bins-1 (the expected bin) and a reshape to (N, 4, A)."""
-    x = randn(batch, 8, 1, anchors)
+    x = rng.randn(batch, 8, 1, anchors)
     inits = {
-        "w0": randn(4 * bins, 8, 1, 1), "b0": randn(4 * bins),
+        "w0": rng.randn(4 * bins, 8, 1, 1), "b0": rng.randn(4 * bins),
         "split": np.array([batch, 4, bins, anchors], np.int64),
         "w1": np.arange(bins, dtype=np.float32).reshape(1, bins, 1, 1),
         "merge": np.array([batch, 4, anchors], np.int64),
@@ -492,14 +490,14 @@ def test_only_a_true_pointwise_conv_ignores_the_spatial_order(attrs, transposes)
     """A conv's NHWC output with H and W swapped by a Transpose arrives at a 1x1 conv as
     (N, W, H, C): with stride 1 and no pads (any dilation) the conv runs on it as it is;
     strided or padded, the spatial order matters and it is transposed back to NHWC first."""
-    x = randn(2, 3, 5, 7)
+    x = rng.randn(2, 3, 5, 7)
     nodes = [
         helper.make_node("Conv", ["x", "w0"], ["c"], pads=[1, 1, 1, 1]),
         helper.make_node("Transpose", ["c"], ["t"], perm=[0, 1, 3, 2]),
         helper.make_node("Conv", ["t", "w1"], ["p"], **attrs),
         helper.make_node("ReduceSum", ["p", "axes"], ["y"]),  # (N, 4, 1, 1): any perm is free
     ]
-    inits = {"w0": randn(6, 3, 3, 3), "w1": randn(4, 6, 1, 1), "axes": np.array([2, 3])}
+    inits = {"w0": rng.randn(6, 3, 3, 3), "w1": rng.randn(4, 6, 1, 1), "axes": np.array([2, 3])}
     converted = check_model(make_model(nodes, {"x": x}, ["y"], inits), {"x": x})
     assert count_tflite_ops(converted.tflite).get("TRANSPOSE", 0) == transposes
     assert converted.plan.perms["t"] == (0, 3, 2, 1)

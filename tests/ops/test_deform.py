@@ -9,13 +9,9 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from harness import check_model, check_nodes, count_tflite_ops, make_model
+from harness import Rng, check_model, check_nodes, count_tflite_ops, make_model
 
-rng = np.random.default_rng(0)
-
-
-def randn(*shape, scale=1.0):
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
+rng = Rng(0)
 
 
 def out_size(n, k, s, d, begin, end):
@@ -32,11 +28,11 @@ def deform_case(x, i, out_ch, kernel, attrs, mask=True, bias=True):
     out = [out_size(n, k, s, d, pads[a], pads[a + rank]) for a, (n, k, s, d)
            in enumerate(zip(x.shape[2:], kernel, strides, dilations))]
     taps = int(np.prod(kernel))
-    arrays = {f"w{i}": randn(out_ch, x.shape[1] // group, *kernel),
-              f"offset{i}": randn(x.shape[0], offset_group * taps * rank, *out, scale=2.0)}
+    arrays = {f"w{i}": rng.randn(out_ch, x.shape[1] // group, *kernel),
+              f"offset{i}": rng.randn(x.shape[0], offset_group * taps * rank, *out, scale=2.0)}
     names = ["x", f"w{i}", f"offset{i}", ""]
     if bias:
-        arrays[f"b{i}"] = randn(out_ch)
+        arrays[f"b{i}"] = rng.randn(out_ch)
         names[3] = f"b{i}"
     if mask:
         arrays[f"mask{i}"] = rng.uniform(0, 1, (x.shape[0], offset_group * taps, *out))
@@ -61,7 +57,7 @@ CASES = [
 def test_deform_conv(runtime):
     """Attribute combinations on a batch of 2; every parameter fed at run time, or kernel
     and bias constant (offsets and masks are always data)."""
-    x = randn(2, 4, 7, 6)
+    x = rng.randn(2, 4, 7, 6)
     nodes, feeds, init = [], {"x": x}, {}
     for i, case in enumerate(CASES):
         node, arrays = deform_case(x, i, *case)
@@ -74,7 +70,7 @@ def test_deform_conv(runtime):
 
 
 def test_deform_conv_dynamic_batch():
-    x = randn(3, 2, 5, 5)
+    x = rng.randn(3, 2, 5, 5)
     node, arrays = deform_case(x, 0, 3, (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]})
     feeds = {"x": x, **arrays}
     shapes = {n: ["N", *a.shape[1:]] for n, a in feeds.items() if n in ("x", "offset0", "mask0")}
@@ -85,10 +81,10 @@ def test_deform_conv_dynamic_batch():
 def test_deform_conv_between_convs_stays_channel_last():
     """Conv -> (offsets and mask from Convs of it) -> DeformConv -> Conv: a DCNv2 block with
     constant weights runs channel-last with no TRANSPOSE."""
-    x = randn(2, 3, 8, 7)
-    init = {"w0": randn(4, 3, 3, 3), "w_off": randn(18, 4, 3, 3, scale=0.5),
-            "w_mask": randn(9, 4, 3, 3), "w_dcn": randn(5, 4, 3, 3), "b_dcn": randn(5),
-            "w_out": randn(2, 5, 1, 1)}
+    x = rng.randn(2, 3, 8, 7)
+    init = {"w0": rng.randn(4, 3, 3, 3), "w_off": rng.randn(18, 4, 3, 3, scale=0.5),
+            "w_mask": rng.randn(9, 4, 3, 3), "w_dcn": rng.randn(5, 4, 3, 3), "b_dcn": rng.randn(5),
+            "w_out": rng.randn(2, 5, 1, 1)}
     nodes = [
         helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
         helper.make_node("Conv", ["c0", "w_off"], ["offset"], pads=[1, 1, 1, 1]),
@@ -110,7 +106,7 @@ def test_deform_conv_other_ranks_are_reported():
     from onnx2tf_alt.errors import ConversionError
     from onnx2tf_alt.pipeline import build
 
-    x = randn(2, 4, 9)
+    x = rng.randn(2, 4, 9)
     node, arrays = deform_case(x, 0, 3, (3,), {"pads": [1, 1]})
     outputs = [node.output[0]]
     model = make_model([node], {"x": x, **arrays}, outputs, opset=19)

@@ -3,20 +3,10 @@ TF and the float32 TFLite."""
 
 import numpy as np
 import pytest
-from onnx import helper
 
-from harness import check_model, check_nodes, make_model
+from harness import Rng, check_model, check_nodes, make_model, node
 
-rng = np.random.default_rng(0)
-
-
-def data(*shape):
-    return rng.standard_normal(shape).astype(np.float32)
-
-
-def node(op_type, inputs, outputs, **attrs):
-    outputs = [outputs] if isinstance(outputs, str) else outputs
-    return helper.make_node(op_type, inputs, outputs, **attrs)
+rng = Rng(0)
 
 
 def scalar(value, dtype=np.float32):
@@ -177,7 +167,7 @@ def test_yolo_style_detector_head():
         "iou": scalar(0.3),
         "score": scalar(0.25),
     }
-    _, census = check_nodes(nodes, {"x": data(2, 3, 8, 6)}, inits,
+    _, census = check_nodes(nodes, {"x": rng.randn(2, 3, 8, 6)}, inits,
                             outputs=["selected"])
     assert census.get("NON_MAX_SUPPRESSION_V4", 0) == 2 * classes, census
 
@@ -192,7 +182,7 @@ def rois_inside(count, height, width, scale):
 
 @pytest.mark.parametrize("mode", ["avg", "max"])
 def test_roi_align(mode):
-    x = data(2, 3, 9, 11)
+    x = rng.randn(2, 3, 9, 11)
     rois = rois_inside(5, 9, 11, 0.5)
     rois[0] = [-3.0, -2.0, 25.0, 30.0]  # reaching past the map
     batch = np.array([0, 1, 1, 0, 1], np.int64)
@@ -211,7 +201,7 @@ def test_roi_align(mode):
 
 
 def test_roi_align_adaptive_sampling_runtime_rois_opset10():
-    x = data(2, 4, 10, 7)
+    x = rng.randn(2, 4, 10, 7)
     rois = rois_inside(6, 10, 7, 1.0)
     batch = np.array([1, 0, 0, 1, 1, 0], np.int64)
     nodes = [node("RoiAlign", ["x", "rois", "batch"], "y", output_height=2, output_width=3,
@@ -226,7 +216,7 @@ def test_roi_align_with_no_rois_at_run_time(mode):
     nodes = [node("RoiAlign", ["x", "rois", "batch"], "y", mode=mode, output_height=3,
                   output_width=2, sampling_ratio=2, spatial_scale=0.5)]
     for count in (0, 2):
-        inputs = {"x": data(2, 4, 9, 11), "rois": rois_inside(count, 9, 11, 0.5),
+        inputs = {"x": rng.randn(2, 4, 9, 11), "rois": rois_inside(count, 9, 11, 0.5),
                   "batch": np.arange(count, dtype=np.int64) % 2}
         check_nodes(nodes, inputs, input_shapes={"rois": ["r", 4], "batch": ["r"]})
 
@@ -238,15 +228,15 @@ def test_roi_align_between_convs_has_no_transpose():
              sampling_ratio=2, spatial_scale=0.25),
         node("Conv", ["m", "w2"], "y", pads=[1, 1, 1, 1]),
     ]
-    inits = {"w1": data(4, 3, 3, 3), "w2": data(2, 4, 3, 3),
+    inits = {"w1": rng.randn(4, 3, 3, 3), "w2": rng.randn(2, 4, 3, 3),
              "rois": rois_inside(3, 8, 6, 0.25), "batch": np.array([0, 1, 1], np.int64)}
-    _, census = check_nodes(nodes, {"x": data(2, 3, 8, 6)}, inits, outputs=["y"])
+    _, census = check_nodes(nodes, {"x": rng.randn(2, 3, 8, 6)}, inits, outputs=["y"])
     assert census.get("TRANSPOSE", 0) == 0, census
 
 
 # --- MaxRoiPool ----------------------------------------------------------------------------
 def test_max_roi_pool():
-    x = data(2, 3, 9, 11)
+    x = rng.randn(2, 3, 9, 11)
     rois = np.concatenate([np.array([[0], [1], [1], [0]], np.float32),
                            rois_inside(4, 9, 11, 0.5)], axis=1)
     rois[3, 1:] = [-6.3, 14.2, 30.6, 40.1]  # past the map: some bins are empty
@@ -264,6 +254,6 @@ def test_max_roi_pool_between_convs_has_no_transpose():
         node("Conv", ["m", "w2"], "y", pads=[1, 1, 1, 1]),
     ]
     rois = np.array([[0, 0.2, 1.4, 4.6, 6.3], [1, 2.0, 0.0, 5.0, 3.7]], np.float32)
-    inits = {"w1": data(4, 3, 3, 3), "w2": data(2, 4, 3, 3), "rois": rois}
-    _, census = check_nodes(nodes, {"x": data(2, 3, 8, 6)}, inits, outputs=["y"])
+    inits = {"w1": rng.randn(4, 3, 3, 3), "w2": rng.randn(2, 4, 3, 3), "rois": rois}
+    _, census = check_nodes(nodes, {"x": rng.randn(2, 3, 8, 6)}, inits, outputs=["y"])
     assert census.get("TRANSPOSE", 0) == 0, census

@@ -11,16 +11,13 @@ from harness import (
     check_nodes,
     convert,
     make_model,
+    node,
     tf_run,
     tflite_run,
 )
 
 rng = np.random.default_rng(0)
 SHAPE = (2, 3, 5, 7)
-
-
-def node(op, inputs, output, **attrs):
-    return helper.make_node(op, inputs, [output], **attrs)
 
 
 def _unary_input(op, shape):

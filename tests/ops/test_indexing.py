@@ -7,28 +7,19 @@ Variants of one op share a model where they can (one conversion each).
 
 import numpy as np
 import pytest
-from onnx import helper
 
-from harness import assert_keras_reloads, check_model, check_node, check_nodes, make_model
+from harness import (
+    Rng,
+    assert_keras_reloads,
+    check_model,
+    check_node,
+    check_nodes,
+    ints,
+    make_model,
+    node,
+)
 
-rng = np.random.default_rng(0)
-
-
-def data(*shape, dtype=np.float32):
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def ints(*values):
-    return np.array(values, np.int64)
-
-
-def node(op_type, inputs, outputs, **attrs):
-    outputs = [outputs] if isinstance(outputs, str) else outputs
-    return helper.make_node(op_type, inputs, outputs, **attrs)
-
-
-def conv_weights(out_ch, in_ch, k=3):
-    return rng.standard_normal((out_ch, in_ch, k, k)).astype(np.float32) * 0.3
+rng = Rng(0)
 
 
 def check_between_convs(middle, inits=None, channels=4, out_channels=None, inputs=None):
@@ -38,9 +29,9 @@ def check_between_convs(middle, inits=None, channels=4, out_channels=None, input
         *middle,
         node("Conv", ["m", "w2"], "y", pads=[1, 1, 1, 1]),
     ]
-    inits = {"w1": conv_weights(channels, 3), "w2": conv_weights(2, out_channels or channels),
-             **(inits or {})}
-    feeds = {"x": data(2, 3, 7, 5), **(inputs or {})}
+    inits = {"w1": rng.conv_weights(channels, 3),
+             "w2": rng.conv_weights(2, out_channels or channels), **(inits or {})}
+    feeds = {"x": rng.randn(2, 3, 7, 5), **(inputs or {})}
     converted, census = check_nodes(nodes, feeds, inits, outputs=["y"])
     assert census.get("TRANSPOSE", 0) == 0, census
     return converted
@@ -53,7 +44,7 @@ def random_indices(shape, dim, negative=True):
 
 # --- GatherElements ------------------------------------------------------------------------
 def test_gather_elements():
-    x = data(2, 3, 5)
+    x = rng.randn(2, 3, 5)
     cases = {0: (2, 3, 5), 1: (2, 4, 5), -1: (2, 3, 7)}
     inputs, inits, nodes = {"x": x}, {}, []
     for axis, shape in cases.items():
@@ -79,7 +70,7 @@ def test_gather_elements_channel_last():
 
 # --- GatherND ------------------------------------------------------------------------------
 def test_gather_nd():
-    x = data(2, 3, 4, 5)
+    x = rng.randn(2, 3, 4, 5)
     inputs = {
         "x": x,
         "i1": random_indices((4, 1), 2),
@@ -120,20 +111,20 @@ REDUCTIONS = ("none", "add", "mul", "max", "min")
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_scatter_nd(reduction):
     """Duplicate targets except for "none"."""
-    x = data(4, 3, 5)
+    x = rng.randn(4, 3, 5)
     duplicate = reduction != "none"
     inputs = {
         "x": x,
         "i1": ints(1, -4, 1 if duplicate else 3)[:, None],
-        "u1": data(3, 3, 5),
+        "u1": rng.randn(3, 3, 5),
         "i2": distinct_rows(4, (4, 3)).reshape(2, 2, 2),
-        "u2": data(2, 2, 5),
+        "u2": rng.randn(2, 2, 5),
         "i3": distinct_rows(6, (4, 3, 5)),
-        "u3": data(6),
+        "u3": rng.randn(6),
     }
     if duplicate:
         inputs["i2"][1, 1] = inputs["i2"][0, 0]
-    inits = {"c2": distinct_rows(3, (4, 3)), "v2": data(3, 5)}
+    inits = {"c2": distinct_rows(3, (4, 3)), "v2": rng.randn(3, 5)}
     nodes = [node("ScatterND", ["x", f"i{r}", f"u{r}"], f"r{r}", reduction=reduction)
              for r in (1, 2, 3)]
     nodes.append(node("ScatterND", ["x", "c2", "v2"], "k2", reduction=reduction))
@@ -158,7 +149,7 @@ def distinct_along(shape, dim, axis):
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_scatter_elements(reduction):
     """Duplicate targets except for "none"."""
-    x = data(3, 4, 5)
+    x = rng.randn(3, 4, 5)
     inputs, nodes = {"x": x}, []
     for axis, shape in {0: (2, 4, 5), 1: (3, 2, 5), -1: (3, 4, 2)}.items():
         dim, tag = x.shape[axis], f"{axis}".replace("-", "m")
@@ -166,7 +157,7 @@ def test_scatter_elements(reduction):
             inputs[f"i{tag}"] = distinct_along(shape, dim, axis)
         else:
             inputs[f"i{tag}"] = random_indices(shape, dim)
-        inputs[f"u{tag}"] = data(*shape)
+        inputs[f"u{tag}"] = rng.randn(*shape)
         nodes.append(node("ScatterElements", ["x", f"i{tag}", f"u{tag}"], f"r{tag}",
                           axis=axis, reduction=reduction))
     check_nodes(nodes, inputs)
@@ -178,7 +169,7 @@ def test_scatter_elements_constant_indices_channel_last():
     index[:, 2] = -1
     index[:, 3] = 2
     middle = [node("ScatterElements", ["a", "i", "u"], "m", axis=1, reduction="add")]
-    check_between_convs(middle, {"i": index, "u": data(2, 4, 7, 5)})
+    check_between_convs(middle, {"i": index, "u": rng.randn(2, 4, 7, 5)})
 
 
 @pytest.mark.parametrize("rows", [0, 2])
@@ -186,10 +177,10 @@ def test_scatters_with_no_updates_at_run_time(rows):
     """torchvision's MultiScaleRoIAlign scatters each feature level's boxes into the result;
     a level that gets no box scatters an empty `updates`, which must leave data as it is
     (a gather into the empty updates failed in TF and in TFLite)."""
-    x = data(3, 4)
+    x = rng.randn(3, 4)
     index = distinct_along((rows, 4), 3, 0)
-    inputs = {"x": x, "i": index, "u": data(rows, 4), "j": distinct_rows(rows, (3,)),
-              "v": data(rows, 4)}
+    inputs = {"x": x, "i": index, "u": rng.randn(rows, 4), "j": distinct_rows(rows, (3,)),
+              "v": rng.randn(rows, 4)}
     nodes = [node("ScatterElements", ["x", "i", "u"], "y", axis=0),
              node("ScatterND", ["x", "j", "v"], "z")]
     check_nodes(nodes, inputs, input_shapes={"i": ["n", 4], "u": ["n", 4], "j": ["n", 1],
@@ -210,25 +201,25 @@ def test_scatter_elements_of_expanded_row_indices(reduction):
         node("Expand", ["small", "shape"], "index"),
         node("ScatterElements", ["data", "index", "updates"], "y", axis=0, reduction=reduction),
     ]
-    inits = {"w": data(4, 3, 1, 1), "column": np.array([-1, 1, 1, 1], np.int64)}
+    inits = {"w": rng.randn(4, 3, 1, 1), "column": np.array([-1, 1, 1, 1], np.int64)}
     for count in (3, 0):
         rows = np.array([4, -1, 4] if reduction == "add" else [4, -1, 1], np.int64)[:count]
-        feeds = {"x": data(6, 3, 5, 2), "u": data(count, 4, 5, 2), "rows": rows}
+        feeds = {"x": rng.randn(6, 3, 5, 2), "u": rng.randn(count, 4, 5, 2), "rows": rows}
         _, census = check_nodes(nodes, feeds, inits, outputs=["y"],
                                 input_shapes={"u": ["n", 4, 5, 2], "rows": ["n"]})
         assert "BROADCAST_TO" not in census, census
 
 
 def test_scatter_opset9():
-    x = data(3, 5)
+    x = rng.randn(3, 5)
     index = np.stack([rng.permutation(5)[:3] for _ in range(3)]).astype(np.int64)
     check_nodes([node("Scatter", ["x", "i", "u"], "y", axis=1)],
-                {"x": x, "i": index, "u": data(3, 3)}, opset=9)
+                {"x": x, "i": index, "u": rng.randn(3, 3)}, opset=9)
 
 
 # --- TopK ----------------------------------------------------------------------------------
 def test_top_k():
-    x = data(2, 5, 7)
+    x = rng.randn(2, 5, 7)
     x[0, 1, :4] = x[1, 2, 3:] = 0.5  # ties: lower index first
     inputs = {"x": x}
     nodes = []
@@ -262,7 +253,7 @@ def test_top_k_integer_extremes(dtype):
 
 
 def test_top_k_opset1():
-    check_nodes([node("TopK", ["x"], ["v", "i"], k=2, axis=0)], {"x": data(4, 3)}, opset=7)
+    check_nodes([node("TopK", ["x"], ["v", "i"], k=2, axis=0)], {"x": rng.randn(4, 3)}, opset=7)
 
 
 def test_top_k_channel_last():
@@ -272,7 +263,7 @@ def test_top_k_channel_last():
 
 # --- CumSum --------------------------------------------------------------------------------
 def test_cumsum():
-    x = data(2, 3, 5)
+    x = rng.randn(2, 3, 5)
     nodes, inits = [], {}
     for axis in (0, 1, -1):
         inits[f"a{axis}"] = np.array(axis, np.int64)
@@ -299,7 +290,7 @@ def test_cumsum_channel_last():
 
 # --- NonZero -------------------------------------------------------------------------------
 def test_non_zero():
-    x = data(2, 3, 4)
+    x = rng.randn(2, 3, 4)
     x[rng.random(x.shape) < 0.5] = 0
     b = rng.random((3, 5)) < 0.3
     n = rng.integers(-1, 2, (7,)).astype(np.int32)
@@ -309,7 +300,7 @@ def test_non_zero():
 
 def test_non_zero_then_transpose_moves_nothing():
     """Detectors gather with Transpose(NonZero(mask)): WHERE's [N, rank] is that already."""
-    x = data(3, 4, 5)
+    x = rng.randn(3, 4, 5)
     x[rng.random(x.shape) < 0.6] = 0
     nodes = [node("NonZero", ["x"], "nz"), node("Transpose", ["nz"], "at", perm=[1, 0]),
              node("GatherND", ["x", "at"], "y")]
@@ -342,7 +333,7 @@ def test_one_hot_runtime_depth_opset9():
 
 # --- Trilu ---------------------------------------------------------------------------------
 def test_trilu():
-    x = data(2, 5, 7)
+    x = rng.randn(2, 5, 7)
     inits = {f"k{k}".replace("-", "m"): np.array(k, np.int64) for k in (-2, 1, 3)}
     nodes = [node("Trilu", ["x"], "u"), node("Trilu", ["x"], "l", upper=0)]
     for k in (-2, 1, 3):
@@ -359,7 +350,7 @@ def test_trilu_channel_last():
 
 # --- Compress ------------------------------------------------------------------------------
 def test_compress():
-    x = data(3, 4, 5)
+    x = rng.randn(3, 4, 5)
     cond = np.array([1, 0, 1, 1, 0], bool)
     inputs = {"x": x, "c": cond}
     inits = {"k": np.array([0, 1, 1], bool), "short": np.array([1, 0, 1], bool)}
@@ -412,8 +403,8 @@ def test_unique_axis():
 
 # --- ReverseSequence -----------------------------------------------------------------------
 def test_reverse_sequence():
-    x = data(5, 3, 2)
-    y = data(3, 6, 4, 2)
+    x = rng.randn(5, 3, 2)
+    y = rng.randn(3, 6, 4, 2)
     nodes = [
         node("ReverseSequence", ["x", "lx"], "r"),
         node("ReverseSequence", ["y", "ly"], "s", batch_axis=0, time_axis=1),
@@ -429,12 +420,12 @@ def test_reverse_sequence_channel_last():
 
 # --- unknown dims --------------------------------------------------------------------------
 def test_gathers_and_scatters_with_symbolic_batch():
-    x = data(3, 4, 5)
+    x = rng.randn(3, 4, 5)
     inputs = {
         "x": x,
         "ie": random_indices((3, 2, 5), 4),
         "ind": np.stack([random_indices((3, 2), 3), random_indices((3, 2), 4)], -1),
-        "u": data(3, 2, 5),
+        "u": rng.randn(3, 2, 5),
     }
     inits = {"ce": random_indices((2, 4, 5), 3), "cn": distinct_rows(3, (3, 4))}
     nodes = [
@@ -446,7 +437,7 @@ def test_gathers_and_scatters_with_symbolic_batch():
         node("ScatterND", ["x", "cn", "v"], "sn", reduction="mul"),
         node("Trilu", ["x"], "tr", upper=0),
     ]
-    inits["v"] = data(3, 5)
+    inits["v"] = rng.randn(3, 5)
     shapes = {"x": ["N", 4, 5], "ie": ["N", 2, 5], "ind": ["N", 2, 2], "u": ["N", 2, 5]}
     outputs = [n.output[0] for n in nodes]
     model = make_model(nodes, inputs, outputs, inits, input_shapes=shapes)
@@ -457,13 +448,13 @@ def test_gathers_and_scatters_with_symbolic_batch():
 @pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_cumprod_constant_axis(exclusive, reverse, axis):
-    check_node("CumProd", {"x": data(3, 4, 5)}, {"exclusive": exclusive, "reverse": reverse},
+    check_node("CumProd", {"x": rng.randn(3, 4, 5)}, {"exclusive": exclusive, "reverse": reverse},
                initializers={"axis": np.array(axis, np.int64)}, opset=26)
 
 
 @pytest.mark.parametrize("axis", [1, -2])
 def test_cumprod_runtime_axis(axis):
-    check_node("CumProd", {"x": data(2, 4, 3), "axis": np.array(axis, np.int32)},
+    check_node("CumProd", {"x": rng.randn(2, 4, 3), "axis": np.array(axis, np.int32)},
                {"reverse": 1}, opset=26)
 
 
@@ -480,7 +471,7 @@ def test_cumprod_runtime_axis(axis):
     ],
 )
 def test_tensor_scatter(cache, update, axis, mode, write):
-    inputs = {"past_cache": data(*cache), "update": data(*update)}
+    inputs = {"past_cache": rng.randn(*cache), "update": rng.randn(*update)}
     if write is not None:
         inputs["write_indices"] = np.array(write, np.int64)
     check_node("TensorScatter", inputs, {"axis": axis, "mode": mode}, opset=24)

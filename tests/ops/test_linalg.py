@@ -9,6 +9,7 @@ import pytest
 from onnx import helper
 
 from harness import (
+    assert_builtin,
     assert_keras_reloads,
     check_model,
     check_nodes,
@@ -32,10 +33,6 @@ def matrices(*shape):
         flat[2, :, 0] = 0
         flat[2, n // 2, 0] = 3
     return a
-
-
-def assert_builtin(counts):
-    assert not any(name.startswith("Flex") for name in counts), counts
 
 
 def test_det_sizes():

@@ -1,16 +1,11 @@
 import numpy as np
 import pytest
-from onnx import helper
 
-from harness import assert_keras_reloads, check_nodes
+from harness import assert_keras_reloads, check_nodes, node
 
 rng = np.random.default_rng(0)
 SHAPE = (2, 3, 5, 7)
 COMPARISONS = ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"]
-
-
-def node(op, inputs, output, **attrs):
-    return helper.make_node(op, inputs, [output], **attrs)
 
 
 def _values(dtype, shape):

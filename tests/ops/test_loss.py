@@ -3,13 +3,9 @@
 import numpy as np
 import pytest
 
-from harness import check_node
+from harness import Rng, check_node
 
-rng = np.random.default_rng(0)
-
-
-def normal(*shape):
-    return rng.standard_normal(shape).astype(np.float32)
+rng = Rng(0)
 
 
 LOSS_CASES = [
@@ -31,7 +27,7 @@ def test_negative_log_likelihood_loss(shape, reduction, ignore_index, weighted):
     attrs = {"reduction": reduction}
     if ignore_index is not None:
         attrs["ignore_index"] = ignore_index
-    inputs = {"x": normal(*shape), "target": _loss_inputs(shape, ignore_index)}
+    inputs = {"x": rng.randn(*shape), "target": _loss_inputs(shape, ignore_index)}
     if weighted:
         inputs["weight"] = rng.random(shape[1]).astype(np.float32)
     check_node("NegativeLogLikelihoodLoss", inputs, attrs, opset=22)
@@ -42,7 +38,7 @@ def test_softmax_cross_entropy_loss(shape, reduction, ignore_index, weighted):
     attrs = {"reduction": reduction}
     if ignore_index is not None:
         attrs["ignore_index"] = ignore_index
-    inputs = {"x": 2 * normal(*shape), "target": _loss_inputs(shape, ignore_index)}
+    inputs = {"x": 2 * rng.randn(*shape), "target": _loss_inputs(shape, ignore_index)}
     if weighted:
         inputs["weight"] = rng.random(shape[1]).astype(np.float32)
     check_node("SoftmaxCrossEntropyLoss", inputs, attrs, num_outputs=2, opset=13)

@@ -2,13 +2,9 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from harness import check_node, check_nodes
+from harness import Rng, check_node, check_nodes
 
-rng = np.random.default_rng(0)
-
-
-def _randn(*shape):
-    return rng.standard_normal(shape).astype(np.float32)
+rng = Rng(0)
 
 
 # --- MatMul ------------------------------------------------------------------------------
@@ -20,19 +16,19 @@ def _randn(*shape):
      ((5,), (5, 3)), ((5,), (2, 5, 3)), ((2, 4, 5), (5,)), ((5,), (5,)), ((2, 3, 7), (2, 7, 1))],
 )
 def test_matmul_broadcasting(a_shape, b_shape):
-    check_node("MatMul", {"a": _randn(*a_shape), "b": _randn(*b_shape)})
+    check_node("MatMul", {"a": rng.randn(*a_shape), "b": rng.randn(*b_shape)})
 
 
 @pytest.mark.parametrize("a_shape", [(3, 5), (2, 3, 5)])
 def test_matmul_constant_weights_is_fully_connected(a_shape):
     node = helper.make_node("MatMul", ["a", "w"], ["y"])
-    _, ops = check_nodes([node], {"a": _randn(*a_shape)}, {"w": _randn(5, 6)})
+    _, ops = check_nodes([node], {"a": rng.randn(*a_shape)}, {"w": rng.randn(5, 6)})
     assert ops.get("FULLY_CONNECTED") == 1 and "TRANSPOSE" not in ops, ops
 
 
 @pytest.mark.parametrize("swap_a, swap_b", [(False, True), (True, False), (True, True)])
 def test_matmul_takes_swapped_operands_without_transpose(swap_a, swap_b):
-    a, b = _randn(2, 3, 4, 5), _randn(2, 3, 5, 6)
+    a, b = rng.randn(2, 3, 4, 5), rng.randn(2, 3, 5, 6)
     feeds = {"a": np.swapaxes(a, -1, -2) if swap_a else a,
              "b": np.swapaxes(b, -1, -2) if swap_b else b}
     nodes = [helper.make_node("Transpose", [n], [f"{n}t"], perm=[0, 1, 3, 2])
@@ -54,12 +50,12 @@ def test_matmul_takes_swapped_operands_without_transpose(swap_a, swap_b):
      (0, 0, 1.0, 1.0, (), True), (1, 1, 0.25, 3.0, (4, 6), True)],
 )
 def test_gemm(trans_a, trans_b, alpha, beta, c_shape, const_b):
-    a = _randn(5, 4) if trans_a else _randn(4, 5)
-    b = _randn(6, 5) if trans_b else _randn(5, 6)
+    a = rng.randn(5, 4) if trans_a else rng.randn(4, 5)
+    b = rng.randn(6, 5) if trans_b else rng.randn(5, 6)
     inputs, inits = {"a": a}, {}
     (inits if const_b else inputs)["b"] = b
     if c_shape is not None:
-        inputs["c"] = _randn(*c_shape)
+        inputs["c"] = rng.randn(*c_shape)
     attrs = {"transA": trans_a, "transB": trans_b, "alpha": alpha, "beta": beta}
     check_node("Gemm", inputs, attrs, inits, opset=13, input_order=["a", "b", "c"][: 2 + (
         c_shape is not None)])
@@ -69,20 +65,20 @@ def test_gemm(trans_a, trans_b, alpha, beta, c_shape, const_b):
 def test_gemm_takes_transposed_input_without_transpose(trans_a):
     """A Transpose feeding Gemm becomes a transpose flag; with transA the two cancel, without
     it FULLY_CONNECTED still needs A's rows, so the data moves once (as in ONNX)."""
-    a = _randn(4, 5) if trans_a else _randn(5, 4)
+    a = rng.randn(4, 5) if trans_a else rng.randn(5, 4)
     nodes = [
         helper.make_node("Transpose", ["a"], ["at"]),
         helper.make_node("Gemm", ["at", "w"], ["y"], transA=trans_a, beta=0.5),
     ]
-    _, ops = check_nodes(nodes, {"a": a}, {"w": _randn(5, 3)}, 13, outputs=["y"])
+    _, ops = check_nodes(nodes, {"a": a}, {"w": rng.randn(5, 3)}, 13, outputs=["y"])
     assert ops.get("TRANSPOSE", 0) == 1 - trans_a, ops
 
 
 @pytest.mark.parametrize("opset", [7, 11, 13])
 def test_gemm_constant_weights_is_fully_connected(opset):
-    inits = {"w": _randn(6, 5), "bias": _randn(6)}
+    inits = {"w": rng.randn(6, 5), "bias": rng.randn(6)}
     node = helper.make_node("Gemm", ["a", "w", "bias"], ["y"], transB=1, alpha=0.5)
-    _, ops = check_nodes([node], {"a": _randn(3, 5)}, inits, opset)
+    _, ops = check_nodes([node], {"a": rng.randn(3, 5)}, inits, opset)
     assert ops.get("FULLY_CONNECTED") == 1 and "TRANSPOSE" not in ops, ops
 
 
@@ -110,7 +106,7 @@ def test_gemm_constant_weights_is_fully_connected(opset):
      ("bkj,bik->bji", [(2, 4, 3), (2, 5, 4)])],
 )
 def test_einsum(equation, shapes):
-    inputs = {f"x{i}": _randn(*s) for i, s in enumerate(shapes)}
+    inputs = {f"x{i}": rng.randn(*s) for i, s in enumerate(shapes)}
     node = helper.make_node("Einsum", list(inputs), ["y"], equation=equation)
     _, ops = check_nodes([node], inputs, opset=12)
     assert not any("Einsum" in op for op in ops), ops
@@ -122,7 +118,7 @@ def test_einsum(equation, shapes):
 def test_einsum_reads_channel_last_inputs(equation):
     shapes = {"b": 2, "c": 3, "h": 5, "w": 4, "d": 6}
     terms = equation.split("->")[0].split(",")
-    inputs = {f"x{i}": _randn(*[shapes[c] for c in t]) for i, t in enumerate(terms)}
+    inputs = {f"x{i}": rng.randn(*[shapes[c] for c in t]) for i, t in enumerate(terms)}
     node = helper.make_node("Einsum", list(inputs), ["y"], equation=equation)
     rank4 = [n for n, a in inputs.items() if a.ndim == 4]
     check_nodes([node], inputs, opset=12, keep_nwc_or_nhwc_or_ndhwc_input_names=rank4)
@@ -136,8 +132,8 @@ def test_attention_block_matches_onnxruntime_with_no_extra_transpose(k_perms):
     """K^T either as one Transpose(0,2,3,1) or as heads-first then last-two-swapped."""
     batch, seq, heads, dim = 2, 5, 3, 4
     embed = heads * dim
-    x = _randn(batch, seq, embed)
-    inits = {f"w{n}": _randn(embed, embed) / 4 for n in "qkvo"}
+    x = rng.randn(batch, seq, embed)
+    inits = {f"w{n}": rng.randn(embed, embed) / 4 for n in "qkvo"}
     inits["heads_shape"] = np.array([batch, seq, heads, dim], np.int64)
     inits["merged_shape"] = np.array([batch, seq, embed], np.int64)
     inits["scale"] = np.array(dim ** -0.5, np.float32)

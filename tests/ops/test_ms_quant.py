@@ -37,24 +37,20 @@ from onnxruntime.quantization import (
     quantize_static,
 )
 
-from harness import convert, count_tflite_ops, ort_run, tf_run, tflite_run
+from harness import Rng, convert, count_tflite_ops, ort_run, tf_run, tflite_run
 
-rng = np.random.default_rng(0)
+rng = Rng(0)
 MS = "com.microsoft"
 QOPERATOR_OPS = {"QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
                  "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool",
                  "QLinearSoftmax", "QGemm"}
 
 
-def randn(*shape, scale=1.0):
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
 class Arrays(CalibrationDataReader):
     """Calibration data: a few random arrays for one input."""
 
     def __init__(self, name: str, shape, count: int = 4):
-        self._feeds = iter([{name: randn(*shape)} for _ in range(count)])
+        self._feeds = iter([{name: rng.randn(*shape)} for _ in range(count)])
 
     def get_next(self):
         return next(self._feeds, None)
@@ -194,9 +190,9 @@ def float_cnn() -> onnx.ModelProto:
         helper.make_node("Gemm", ["flat", "wg", "bg"], ["logits"], transB=1),
         helper.make_node("Softmax", ["logits"], ["y"], axis=-1),
     ]
-    weights = {"w1": randn(4, 3, 3, 3, scale=0.4), "b1": randn(4, scale=0.1),
-               "w2": randn(4, 4, 3, 3, scale=0.3), "b2": randn(4, scale=0.1),
-               "offset": randn(4, 1, 1), "wg": randn(6, 12), "bg": randn(6, scale=0.1)}
+    weights = {"w1": rng.randn(4, 3, 3, 3, scale=0.4), "b1": rng.randn(4, scale=0.1),
+               "w2": rng.randn(4, 4, 3, 3, scale=0.3), "b2": rng.randn(4, scale=0.1),
+               "offset": rng.randn(4, 1, 1), "wg": rng.randn(6, 12), "bg": rng.randn(6, scale=0.1)}
     graph = helper.make_graph(
         nodes, "cnn", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3, 7, 9])],
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 6])],
@@ -217,7 +213,7 @@ def qoperator_cnn(request, tmp_path_factory):
 
 
 def test_qoperator_ops_each(qoperator_cnn):
-    model, feeds, op_of = isolated(qoperator_cnn, {"x": randn(2, 3, 7, 9)},
+    model, feeds, op_of = isolated(qoperator_cnn, {"x": rng.randn(2, 3, 7, 9)},
                                    lambda n: n.domain == MS)
     assert set(op_of.values()) == QOPERATOR_OPS
     errors, census = compare(model, feeds)
@@ -229,7 +225,7 @@ def test_qoperator_ops_each(qoperator_cnn):
 def test_qoperator_cnn_end_to_end(qoperator_cnn):
     """The whole quantized CNN (QuantizeLinear, QLinearConv and the ops above) stays
     channel-last: no TRANSPOSE."""
-    errors, census = compare(qoperator_cnn, {"x": randn(2, 3, 7, 9)})
+    errors, census = compare(qoperator_cnn, {"x": rng.randn(2, 3, 7, 9)})
     e_tf, e_lite = errors["y"]
     assert e_tf <= 2 / 256 and e_lite <= 2 / 256, errors
     assert "TRANSPOSE" not in census, census
@@ -249,7 +245,7 @@ def test_ms_quantize_dequantize_16bit(activations, tmp_path):
                     quant_format=QuantFormat.QDQ, activation_type=activations,
                     weight_type=QuantType.QInt16, extra_options={"UseQDQContribOps": True})
     quantized = onnx.load(str(tmp_path / "q.onnx"))
-    feeds = {"x": randn(2, 3, 7, 9)}
+    feeds = {"x": rng.randn(2, 3, 7, 9)}
     single, single_feeds, op_of = isolated(quantized, feeds, lambda n: n.domain == MS)
     assert set(op_of.values()) == {"QuantizeLinear", "DequantizeLinear"}
     errors, _ = compare(single, single_feeds)
@@ -269,7 +265,8 @@ def float_matmuls() -> onnx.ModelProto:
         helper.make_node("MatMul", ["z", "w2"], ["y2"]),
         helper.make_node("MatMul", ["z", "w3"], ["y3"]),
     ]
-    weights = {"w1": randn(16, 7), "b1": randn(7), "w2": randn(9, 5), "w3": randn(9, 3)}
+    weights = {"w1": rng.randn(16, 7), "b1": rng.randn(7), "w2": rng.randn(9, 5),
+               "w3": rng.randn(9, 3)}
     f = onnx.TensorProto.FLOAT
     graph = helper.make_graph(
         nodes, "matmuls",
@@ -288,7 +285,7 @@ def test_dynamic_matmuls(per_channel, tmp_path):
     model = optimized(str(tmp_path / "q.onnx"), tmp_path)
     ops = {n.op_type for n in model.graph.node if n.domain == MS}
     assert ops == {"DynamicQuantizeMatMul", "MatMulIntegerToFloat"}, ops
-    feeds = {"x": randn(2, 5, 16, scale=2.0), "z": randn(3, 9)}
+    feeds = {"x": rng.randn(2, 5, 16, scale=2.0), "z": rng.randn(3, 9)}
     expected = ort_run(model, feeds)
     errors, _ = compare(model, feeds)
     for (name, (e_tf, e_lite)), want in zip(errors.items(), expected):
@@ -319,7 +316,7 @@ def quantized_lstm(tmp_path_factory):
 def test_dynamic_quantize_lstm(quantized_lstm):
     ops = [n.op_type for n in quantized_lstm.graph.node if n.domain == MS]
     assert ops == ["DynamicQuantizeLSTM"] * 2
-    feeds = {"x": randn(4, 3, 6)}
+    feeds = {"x": rng.randn(4, 3, 6)}
     errors, _ = compare(quantized_lstm, feeds, reference=ort_one_thread)
     e_tf, e_lite = errors["y"]
     assert e_tf <= 1e-5 and e_lite <= 1e-5, errors
@@ -335,8 +332,8 @@ def float_attention() -> onnx.ModelProto:
         helper.make_node("Attention", ["x", "w2", "b2"], ["y2"], domain=MS, num_heads=4,
                          unidirectional=1),
     ]
-    weights = {"w1": randn(8, 24, scale=0.5), "b1": randn(24, scale=0.1),
-               "w2": randn(8, 24, scale=0.5), "b2": randn(24, scale=0.1)}
+    weights = {"w1": rng.randn(8, 24, scale=0.5), "b1": rng.randn(24, scale=0.1),
+               "w2": rng.randn(8, 24, scale=0.5), "b2": rng.randn(24, scale=0.1)}
     graph = helper.make_graph(
         nodes, "attention",
         [helper.make_tensor_value_info("x", f, [2, 5, 8]),
@@ -354,7 +351,7 @@ def test_qattention(tmp_path):
     quantize_dynamic(path, str(tmp_path / "q.onnx"), reduce_range=REDUCE_RANGE)
     model = onnx.load(str(tmp_path / "q.onnx"))
     assert [n.op_type for n in model.graph.node if n.domain == MS] == ["QAttention"] * 2
-    feeds = {"x": randn(2, 5, 8), "lengths": np.array([5, 3], np.int32)}
+    feeds = {"x": rng.randn(2, 5, 8), "lengths": np.array([5, 3], np.int32)}
     expected = ort_run(model, feeds)
     errors, _ = compare(model, feeds)
     for (name, (e_tf, e_lite)), want in zip(errors.items(), expected):

@@ -9,6 +9,7 @@ from onnx import helper, numpy_helper
 from onnx2tf_alt.errors import ConversionError
 
 from harness import (
+    Rng,
     assert_close,
     check_model,
     convert,
@@ -19,12 +20,8 @@ from harness import (
     tflite_run,
 )
 
-rng = np.random.default_rng(0)
+rng = Rng(0)
 MS = "com.microsoft"
-
-
-def normal(*shape):
-    return rng.standard_normal(shape).astype(np.float32)
 
 
 def contrib_model(op, inputs, initializers=None, attrs=None, order=None, outputs=None,
@@ -72,11 +69,11 @@ WITH_SUM = [("y", np.float32), ("", None), ("", None), ("sum", np.float32)]
                                                     ((5, 8), False, True),
                                                     ((1, 5, 8), True, False)])
 def test_skip_layer_normalization(skip_shape, bias, beta):
-    params = {"gamma": normal(8), "beta": normal(8), "bias": normal(8)}
+    params = {"gamma": rng.randn(8), "beta": rng.randn(8), "bias": rng.randn(8)}
     order = ["x", "skip", "gamma", "beta" if beta else "", "bias" if bias else ""]
     params = {k: v for k, v in params.items() if k in order}
-    census = check_contrib("SkipLayerNormalization", {"x": normal(2, 5, 8),
-                                                      "skip": normal(*skip_shape)},
+    census = check_contrib("SkipLayerNormalization", {"x": rng.randn(2, 5, 8),
+                                                      "skip": rng.randn(*skip_shape)},
                            params, {"epsilon": 1e-5}, order,
                            WITH_SUM)
     assert census.get("TRANSPOSE", 0) == 0
@@ -84,30 +81,30 @@ def test_skip_layer_normalization(skip_shape, bias, beta):
 
 @pytest.mark.parametrize("bias", [True, False])
 def test_skip_simplified_layer_normalization(bias):
-    params = {"gamma": normal(12), "bias": normal(12)}
+    params = {"gamma": rng.randn(12), "bias": rng.randn(12)}
     order = ["x", "skip", "gamma", "bias" if bias else ""]
     params = {k: v for k, v in params.items() if k in order}
-    check_contrib("SkipSimplifiedLayerNormalization", {"x": normal(3, 4, 12),
-                                                       "skip": normal(3, 4, 12)},
+    check_contrib("SkipSimplifiedLayerNormalization", {"x": rng.randn(3, 4, 12),
+                                                       "skip": rng.randn(3, 4, 12)},
                   params, {"epsilon": 1e-6}, order,
                   WITH_SUM)
 
 
 @pytest.mark.parametrize("shape, axis", [((2, 5, 8), -1), ((2, 5, 8), 1), ((3, 7), -1)])
 def test_simplified_layer_normalization(shape, axis):
-    check_contrib("SimplifiedLayerNormalization", {"x": normal(*shape)},
-                  {"scale": normal(*shape[axis:])}, {"axis": axis, "epsilon": 1e-5},
+    check_contrib("SimplifiedLayerNormalization", {"x": rng.randn(*shape)},
+                  {"scale": rng.randn(*shape[axis:])}, {"axis": axis, "epsilon": 1e-5},
                   domain="")
 
 
 def test_layer_normalization_below_opset_17():
     """onnxruntime's LayerNormalization of opsets 1-16 (its optimizer writes it there)."""
-    check_contrib("LayerNormalization", {"x": normal(2, 5, 8)},
-                  {"scale": normal(8), "bias": normal(8)}, {"epsilon": 1e-5}, domain="")
+    check_contrib("LayerNormalization", {"x": rng.randn(2, 5, 8)},
+                  {"scale": rng.randn(8), "bias": rng.randn(8)}, {"epsilon": 1e-5}, domain="")
 
 
-EMBED_TABLES = {"word": normal(30, 16), "position": normal(12, 16), "segment": normal(2, 16),
-                "gamma": normal(16), "beta": normal(16)}
+EMBED_TABLES = {"word": rng.randn(30, 16), "position": rng.randn(12, 16),
+                "segment": rng.randn(2, 16), "gamma": rng.randn(16), "beta": rng.randn(16)}
 
 
 @pytest.mark.parametrize("segments, mask, positions", [(True, True, False),
@@ -157,8 +154,8 @@ def check_against_decomposed(op, order, inputs, initializers, reference_nodes):
 
 def test_bias_add():
     check_against_decomposed(
-        "BiasAdd", ["x", "bias", "skip"], {"x": normal(2, 9, 6), "skip": normal(2, 9, 6)},
-        {"bias": normal(6)},
+        "BiasAdd", ["x", "bias", "skip"], {"x": rng.randn(2, 9, 6), "skip": rng.randn(2, 9, 6)},
+        {"bias": rng.randn(6)},
         [helper.make_node("Add", ["x", "bias"], ["t"]), helper.make_node("Add", ["t", "skip"],
                                                                          ["y"])])
 
@@ -168,8 +165,8 @@ def test_bias_split_gelu():
               helper.make_node("Split", ["t"], ["left", "right"], axis=-1),
               helper.make_node("Gelu", ["right"], ["g"], domain=MS),
               helper.make_node("Mul", ["left", "g"], ["y"])]
-    check_against_decomposed("BiasSplitGelu", ["x", "bias"], {"x": normal(2, 16, 10)},
-                             {"bias": normal(10)}, halves)
+    check_against_decomposed("BiasSplitGelu", ["x", "bias"], {"x": rng.randn(2, 16, 10)},
+                             {"bias": rng.randn(10)}, halves)
 
 
 # --- matrix products and convolution ---------------------------------------------------
@@ -178,8 +175,8 @@ def test_bias_split_gelu():
     ("FusedMatMul", 0, 0, 1.0), ("FusedMatMul", 1, 0, 0.5), ("FusedMatMul", 1, 1, -1.5),
     ("TransposeMatMul", 0, 1, 1.0), ("TransposeMatMul", 1, 0, 1.0)])
 def test_fused_matmul(op, trans_a, trans_b, alpha):
-    a = normal(2, 3, *((4, 5) if trans_a else (5, 4)))
-    b = normal(3, *((6, 4) if trans_b else (4, 6)))
+    a = rng.randn(2, 3, *((4, 5) if trans_a else (5, 4)))
+    b = rng.randn(3, *((6, 4) if trans_b else (4, 6)))
     attrs = {"transA": trans_a, "transB": trans_b}
     if op == "FusedMatMul":
         attrs["alpha"] = alpha
@@ -188,7 +185,7 @@ def test_fused_matmul(op, trans_a, trans_b, alpha):
 
 
 def test_fused_matmul_constant_weights():
-    check_contrib("FusedMatMul", {"a": normal(2, 5, 4)}, {"w": normal(6, 4)},
+    check_contrib("FusedMatMul", {"a": rng.randn(2, 5, 4)}, {"w": rng.randn(6, 4)},
                   {"transB": 1, "alpha": 0.25})
 
 
@@ -202,8 +199,8 @@ def test_fused_conv(activation, params):
         attrs["activation"] = activation
     if params:
         attrs["activation_params"] = params
-    census = check_contrib("FusedConv", {"x": normal(2, 3, 7, 9)},
-                           {"w": normal(4, 3, 3, 3), "b": normal(4)}, attrs)
+    census = check_contrib("FusedConv", {"x": rng.randn(2, 3, 7, 9)},
+                           {"w": rng.randn(4, 3, 3, 3), "b": rng.randn(4)}, attrs)
     assert census.get("TRANSPOSE", 0) <= 2  # the NCHW model input and output only
 
 
@@ -214,8 +211,8 @@ def test_fused_conv_with_sum():
         helper.make_node("FusedConv", ["x", "w", "b", "z"], ["y"], domain=MS, pads=[1, 1, 1, 1],
                          activation="Relu"),
     ]
-    inputs = {"x": normal(2, 3, 6, 5)}
-    weights = {"w0": normal(4, 3, 3, 3), "w": normal(4, 3, 3, 3), "b": normal(4)}
+    inputs = {"x": rng.randn(2, 3, 6, 5)}
+    weights = {"w0": rng.randn(4, 3, 3, 3), "w": rng.randn(4, 3, 3, 3), "b": rng.randn(4)}
     graph = helper.make_graph(nodes, "test", [tensor_info("x", inputs["x"])],
                               [tensor_info("y", np.float32, [2, 4, 6, 5])],
                               [numpy_helper.from_array(a, n) for n, a in weights.items()])
@@ -252,31 +249,32 @@ ATTENTION_MASKS = {
     *((mask, 0) for mask in ATTENTION_MASKS), ("none", 1), ("raw_2d", 1), ("end_start", 1)])
 def test_attention(mask, unidirectional):
     batch, seq, hidden, heads = 2, 5, 12, 3
-    inputs = {"x": normal(batch, seq, 10)}
+    inputs = {"x": rng.randn(batch, seq, 10)}
     order = ["x", "w", "bias"]
     if ATTENTION_MASKS[mask]:
         inputs["mask_index"] = ATTENTION_MASKS[mask](batch, seq, seq)
         order.append("mask_index")
-    check_contrib("Attention", inputs, {"w": normal(10, 3 * hidden), "bias": normal(3 * hidden)},
+    check_contrib("Attention", inputs,
+                  {"w": rng.randn(10, 3 * hidden), "bias": rng.randn(3 * hidden)},
                   {"num_heads": heads, "unidirectional": unidirectional}, order)
 
 
 @pytest.mark.parametrize("mask", ["raw_2d", "lengths"])
 def test_attention_dynamic_lengths(mask):
     """Batch and sequence length unknown until run time (a model exported with dynamic axes)."""
-    inputs = {"x": normal(2, 5, 8), "mask_index": ATTENTION_MASKS[mask](2, 5, 5)}
+    inputs = {"x": rng.randn(2, 5, 8), "mask_index": ATTENTION_MASKS[mask](2, 5, 5)}
     shapes = {"x": ["batch", "sequence", 8],
               "mask_index": ["batch", "sequence"] if mask == "raw_2d" else ["batch"]}
-    check_contrib("Attention", inputs, {"w": normal(8, 24), "bias": normal(24)},
+    check_contrib("Attention", inputs, {"w": rng.randn(8, 24), "bias": rng.randn(24)},
                   {"num_heads": 2, "unidirectional": 1}, ["x", "w", "bias", "mask_index"],
                   input_shapes=shapes)
 
 
 def test_attention_sizes_scale_and_bias():
     """qkv_hidden_sizes with a wider V, a scale, an attention bias and a mask filter value."""
-    inputs = {"x": normal(3, 4, 8), "mask_index": _raw_mask(3, 4),
-              "attention_bias": normal(3, 2, 4, 4)}
-    check_contrib("Attention", inputs, {"w": normal(8, 8 + 8 + 12), "bias": normal(28)},
+    inputs = {"x": rng.randn(3, 4, 8), "mask_index": _raw_mask(3, 4),
+              "attention_bias": rng.randn(3, 2, 4, 4)}
+    check_contrib("Attention", inputs, {"w": rng.randn(8, 8 + 8 + 12), "bias": rng.randn(28)},
                   {"num_heads": 2, "qkv_hidden_sizes": [8, 8, 12], "scale": 0.3,
                    "mask_filter_value": -1000.0},
                   ["x", "w", "bias", "mask_index", "", "attention_bias"])
@@ -286,9 +284,9 @@ def test_attention_sizes_scale_and_bias():
 def test_attention_past_and_present(unidirectional):
     batch, seq, past_len, heads, head_size = 2, 3, 4, 2, 4
     hidden = heads * head_size
-    inputs = {"x": normal(batch, seq, hidden), "mask_index": _raw_mask(batch, past_len + seq),
-              "past": normal(2, batch, heads, past_len, head_size)}
-    check_contrib("Attention", inputs, {"w": normal(hidden, 3 * hidden)},
+    inputs = {"x": rng.randn(batch, seq, hidden), "mask_index": _raw_mask(batch, past_len + seq),
+              "past": rng.randn(2, batch, heads, past_len, head_size)}
+    check_contrib("Attention", inputs, {"w": rng.randn(hidden, 3 * hidden)},
                   {"num_heads": heads, "unidirectional": unidirectional},
                   ["x", "w", "", "mask_index", "past"],
                   [("y", np.float32), ("present", np.float32)])
@@ -299,11 +297,11 @@ def test_attention_past_and_present(unidirectional):
 def test_multi_head_attention(mask, four_d_kv):
     batch, seq, kv_len, heads, head_size = 2, 4, 6, 3, 4
     hidden = heads * head_size
-    key, value = normal(batch, kv_len, hidden), normal(batch, kv_len, hidden)
+    key, value = rng.randn(batch, kv_len, hidden), rng.randn(batch, kv_len, hidden)
     if four_d_kv:
         key = key.reshape(batch, kv_len, heads, head_size).transpose(0, 2, 1, 3).copy()
         value = value.reshape(batch, kv_len, heads, head_size).transpose(0, 2, 1, 3).copy()
-    inputs = {"q": normal(batch, seq, hidden), "k": key, "v": value}
+    inputs = {"q": rng.randn(batch, seq, hidden), "k": key, "v": value}
     order = ["q", "k", "v", ""]
     if ATTENTION_MASKS[mask]:
         inputs["key_padding_mask"] = ATTENTION_MASKS[mask](batch, seq, kv_len)
@@ -314,12 +312,12 @@ def test_multi_head_attention(mask, four_d_kv):
 def test_multi_head_attention_bias_and_present():
     batch, seq, heads, head_size, past_len = 2, 3, 2, 4, 5
     hidden = heads * head_size
-    inputs = {"q": normal(batch, seq, hidden), "k": normal(batch, seq, hidden),
-              "v": normal(batch, seq, hidden),
-              "attention_bias": normal(1, heads, seq, past_len + seq),
-              "past_key": normal(batch, heads, past_len, head_size),
-              "past_value": normal(batch, heads, past_len, head_size)}
-    check_contrib("MultiHeadAttention", inputs, {"bias": normal(3 * hidden)},
+    inputs = {"q": rng.randn(batch, seq, hidden), "k": rng.randn(batch, seq, hidden),
+              "v": rng.randn(batch, seq, hidden),
+              "attention_bias": rng.randn(1, heads, seq, past_len + seq),
+              "past_key": rng.randn(batch, heads, past_len, head_size),
+              "past_value": rng.randn(batch, heads, past_len, head_size)}
+    check_contrib("MultiHeadAttention", inputs, {"bias": rng.randn(3 * hidden)},
                   {"num_heads": heads, "unidirectional": 1, "scale": 0.5},
                   ["q", "k", "v", "bias", "", "attention_bias", "past_key", "past_value"],
                   [("y", np.float32), ("present_key", np.float32),
@@ -344,13 +342,13 @@ def test_rotary_embedding(interleaved, shape, num_heads, rotary_dim):
         attrs["num_heads"] = num_heads
     if rotary_dim:
         attrs["rotary_embedding_dim"] = rotary_dim
-    check_contrib("RotaryEmbedding", {"x": normal(*shape), "position_ids": positions},
+    check_contrib("RotaryEmbedding", {"x": rng.randn(*shape), "position_ids": positions},
                   {"cos": cos, "sin": sin}, attrs)
 
 
 def test_rotary_embedding_start_offset():
     cos, sin = _rotary_caches(12, 4)
-    check_contrib("RotaryEmbedding", {"x": normal(2, 5, 16), "offset": np.array([3], np.int64)},
+    check_contrib("RotaryEmbedding", {"x": rng.randn(2, 5, 16), "offset": np.array([3], np.int64)},
                   {"cos": cos, "sin": sin}, {"num_heads": 2})
 
 
@@ -371,9 +369,9 @@ def _check_gqa(inputs, order, heads, kv_heads, head_size, rotary):
 def test_group_query_attention(heads, kv_heads, rotary):
     batch, seq = 2, 5
     head_size = 16 if rotary else 8  # onnxruntime rotates heads of a multiple of 16 only
-    inputs = {"q": normal(batch, seq, heads * head_size),
-              "k": normal(batch, seq, kv_heads * head_size),
-              "v": normal(batch, seq, kv_heads * head_size),
+    inputs = {"q": rng.randn(batch, seq, heads * head_size),
+              "k": rng.randn(batch, seq, kv_heads * head_size),
+              "v": rng.randn(batch, seq, kv_heads * head_size),
               "seqlens_k": np.full(batch, seq - 1, np.int32),
               "total_sequence_length": np.array(seq, np.int32)}
     _check_gqa(inputs, ["q", "k", "v", "", "", "seqlens_k", "total_sequence_length"],
@@ -397,19 +395,19 @@ def _pack(codes, bits):
 def test_matmul_nbits(bits, block, k, zero_points):
     n, blocks = 6, -(-k // block)
     codes = rng.integers(0, 1 << bits, (n, blocks, block))
-    initializers = {"B": _pack(codes, bits), "scales": normal(n * blocks) * 0.1}
+    initializers = {"B": _pack(codes, bits), "scales": rng.randn(n * blocks) * 0.1}
     order = ["A", "B", "scales"]
     if zero_points == "packed":
         zero = rng.integers(0, 1 << bits, (n, -(-blocks * bits // 8) * 8 // bits))
         initializers["zero_points"] = _pack(zero, bits).reshape(-1)
         order.append("zero_points")
     elif zero_points == "float":
-        initializers["zero_points"] = normal(n * blocks) + (1 << (bits - 1))
+        initializers["zero_points"] = rng.randn(n * blocks) + (1 << (bits - 1))
         order.append("zero_points")
-    initializers["bias"] = normal(n)
+    initializers["bias"] = rng.randn(n)
     order += [""] * (5 - len(order)) + ["bias"]
     attrs = {"K": k, "N": n, "bits": bits, "block_size": block}
-    census = check_contrib("MatMulNBits", {"A": normal(2, 3, k)}, initializers, attrs, order)
+    census = check_contrib("MatMulNBits", {"A": rng.randn(2, 3, k)}, initializers, attrs, order)
     assert census.get("TRANSPOSE", 0) == 0
 
 
@@ -419,8 +417,8 @@ def _gather_tables(content: bytes) -> list:
 
     interpreter = Interpreter(model_content=content)
     tensors = {t["index"]: t for t in interpreter.get_tensor_details()}
-    return sorted((np.dtype(tensors[op["inputs"][0]]["dtype"]).name
-                   for op in interpreter._get_ops_details() if op["op_name"] == "GATHER"))
+    return sorted(np.dtype(tensors[op["inputs"][0]]["dtype"]).name
+                  for op in interpreter._get_ops_details() if op["op_name"] == "GATHER")
 
 
 @pytest.mark.parametrize("bits, block, dim, with_zero_points, table", [
@@ -434,7 +432,7 @@ def test_gather_block_quantized(bits, block, dim, with_zero_points, table, index
     rows, blocks = 20, -(-dim // block)
     codes = rng.integers(0, 1 << bits, (rows, dim))
     data = _pack(codes, bits) if bits == 4 else codes.astype(np.uint8)
-    initializers = {"data": data, "scales": normal(rows, blocks) * 0.1}
+    initializers = {"data": data, "scales": rng.randn(rows, blocks) * 0.1}
     order = ["data", "indices", "scales"]
     if with_zero_points:
         zero = rng.integers(0, 1 << bits, (rows, -(-blocks // 2) * 2))[:, :blocks]
@@ -452,7 +450,7 @@ def test_gather_block_quantized(bits, block, dim, with_zero_points, table, index
 def test_gather_block_quantized_of_a_3d_table_gathers_its_dequantized_values():
     """Other layouts than rows of a 2-D table gather from the table dequantized."""
     codes = rng.integers(0, 16, (4, 6, 32))
-    initializers = {"data": _pack(codes, 4), "scales": normal(4, 6, 2) * 0.1}
+    initializers = {"data": _pack(codes, 4), "scales": rng.randn(4, 6, 2) * 0.1}
     indices = np.array([[3, -1], [0, 2], [1, 1]], np.int64)
     converted = check_model(contrib_model(
         "GatherBlockQuantized", {"indices": indices}, initializers,
@@ -481,11 +479,11 @@ def test_group_query_attention_with_past(heads, kv_heads, rotary, batch, seq):
     """A decoding step after a cache of 6 positions, every row full (onnxruntime takes
     several new tokens after a cache for batch 1 only)."""
     past_len, head_size = 6, 16
-    inputs = {"q": normal(batch, seq, heads * head_size),
-              "k": normal(batch, seq, kv_heads * head_size),
-              "v": normal(batch, seq, kv_heads * head_size),
-              "past_key": normal(batch, kv_heads, past_len, head_size),
-              "past_value": normal(batch, kv_heads, past_len, head_size),
+    inputs = {"q": rng.randn(batch, seq, heads * head_size),
+              "k": rng.randn(batch, seq, kv_heads * head_size),
+              "v": rng.randn(batch, seq, kv_heads * head_size),
+              "past_key": rng.randn(batch, kv_heads, past_len, head_size),
+              "past_value": rng.randn(batch, kv_heads, past_len, head_size),
               "seqlens_k": np.full(batch, past_len + seq - 1, np.int32),
               "total_sequence_length": np.array(past_len + seq, np.int32)}
     _check_gqa(inputs, ["q", "k", "v", "past_key", "past_value", "seqlens_k",

@@ -10,6 +10,7 @@ from onnx2tf_alt.errors import ConversionError
 from onnx2tf_alt.tflite.lowering import tflite_bytes
 
 from harness import (
+    Rng,
     assert_close,
     check_model,
     check_node,
@@ -23,11 +24,7 @@ from harness import (
     to_physical,
 )
 
-rng = np.random.default_rng(0)
-
-
-def randn(*shape):
-    return rng.standard_normal(shape).astype(np.float32)
+rng = Rng(0)
 
 
 def positive(*shape):
@@ -35,12 +32,12 @@ def positive(*shape):
 
 
 def bn_params(*shape):
-    return {"scale": randn(*shape), "bias": randn(*shape), "mean": randn(*shape),
+    return {"scale": rng.randn(*shape), "bias": rng.randn(*shape), "mean": rng.randn(*shape),
             "var": positive(*shape)}
 
 
 def conv_weights(out_ch, in_ch):
-    return randn(out_ch, in_ch, 3, 3), randn(out_ch)
+    return rng.randn(out_ch, in_ch, 3, 3), rng.randn(out_ch)
 
 
 def tflite_census(converted) -> dict[str, int]:
@@ -67,7 +64,7 @@ def check_against(model, reference, feeds):
 @pytest.mark.parametrize("shape", [(2, 3), (2, 5, 7), (2, 3, 5, 7), (2, 3, 4, 5, 3)])
 @pytest.mark.parametrize("epsilon", [1e-5, 0.1])
 def test_batch_norm(shape, epsilon):
-    check_node("BatchNormalization", {"x": randn(*shape)}, {"epsilon": epsilon},
+    check_node("BatchNormalization", {"x": rng.randn(*shape)}, {"epsilon": epsilon},
                bn_params(shape[1]), opset=15)
 
 
@@ -78,7 +75,7 @@ def test_batch_norm_training_mode(shape, momentum):
     nodes = [helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"],
                               ["y", "running_mean", "running_var"], training_mode=1,
                               momentum=momentum)]
-    feeds = {"x": randn(*shape) * 2 + 0.5}
+    feeds = {"x": rng.randn(*shape) * 2 + 0.5}
     params = bn_params(shape[1])
     model = make_model(nodes, feeds, ["y", "running_mean", "running_var"], params, opset=15)
     check_model(model, feeds)
@@ -86,22 +83,22 @@ def test_batch_norm_training_mode(shape, momentum):
 
 @pytest.mark.parametrize("opset", [7, 9, 14])
 def test_batch_norm_opsets(opset):
-    check_node("BatchNormalization", {"x": randn(2, 4, 3, 5)}, {}, bn_params(4), opset=opset)
+    check_node("BatchNormalization", {"x": rng.randn(2, 4, 3, 5)}, {}, bn_params(4), opset=opset)
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 7), (2, 3, 4, 5)])
 def test_batch_norm_not_spatial(shape):
-    check_node("BatchNormalization", {"x": randn(*shape)}, {"spatial": 0},
+    check_node("BatchNormalization", {"x": rng.randn(*shape)}, {"spatial": 0},
                bn_params(*shape[1:]), opset=7)
 
 
 def test_batch_norm_runtime_params():
-    inputs = {"x": randn(2, 3, 5, 4), **bn_params(3)}
+    inputs = {"x": rng.randn(2, 3, 5, 4), **bn_params(3)}
     check_node("BatchNormalization", inputs, {"epsilon": 1e-3}, opset=15)
 
 
 def test_batch_norm_runtime_params_not_spatial():
-    inputs = {"x": randn(2, 3, 5, 4), **bn_params(3, 5, 4)}
+    inputs = {"x": rng.randn(2, 3, 5, 4), **bn_params(3, 5, 4)}
     check_node("BatchNormalization", inputs, {"spatial": 0}, opset=7)
 
 
@@ -129,7 +126,7 @@ def test_conv_batch_norm_relu_conv_chain():
         helper.make_node("Conv", ["r", "w2", "b2"], ["y"]),
     ]
     inits = {"w1": w1, "b1": b1, **bn_params(6), "w2": w2, "b2": b2}
-    feeds = {"x": randn(2, 3, 9, 7)}
+    feeds = {"x": rng.randn(2, 3, 9, 7)}
     converted = check_model(make_model(nodes, feeds, ["y"], inits, opset=15), feeds)
     counts = tflite_census(converted)
     assert "MUL" not in counts and "ADD" not in counts, counts  # folded into the first conv
@@ -142,12 +139,12 @@ def test_conv_batch_norm_relu_conv_chain():
 @pytest.mark.parametrize("opset", [7, 22])
 def test_instance_norm(shape, opset):
     c = shape[1]
-    check_node("InstanceNormalization", {"x": randn(*shape)}, {"epsilon": 1e-3},
-               {"scale": randn(c), "bias": randn(c)}, opset=opset)
+    check_node("InstanceNormalization", {"x": rng.randn(*shape)}, {"epsilon": 1e-3},
+               {"scale": rng.randn(c), "bias": rng.randn(c)}, opset=opset)
 
 
 def test_instance_norm_runtime_params():
-    inputs = {"x": randn(2, 5, 4, 3), "scale": randn(5), "bias": randn(5)}
+    inputs = {"x": rng.randn(2, 5, 4, 3), "scale": rng.randn(5), "bias": rng.randn(5)}
     check_node("InstanceNormalization", inputs)
 
 
@@ -159,8 +156,8 @@ def test_conv_instance_norm_conv_chain():
         helper.make_node("InstanceNormalization", ["c1", "scale", "bias"], ["n"]),
         helper.make_node("Conv", ["n", "w2", "b2"], ["y"]),
     ]
-    inits = {"w1": w1, "b1": b1, "scale": randn(5), "bias": randn(5), "w2": w2, "b2": b2}
-    feeds = {"x": randn(2, 3, 9, 8)}
+    inits = {"w1": w1, "b1": b1, "scale": rng.randn(5), "bias": rng.randn(5), "w2": w2, "b2": b2}
+    feeds = {"x": rng.randn(2, 3, 9, 8)}
     tflite_census(check_model(make_model(nodes, feeds, ["y"], inits), feeds))
 
 
@@ -181,16 +178,16 @@ def test_conv_instance_norm_conv_chain():
 )
 def test_layer_norm(shape, axis, bias):
     norm_shape = shape[axis:]
-    inits = {"scale": randn(*norm_shape)}
+    inits = {"scale": rng.randn(*norm_shape)}
     if bias:
-        inits["bias"] = randn(*norm_shape)
-    check_node("LayerNormalization", {"x": randn(*shape)}, {"axis": axis, "epsilon": 1e-3},
+        inits["bias"] = rng.randn(*norm_shape)
+    check_node("LayerNormalization", {"x": rng.randn(*shape)}, {"axis": axis, "epsilon": 1e-3},
                inits, num_outputs=3, opset=17)
 
 
 def test_layer_norm_broadcast_scale_runtime():
     """Scale and bias of lower rank than the normalized shape, given at run time."""
-    inputs = {"x": randn(2, 3, 4, 5), "scale": randn(5), "bias": randn(4, 1)}
+    inputs = {"x": rng.randn(2, 3, 4, 5), "scale": rng.randn(5), "bias": rng.randn(4, 1)}
     check_node("LayerNormalization", inputs, {"axis": 2}, opset=17)
 
 
@@ -206,9 +203,9 @@ def test_conv_layer_norm_conv_chain(axis):
                          axis=axis),
         helper.make_node("Conv", ["n", "w2", "b2"], ["y"]),
     ]
-    inits = {"w1": w1, "b1": b1, "scale": randn(*norm_shape), "bias": randn(*norm_shape),
+    inits = {"w1": w1, "b1": b1, "scale": rng.randn(*norm_shape), "bias": rng.randn(*norm_shape),
              "w2": w2, "b2": b2}
-    feeds = {"x": randn(2, 3, 9, 7)}
+    feeds = {"x": rng.randn(2, 3, 9, 7)}
     model = make_model(nodes, feeds, ["y", "mean", "inv"], inits, opset=17)
     tflite_census(check_model(model, feeds))
 
@@ -223,12 +220,13 @@ def test_conv_layer_norm_conv_chain(axis):
 )
 def test_group_norm(shape, groups):
     c = shape[1]
-    check_node("GroupNormalization", {"x": randn(*shape)}, {"num_groups": groups, "epsilon": 1e-3},
-               {"scale": randn(c), "bias": randn(c)}, opset=21)
+    check_node("GroupNormalization", {"x": rng.randn(*shape)},
+               {"num_groups": groups, "epsilon": 1e-3},
+               {"scale": rng.randn(c), "bias": rng.randn(c)}, opset=21)
 
 
 def test_group_norm_runtime_params():
-    inputs = {"x": randn(2, 6, 5, 4), "scale": randn(6), "bias": randn(6)}
+    inputs = {"x": rng.randn(2, 6, 5, 4), "scale": rng.randn(6), "bias": rng.randn(6)}
     check_node("GroupNormalization", inputs, {"num_groups": 3}, opset=21)
 
 
@@ -250,11 +248,11 @@ def tolerate_deprecated_ops(monkeypatch):
 
 @pytest.mark.parametrize("shape, groups", [((2, 6, 5, 3), 3), ((2, 4, 7), 2)])
 def test_group_norm_18_per_group_scale(tolerate_deprecated_ops, shape, groups):
-    x = randn(*shape)
+    x = rng.randn(*shape)
     node = helper.make_node("GroupNormalization", ["x", "scale", "bias"], ["y"],
                             num_groups=groups, epsilon=1e-4)
-    inits = [numpy_helper.from_array(randn(groups), "scale"),
-             numpy_helper.from_array(randn(groups), "bias")]
+    inits = [numpy_helper.from_array(rng.randn(groups), "scale"),
+             numpy_helper.from_array(rng.randn(groups), "bias")]
     graph = helper.make_graph([node], "test", [tensor_info("x", x)], [tensor_info("y", x)],
                               inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
@@ -270,8 +268,8 @@ def test_conv_group_norm_conv_chain():
         helper.make_node("GroupNormalization", ["c1", "scale", "bias"], ["n"], num_groups=2),
         helper.make_node("Conv", ["n", "w2", "b2"], ["y"]),
     ]
-    inits = {"w1": w1, "b1": b1, "scale": randn(6), "bias": randn(6), "w2": w2, "b2": b2}
-    feeds = {"x": randn(2, 3, 8, 9)}
+    inits = {"w1": w1, "b1": b1, "scale": rng.randn(6), "bias": rng.randn(6), "w2": w2, "b2": b2}
+    feeds = {"x": rng.randn(2, 3, 8, 9)}
     model = make_model(nodes, feeds, ["y"], inits, opset=21)
     # ONNX has no shape inference for GroupNormalization-21; exporters write value_info.
     model.graph.value_info.append(tensor_info("n", np.float32, (2, 6, 6, 7)))
@@ -287,7 +285,7 @@ def test_conv_group_norm_conv_chain():
      {"size": 7, "alpha": 0.3, "beta": 1.0, "bias": 1.5}],
 )
 def test_lrn(attrs):
-    check_node("LRN", {"x": randn(2, 6, 5, 3)}, attrs, opset=13)
+    check_node("LRN", {"x": rng.randn(2, 6, 5, 3)}, attrs, opset=13)
 
 
 def lrn_reference(x: np.ndarray, size: int, alpha: float, beta: float, bias: float):
@@ -328,7 +326,7 @@ def lrn_node_model(x, size, alpha, beta, bias):
 
 
 def test_lrn_reference_matches_onnxruntime_kernel():
-    x = randn(2, 7, 4, 3)
+    x = rng.randn(2, 7, 4, 3)
     args = (5, 0.2, 0.8, 1.5)
     expected = ort_run(lrn_node_model(x, *args), {"x": x})[0]
     assert_close(ort_run(lrn_reference(x, *args), {"x": x})[0], expected)
@@ -341,7 +339,7 @@ def test_lrn_reference_matches_onnxruntime_kernel():
 )
 def test_lrn_even_sizes_and_other_ranks(shape, size):
     """Cases onnxruntime's LRN kernel rejects (it needs 4-D input and an odd size)."""
-    x = randn(*shape)
+    x = rng.randn(*shape)
     args = (size, 0.3, 0.75, 1.2)
     check_against(lrn_node_model(x, *args), lrn_reference(x, *args), {"x": x})
 
@@ -356,12 +354,12 @@ def test_lrn_even_sizes_and_other_ranks(shape, size):
 )
 def test_mean_variance_norm(shape, axes):
     attrs = {} if axes is None else {"axes": axes}
-    check_node("MeanVarianceNormalization", {"x": randn(*shape)}, attrs, opset=13)
+    check_node("MeanVarianceNormalization", {"x": rng.randn(*shape)}, attrs, opset=13)
 
 
 @pytest.mark.parametrize("opset", [9, 18])
 def test_mean_variance_norm_opsets(opset):
-    check_node("MeanVarianceNormalization", {"x": randn(2, 4, 3, 5)}, opset=opset)
+    check_node("MeanVarianceNormalization", {"x": rng.randn(2, 4, 3, 5)}, opset=opset)
 
 
 @pytest.mark.parametrize(
@@ -370,12 +368,12 @@ def test_mean_variance_norm_opsets(opset):
      ((2, 3, 5, 4), -1, 2), ((2, 3, 4, 3, 2), 2, 2)],
 )
 def test_lp_norm(shape, axis, p):
-    check_node("LpNormalization", {"x": randn(*shape)}, {"axis": axis, "p": p}, opset=22)
+    check_node("LpNormalization", {"x": rng.randn(*shape)}, {"axis": axis, "p": p}, opset=22)
 
 
 @pytest.mark.parametrize("p", [1, 2])
 def test_lp_norm_all_zero_slice_gives_zeros(p):
-    x = randn(3, 4, 5)
+    x = rng.randn(3, 4, 5)
     x[1, :, 2] = 0
     check_node("LpNormalization", {"x": x}, {"axis": 1, "p": p}, opset=22)
 
@@ -393,7 +391,7 @@ def test_conv_axis_norm_conv_chain(op, attrs):
         helper.make_node("Conv", ["n", "w2", "b2"], ["y"]),
     ]
     inits = {"w1": w1, "b1": b1, "w2": w2, "b2": b2}
-    feeds = {"x": randn(2, 3, 8, 7)}
+    feeds = {"x": rng.randn(2, 3, 8, 7)}
     tflite_census(check_model(make_model(nodes, feeds, ["y"], inits), feeds))
 
 
@@ -412,8 +410,8 @@ def test_conv_axis_norm_conv_chain(op, attrs):
     ],
 )
 def test_unknown_dims(op, attrs, params, dims, opset):
-    x = randn(2, 6, 4, 5)
-    inits = {} if params is None else {"scale": randn(*params), "bias": randn(*params)}
+    x = rng.randn(2, 6, 4, 5)
+    inits = {} if params is None else {"scale": rng.randn(*params), "bias": rng.randn(*params)}
     if op == "LRN":
         node = helper.make_node(op, ["x"], ["y"], **attrs)
         model = make_model([node], {"x": x}, ["y"], opset=opset, input_shapes={"x": dims})
@@ -426,13 +424,13 @@ def test_unknown_dims(op, attrs, params, dims, opset):
 @pytest.mark.parametrize("fmt, suffix", [("h5", ".h5"), ("keras_v3", ".keras")])
 def test_keras_files_reload(tmp_path, fmt, suffix):
     """The run-time reshapes of GroupNormalization and LRN's band matrix survive a reload."""
-    x = randn(2, 6, 4, 5)
+    x = rng.randn(2, 6, 4, 5)
     nodes = [
         helper.make_node("GroupNormalization", ["x", "scale", "bias"], ["g"], num_groups=3),
         helper.make_node("LRN", ["g"], ["y"], size=4),
     ]
     dims = ["N", 6, "H", "W"]
-    inits = [numpy_helper.from_array(randn(6), n) for n in ("scale", "bias")]
+    inits = [numpy_helper.from_array(rng.randn(6), n) for n in ("scale", "bias")]
     graph = helper.make_graph(nodes, "test", [tensor_info("x", np.float32, dims)],
                               [tensor_info("y", np.float32, dims)], inits,
                               value_info=[tensor_info("g", np.float32, dims)])

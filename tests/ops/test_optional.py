@@ -1,20 +1,15 @@
 """OptionalHasElement and OptionalGetElement on tensors (ops/optional.py)."""
 
-import numpy as np
 from onnx import helper
 
-from harness import check_model, make_model
+from harness import Rng, check_model, make_model
 
-rng = np.random.default_rng(0)
-
-
-def normal(*shape):
-    return rng.standard_normal(shape).astype(np.float32)
+rng = Rng(0)
 
 
 def test_optional_ops_on_tensors():
     """A plain tensor is a present optional: HasElement is true, GetElement returns it."""
-    x = normal(2, 3, 4)
+    x = rng.randn(2, 3, 4)
     nodes = [helper.make_node("OptionalHasElement", ["x"], ["has"]),
              helper.make_node("OptionalGetElement", ["x"], ["got"]),
              helper.make_node("Relu", ["got"], ["y"])]

@@ -11,21 +11,22 @@ from onnx import helper
 
 from onnx2tf_alt.export.keras_files import save_h5, save_keras_v3
 
-from harness import assert_close, check_model, check_nodes, convert, make_model, to_physical
+from harness import (
+    Rng,
+    assert_close,
+    check_model,
+    check_nodes,
+    convert,
+    label,
+    make_model,
+    to_physical,
+)
 
-rng = np.random.default_rng(0)
+rng = Rng(0)
 
 X1 = (2, 3, 11)
 X2 = (2, 3, 7, 9)
 X3 = (2, 3, 5, 6, 7)
-
-
-def randn(*shape):
-    return rng.standard_normal(shape).astype(np.float32)
-
-
-def label(op, attrs) -> str:
-    return op + "(" + ", ".join(f"{k}={v}" for k, v in attrs.items()) + ")"
 
 
 def check_cases(op, x, cases, opset=18, indices=False, input_shapes=None):
@@ -33,7 +34,7 @@ def check_cases(op, x, cases, opset=18, indices=False, input_shapes=None):
     data); with `indices` each node also outputs MaxPool's Indices. Returns the TFLite
     census, which must hold no TRANSPOSE, no Flex op and no MIRROR_PAD (XNNPACK does not run
     it)."""
-    x = x if isinstance(x, np.ndarray) else randn(*x)
+    x = x if isinstance(x, np.ndarray) else rng.randn(*x)
     nodes = []
     for attrs in cases:
         outputs = [label(op, attrs)] + ([label(op, attrs) + ".indices"] if indices else [])
@@ -262,7 +263,7 @@ def test_lp_pool(shape, cases, opset):
 
 @pytest.mark.parametrize("shape", [X1, X2, X3])
 def test_global_pools(shape):
-    x = randn(*shape)
+    x = rng.randn(*shape)
     nodes = [helper.make_node(op, ["x"], [op], **attrs) for op, attrs in [
         ("GlobalAveragePool", {}), ("GlobalMaxPool", {}), ("GlobalLpPool", {}),
         ("GlobalLpPool", {"p": 3}),
@@ -301,11 +302,11 @@ def test_pools_between_convs():
         ("LpPool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
         ("GlobalAveragePool", {}),
     ]
-    x = randn(2, 3, 9, 11)
-    init = {"w1": randn(6, 3, 3, 3), "b1": randn(6)}
+    x = rng.randn(2, 3, 9, 11)
+    init = {"w1": rng.randn(6, 3, 3, 3), "b1": rng.randn(6)}
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1])]
     for i, (op, attrs) in enumerate(pools):
-        init[f"w{i + 2}"] = randn(4, 6, 1, 1)
+        init[f"w{i + 2}"] = rng.randn(4, 6, 1, 1)
         nodes.append(helper.make_node(op, ["c1"], [f"p{i}"], **attrs))
         nodes.append(helper.make_node("Conv", [f"p{i}", f"w{i + 2}"], [label(op, attrs)]))
     outputs = [label(op, attrs) for op, attrs in pools]
@@ -317,9 +318,9 @@ def test_pools_between_convs():
 @pytest.mark.parametrize("save, suffix", [(save_h5, ".h5"), (save_keras_v3, ".keras")])
 def test_keras_files_reload(tmp_path, save, suffix):
     """Conv, ConvTranspose and pool graphs (tap slices, Indices, divisors) survive a reload."""
-    x = randn(2, 4, 9, 11)
-    init = {"w1": randn(6, 4, 3, 3), "b1": randn(6), "wd": randn(6, 1, 3, 3),
-            "wt": randn(6, 3, 3, 3)}
+    x = rng.randn(2, 4, 9, 11)
+    init = {"w1": rng.randn(6, 4, 3, 3), "b1": rng.randn(6), "wd": rng.randn(6, 1, 3, 3),
+            "wt": rng.randn(6, 3, 3, 3)}
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 0, 2, 1], dilations=[1, 2]),
         helper.make_node("Conv", ["c1", "wd"], ["c2"], group=6, strides=[2, 2],

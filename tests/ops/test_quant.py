@@ -11,13 +11,9 @@ import pytest
 from onnx import helper
 from onnx2tf_alt.ops.quant import EXACT_LIMIT
 
-from harness import check_node, check_nodes, reference_run
+from harness import Rng, check_node, check_nodes, reference_run
 
-rng = np.random.default_rng(0)
-
-
-def randn(*shape, scale=1.0):
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
+rng = Rng(0)
 
 
 def ints(dtype, *shape, low=None, high=None):
@@ -34,7 +30,7 @@ def ints(dtype, *shape, low=None, high=None):
 def test_quantize_dequantize_per_tensor(opset):
     """Every integer type the opset allows; the DequantizeLinear reads a model input."""
     dtypes = [np.uint8, np.int8] + ([np.uint16, np.int16] if opset >= 21 else [])
-    x = randn(2, 3, 5, 7, scale=4.0)
+    x = rng.randn(2, 3, 5, 7, scale=4.0)
     nodes, init, inputs = [], {"s": np.float32(0.0371)}, {"x": x}
     for dtype in dtypes:
         name = np.dtype(dtype).name
@@ -51,7 +47,7 @@ def test_quantize_dequantize_per_tensor(opset):
 
 @pytest.mark.parametrize("opset", [13, 21])
 def test_quantize_dequantize_per_axis(opset):
-    x = randn(2, 3, 5, 7, scale=3.0)
+    x = rng.randn(2, 3, 5, 7, scale=3.0)
     nodes, init, inputs = [], {}, {"x": x}
     for axis in (0, 1, 2, -1):
         size = x.shape[axis]
@@ -94,13 +90,13 @@ def test_dequantize_int32_and_constant():
 def test_fake_quantized_constant_weights_feed_conv():
     """float weights -> QuantizeLinear -> DequantizeLinear -> Conv (per output channel):
     both fold to constants, so the Conv keeps constant weights."""
-    x = randn(2, 3, 8, 8)
+    x = rng.randn(2, 3, 8, 8)
     nodes = [
         helper.make_node("QuantizeLinear", ["w", "s", "z"], ["wq"], axis=0),
         helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["wdq"], axis=0),
         helper.make_node("Conv", ["x", "wdq"], ["y"], pads=[1, 1, 1, 1]),
     ]
-    init = {"w": randn(4, 3, 3, 3), "s": rng.uniform(0.005, 0.02, 4).astype(np.float32),
+    init = {"w": rng.randn(4, 3, 3, 3), "s": rng.uniform(0.005, 0.02, 4).astype(np.float32),
             "z": np.zeros(4, np.int8)}
     _, census = check_nodes(nodes, {"x": x}, init, opset=13, outputs=["y"])
     assert census.get("CONV_2D") == 1 and "ROUND" not in census, census
@@ -109,7 +105,7 @@ def test_fake_quantized_constant_weights_feed_conv():
 def test_qdq_between_convs_keeps_channel_last():
     """Conv -> QuantizeLinear -> DequantizeLinear -> Conv, per-tensor and per-channel: the
     pair runs on the channel-last tensor, with no TRANSPOSE."""
-    x = randn(2, 4, 9, 9)
+    x = rng.randn(2, 4, 9, 9)
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("QuantizeLinear", ["c1", "s", "z"], ["q"]),
@@ -119,7 +115,7 @@ def test_qdq_between_convs_keeps_channel_last():
         helper.make_node("Add", ["dq", "dqc"], ["sum"]),
         helper.make_node("Conv", ["sum", "w2"], ["out"]),
     ]
-    init = {"w1": randn(6, 4, 3, 3), "w2": randn(5, 6, 1, 1), "s": np.float32(0.05),
+    init = {"w1": rng.randn(6, 4, 3, 3), "w2": rng.randn(5, 6, 1, 1), "s": np.float32(0.05),
             "z": np.uint8(128), "sc": rng.uniform(0.02, 0.08, 6).astype(np.float32),
             "zc": ints(np.int8, 6, low=-5, high=5)}
     converted, census = check_nodes(nodes, {"x": x}, init, opset=13,
@@ -139,7 +135,7 @@ def blocked(shape, axis: int, block: int):
 def test_blocked_quantize_dequantize(runtime):
     """block_size along several axes, blocks that do not divide the axis; scales and zero
     points as initializers or as graph inputs fed at run time."""
-    x = randn(2, 6, 5, 7, scale=3.0)
+    x = rng.randn(2, 6, 5, 7, scale=3.0)
     nodes, params, inputs = [], {}, {"x": x}
     for axis, block in [(1, 2), (2, 3), (-1, 4), (0, 1)]:
         tag = f"{axis}_{block}".replace("-", "m")
@@ -165,7 +161,7 @@ def test_blocked_quantize_dequantize(runtime):
 def test_blocked_qdq_between_convs_keeps_channel_last(runtime):
     """Conv -> blocked QuantizeLinear -> DequantizeLinear (blocks of channels) -> Conv: the
     parameters are expanded along the channel-last axis, with no TRANSPOSE."""
-    x = randn(2, 4, 7, 5)
+    x = rng.randn(2, 4, 7, 5)
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("QuantizeLinear", ["c1", "s", "z"], ["q"], axis=1, block_size=4),
@@ -175,7 +171,7 @@ def test_blocked_qdq_between_convs_keeps_channel_last(runtime):
     shape = blocked((2, 6, 7, 5), 1, 4)
     params = {"s": rng.uniform(0.02, 0.08, shape).astype(np.float32),
               "z": ints(np.int8, *shape, low=-5, high=5)}
-    init = {"w1": randn(6, 4, 3, 3), "w2": randn(5, 6, 1, 1)}
+    init = {"w1": rng.randn(6, 4, 3, 3), "w2": rng.randn(5, 6, 1, 1)}
     inputs = {"x": x, **(params if runtime else {})}
     converted, census = check_nodes(nodes, inputs, {**init, **({} if runtime else params)},
                                     opset=21, outputs=["q", "out"])
@@ -188,9 +184,9 @@ def test_blocked_qdq_between_convs_keeps_channel_last(runtime):
 
 def test_dynamic_quantize_linear():
     inputs = {
-        "mixed": randn(3, 5, 7, scale=2.5),
-        "positive": np.abs(randn(4, 6)) + 0.5,
-        "negative": -np.abs(randn(4, 6)) - 0.1,
+        "mixed": rng.randn(3, 5, 7, scale=2.5),
+        "positive": np.abs(rng.randn(4, 6)) + 0.5,
+        "negative": -np.abs(rng.randn(4, 6)) - 0.1,
         "zeros": np.zeros((2, 3), np.float32),
     }
     nodes = [helper.make_node("DynamicQuantizeLinear", [n], [f"{n}_y", f"{n}_scale",
@@ -363,7 +359,7 @@ def test_qlinear_matmul():
 def test_dynamic_quantized_matmul_chain():
     """DynamicQuantizeLinear -> MatMulInteger with its run-time zero point, rescaled to
     float: the pattern of onnxruntime's quantize_dynamic."""
-    x = randn(3, 50, scale=2.0)
+    x = rng.randn(3, 50, scale=2.0)
     nodes = [
         helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"]),
         helper.make_node("MatMulInteger", ["q", "w", "z"], ["acc"]),

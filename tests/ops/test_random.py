@@ -5,24 +5,20 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from harness import convert, make_model, tf_run, tflite_run
+from harness import Rng, convert, make_model, tf_run, tflite_run
 
-rng = np.random.default_rng(0)
-
-
-def normal(*shape):
-    return rng.standard_normal(shape).astype(np.float32)
+rng = Rng(0)
 
 
 @pytest.mark.parametrize(
     "op, attrs, feeds",
-    [("RandomUniformLike", {"low": -2.0, "high": 3.0}, {"x": normal(2, 3, 4)}),
+    [("RandomUniformLike", {"low": -2.0, "high": 3.0}, {"x": rng.randn(2, 3, 4)}),
      ("RandomNormalLike", {"mean": 1.0, "scale": 2.0, "dtype": TensorProto.FLOAT},
-      {"x": normal(3, 5)}),
+      {"x": rng.randn(3, 5)}),
      ("Bernoulli", {}, {"x": rng.random((4, 6)).astype(np.float32)}),
      ("Bernoulli", {"dtype": TensorProto.INT32}, {"x": rng.random((4, 6)).astype(np.float32)}),
-     ("RandomUniform", {"shape": [2, 5]}, {"x": normal(2, 5)}),
-     ("RandomNormal", {"shape": [3, 1, 4], "seed": 3.0}, {"x": normal(3, 2, 4)})],
+     ("RandomUniform", {"shape": [2, 5]}, {"x": rng.randn(2, 5)}),
+     ("RandomNormal", {"shape": [3, 1, 4], "seed": 3.0}, {"x": rng.randn(3, 2, 4)})],
 )
 def test_random_ops_shape_and_dtype(op, attrs, feeds):
     """onnxruntime has no opset-22 kernels for most of these: the expected shapes and dtypes

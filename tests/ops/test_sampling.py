@@ -12,31 +12,20 @@ import pytest
 from onnx import helper
 
 from harness import (
+    Rng,
+    assert_builtin,
     assert_keras_reloads,
     check_model,
     check_node,
     check_nodes,
     convert,
     count_tflite_ops,
+    label,
     make_model,
 )
 
-rng = np.random.default_rng(0)
+rng = Rng(0)
 F32 = np.float32
-
-
-def randn(*shape):
-    return rng.standard_normal(shape).astype(F32)
-
-
-def label(op, attrs) -> str:
-    return op + "(" + ", ".join(f"{k}={v}" for k, v in attrs.items()) + ")"
-
-
-def assert_builtin(counts, transpose_free=True):
-    assert not any(name.startswith("Flex") for name in counts), counts
-    if transpose_free:
-        assert "TRANSPOSE" not in counts, counts
 
 
 def grid_points(shape, spatial):
@@ -62,14 +51,14 @@ def grid_sample_cases(combos, opset, x, grid):
         nodes.append(helper.make_node("GridSample", ["x", "grid"], [label("GridSample", attrs)],
                                       **attrs))
     _, counts = check_nodes(nodes, {"x": x, "grid": grid}, opset=opset)
-    assert_builtin(counts)
+    assert_builtin(counts, transpose_free=True)
     return counts
 
 
 @pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
 def test_grid_sample_20_2d(mode):
     """Every padding_mode x align_corners, odd sizes, points outside [-1, 1], batch 2."""
-    counts = grid_sample_cases(all_combos(mode), 20, randn(2, 3, 5, 7),
+    counts = grid_sample_cases(all_combos(mode), 20, rng.randn(2, 3, 5, 7),
                                grid_points((2, 4, 6, 2), 2))
     assert "GATHER" in counts
 
@@ -77,20 +66,20 @@ def test_grid_sample_20_2d(mode):
 def test_grid_sample_16_names():
     """Opset 16 names the modes bilinear and bicubic."""
     combos = [("bilinear", "reflection", 0), ("bicubic", "border", 1), ("nearest", "zeros", 0)]
-    grid_sample_cases(combos, 16, randn(2, 2, 6, 5), grid_points((2, 3, 4, 2), 2))
+    grid_sample_cases(combos, 16, rng.randn(2, 2, 6, 5), grid_points((2, 3, 4, 2), 2))
 
 
 @pytest.mark.parametrize("mode", ["linear", "nearest"])
 def test_grid_sample_20_3d(mode):
     """5-D input: the grid's last axis is (x, y, z) = (W, H, D)."""
-    grid_sample_cases(all_combos(mode), 20, randn(2, 2, 3, 4, 5),
+    grid_sample_cases(all_combos(mode), 20, rng.randn(2, 2, 3, 4, 5),
                       grid_points((2, 2, 3, 4, 3), 3))
 
 
 def test_grid_sample_between_convs():
     """Conv -> GridSample -> Conv stays channel-last: no TRANSPOSE in the TFLite model."""
-    x, grid = randn(2, 3, 6, 5), grid_points((2, 4, 7, 2), 2)
-    w1, w2 = randn(4, 3, 3, 3), randn(2, 4, 1, 1)
+    x, grid = rng.randn(2, 3, 6, 5), grid_points((2, 4, 7, 2), 2)
+    w1, w2 = rng.randn(4, 3, 3, 3), rng.randn(2, 4, 1, 1)
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
         helper.make_node("GridSample", ["a", "grid"], ["b"], mode="bilinear",
@@ -99,15 +88,15 @@ def test_grid_sample_between_convs():
     ]
     model = make_model(nodes, {"x": x, "grid": grid}, ["y"], {"w1": w1, "w2": w2}, opset=16)
     converted = check_model(model, {"x": x, "grid": grid})
-    assert_builtin(count_tflite_ops(converted.tflite))
+    assert_builtin(count_tflite_ops(converted.tflite), transpose_free=True)
 
 
 # --- AffineGrid ------------------------------------------------------------------------------
 @pytest.mark.parametrize("align", [0, 1])
 def test_affine_grid(align):
     """2-D and 3-D grids (odd sizes, a size of 1), feeding a GridSample as well."""
-    theta2, theta3 = randn(2, 2, 3), randn(2, 3, 4)
-    x = randn(2, 3, 5, 6)
+    theta2, theta3 = rng.randn(2, 2, 3), rng.randn(2, 3, 4)
+    x = rng.randn(2, 3, 5, 6)
     nodes = [
         helper.make_node("AffineGrid", ["theta2", "size2"], ["grid2"], align_corners=align),
         helper.make_node("AffineGrid", ["theta2", "size2b"], ["grid2b"], align_corners=align),
@@ -117,7 +106,7 @@ def test_affine_grid(align):
     sizes = {"size2": np.array([2, 3, 4, 7], np.int64), "size2b": np.array([2, 1, 1, 5], np.int64),
              "size3": np.array([2, 1, 3, 4, 5], np.int64)}
     _, counts = check_nodes(nodes, {"theta2": theta2, "theta3": theta3, "x": x}, sizes, opset=20)
-    assert_builtin(counts)
+    assert_builtin(counts, transpose_free=True)
 
 
 # --- Col2Im ----------------------------------------------------------------------------------
@@ -141,7 +130,7 @@ def test_col2im(image, block, attrs, channels):
     pads = attrs.get("pads", [0] * 2 * n)
     blocks = np.prod([(image[i] + pads[i] + pads[n + i] - dil[i] * (block[i] - 1) - 1)
                       // strides[i] + 1 for i in range(n)])
-    x = randn(2, channels * int(np.prod(block)), int(blocks))
+    x = rng.randn(2, channels * int(np.prod(block)), int(blocks))
     consts = {"image": np.array(image, np.int64), "block": np.array(block, np.int64)}
     check_node("Col2Im", {"x": x}, attrs, consts, opset=18)
 
@@ -150,8 +139,8 @@ def test_col2im(image, block, attrs, channels):
 def test_center_crop_pad():
     """Crop and pad by even and odd amounts, default and chosen axes, on a channel-last
     value as well (check_nodes over a Conv output)."""
-    x = randn(2, 3, 6, 7)
-    w = randn(4, 3, 1, 1)
+    x = rng.randn(2, 3, 6, 7)
+    w = rng.randn(4, 3, 1, 1)
     cases = [
         ("all", None, [2, 5, 3, 10]),
         ("hw", [2, 3], [3, 4]),
@@ -169,7 +158,7 @@ def test_center_crop_pad():
     outputs = [o for n in nodes[1:] for o in n.output]
     converted, counts = check_nodes(nodes, {"x": x}, inits, opset=18, outputs=outputs)
     assert converted.plan.perms["xc"] == (0, 2, 3, 1)
-    assert_builtin(counts)
+    assert_builtin(counts, transpose_free=True)
 
 
 # --- MaxUnpool -------------------------------------------------------------------------------
@@ -178,8 +167,8 @@ def unpool_model(x, pool_attrs, unpool_attrs, output_shape=None, conv=False, ops
     nodes, inits, src = [], {}, "x"
     channels = x.shape[1]
     if conv:
-        inits["w1"] = randn(channels, channels, *[1] * (x.ndim - 2))
-        inits["w2"] = randn(2, channels, *[1] * (x.ndim - 2))
+        inits["w1"] = rng.randn(channels, channels, *[1] * (x.ndim - 2))
+        inits["w2"] = rng.randn(2, channels, *[1] * (x.ndim - 2))
         nodes.append(helper.make_node("Conv", ["x", "w1"], ["xc"]))
         src = "xc"
     nodes.append(helper.make_node("MaxPool", [src], ["p", "i"], **pool_attrs))
@@ -206,22 +195,22 @@ UNPOOL_CASES = [
 
 @pytest.mark.parametrize("shape, attrs, output_shape", UNPOOL_CASES)
 def test_max_unpool(shape, attrs, output_shape):
-    x = randn(*shape)
+    x = rng.randn(*shape)
     check_model(unpool_model(x, attrs, attrs, output_shape), {"x": x})
 
 
 @pytest.mark.parametrize("opset", [9, 11])
 def test_max_unpool_between_convs(opset):
     """Conv -> MaxPool -> MaxUnpool -> Conv: indices rewritten for channel-last, no TRANSPOSE."""
-    x = randn(2, 3, 7, 9)
+    x = rng.randn(2, 3, 7, 9)
     attrs = {"kernel_shape": [3, 3], "strides": [2, 2]}
     converted = check_model(unpool_model(x, attrs, attrs, conv=True, opset=opset), {"x": x})
-    assert_builtin(count_tflite_ops(converted.tflite))
+    assert_builtin(count_tflite_ops(converted.tflite), transpose_free=True)
 
 
 def test_dynamic_batch():
     """GridSample and MaxUnpool with a symbolic batch size: batch offsets at run time."""
-    feeds = {"x": randn(2, 3, 7, 9), "grid": grid_points((2, 3, 5, 2), 2)}
+    feeds = {"x": rng.randn(2, 3, 7, 9), "grid": grid_points((2, 3, 5, 2), 2)}
     nodes = [
         helper.make_node("GridSample", ["x", "grid"], ["sampled"], mode="linear",
                          padding_mode="zeros"),
@@ -233,12 +222,12 @@ def test_dynamic_batch():
     shapes = {"x": ["N", 3, 7, 9], "grid": ["N", 3, 5, 2]}
     model = make_model(nodes, feeds, ["sampled", "unpooled"], opset=20, input_shapes=shapes)
     converted = check_model(model, feeds)
-    assert_builtin(count_tflite_ops(converted.tflite))
+    assert_builtin(count_tflite_ops(converted.tflite), transpose_free=True)
 
 
 def test_keras_files_reload(tmp_path):
     """Every op of this family in one model survives a .h5 and a .keras reload."""
-    feeds = {"x": randn(2, 3, 6, 8), "theta": randn(2, 2, 3), "cols": randn(2, 12, 20)}
+    feeds = {"x": rng.randn(2, 3, 6, 8), "theta": rng.randn(2, 2, 3), "cols": rng.randn(2, 12, 20)}
     inits = {"size": np.array([2, 3, 5, 4], np.int64), "crop": np.array([4, 9], np.int64),
              "image": np.array([5, 6], np.int64), "block": np.array([2, 2], np.int64)}
     nodes = [
@@ -261,13 +250,13 @@ def test_keras_files_reload(tmp_path):
 @pytest.mark.parametrize("align", [0, 1])
 def test_affine_grid_runtime_size(align):
     """size fed at run time: the base grid is computed at run time too (2-D, 3-D, size 1)."""
-    feeds = {"theta2": randn(2, 2, 3), "theta3": randn(3, 3, 4),
+    feeds = {"theta2": rng.randn(2, 2, 3), "theta3": rng.randn(3, 3, 4),
              "size2": np.array([2, 3, 4, 7], np.int64), "size2b": np.array([2, 1, 1, 5], np.int64),
              "size3": np.array([3, 1, 3, 4, 5], np.int64)}
     nodes = [helper.make_node("AffineGrid", [theta, size], [f"grid_{size}"], align_corners=align)
              for theta, size in [("theta2", "size2"), ("theta2", "size2b"), ("theta3", "size3")]]
     _, counts = check_nodes(nodes, feeds, opset=20)
-    assert_builtin(counts)
+    assert_builtin(counts, transpose_free=True)
 
 
 def test_col2im_runtime_shapes():
@@ -279,19 +268,20 @@ def test_col2im_runtime_shapes():
         pads = attrs.get("pads", [0] * 2 * n)
         blocks = np.prod([(image[i] + pads[i] + pads[n + i] - dil[i] * (block[i] - 1) - 1)
                           // strides[i] + 1 for i in range(n)])
-        feeds[f"x{k}"] = randn(2, channels * int(np.prod(block)), int(blocks))
+        feeds[f"x{k}"] = rng.randn(2, channels * int(np.prod(block)), int(blocks))
         feeds[f"image{k}"], feeds[f"block{k}"] = np.array(image, np.int64), np.array(block, np.int64)
         nodes.append(helper.make_node("Col2Im", [f"x{k}", f"image{k}", f"block{k}"],
                                       [label(f"Col2Im{k}", attrs)], **attrs))
     _, counts = check_nodes(nodes, feeds, opset=18)
-    assert_builtin(counts)
+    assert_builtin(counts, transpose_free=True)
 
 
 def test_center_crop_pad_runtime_shape():
     """Target shapes fed at run time (crop, pad, both; chosen and negative axes) on a 4-D
     value kept channel-last (it feeds a Conv) and on a 3-D one in ONNX order, and a constant
     target on symbolic dims between two Convs: no TRANSPOSE anywhere."""
-    feeds = {"x": randn(2, 3, 6, 7), "z": randn(5, 4, 3), "all": np.array([2, 5, 3, 10], np.int64),
+    feeds = {"x": rng.randn(2, 3, 6, 7), "z": rng.randn(5, 4, 3),
+             "all": np.array([2, 5, 3, 10], np.int64),
              "hw": np.array([3, 9], np.int64), "c": np.array([6], np.int64),
              "zt": np.array([3, 6], np.int64)}
     nodes = [helper.make_node("CenterCropPad", ["x", "all"], ["x_all"]),
@@ -301,20 +291,21 @@ def test_center_crop_pad_runtime_shape():
              helper.make_node("Conv", ["x", "w"], ["a"]),
              helper.make_node("CenterCropPad", ["a", "fixed"], ["m"], axes=[2, 3]),
              helper.make_node("Conv", ["m", "w2"], ["y"])]
-    inits = {"w": randn(4, 3, 1, 1), "w2": randn(2, 4, 1, 1), "fixed": np.array([4, 8], np.int64)}
+    inits = {"w": rng.randn(4, 3, 1, 1), "w2": rng.randn(2, 4, 1, 1),
+             "fixed": np.array([4, 8], np.int64)}
     model = make_model(nodes, feeds, ["x_all", "x_hw", "x_c", "z_02", "y"], inits, opset=18,
                        input_shapes={"x": ["N", 3, "H", "W"]})
     converted = check_model(model, feeds)
     assert converted.plan.perms["x"] == (0, 2, 3, 1)
-    assert_builtin(count_tflite_ops(converted.tflite))
+    assert_builtin(count_tflite_ops(converted.tflite), transpose_free=True)
 
 
 def test_max_unpool_runtime_output_shape():
     """output_shape fed at run time (larger than the default unpooled shape)."""
-    x = randn(2, 3, 7, 9)
+    x = rng.randn(2, 3, 7, 9)
     attrs = {"kernel_shape": [2, 2], "strides": [2, 2]}
     nodes = [helper.make_node("MaxPool", ["x"], ["p", "i"], **attrs),
              helper.make_node("MaxUnpool", ["p", "i", "shape"], ["u"], **attrs)]
     feeds = {"x": x, "shape": np.array([2, 3, 7, 9], np.int64)}
     _, counts = check_nodes(nodes, feeds, opset=11, outputs=["u"])
-    assert_builtin(counts, transpose_free=False)
+    assert_builtin(counts)

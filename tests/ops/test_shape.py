@@ -15,31 +15,18 @@ from onnx2tf_alt.translate.context import NodeContext
 from onnx2tf_alt.translate.registry import find_handler
 
 from harness import (
+    Rng,
     check_both_layouts,
     check_model,
     check_nodes,
     count_tflite_ops,
+    ints,
     make_model,
+    node,
     ort_run,
 )
 
-rng = np.random.default_rng(0)
-
-
-def data(*shape, dtype=np.float32):
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def ints(*values):
-    return np.array(values, np.int64)
-
-
-def conv_weights(out_ch, in_ch, k=3):
-    return rng.standard_normal((out_ch, in_ch, k, k)).astype(np.float32) * 0.3
-
-
-def node(op_type, inputs, output, **attrs):
-    return helper.make_node(op_type, inputs, [output], **attrs)
+rng = Rng(0)
 
 
 def call_handler(op_type, attrs, opset=18, constants=None):
@@ -74,7 +61,7 @@ def test_reshape():
     inits = {f"s{k}": ints(*s) for k, s in enumerate(RESHAPES)}
     check_both_layouts(
         lambda src: [node("Reshape", [src, f"s{k}"], f"{src}_{k}") for k in range(len(RESHAPES))],
-        data(2, 3, 5, 7), inits)
+        rng.randn(2, 3, 5, 7), inits)
 
 
 def test_reshape_dynamic_batch():
@@ -82,12 +69,12 @@ def test_reshape_dynamic_batch():
     inits = {f"s{k}": ints(*s) for k, s in enumerate(targets)}
     check_both_layouts(
         lambda src: [node("Reshape", [src, f"s{k}"], f"{src}_{k}") for k in range(len(targets))],
-        data(2, 3, 5, 7), inits, input_shape=["N", 3, 5, 7])
+        rng.randn(2, 3, 5, 7), inits, input_shape=["N", 3, 5, 7])
 
 
 def test_reshape_allowzero():
     check_both_layouts(lambda src: [node("Reshape", [src, "s"], f"{src}_0", allowzero=1)],
-                       data(2, 3, 5, 7), {"s": ints(3, 2, 35)}, opset=14)
+                       rng.randn(2, 3, 5, 7), {"s": ints(3, 2, 35)}, opset=14)
 
 
 def test_reshape_runtime_shape_two_unknown_dims():
@@ -99,7 +86,7 @@ def test_reshape_runtime_shape_two_unknown_dims():
             node("Reshape", [src, f"{src}_s"], f"{src}_0"),
         ]
 
-    check_both_layouts(variants, data(2, 3, 6, 4), {"tail": ints(-1, 4)},
+    check_both_layouts(variants, rng.randn(2, 3, 6, 4), {"tail": ints(-1, 4)},
                        input_shape=["N", 3, "S", 4])
 
 
@@ -107,13 +94,13 @@ def test_flatten():
     axes = [0, 1, 2, 3, 4, -1, -3]
     check_both_layouts(
         lambda src: [node("Flatten", [src], f"{src}_{k}", axis=a) for k, a in enumerate(axes)],
-        data(2, 3, 5, 7))
+        rng.randn(2, 3, 5, 7))
 
 
 def test_flatten_dynamic():
     check_both_layouts(
         lambda src: [node("Flatten", [src], f"{src}_{a}", axis=a) for a in (1, 2)],
-        data(2, 3, 5, 7), input_shape=["N", 3, "S", 7])
+        rng.randn(2, 3, 5, 7), input_shape=["N", 3, "S", 7])
 
 
 # --- Transpose, Squeeze, Unsqueeze ---------------------------------------------------------
@@ -122,12 +109,12 @@ def test_transpose():
     check_both_layouts(
         lambda src: [node("Transpose", [src], f"{src}_{k}", **({"perm": p} if p else {}))
                      for k, p in enumerate(perms)],
-        data(2, 3, 5, 7))
+        rng.randn(2, 3, 5, 7))
 
 
 def test_transpose_3d_dynamic():
     check_both_layouts(lambda src: [node("Transpose", [src], f"{src}_0", perm=[2, 0, 1])],
-                       data(2, 3, 7), input_shape=["N", 3, 7])
+                       rng.randn(2, 3, 7), input_shape=["N", 3, 7])
 
 
 SQUEEZES = [None, [1], [-1, 1], [3]]
@@ -137,7 +124,7 @@ def test_squeeze_opset11():
     check_both_layouts(
         lambda src: [node("Squeeze", [src], f"{src}_{k}", **({"axes": a} if a else {}))
                      for k, a in enumerate(SQUEEZES)],
-        data(2, 1, 5, 1), opset=11)
+        rng.randn(2, 1, 5, 1), opset=11)
 
 
 def test_squeeze_opset13():
@@ -145,12 +132,12 @@ def test_squeeze_opset13():
     check_both_layouts(
         lambda src: [node("Squeeze", [src, f"a{k}"] if a else [src], f"{src}_{k}")
                      for k, a in enumerate(SQUEEZES)],
-        data(2, 1, 5, 1), inits, opset=13)
+        rng.randn(2, 1, 5, 1), inits, opset=13)
 
 
 def test_squeeze_dynamic():
     check_both_layouts(lambda src: [node("Squeeze", [src, "a"], f"{src}_0")],
-                       data(2, 1, 5, 1), {"a": ints(3)}, input_shape=["N", 1, "S", 1])
+                       rng.randn(2, 1, 5, 1), {"a": ints(3)}, input_shape=["N", 1, "S", 1])
 
 
 UNSQUEEZES = [[0], [1, 2], [-1], [0, 4]]
@@ -160,7 +147,7 @@ def test_unsqueeze_opset11():
     check_both_layouts(
         lambda src: [node("Unsqueeze", [src], f"{src}_{k}", axes=a)
                      for k, a in enumerate(UNSQUEEZES)],
-        data(2, 3, 5), opset=11)
+        rng.randn(2, 3, 5), opset=11)
 
 
 def test_unsqueeze_opset13():
@@ -168,17 +155,17 @@ def test_unsqueeze_opset13():
     check_both_layouts(
         lambda src: [node("Unsqueeze", [src, f"a{k}"], f"{src}_{k}")
                      for k in range(len(UNSQUEEZES))],
-        data(2, 3, 5), inits, opset=13)
+        rng.randn(2, 3, 5), inits, opset=13)
 
 
 def test_unsqueeze_dynamic():
     check_both_layouts(lambda src: [node("Unsqueeze", [src, "a"], f"{src}_0")],
-                       data(2, 3, 5), {"a": ints(1, 3)}, input_shape=["N", 3, "S"])
+                       rng.randn(2, 3, 5), {"a": ints(1, 3)}, input_shape=["N", 3, "S"])
 
 
 def test_squeeze_unsqueeze_runtime_axes():
     """Axes fed at run time: the inferred output shapes say where the axes go."""
-    feeds = {"x": data(1, 3, 1, 5), "sq": ints(-2, 0), "un": ints(4, 0, -1)}
+    feeds = {"x": rng.randn(1, 3, 1, 5), "sq": ints(-2, 0), "un": ints(4, 0, -1)}
     nodes = [node("Squeeze", ["x", "sq"], "s"), node("Unsqueeze", ["x", "un"], "u")]
     check_nodes(nodes, feeds)
 
@@ -186,9 +173,9 @@ def test_squeeze_unsqueeze_runtime_axes():
 def test_squeeze_no_axes_unknown_output_shape():
     """Squeeze without axes feeding another op, so its output shape is not inferred."""
     nodes = [node("Squeeze", ["x"], "s"), node("Neg", ["s"], "y")]
-    model = make_model(nodes, {"x": data(2, 1, 3)}, ["y"], opset=13,
+    model = make_model(nodes, {"x": rng.randn(2, 1, 3)}, ["y"], opset=13,
                        input_shapes={"x": ["N", 1, 3]})
-    check_model(model, {"x": data(2, 1, 3)})
+    check_model(model, {"x": rng.randn(2, 1, 3)})
 
 
 # --- Shape and Size ------------------------------------------------------------------------
@@ -198,17 +185,17 @@ def test_shape_and_size_dynamic():
     check_both_layouts(
         lambda src: [*(node("Shape", [src], f"{src}_{k}", **b) for k, b in enumerate(bounds)),
                      node("Size", [src], f"{src}_size")],
-        data(2, 3, 5, 7), input_shape=["N", 3, "H", 7])
+        rng.randn(2, 3, 5, 7), input_shape=["N", 3, "H", 7])
 
 
 def test_shape_of_channel_last_value_adds_no_transpose():
-    x = data(2, 3, 9, 7)
+    x = rng.randn(2, 3, 9, 7)
     nodes = [
         node("Conv", ["x", "w"], "c", pads=[1, 1, 1, 1]),
         node("Shape", ["c"], "s"),
         node("Relu", ["c"], "y"),
     ]
-    _, census = check_nodes(nodes, {"x": x}, {"w": conv_weights(4, 3)}, outputs=["y", "s"])
+    _, census = check_nodes(nodes, {"x": x}, {"w": rng.conv_weights(4, 3)}, outputs=["y", "s"])
     assert no_transpose(census)
 
 
@@ -257,7 +244,7 @@ def test_range(start, limit, delta, dtype):
 def test_constants_at_run_time():
     """Constant in a graph; ConstantOfShape(Shape(x)) and Range(0, S) of a symbolic dim;
     Range of run-time scalars."""
-    x = data(2, 3, 5)
+    x = rng.randn(2, 3, 5)
     value = helper.make_tensor("v", onnx.TensorProto.FLOAT, [5], [1.0, 2.0, 3.0, 4.0, 5.0])
     two = onnx.numpy_helper.from_array(np.array([2.0], np.float32))
     nodes = [
@@ -285,18 +272,18 @@ def test_expand():
              ((1, 3, 5), [2, 2, 3, 5])]
     nodes, feeds, inits = [], {}, {}
     for k, (shape, target) in enumerate(cases):
-        feeds[f"x{k}"], inits[f"s{k}"] = data(*shape), ints(*target)
+        feeds[f"x{k}"], inits[f"s{k}"] = rng.randn(*shape), ints(*target)
         nodes.append(node("Expand", [f"x{k}", f"s{k}"], f"y{k}"))
     check_nodes(nodes, feeds, inits)
 
 
 def test_expand_layouts_dynamic():
     check_both_layouts(lambda src: [node("Expand", [src, "s"], f"{src}_0")],
-                       data(2, 3, 1), {"s": ints(1, 3, 4)}, input_shape=["N", 3, 1])
+                       rng.randn(2, 3, 1), {"s": ints(1, 3, 4)}, input_shape=["N", 3, 1])
 
 
 def test_expand_runtime_shape_two_unknowns():
-    x, z = data(2, 1, 4), data(2, 3, 4)
+    x, z = rng.randn(2, 1, 4), rng.randn(2, 3, 4)
     nodes = [node("Shape", ["z"], "s"), node("Expand", ["x", "s"], "y")]
     model = make_model(nodes, {"x": x, "z": z}, ["y"],
                        input_shapes={"x": ["N", 1, 4], "z": ["N", "S", 4]})
@@ -308,11 +295,11 @@ def test_tile():
     inits = {f"r{k}": ints(*r) for k, r in enumerate(repeats)}
     check_both_layouts(
         lambda src: [node("Tile", [src, f"r{k}"], f"{src}_{k}") for k in range(len(repeats))],
-        data(2, 3, 4, 5), inits)
+        rng.randn(2, 3, 4, 5), inits)
 
 
 def test_tile_dynamic_runtime_repeats():
-    feeds = {"x": data(2, 3, 5, 7), "r": ints(1, 2, 1, 2)}
+    feeds = {"x": rng.randn(2, 3, 5, 7), "r": ints(1, 2, 1, 2)}
     model = make_model([node("Tile", ["x", "r"], "y")], feeds, ["y"],
                        input_shapes={"x": ["N", 3, 5, 7]})
     check_model(model, feeds)
@@ -326,13 +313,13 @@ def test_vit_patch_embedding_has_no_transpose():
         node("Reshape", ["c", "s"], "r"),
         node("Transpose", ["r"], "y", perm=[0, 2, 1]),
     ]
-    inits = {"w": conv_weights(16, 3, 8), "b": data(16), "s": ints(2, 16, 16)}
-    _, census = check_nodes(nodes, {"x": data(2, 3, 32, 32)}, inits, outputs=["y"])
+    inits = {"w": rng.conv_weights(16, 3, 8), "b": rng.randn(16), "s": ints(2, 16, 16)}
+    _, census = check_nodes(nodes, {"x": rng.randn(2, 3, 32, 32)}, inits, outputs=["y"])
     assert no_transpose(census)
 
 
 def test_vit_patch_embedding_dynamic_batch_has_no_transpose():
-    x = data(2, 3, 32, 32)
+    x = rng.randn(2, 3, 32, 32)
     nodes = [
         node("Conv", ["x", "w"], "c", strides=[8, 8]),
         node("Shape", ["c"], "n", end=2),
@@ -340,7 +327,7 @@ def test_vit_patch_embedding_dynamic_batch_has_no_transpose():
         node("Reshape", ["c", "s"], "r"),
         node("Transpose", ["r"], "y", perm=[0, 2, 1]),
     ]
-    inits = {"w": conv_weights(16, 3, 8), "minus1": ints(-1)}
+    inits = {"w": rng.conv_weights(16, 3, 8), "minus1": ints(-1)}
     model = make_model(nodes, {"x": x}, ["y"], inits, input_shapes={"x": ["N", 3, 32, 32]})
     converted = check_model(model, {"x": x})
     assert no_transpose(count_tflite_ops(tflite_bytes(converted.result)))
@@ -355,30 +342,30 @@ def test_conv_transpose_pair_conv_has_no_transpose():
         node("Transpose", ["r"], "u", perm=[0, 3, 1, 2]),
         node("Conv", ["u", "w2"], "y"),
     ]
-    inits = {"w1": conv_weights(4, 3), "w2": conv_weights(5, 4)}
-    _, census = check_nodes(nodes, {"x": data(2, 3, 8, 6)}, inits, outputs=["y", "t"])
+    inits = {"w1": rng.conv_weights(4, 3), "w2": rng.conv_weights(5, 4)}
+    _, census = check_nodes(nodes, {"x": rng.randn(2, 3, 8, 6)}, inits, outputs=["y", "t"])
     assert no_transpose(census)
 
 
 def test_conv_pool_flatten_dense_has_no_transpose():
     """Conv -> GlobalAveragePool -> Flatten -> Gemm (or MatMul + Add), NHWC all the way."""
     nodes = [node("Conv", ["x", "w"], "c", pads=[1, 1, 1, 1])]
-    inits = {"w": conv_weights(6, 3)}
+    inits = {"w": rng.conv_weights(6, 3)}
     if find_handler("GlobalAveragePool", "", 18):
         nodes.append(node("GlobalAveragePool", ["c"], "p"))
     else:  # a full-size kernel makes the same (N, C, 1, 1) channel-last value
         nodes.append(node("Conv", ["c", "wp"], "p"))
-        inits["wp"] = conv_weights(6, 6, 8)
+        inits["wp"] = rng.conv_weights(6, 6, 8)
     nodes.append(node("Flatten", ["p"], "f"))
-    inits.update(dw=data(6, 4), db=data(4))
+    inits.update(dw=rng.randn(6, 4), db=rng.randn(4))
     if find_handler("Gemm", "", 18):
         nodes.append(node("Gemm", ["f", "dw", "db"], "y"))
     elif find_handler("MatMul", "", 18):
         nodes += [node("MatMul", ["f", "dw"], "m"), node("Add", ["m", "db"], "y")]
     else:
-        inits.update(dw=data(6), db=data(6))
+        inits.update(dw=rng.randn(6), db=rng.randn(6))
         nodes += [node("Mul", ["f", "dw"], "m"), node("Add", ["m", "db"], "y")]
-    _, census = check_nodes(nodes, {"x": data(2, 3, 8, 8)}, inits, outputs=["y"])
+    _, census = check_nodes(nodes, {"x": rng.randn(2, 3, 8, 8)}, inits, outputs=["y"])
     assert no_transpose(census)
 
 
@@ -390,8 +377,9 @@ def test_conv1d_unsqueeze_conv2d_squeeze_has_no_transpose():
         node("Squeeze", ["c", "ax"], "s"),
         node("Conv", ["s", "w3"], "y"),
     ]
-    inits = {"w1": data(4, 3, 3), "w2": data(5, 4, 1, 3), "w3": data(2, 5, 1), "ax": ints(2)}
-    _, census = check_nodes(nodes, {"x": data(2, 3, 10)}, inits, outputs=["y"])
+    inits = {"w1": rng.randn(4, 3, 3), "w2": rng.randn(5, 4, 1, 3), "w3": rng.randn(2, 5, 1),
+             "ax": ints(2)}
+    _, census = check_nodes(nodes, {"x": rng.randn(2, 3, 10)}, inits, outputs=["y"])
     assert no_transpose(census)
 
 
@@ -403,9 +391,9 @@ def test_conv_expand_tile_reshape_keep_channel_last():
         node("Reshape", ["e", "back"], "b"),
         node("Conv", ["b", "w2"], "y"),
     ]
-    inits = {"w": conv_weights(4, 3), "w2": conv_weights(2, 4), "r": ints(1, 1, 2, 1),
+    inits = {"w": rng.conv_weights(4, 3), "w2": rng.conv_weights(2, 4), "r": ints(1, 1, 2, 1),
              "s": ints(1, 4, 1, 1), "back": ints(0, 0, 8, 5)}
-    _, census = check_nodes(nodes, {"x": data(2, 3, 4, 5)}, inits, outputs=["y"])
+    _, census = check_nodes(nodes, {"x": rng.randn(2, 3, 4, 5)}, inits, outputs=["y"])
     assert no_transpose(census)
 
 

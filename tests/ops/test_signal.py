@@ -10,6 +10,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from harness import (
+    Rng,
+    assert_builtin,
     assert_keras_reloads,
     check_model,
     check_nodes,
@@ -18,16 +20,8 @@ from harness import (
     make_model,
 )
 
-rng = np.random.default_rng(0)
+rng = Rng(0)
 F32 = np.float32
-
-
-def randn(*shape):
-    return rng.standard_normal(shape).astype(F32)
-
-
-def assert_builtin(counts):
-    assert not any(name.startswith("Flex") for name in counts), counts
 
 
 def i64(value):
@@ -53,7 +47,7 @@ DFT_CASES = [  # name, input, attrs, dft_length
 def test_dft_17():
     """Axis attribute on the first and last signal axes, real and complex input, forward,
     inverse, onesided, padded and truncated lengths, inverse real FFT; batch 2."""
-    inputs = {"xr": randn(2, 5, 6, 1), "xc": randn(2, 5, 6, 2)}
+    inputs = {"xr": rng.randn(2, 5, 6, 1), "xc": rng.randn(2, 5, 6, 2)}
     nodes, inits = [], {}
     for name, src, attrs, length in DFT_CASES:
         names = [src]
@@ -67,7 +61,7 @@ def test_dft_17():
 
 def test_dft_20():
     """The axis as input 2 (default -2, negative, positive), with and without dft_length."""
-    inputs = {"xr": randn(2, 3, 7, 1), "xc": randn(2, 4, 5, 2)}
+    inputs = {"xr": rng.randn(2, 3, 7, 1), "xc": rng.randn(2, 4, 5, 2)}
     cases = [
         ("default", "xc", {}, None, None),
         ("axis1", "xr", {}, None, 1),
@@ -94,7 +88,7 @@ def test_dft_20():
 def test_stft():
     """Constant (computed) window, run-time window, no window with frame_length, a complex
     signal two-sided, odd lengths and steps; batch 2."""
-    inputs = {"sig": randn(2, 37, 1), "sigc": randn(2, 30, 2), "win": randn(8)}
+    inputs = {"sig": rng.randn(2, 37, 1), "sigc": rng.randn(2, 30, 2), "win": rng.randn(8)}
     inits = {"step3": i64(3), "step5": i64(5), "len9": i64(9), "len8": i64(8), "len7": i64(7)}
     nodes = [
         helper.make_node("HannWindow", ["len9"], ["hann"]),
@@ -115,7 +109,7 @@ def test_stft():
 def test_windows(periodic):
     """Constant sizes (folded at conversion time, added to an input so the model has one;
     output_datatype double, then cast back) and a run-time size."""
-    inputs = {"x": randn(2, 11), "size": i64(6)}
+    inputs = {"x": rng.randn(2, 11), "size": i64(6)}
     nodes, outputs = [], []
     for op in ["HannWindow", "HammingWindow", "BlackmanWindow"]:
         nodes += [
@@ -144,7 +138,7 @@ def test_mel_weight_matrix():
         for name, value in zip(names, [i64(bins), i64(length), i64(rate), np.array(low, F32),
                                        np.array(high, F32)]):
             inits[name] = value
-        inputs[f"spec{k}"] = randn(2, 3, length // 2 + 1)
+        inputs[f"spec{k}"] = rng.randn(2, 3, length // 2 + 1)
         dtype = {"output_datatype": TensorProto.DOUBLE} if k == 3 else {}
         nodes.append(helper.make_node("MelWeightMatrix", names, [f"mel{k}"], **dtype))
         if k == 3:
@@ -161,7 +155,7 @@ def test_dft_runtime_axis():
     """The axis fed at run time: the DFT on every axis that fits, selected at run time (two
     axes of equal size, a negative axis), and onesided, where the declared output shape
     leaves one axis."""
-    inputs = {"xr": randn(2, 6, 6, 1), "xc": randn(3, 4, 4, 2), "a1": i64(1), "a2": i64(2),
+    inputs = {"xr": rng.randn(2, 6, 6, 1), "xc": rng.randn(3, 4, 4, 2), "a1": i64(1), "a2": i64(2),
               "aneg": i64(-2), "aneg3": i64(-3)}
     cases = [("r_a1", "xr", "a1", {}), ("r_a2", "xr", "a2", {}), ("c_neg", "xc", "aneg", {}),
              ("c_inv", "xc", "aneg3", {"inverse": 1}), ("r_onesided", "xr", "a2", {"onesided": 1})]
@@ -178,8 +172,8 @@ def test_dft_runtime_axis():
 def test_stft_runtime_parameters():
     """frame_step, frame_length and window fed at run time (real and complex signals), and a
     signal of symbolic length."""
-    feeds = {"sig": randn(2, 37, 1), "sigc": randn(2, 30, 2), "win": randn(8), "step3": i64(3),
-             "step5": i64(5), "len7": i64(7), "len8": i64(8)}
+    feeds = {"sig": rng.randn(2, 37, 1), "sigc": rng.randn(2, 30, 2), "win": rng.randn(8),
+             "step3": i64(3), "step5": i64(5), "len7": i64(7), "len8": i64(8)}
     nodes = [
         helper.make_node("STFT", ["sig", "step3", "", "len7"], ["runtime_len"]),
         helper.make_node("STFT", ["sig", "step5", "win"], ["runtime_window"], onesided=0),
@@ -203,7 +197,7 @@ def test_mel_weight_matrix_runtime_inputs():
         names = [f"m{k}_{p}" for p in "nlrab"]
         feeds.update(zip(names, [i64(bins), i64(length), i64(rate), np.array(low, F32),
                                  np.array(high, F32)]))
-        feeds[f"spec{k}"] = randn(2, 3, length // 2 + 1)
+        feeds[f"spec{k}"] = rng.randn(2, 3, length // 2 + 1)
         nodes += [helper.make_node("MelWeightMatrix", names, [f"mel{k}"]),
                   helper.make_node("MatMul", [f"spec{k}", f"mel{k}"], [f"out{k}"])]
         outputs += [f"mel{k}", f"out{k}"]
@@ -213,7 +207,7 @@ def test_mel_weight_matrix_runtime_inputs():
 
 def test_dynamic_batch():
     """DFT (both matmul forms) and STFT with a symbolic batch size."""
-    feeds = {"xc": randn(2, 5, 6, 2), "sig": randn(2, 29, 1)}
+    feeds = {"xc": rng.randn(2, 5, 6, 2), "sig": rng.randn(2, 29, 1)}
     nodes = [
         helper.make_node("DFT", ["xc"], ["dft_axis1"], axis=1),
         helper.make_node("DFT", ["xc"], ["dft_axis2"], axis=2, inverse=1),
@@ -229,7 +223,7 @@ def test_dynamic_batch():
 def test_keras_files_reload(tmp_path):
     """DFT (both matmul forms), STFT, a run-time window and MelWeightMatrix survive a .h5
     and a .keras reload."""
-    feeds = {"xc": randn(2, 5, 6, 2), "sig": randn(2, 40, 1), "size": i64(7)}
+    feeds = {"xc": rng.randn(2, 5, 6, 2), "sig": rng.randn(2, 40, 1), "size": i64(7)}
     inits = {"step": i64(4), "len": i64(16), "n": i64(6), "dl": i64(16), "rate": i64(8000),
              "lo": np.array(50, F32), "hi": np.array(3000, F32), "axis3": i64([3])}
     nodes = [

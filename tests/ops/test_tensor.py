@@ -7,37 +7,22 @@ on a value in ONNX order and on one kept channel-last.
 
 import numpy as np
 import pytest
-from onnx import helper
 
 from harness import (
+    Rng,
     check_both_layouts,
     check_model,
     check_node,
     check_nodes,
     count_tflite_ops,
+    ints,
     make_model,
+    node,
 )
 
-rng = np.random.default_rng(0)
+rng = Rng(0)
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min
-
-
-def data(*shape, dtype=np.float32):
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def ints(*values):
-    return np.array(values, np.int64)
-
-
-def node(op_type, inputs, outputs, **attrs):
-    outputs = [outputs] if isinstance(outputs, str) else outputs
-    return helper.make_node(op_type, inputs, outputs, **attrs)
-
-
-def conv_weights(out_ch, in_ch, k=3):
-    return rng.standard_normal((out_ch, in_ch, k, k)).astype(np.float32) * 0.3
 
 
 def check_between_convs(middle, inits=None, channels=4, out_channels=None):
@@ -47,28 +32,29 @@ def check_between_convs(middle, inits=None, channels=4, out_channels=None):
         *middle,
         node("Conv", ["m", "w2"], "y", pads=[1, 1, 1, 1]),
     ]
-    inits = {"w1": conv_weights(channels, 3), "w2": conv_weights(2, out_channels or channels),
-             **(inits or {})}
-    converted, census = check_nodes(nodes, {"x": data(2, 3, 8, 6)}, inits, outputs=["y"])
+    inits = {"w1": rng.conv_weights(channels, 3),
+             "w2": rng.conv_weights(2, out_channels or channels), **(inits or {})}
+    converted, census = check_nodes(nodes, {"x": rng.randn(2, 3, 8, 6)}, inits, outputs=["y"])
     assert census.get("TRANSPOSE", 0) == 0
     return converted
 
 
 # --- Concat --------------------------------------------------------------------------------
 def test_concat():
-    inits = {f"c{a}": data(*[2 if i == a % 4 else s for i, s in enumerate((2, 3, 5, 7))])
+    inits = {f"c{a}": rng.randn(*[2 if i == a % 4 else s for i, s in enumerate((2, 3, 5, 7))])
              for a in (0, 1, -1, 2)}
     check_both_layouts(
         lambda src: [node("Concat", [src, f"c{a}", src], f"{src}_{a}", axis=a)
                      for a in (0, 1, -1, 2)],
-        data(2, 3, 5, 7), inits)
+        rng.randn(2, 3, 5, 7), inits)
 
 
 def test_concat_dynamic_batch_and_opset11():
     check_both_layouts(lambda src: [node("Concat", [src, "c", src], f"{src}_0", axis=1)],
-                       data(2, 3, 5, 7), {"c": data(2, 2, 5, 7)}, input_shape=["N", 3, 5, 7])
+                       rng.randn(2, 3, 5, 7), {"c": rng.randn(2, 2, 5, 7)},
+                       input_shape=["N", 3, 5, 7])
     check_both_layouts(lambda src: [node("Concat", ["c", src], f"{src}_0", axis=-1)],
-                       data(2, 3, 5, 7), {"c": data(2, 3, 5, 2)}, opset=11)
+                       rng.randn(2, 3, 5, 7), {"c": rng.randn(2, 3, 5, 2)}, opset=11)
 
 
 @pytest.mark.parametrize("count, concats", [(6, 2), (12, 4), (27, 8)])
@@ -83,7 +69,7 @@ def test_concat_of_many_inputs_stays_on_the_delegate(count, concats):
     nodes += [node("Mul", ["r", f"s{i}"], names[i]) for i in range(count)]
     nodes.append(node("Concat", names, "y", axis=1))
     inits = {f"s{i}": np.float32(i + 1) for i in range(count)}
-    feeds = {"x": data(2, 3, 4, 5)}
+    feeds = {"x": rng.randn(2, 3, 4, 5)}
     converted = check_model(make_model(nodes, feeds, ["y"], inits), feeds)
     assert count_tflite_ops(converted.tflite)["CONCATENATION"] == concats
     assert xnnpack_partitions(converted.tflite)[1] == 1
@@ -94,13 +80,13 @@ def test_concat_two_convs_has_no_transpose():
         node("Conv", ["a", "wb"], "b", pads=[1, 1, 1, 1]),
         node("Concat", ["a", "b"], "m", axis=1),
     ]
-    check_between_convs(nodes, {"wb": conv_weights(3, 4)}, out_channels=7)
+    check_between_convs(nodes, {"wb": rng.conv_weights(3, 4)}, out_channels=7)
 
 
 def test_concat_constant_first_keeps_channel_last():
     """The constant is input 0, but the plan follows the computed input's perm."""
     nodes = [node("Concat", ["c", "a"], "m", axis=1)]
-    converted = check_between_convs(nodes, {"c": data(2, 2, 8, 6)}, out_channels=6)
+    converted = check_between_convs(nodes, {"c": rng.randn(2, 2, 8, 6)}, out_channels=6)
     assert not converted.plan.transposes(converted.graph)
 
 
@@ -115,7 +101,7 @@ def test_split_opset11_attribute():
         lambda src: [node("Split", [src], outs(src, k, len(s) if s else 2), axis=a,
                           **({"split": s} if s else {}))
                      for k, (a, s) in enumerate(cases)],
-        data(2, 3, 5, 7), opset=11)
+        rng.randn(2, 3, 5, 7), opset=11)
 
 
 def test_split_opset13_input():
@@ -125,7 +111,7 @@ def test_split_opset13_input():
         lambda src: [node("Split", [src, f"s{k}"] if s else [src],
                           outs(src, k, len(s) if s else 2), axis=a)
                      for k, (a, s) in enumerate(cases)],
-        data(2, 3, 5, 8), inits, opset=13)
+        rng.randn(2, 3, 5, 8), inits, opset=13)
 
 
 def test_split_num_outputs_uneven():
@@ -133,7 +119,7 @@ def test_split_num_outputs_uneven():
     check_both_layouts(
         lambda src: [node("Split", [src], outs(src, k, n), axis=a, num_outputs=n)
                      for k, (n, a) in enumerate(cases)],
-        data(2, 3, 5, 7))
+        rng.randn(2, 3, 5, 7))
 
 
 def test_split_ops_are_delegated():
@@ -141,7 +127,7 @@ def test_split_ops_are_delegated():
     XNNPACK delegate does not take (an attention's q, k, v split fell off it)."""
     nodes = [node("Split", ["x", "s"], ["q", "k", "v"], axis=1),
              node("Split", ["x"], ["a", "b"], axis=3, num_outputs=2)]
-    _, counts = check_nodes(nodes, {"x": data(2, 7, 3, 6)}, {"s": ints(2, 2, 3)}, opset=18)
+    _, counts = check_nodes(nodes, {"x": rng.randn(2, 7, 3, 6)}, {"s": ints(2, 2, 3)}, opset=18)
     assert counts.get("SLICE") == 3 and counts.get("SPLIT") == 1, counts
     assert "SPLIT_V" not in counts, counts
 
@@ -150,7 +136,7 @@ def test_split_dynamic_batch():
     check_both_layouts(
         lambda src: [node("Split", [src], outs(src, 0, 3), axis=1, num_outputs=3),
                      node("Split", [src], outs(src, 1, 2), axis=-1, num_outputs=2)],
-        data(2, 3, 5, 7), input_shape=["N", 3, 5, 7])
+        rng.randn(2, 3, 5, 7), input_shape=["N", 3, 5, 7])
 
 
 def test_split_between_convs_has_no_transpose():
@@ -159,14 +145,14 @@ def test_split_between_convs_has_no_transpose():
         node("Conv", ["q", "wq"], "r", pads=[1, 1, 1, 1]),
         node("Add", ["p", "r"], "m"),
     ]
-    check_between_convs(nodes, {"s": ints(2, 3), "wq": conv_weights(2, 3)}, channels=5,
+    check_between_convs(nodes, {"s": ints(2, 3), "wq": rng.conv_weights(2, 3)}, channels=5,
                         out_channels=2)
 
 
 def test_split_runtime_sizes():
     """Sizes fed at run time: static from the inferred output shapes (first node), a run-time
     size tensor where the outputs feed other ops and have no inferred shape (second)."""
-    feeds = {"x": data(2, 6, 3), "s": ints(2, 4), "t": ints(1, 0, 2)}
+    feeds = {"x": rng.randn(2, 6, 3), "s": ints(2, 4), "t": ints(1, 0, 2)}
     nodes = [
         node("Split", ["x", "s"], ["a", "b"], axis=1),
         node("Split", ["x", "t"], ["c", "d", "e"], axis=-1),
@@ -210,7 +196,7 @@ def slice_nodes(src):
 
 
 def test_slice():
-    check_both_layouts(slice_nodes, data(2, 3, 5, 7), slice_inits())
+    check_both_layouts(slice_nodes, rng.randn(2, 3, 5, 7), slice_inits())
 
 
 def test_stepped_slices_stay_on_the_delegate():
@@ -229,11 +215,12 @@ def test_stepped_slices_stay_on_the_delegate():
                       f"sp{k}": ints(*sp)})
     nodes = [node("Slice", ["x", f"st{k}", f"en{k}", f"ax{k}", f"sp{k}"], f"y{k}")
              for k in range(len(cases))]
-    _, counts = check_nodes(nodes, {"x": data(3, 4, 6, 7)}, inits)
+    _, counts = check_nodes(nodes, {"x": rng.randn(3, 4, 6, 7)}, inits)
     assert "STRIDED_SLICE" not in counts, counts
     nodes = [node("Conv", ["x", "w"], "c"), *[
         node("Slice", ["c", f"st{k}", f"en{k}", f"ax{k}", f"sp{k}"], f"z{k}") for k in range(4)]]
-    _, counts = check_nodes(nodes, {"x": data(2, 4, 6, 7)}, {**inits, "w": data(5, 4, 1, 1)},
+    _, counts = check_nodes(nodes, {"x": rng.randn(2, 4, 6, 7)},
+                            {**inits, "w": rng.randn(5, 4, 1, 1)},
                             outputs=[f"z{k}" for k in range(4)])
     assert "STRIDED_SLICE" not in counts and "TRANSPOSE" not in counts, counts
 
@@ -243,11 +230,11 @@ def test_slice_opset9_attributes():
              {"starts": [1, -3], "ends": [100, -1], "axes": [1, -1]}]
     check_both_layouts(
         lambda src: [node("Slice", [src], f"{src}_{k}", **c) for k, c in enumerate(cases)],
-        data(2, 3, 5, 7), opset=9)
+        rng.randn(2, 3, 5, 7), opset=9)
 
 
 def test_slice_dynamic_batch():
-    check_both_layouts(slice_nodes, data(3, 3, 5, 7), slice_inits(),
+    check_both_layouts(slice_nodes, rng.randn(3, 3, 5, 7), slice_inits(),
                        input_shape=["N", 3, "H", 7])
 
 
@@ -260,8 +247,8 @@ def test_slice_runtime_end():
             node("Slice", [src, "zero", f"{src}_e", "axis"], f"{src}_0"),
         ]
 
-    check_both_layouts(variants, data(2, 3, 4, 6), {"one": ints(1), "zero": ints(0),
-                                                    "axis": ints(3)},
+    check_both_layouts(variants, rng.randn(2, 3, 4, 6), {"one": ints(1), "zero": ints(0),
+                                                         "axis": ints(3)},
                        input_shape=["N", 3, 4, "S"])
 
 
@@ -274,7 +261,7 @@ def test_slice_bounds_past_a_dynamic_dim_on_builtin_kernels(length):
 
     nodes = [node("Slice", ["x", "st", "en"], "y")]
     inits = {"st": ints(1), "en": ints(10)}
-    feeds = {"x": data(length)}
+    feeds = {"x": rng.randn(length)}
     model = make_model(nodes, feeds, ["y"], inits, input_shapes={"x": ["L"]})
     converted = check_model(model, feeds)
     builtin = Interpreter(model_content=converted.tflite, experimental_op_resolver_type=(
@@ -292,7 +279,7 @@ def test_slice_above_tflite_rank_merges_whole_axes():
     """7-D slices (as in NegativeLogLikelihoodLoss's expanded graphs): runs of axes taken
     whole are merged so TFLite's 5-D STRIDED_SLICE takes them, with no Select TF op;
     constant and run-time starts, negative steps, a symbolic batch."""
-    x = data(3, 2, 4, 1, 3, 2, 5)
+    x = rng.randn(3, 2, 4, 1, 3, 2, 5)
     inits = {"s1": ints(1), "e1": ints(2), "a1": ints(1),
              "s2": ints(-1, 0), "e2": ints(-100, 5), "a2": ints(2, -1), "p2": ints(-2, 2),
              "e3": ints(3), "a3": ints(4)}
@@ -317,7 +304,7 @@ RUNTIME_SLICES = [
 
 def test_slice_runtime_axes_and_steps():
     """Axes and steps fed at run time, on x in ONNX order and on a channel-last Conv output."""
-    x = data(2, 3, 5, 7)
+    x = rng.randn(2, 3, 5, 7)
     feeds = {"x": x}
     nodes = [node("Conv", ["x", "w"], "xc")]
     for k, (starts, ends, axes, steps) in enumerate(RUNTIME_SLICES):
@@ -345,11 +332,11 @@ def test_gather():
     check_both_layouts(
         lambda src: [node("Gather", [src, f"i{k}"], f"{src}_{k}", axis=a)
                      for k, (a, _) in enumerate(GATHERS)],
-        data(2, 3, 5, 7), inits)
+        rng.randn(2, 3, 5, 7), inits)
 
 
 def test_gather_runtime_indices_dynamic_dim():
-    x = data(3, 3, 5, 7)
+    x = rng.randn(3, 3, 5, 7)
     feeds = {"x": x, "i": ints(-1, 2, -5), "j": ints(-1, 0)}
     nodes = [node("Gather", ["x", "i"], "y", axis=2), node("Gather", ["x", "j"], "z", axis=0),
              node("Gather", ["x", "k"], "w", axis=0)]
@@ -365,8 +352,8 @@ def test_gather_scalar_of_channel_last_keeps_layout():
         node("Gather", ["a", "i"], "g", axis=2),
         node("Conv", ["g", "w3"], "y"),
     ]
-    inits = {"w1": conv_weights(4, 3), "i": np.array(-3, np.int64), "w3": data(2, 4, 3)}
-    _, census = check_nodes(nodes, {"x": data(2, 3, 8, 6)}, inits, outputs=["y"])
+    inits = {"w1": rng.conv_weights(4, 3), "i": np.array(-3, np.int64), "w3": rng.randn(2, 4, 3)}
+    _, census = check_nodes(nodes, {"x": rng.randn(2, 3, 8, 6)}, inits, outputs=["y"])
     assert census.get("TRANSPOSE", 0) == 0
 
 
@@ -379,7 +366,7 @@ def test_gather_of_a_constant_run_is_a_slice():
     """Scalar indices and runs of consecutive constant indices (attention's q, k, v =
     qkv[0], qkv[1], qkv[2]) become SLICE, which XNNPACK takes, not GATHER; also with a
     dynamic batch, where the dropped axis goes through a squeeze."""
-    qkv = data(3, 2, 4, 5, 6)
+    qkv = rng.randn(3, 2, 4, 5, 6)
     nodes = [node("Gather", ["qkv", f"i{k}"], f"g{k}", axis=axis)
              for k, axis in enumerate([0, 0, 0, -1, 3, 2])]
     inits = {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64),
@@ -397,7 +384,7 @@ def test_gather_of_a_constant_run_is_a_slice():
 def test_gather_embedding():
     """An embedding lookup: run-time indices into a large constant table."""
     nodes = [node("Gather", ["t", "i"], "y", axis=0)]
-    check_nodes(nodes, {"i": ints(0, 299, -1, 7).reshape(2, 2)}, {"t": data(300, 8)})
+    check_nodes(nodes, {"i": ints(0, 299, -1, 7).reshape(2, 2)}, {"t": rng.randn(300, 8)})
 
 
 # --- Pad -----------------------------------------------------------------------------------
@@ -414,13 +401,14 @@ def pad_nodes(src, opset=18):
 
 def test_pad():
     inits = {f"p{k}": ints(*p) for k, (_, p) in enumerate(PADS)}
-    check_both_layouts(pad_nodes, data(2, 3, 5, 7), {**inits, "value": np.array(1.5, np.float32)})
+    check_both_layouts(pad_nodes, rng.randn(2, 3, 5, 7),
+                       {**inits, "value": np.array(1.5, np.float32)})
 
 
 def test_pad_dynamic_batch():
     inits = {f"p{k}": ints(*p) for k, (_, p) in enumerate(PADS)}
-    check_both_layouts(pad_nodes, data(2, 3, 5, 7), {**inits, "value": np.array(-1, np.float32)},
-                       input_shape=["N", 3, 5, "W"])
+    check_both_layouts(pad_nodes, rng.randn(2, 3, 5, 7),
+                       {**inits, "value": np.array(-1, np.float32)}, input_shape=["N", 3, 5, "W"])
 
 
 def test_pad_wrap_opset19_and_axes():
@@ -430,19 +418,19 @@ def test_pad_wrap_opset19_and_axes():
         lambda src: [node("Pad", [src, "p"], f"{src}_wrap", mode="wrap"),
                      node("Pad", [src, "pa", "v", "ax"], f"{src}_axes"),
                      node("Pad", [src, "pa", "", "ax"], f"{src}_axes_edge", mode="edge")],
-        data(2, 3, 5, 7), inits, opset=19)
+        rng.randn(2, 3, 5, 7), inits, opset=19)
 
 
 def test_pad_opset2_attributes():
     check_both_layouts(
         lambda src: [node("Pad", [src], f"{src}_0", pads=[0, 1, 2, 1, 0, 1], value=0.5),
                      node("Pad", [src], f"{src}_1", pads=[0, 0, 1, 0, 0, 2], mode="edge")],
-        data(2, 3, 5), opset=2)
+        rng.randn(2, 3, 5), opset=2)
 
 
 def test_pad_int_and_runtime_pads():
     feeds = {"x": rng.integers(-5, 5, (2, 3, 5, 7)).astype(np.int32),
-             "f": data(2, 3, 5, 7), "p": ints(0, 1, 2, 0, 0, 2, 1, 3)}
+             "f": rng.randn(2, 3, 5, 7), "p": ints(0, 1, 2, 0, 0, 2, 1, 3)}
     nodes = [node("Pad", ["x", "p4"], "y"), node("Pad", ["f", "p"], "z", mode="reflect"),
              node("Pad", ["f", "p", "v"], "w")]
     inits = {"p4": ints(0, 0, 1, 1, 0, 0, 1, 1), "v": np.array(0.25, np.float32)}
@@ -462,7 +450,7 @@ def test_pad_runtime_pads_channel_last():
         return [node("Pad", [src, "p"], f"{src}_0"),
                 node("Pad", [src, "p"], f"{src}_1", mode="reflect")]
 
-    x = data(2, 3, 5, 7)
+    x = rng.randn(2, 3, 5, 7)
     nodes = [node("Conv", ["x", "w"], "xc"), *variants("x"), *variants("xc")]
     feeds = {"x": x, "p": ints(0, 1, 2, 0, 0, 2, 1, 3)}
     model = make_model(nodes, feeds, ["x_0", "x_1", "xc_0", "xc_1"],
@@ -474,7 +462,7 @@ def test_pad_runtime_pads_and_axes():
     """Pads and axes fed at run time, every mode, negative pads (crops) included, on a value
     in ONNX order and on a channel-last one (mapped: the only TRANSPOSE feeds the Conv)."""
     modes = ["constant", "reflect", "edge", "wrap"]
-    feeds = {"x": data(2, 3, 5, 7), "p": ints(0, 1, 2, -1, 0, 2, -1, 3),
+    feeds = {"x": rng.randn(2, 3, 5, 7), "p": ints(0, 1, 2, -1, 0, 2, -1, 3),
              "pa": ints(1, -1, 2, 3), "ax": ints(-1, 2), "v": np.array(0.5, np.float32)}
     nodes = [node("Conv", ["x", "w"], "xc"),
              *(node("Pad", ["x", "pa", "v", "ax"], f"x_{m}_axes", mode=m) for m in modes),
@@ -504,8 +492,8 @@ def test_unit_axes_relayout_is_a_reshape():
         node("Conv", ["x", "w"], "a"),
         node("Gather", ["a", "i"], "y", axis=1),
     ]
-    inits = {"w": conv_weights(4, 3, 5), "i": ints(0, 3, 2, 1).reshape(2, 2)}
-    converted, census = check_nodes(nodes, {"x": data(2, 3, 5, 5)}, inits, outputs=["y"])
+    inits = {"w": rng.conv_weights(4, 3, 5), "i": ints(0, 3, 2, 1).reshape(2, 2)}
+    converted, census = check_nodes(nodes, {"x": rng.randn(2, 3, 5, 5)}, inits, outputs=["y"])
     assert converted.plan.transposes(converted.graph) == {("a", (0, 1, 2, 3))}
     assert census.get("TRANSPOSE", 0) == 0
 
@@ -515,4 +503,4 @@ def test_unit_axes_relayout_is_a_reshape():
     "shape, attrs", [((3, 3), {}), ((3, 5), {"k": 2}), ((4, 2), {"k": -1, "dtype": 6})],
 )
 def test_eye_like(shape, attrs):
-    check_node("EyeLike", {"x": data(*shape)}, attrs, opset=22)
+    check_node("EyeLike", {"x": rng.randn(*shape)}, attrs, opset=22)

@@ -11,6 +11,7 @@ import pytest
 from onnx import helper
 
 from harness import (
+    Rng,
     assert_keras_reloads,
     check_node,
     check_nodes,
@@ -18,12 +19,8 @@ from harness import (
     make_model,
 )
 
-rng = np.random.default_rng(0)
+rng = Rng(0)
 OPSET = 23
-
-
-def normal(*shape, scale=1.0):
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
 def check_attention(q, k, v, attrs=None, mask=None, past=None, num_outputs=1):
@@ -45,25 +42,25 @@ def check_attention(q, k, v, attrs=None, mask=None, past=None, num_outputs=1):
      (3, 3, {"softcap": 2.0})],
 )
 def test_attention_4d(heads, kv_heads, attrs):
-    check_attention(normal(2, heads, 4, 8), normal(2, kv_heads, 5, 8),
-                    normal(2, kv_heads, 5, 6), attrs)
+    check_attention(rng.randn(2, heads, 4, 8), rng.randn(2, kv_heads, 5, 8),
+                    rng.randn(2, kv_heads, 5, 6), attrs)
 
 
 @pytest.mark.parametrize("heads, kv_heads", [(3, 3), (4, 2)])
 @pytest.mark.parametrize("causal", [0, 1])
 def test_attention_3d(heads, kv_heads, causal):
     attrs = {"q_num_heads": heads, "kv_num_heads": kv_heads, "is_causal": causal}
-    check_attention(normal(2, 4, heads * 8), normal(2, 6, kv_heads * 8),
-                    normal(2, 6, kv_heads * 4), attrs)
+    check_attention(rng.randn(2, 4, heads * 8), rng.randn(2, 6, kv_heads * 8),
+                    rng.randn(2, 6, kv_heads * 4), attrs)
 
 
 @pytest.mark.parametrize(
-    "mask", [normal(4, 6), normal(2, 1, 4, 6), rng.random((2, 3, 4, 6)) > 0.3,
+    "mask", [rng.randn(4, 6), rng.randn(2, 1, 4, 6), rng.random((2, 3, 4, 6)) > 0.3,
              rng.random((4, 6)) > 0.5],
 )
 @pytest.mark.parametrize("causal", [0, 1])
 def test_attention_masks(mask, causal):
-    check_attention(normal(2, 3, 4, 8), normal(2, 3, 6, 8), normal(2, 3, 6, 8),
+    check_attention(rng.randn(2, 3, 4, 8), rng.randn(2, 3, 6, 8), rng.randn(2, 3, 6, 8),
                     {"is_causal": causal}, mask=mask)
 
 
@@ -71,9 +68,10 @@ def test_attention_masks(mask, causal):
 @pytest.mark.parametrize("mode", [0, 3])
 def test_attention_past_and_present(kv_heads, mode):
     """Cache inputs, present outputs and the qk_matmul output (mask padded to past+new)."""
-    past = (normal(2, kv_heads, 3, 8), normal(2, kv_heads, 3, 6))
-    check_attention(normal(2, 3, 4, 8), normal(2, kv_heads, 4, 8), normal(2, kv_heads, 4, 6),
-                    {"qk_matmul_output_mode": mode}, mask=normal(4, 7), past=past,
+    past = (rng.randn(2, kv_heads, 3, 8), rng.randn(2, kv_heads, 3, 6))
+    check_attention(rng.randn(2, 3, 4, 8), rng.randn(2, kv_heads, 4, 8),
+                    rng.randn(2, kv_heads, 4, 6),
+                    {"qk_matmul_output_mode": mode}, mask=rng.randn(4, 7), past=past,
                     num_outputs=4)
 
 
@@ -84,7 +82,7 @@ def test_attention_past_and_present(kv_heads, mode):
 )
 def test_rms_normalization(shape, axis, attrs):
     scale = rng.standard_normal(shape[axis:]).astype(np.float32)
-    check_node("RMSNormalization", {"x": normal(*shape)}, {"axis": axis, **attrs},
+    check_node("RMSNormalization", {"x": rng.randn(*shape)}, {"axis": axis, **attrs},
                initializers={"scale": scale}, opset=OPSET)
 
 
@@ -106,20 +104,20 @@ def test_rotary_embedding(interleaved, shape, num_heads, rotary_dim, ):
     if num_heads:
         attrs["num_heads"] = num_heads
     cos, sin = _caches((batch, seq), half)
-    check_node("RotaryEmbedding", {"x": normal(*shape), "cos": cos, "sin": sin}, attrs,
+    check_node("RotaryEmbedding", {"x": rng.randn(*shape), "cos": cos, "sin": sin}, attrs,
                opset=OPSET)
 
 
 def test_rotary_embedding_position_ids():
     cos, sin = _caches((12,), 4)
     positions = rng.integers(0, 12, (2, 5)).astype(np.int64)
-    check_node("RotaryEmbedding", {"x": normal(2, 3, 5, 8), "pos": positions},
+    check_node("RotaryEmbedding", {"x": rng.randn(2, 3, 5, 8), "pos": positions},
                {"interleaved": 1}, initializers={"cos": cos, "sin": sin}, opset=OPSET,
                input_order=["x", "cos", "sin", "pos"])
 
 
 def test_attention_keras_files_reload(tmp_path):
-    feeds = {"Q": normal(1, 4, 16), "K": normal(1, 6, 8), "V": normal(1, 6, 8)}
+    feeds = {"Q": rng.randn(1, 4, 16), "K": rng.randn(1, 6, 8), "V": rng.randn(1, 6, 8)}
     converted = check_node("Attention", feeds,
                            {"q_num_heads": 4, "kv_num_heads": 2, "is_causal": 1},
                            opset=OPSET, tflite=False)
@@ -127,13 +125,13 @@ def test_attention_keras_files_reload(tmp_path):
 
 
 def test_attention_softmax_precision():
-    check_attention(normal(2, 3, 4, 8), normal(2, 3, 6, 8), normal(2, 3, 6, 8),
-                    {"softmax_precision": 1, "qk_matmul_output_mode": 3}, mask=normal(4, 6),
+    check_attention(rng.randn(2, 3, 4, 8), rng.randn(2, 3, 6, 8), rng.randn(2, 3, 6, 8),
+                    {"softmax_precision": 1, "qk_matmul_output_mode": 3}, mask=rng.randn(4, 6),
                     num_outputs=4)
 
 
 def test_attention_nonpad_kv_seqlen_at_run_time():
-    inputs = {"Q": normal(2, 4, 3, 8), "K": normal(2, 2, 6, 8), "V": normal(2, 2, 6, 8),
+    inputs = {"Q": rng.randn(2, 4, 3, 8), "K": rng.randn(2, 2, 6, 8), "V": rng.randn(2, 2, 6, 8),
               "nonpad": np.array([4, 6], np.int64)}
     check_node("Attention", inputs, {"is_causal": 1}, opset=24,
                input_order=["Q", "K", "V", "", "", "", "nonpad"])
@@ -154,23 +152,23 @@ def test_additive_inf_bias_from_constants():
     ]
     inits = {"tri": tri, "neg_inf": np.array(-np.inf, np.float32),
              "zero": np.array(0, np.float32), "inf_bias": inf_bias}
-    check_nodes(nodes, {"mask": normal(4, 6), "scores": normal(2, 3, 4, 6)}, inits, opset=OPSET,
-                outputs=["masked", "masked_const_first", "minus_inf", "inf_minus"])
+    check_nodes(nodes, {"mask": rng.randn(4, 6), "scores": rng.randn(2, 3, 4, 6)}, inits,
+                opset=OPSET, outputs=["masked", "masked_const_first", "minus_inf", "inf_minus"])
 
 
 # --- LinearAttention ---------------------------------------------------------------------
 def linear_attention_inputs(batch, steps, q_heads, kv_heads, d_k, d_v, rule, decay_per_head,
                             beta_shared, past):
-    inputs = {"query": normal(batch, steps, q_heads * d_k, scale=0.5),
-              "key": normal(batch, steps, kv_heads * d_k, scale=0.5),
-              "value": normal(batch, steps, kv_heads * d_v)}
+    inputs = {"query": rng.randn(batch, steps, q_heads * d_k, scale=0.5),
+              "key": rng.randn(batch, steps, kv_heads * d_k, scale=0.5),
+              "value": rng.randn(batch, steps, kv_heads * d_v)}
     order = ["query", "key", "value", "", "", ""]
     if past:
-        inputs["past_state"] = normal(batch, kv_heads, d_k, d_v, scale=0.3)
+        inputs["past_state"] = rng.randn(batch, kv_heads, d_k, d_v, scale=0.3)
         order[3] = "past_state"
     if rule in ("gated", "gated_delta"):
         width = kv_heads if decay_per_head else kv_heads * d_k
-        inputs["decay"] = -np.abs(normal(batch, steps, width, scale=0.3))
+        inputs["decay"] = -np.abs(rng.randn(batch, steps, width, scale=0.3))
         order[4] = "decay"
     if rule in ("delta", "gated_delta"):
         width = 1 if beta_shared else kv_heads
@@ -273,17 +271,17 @@ def check_flex(q, k, v, tmp_path=None, **attrs):
 )
 def test_flex_attention(batch, q_heads, kv_heads, q_len, kv_len, d, d_v, scale):
     attrs = {} if scale is None else {"scale": scale}
-    check_flex(normal(batch, q_heads, q_len, d), normal(batch, kv_heads, kv_len, d),
-               normal(batch, kv_heads, kv_len, d_v), **attrs)
+    check_flex(rng.randn(batch, q_heads, q_len, d), rng.randn(batch, kv_heads, kv_len, d),
+               rng.randn(batch, kv_heads, kv_len, d_v), **attrs)
 
 
 @pytest.mark.parametrize("kv_heads", [4, 2])
 def test_flex_attention_score_mod_causal(kv_heads, tmp_path):
-    check_flex(normal(2, 4, 6, 8), normal(2, kv_heads, 6, 8), normal(2, kv_heads, 6, 5),
+    check_flex(rng.randn(2, 4, 6, 8), rng.randn(2, kv_heads, 6, 8), rng.randn(2, kv_heads, 6, 5),
                tmp_path, score_mod=causal_mask_graph())
 
 
 def test_flex_attention_score_and_prob_mod():
-    check_flex(normal(1, 2, 4, 8, scale=3.0), normal(1, 2, 5, 8, scale=3.0), normal(1, 2, 5, 8),
-               score_mod=soft_cap_graph(5.0), prob_mod=prob_scale_graph(0.5),
+    check_flex(rng.randn(1, 2, 4, 8, scale=3.0), rng.randn(1, 2, 5, 8, scale=3.0),
+               rng.randn(1, 2, 5, 8), score_mod=soft_cap_graph(5.0), prob_mod=prob_scale_graph(0.5),
                softmax_precision=1)

@@ -28,6 +28,7 @@ def test_empty_and_non_empty_outputs():
         expected = ort_run(model, {"x": x})[0]
         physical = converted.result.to_physical({"x": x})
         key = converted.result.output_names["y"]
-        for run in (lambda i: run_signature(i, physical), lambda i: signature_call(i, physical)()):
+        for run in (lambda i, p=physical: run_signature(i, p),
+                    lambda i, p=physical: signature_call(i, p)()):
             got = run(Interpreter(model_content=content))[key]
             assert got.shape == expected.shape and np.array_equal(got, expected), (got, expected)
