@@ -180,8 +180,9 @@ def convert(
         written = write_outputs(converted, stage, stem, output_h5, output_keras_v3, output_tflite,
                                 copy_onnx_input_output_names_to_tflite, builtin_only)
         if quant_plan is not None:
-            written += _write_quantized(converted, stage, stem, quant_plan, builtin_only,
-                                        print_table=not non_verbose)
+            with phase("quantized files"):
+                written += _write_quantized(converted, stage, stem, quant_plan, builtin_only,
+                                            print_table=not non_verbose)
         if check:
             from onnx2tf_alt.check.run import check_and_report
 
