@@ -1,6 +1,6 @@
 """The saved_model's two most common consumers, TF.js and Core ML, fed converted CNNs and
 compared with onnxruntime. Optional: each test skips, saying what is missing, unless its
-consumer is installed (the README's "TF.js and Core ML" section has the install lines).
+consumer is installed (docs/consumers.md has the install lines).
 
 - TF.js: tensorflowjs_converter (tensorflowjs 4.22, installed --no-deps with tensorflow-hub
   and jax, the modules it imports) writes a graph model, which node runs with the npm

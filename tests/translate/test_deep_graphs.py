@@ -68,7 +68,7 @@ def test_a_chain_deeper_than_the_recursion_limit_converts_and_reloads(
 
     import tf_keras
 
-    with deep_graphs():  # what README tells users who reload a deep model
+    with deep_graphs():  # what docs/outputs.md tells users who reload a deep model
         for suffix in ("h5", "keras"):
             reloaded = tf_keras.models.load_model(
                 out / f"chain.{suffix}", custom_objects=onnx2tf_alt.custom_objects())
