@@ -85,7 +85,7 @@ def describe(graph: Graph, plan: Plan, tflite_ops: Iterable | None = None) -> li
     ]
     onnx_transposes = sum(n.op_type == "Transpose" for n in graph.nodes)
     summary = (f"transposes: {onnx_transposes} Transpose node(s) in the prepared graph; "
-               f"plan: {len(moving_transposes(graph, plan))} moving, "
+               f"plan: {sum(g.count for g in groups if g.moving)} moving, "
                f"{sum(g.count for g in groups if not g.moving)} free")
     if tflite_ops is not None:
         found = tflite_transposes(tflite_ops, graph, plan)
