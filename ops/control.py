@@ -40,7 +40,8 @@ def if_(ctx):
 
 
 @handler("Loop", layout=logical, limits="runtime trip count or condition (constant ones up to "
-         "256 iterations are unrolled): loop-carried values keep their rank")
+         "256 iterations are unrolled): a loop-carried value whose rank changes in the first "
+         "step makes that step run before the loop: such a loop runs at least once")
 def loop(ctx):
     return _control_node(ctx)
 
@@ -89,13 +90,32 @@ def run_control_node(node: onnx.NodeProto, values: dict, opsets: dict[str, int])
 
 def _run_if(node, then_branch, else_branch, values, opsets) -> list:
     cond = tf.reshape(tf.cast(values[node.input[0]], tf.bool), [])
-    outputs = tf.cond(
-        cond,
-        lambda: run_subgraph(then_branch, opsets, [], values),
-        lambda: run_subgraph(else_branch, opsets, [], values),
-    )
+    ranks = [_output_ranks(b, opsets, values) for b in (then_branch, else_branch)]
+    ranks = [max(a, b) if a is not None and b is not None else None for a, b in zip(*ranks)]
+
+    def branch(graph):
+        return [_lifted(o, r) for o, r in zip(run_subgraph(graph, opsets, [], values), ranks)]
+
+    outputs = tf.cond(cond, lambda: branch(then_branch), lambda: branch(else_branch))
     outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
     return [_ranked(o) for o in outputs]
+
+
+def _output_ranks(graph: onnx.GraphProto, opsets, values: dict) -> list[int | None]:
+    prepared = graph_from_model(_prepared(graph, opsets, [], values))
+    return [prepared.rank(o.name) for o in graph.output]
+
+
+def _lifted(x, rank: int | None):
+    """A one-element branch output of lower rank than the other branch's, reshaped to that
+    rank (Paddle2ONNX's branches give () on one side and (1,) on the other; onnxruntime
+    passes on either): tf.cond needs one rank to give its output a shape at all."""
+    x = tf.convert_to_tensor(x)
+    if rank is None or x.shape.rank is None or x.shape.rank >= rank:
+        return x
+    if x.shape.num_elements() != 1:
+        return x
+    return tf.reshape(x, [1] * rank)
 
 
 def _ranked(x):
@@ -182,8 +202,9 @@ class _Body:
         return cond, outputs[self.first :]
 
     def signature(self, state: list):
-        """Shapes the state keeps across steps (dims that change become None) and the specs
-        of one scan-output element, from ONNX shape inference of the body."""
+        """Shapes the state keeps across steps (dims that change become None, a rank that
+        changes leaves no shape) and the specs of one scan-output element, from ONNX shape
+        inference of the body."""
         shapes, n = [t.shape for t in state], len(state)
         for _ in range(4):
             specs = self.feed_specs([tf.TensorSpec(s, t.dtype) for s, t in zip(shapes, state)])
@@ -207,11 +228,23 @@ def _iterate(body: _Body, state: list, count, cond, empty: list | None = None) -
     along a new axis 0. State values flagged `empty` (constants of no elements, e.g.
     torchvision's (0, H, W) start of the masks it pastes one by one) are carried flattened
     behind a placeholder element, with their shape beside them: TFLite's WHILE fails on an
-    empty loop tensor."""
+    empty loop tensor.
+
+    Where a state value's rank changes in the first step (Paddle2ONNX starts values the
+    body replaces with a scalar placeholder), that step runs before the loop, which then
+    carries values of one rank: such a loop runs at least once."""
     n_state = len(state)
     empty = empty or [False] * n_state
     state_shapes, scan_specs = body.signature(state)
+    first = tf.constant(0, tf.int64)
+    cond = tf.constant(True) if cond is None else cond
     scans = [_empty_scan(spec) for spec in scan_specs]
+    if any(s.rank is None and t.shape.rank is not None for s, t in zip(state_shapes, state)):
+        c_next, outputs = body.run(body.feeds(first, cond, state))
+        state, empty = outputs[:n_state], [False] * n_state
+        first, cond = first + 1, cond if c_next is None else c_next
+        state_shapes, scan_specs = body.signature(state)
+        scans = [_append(_empty_scan(spec), o) for spec, o in zip(scan_specs, outputs[n_state:])]
 
     def keep_going(i, c, *_):
         return c if count is None else tf.logical_and(c, i < count)
@@ -224,13 +257,12 @@ def _iterate(body: _Body, state: list, count, cond, empty: list | None = None) -
         grown = [_append(a, o) for a, o in zip(carried[n_state:], outputs[n_state:])]
         return (i + 1, c if c_next is None else c_next, *kept, *grown)
 
-    start = (tf.constant(0, tf.int64), tf.constant(True) if cond is None else cond)
     invariants = (tf.TensorShape([]), tf.TensorShape([]),
                   *[(tf.TensorShape([None]), tf.TensorShape([s.rank])) if e else s
                     for s, e in zip(state_shapes, empty)],
                   *[_scan_invariant(spec) for spec in scan_specs])
     initial = [_padded(v) if e else v for v, e in zip(state, empty)]
-    result = tf.while_loop(keep_going, step, (*start, *initial, *scans),
+    result = tf.while_loop(keep_going, step, (first, cond, *initial, *scans),
                            shape_invariants=invariants)
     count, final = result[0], list(result[2:])
     scans = [_stacked(a, spec, count) for a, spec in zip(final[n_state:], scan_specs)]
@@ -332,8 +364,14 @@ def _prepared(graph: onnx.GraphProto, opsets, formal: list, outer: dict) -> onnx
             sub.initializer.append(numpy_helper.from_array(value, name))
         else:
             sub.input.append(_value_info(name, value))
+    fed = {i.name: i for i in sub.input}
     for out in sub.output:  # shapes come from inference on the actual input shapes
-        out.type.tensor_type.ClearField("shape")
+        if out.name in fed:
+            # an output that passes an input through (a loop-carried weight) has the input's
+            # type: a shapeless copy of it makes ONNX inference drop every shape in the body
+            out.type.CopyFrom(fed[out.name].type)
+        else:
+            out.type.tensor_type.ClearField("shape")
     imports = [helper.make_opsetid(d, v) for d, v in opsets.items()]
     model = helper.make_model(sub, opset_imports=imports)
     model.ir_version = IR_VERSION

@@ -149,6 +149,8 @@ def _squeezed(node: Node, graph: Graph):
 def _inserted(node: Node, graph: Graph):
     """Normalized output axes an Unsqueeze inserts."""
     axes, rank = _axes(node, graph), graph.rank(node.outputs[0])
+    if rank is None and axes and graph.rank(node.inputs[0]) is not None:
+        rank = graph.rank(node.inputs[0]) + len(axes)  # a body value ONNX could not follow
     if not axes or rank is None:
         return None
     return sorted(a % rank for a in axes)

@@ -15,6 +15,7 @@ from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.perms import Perm
 from onnx2tf_alt.layout.plan import Plan
+from onnx2tf_alt.translate import late_shapes
 from onnx2tf_alt.translate.context import NodeContext, reshape
 from onnx2tf_alt.translate.keras_layers import constant_weights
 from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
@@ -103,6 +104,7 @@ class ModelBuilder:
         }
         self._transposed: dict[tuple[str, Perm, int], object] = {}
         self._anchor = None
+        self._learned: set[str] = set()  # values whose shape TF told us (late_shapes.py)
 
     # --- value access used by NodeContext -----------------------------------------------
     def constant_value(self, name: str) -> np.ndarray | None:
@@ -229,11 +231,29 @@ class ModelBuilder:
                 outputs.append(self.input_tensor(name, P.identity(rank), rank))
         return outputs
 
+    def _relearn(self, node: Node, wanted: list, out_perms: list) -> tuple[list, list]:
+        """For a node reading values whose shapes were learned while building: its outputs'
+        shapes from ONNX inference of the node alone, and identity perms (ONNX order, as
+        handlers compute by default) where the plan's perms have another rank."""
+        graph = self.graph
+        for name, (shape, dtype) in late_shapes.infer_node(node, graph, self.constant_value).items():
+            if graph.shapes.get(name) is None:
+                graph.shapes[name], graph.dtypes[name] = shape, graph.dtypes.get(name) or dtype
+                self._learned.add(name)
+        wanted = [self.values[i].perm if i in self._learned and w is not None
+                  and len(w) != len(self.values[i].perm) else w
+                  for i, w in zip(node.inputs, wanted)]
+        out_perms = [P.identity(graph.rank(o)) if graph.rank(o) is not None
+                     and len(p) != graph.rank(o) else p for o, p in zip(node.outputs, out_perms)]
+        return wanted, out_perms
+
     def _convert_node(self, node: Node, wanted: list[Perm | None]) -> None:
         graph = self.graph
         opset = graph.opset_of(node.domain)
         handler = find_handler(node.op_type, node.domain, opset)
         out_perms = [self.plan.perms.get(o, ()) for o in node.outputs]
+        if any(i in self._learned for i in node.inputs):
+            wanted, out_perms = self._relearn(node, wanted, out_perms)
         ctx = NodeContext(self, node, graph, wanted, out_perms, opset, self.options)
         result = handler.fn(ctx)
         results = list(result) if isinstance(result, (list, tuple)) else [result]
@@ -252,6 +272,8 @@ class ModelBuilder:
                     # lay it out: it is in ONNX order, as every handler computes by default.
                     perm = P.identity(rank)
                     self.plan.perms[name] = perm
+                if late_shapes.learn(graph, name, out.shape, out.dtype.as_numpy_dtype, perm):
+                    self._learned.add(name)
                 self.values[name] = Value(perm=perm, tensor=_as_dtype(out, graph.dtypes.get(name)))
 
 
