@@ -28,6 +28,15 @@ def to_inferred_shape(ctx, y):
     return tf.reshape(y, [-1 if d is None else int(d) for d in out])
 
 
+def with_rank(y, rank: int):
+    """y with a static rank where TF lost it (strided_slice with run-time strides, a reshape
+    to a computed shape): a RESHAPE to its own dims, read one by one."""
+    if y.shape.rank is not None:
+        return y
+    dims = tf.shape(y)
+    return tf.reshape(y, tf.stack([dims[k] for k in range(rank)]))
+
+
 def dims_of(x) -> list:
     """Dims of tensor x: ints where static, run-time scalars elsewhere."""
     static = x.shape.as_list()

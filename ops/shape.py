@@ -168,15 +168,39 @@ def _unsqueeze_perm(node: Node, graph: Graph, in_perm):
 
 def _reshape_to_inferred(ctx):
     """Input 0 (logical layout) reshaped to the inferred output shape: how Squeeze and
-    Unsqueeze with run-time axes run (unknown dims pair in order, see context.reshape)."""
+    Unsqueeze with run-time axes run where ONNX inferred it (unknown dims pair in order, see
+    context.reshape); else the shape is computed at run time (`_run_time_axes`)."""
     out = ctx.out_shape(0)
     if out is None:
-        raise NotImplementedError("run-time axes need an inferred output shape")
+        return _run_time_axes(ctx, inserting=ctx.node.op_type == "Unsqueeze")
     return reshape_dims(ctx.x(0), out)
 
 
+def _run_time_axes(ctx, inserting: bool):
+    """Unsqueeze / Squeeze by axes known only at run time (their count is static): a one-hot
+    match of every output (Unsqueeze) or input (Squeeze) axis against the axes, then one
+    RESHAPE to the dims computed from it."""
+    count = ctx.shape(1)[0] if ctx.has(1) and ctx.shape(1) else None
+    if count is None or ctx.shape(0) is None:
+        raise NotImplementedError(
+            "run-time axes need their count and the input's rank: give the model's inputs "
+            "static shapes (-ois) so shape inference can follow them")
+    rank = len(ctx.shape(0)) + (count if inserting else 0)
+    axes = tf.reshape(tf.cast(ctx.x(1), tf.int32), [-1])
+    axes = tf.where(axes < 0, axes + rank, axes)
+    hit = tf.reduce_any(tf.equal(tf.range(rank)[:, None], axes[None, :]), axis=1)
+    dims = shape_tensor(ctx)
+    if inserting:  # output axis k is new (1) or the next input dim
+        source = tf.maximum(tf.cumsum(tf.cast(tf.logical_not(hit), tf.int32)) - 1, 0)
+        target = tf.where(hit, tf.ones([rank], tf.int32), tf.gather(dims, source))
+    else:  # the kept input axes in order: a stable sort puts them (0s) first
+        kept = tf.argsort(tf.cast(hit, tf.int32), stable=True)[: rank - count]
+        target = tf.gather(dims, kept)
+    return tf.reshape(ctx.x(0), target)
+
+
 @handler("Squeeze", layout=derived(_squeeze_perm),
-         limits="run-time axes need the inferred output shape")
+         limits="run-time axes: their count and the input's rank must be known")
 def squeeze(ctx):
     axes = _squeezed(ctx.node, ctx.graph)
     if axes is None:
@@ -187,7 +211,7 @@ def squeeze(ctx):
 
 
 @handler("Unsqueeze", layout=derived(_unsqueeze_perm),
-         limits="run-time axes need the inferred output shape")
+         limits="run-time axes: their count and the input's rank must be known")
 def unsqueeze(ctx):
     axes = _inserted(ctx.node, ctx.graph)
     if axes is None:

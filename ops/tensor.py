@@ -15,7 +15,8 @@ from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import derived, same_as_input
 from onnx2tf_alt.translate.registry import handler
 
-from ._shapes import delegated_split, dims_of, phase_slice, scalar, shape_tensor, to_inferred_shape
+from ._shapes import (delegated_split, dims_of, phase_slice, scalar, shape_tensor,
+                      to_inferred_shape, with_rank)
 
 INT32_MAX = 2**31 - 1
 
@@ -241,7 +242,7 @@ def _runtime_slice(ctx):
     order = list(ctx.perm(0))
     begin, end = tf.gather(full(starts, 0), order), tf.gather(full(ends, dims), order)
     strides = tf.gather(full(steps, 1), order)
-    y = tf.strided_slice(x, begin, end, strides)
+    y = with_rank(tf.strided_slice(x, begin, end, strides), rank)
     out = ctx.out_phys_shape(0) if ctx.out_shape(0) is not None else None
     if out is not None and sum(d is None for d in out) <= 1:
         y = tf.reshape(y, [-1 if d is None else int(d) for d in out])  # restore static dims

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.perms import Perm
-from onnx2tf_alt.layout.policies import LayoutPolicy
+from onnx2tf_alt.layout.policies import LayoutPolicy, logical
 
 
 @dataclass
@@ -156,7 +156,12 @@ def _forward(graph: Graph, policies: list[LayoutPolicy], start: dict, assumed: A
         ]
         if index in assumed:
             in_perms = [p if a is None else a for p, a in zip(in_perms, assumed[index])]
-        decision = policies[index].decide(node, graph, in_perms)
+        if any(n and graph.rank(n) is None and n not in graph.constants for n in node.inputs):
+            # a value ONNX inference lost (inside control-flow bodies): ONNX order; the
+            # builder decides again once TF has told it the rank (translate/late_shapes.py)
+            decision = logical.decide(node, graph, in_perms)
+        else:
+            decision = policies[index].decide(node, graph, in_perms)
         plan.node_inputs.append(decision.inputs)
         if redone is not None:
             redone.append(index)

@@ -231,29 +231,29 @@ class ModelBuilder:
                 outputs.append(self.input_tensor(name, P.identity(rank), rank))
         return outputs
 
-    def _relearn(self, node: Node, wanted: list, out_perms: list) -> tuple[list, list]:
+    def _relearn(self, node: Node, policy) -> tuple[list, list]:
         """For a node reading values whose shapes were learned while building: its outputs'
-        shapes from ONNX inference of the node alone, and identity perms (ONNX order, as
-        handlers compute by default) where the plan's perms have another rank."""
+        shapes from ONNX inference of the node alone, and its layout decided again from
+        the perms its inputs actually have (the plan decided it without their ranks)."""
         graph = self.graph
         for name, (shape, dtype) in late_shapes.infer_node(node, graph, self.constant_value).items():
             if graph.shapes.get(name) is None:
                 graph.shapes[name], graph.dtypes[name] = shape, graph.dtypes.get(name) or dtype
                 self._learned.add(name)
-        wanted = [self.values[i].perm if i in self._learned and w is not None
-                  and len(w) != len(self.values[i].perm) else w
-                  for i, w in zip(node.inputs, wanted)]
-        out_perms = [P.identity(graph.rank(o)) if graph.rank(o) is not None
-                     and len(p) != graph.rank(o) else p for o, p in zip(node.outputs, out_perms)]
-        return wanted, out_perms
+        in_perms = [None if not n else self.values[n].perm for n in node.inputs]
+        decision = policy.decide(node, graph, in_perms)
+        for name, perm in zip(node.outputs, decision.outputs):
+            if name:
+                self.plan.perms[name] = perm
+        return decision.inputs, decision.outputs
 
     def _convert_node(self, node: Node, wanted: list[Perm | None]) -> None:
         graph = self.graph
         opset = graph.opset_of(node.domain)
         handler = find_handler(node.op_type, node.domain, opset)
-        out_perms = [self.plan.perms.get(o, ()) for o in node.outputs]
         if any(i in self._learned for i in node.inputs):
-            wanted, out_perms = self._relearn(node, wanted, out_perms)
+            wanted, _ = self._relearn(node, handler.layout)
+        out_perms = [self.plan.perms.get(o, ()) for o in node.outputs]
         ctx = NodeContext(self, node, graph, wanted, out_perms, opset, self.options)
         result = handler.fn(ctx)
         results = list(result) if isinstance(result, (list, tuple)) else [result]

@@ -1,0 +1,152 @@
+"""Handlers inside Loop bodies whose shapes, axes and sizes are known only at run time.
+
+Each case is one op in the body of a Loop with a run-time trip count: the body reads the
+loop-carried `x` and parameters (axes, shapes, sizes, pads, k) that are model inputs, so
+nothing about them is constant; the body declares no value_info, as exporters write them.
+The op's output is a scan output, so every step's value is compared. Checked against
+onnxruntime through the TF model and the float32 TFLite (see tests/harness.py), on two sets
+of inputs each.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from harness import Rng, check_model, ints, make_model, node, ort_run, tflite_run
+from onnx import TensorProto, helper
+
+rng = Rng(32)
+F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def _loop_model(op_nodes: list, x: np.ndarray, params: dict[str, np.ndarray], opset: int = 18):
+    """Loop(trip, x) whose body computes `y` from `x_in` and the outer `params` (each step),
+    and passes `x_in` on; outputs the final x and the stacked ys."""
+    body = helper.make_graph(
+        [*op_nodes,
+         node("Identity", ["cond_in"], "cond_out"),
+         node("Identity", ["x_in"], "x_out")],
+        "body",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("cond_in", B, []),
+         helper.make_tensor_value_info("x_in", F, None)],
+        [helper.make_value_info("cond_out", onnx.TypeProto()),
+         helper.make_value_info("x_out", onnx.TypeProto()),
+         helper.make_value_info("y", onnx.TypeProto())],
+    )
+    loop = node("Loop", ["trip", "", "x"], ["x_final", "ys"], body=body)
+    inputs = {"trip": np.array(2, np.int64), "x": x, **params}
+    return make_model([loop], inputs, ["x_final", "ys"], opset=opset), inputs
+
+
+def _check(op_nodes, x, params, second: dict | None = None, opset: int = 18):
+    """Compare with onnxruntime on the inputs given, then on `second` (other values of the
+    same shapes, e.g. other axes) through the same TFLite file."""
+    model, feeds = _loop_model(op_nodes, x, params, opset)
+    converted = check_model(model, feeds)
+    if second:
+        feeds = {**feeds, **second}
+        expected = ort_run(model, feeds)
+        for got, want in zip(tflite_run(converted, feeds, converted.tflite), expected):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    return converted
+
+
+@pytest.mark.parametrize("axes,second", [(ints(1), ints(0)), (ints(0, -1), ints(1, 3))])
+def test_unsqueeze_run_time_axes(axes, second):
+    _check([node("Unsqueeze", ["x_in", "axes"], "y")], rng.randn(2, 3, 4), {"axes": axes},
+           {"axes": second})
+
+
+@pytest.mark.parametrize("axes,second", [(ints(1), ints(3)), (ints(1, -1), ints(-1, 1))])
+def test_squeeze_run_time_axes(axes, second):
+    _check([node("Squeeze", ["x_in", "axes"], "y")], rng.randn(2, 1, 3, 1), {"axes": axes},
+           {"axes": second})
+
+
+@pytest.mark.parametrize("shape,second", [(ints(0, -1), ints(-1, 4)), (ints(3, 0, 0), ints(0, 4, 3))])
+def test_reshape_run_time_shape(shape, second):
+    _check([node("Reshape", ["x_in", "shape"], "y")], rng.randn(3, 4, 3), {"shape": shape},
+           {"shape": second})
+
+
+def test_expand_run_time_shape():
+    _check([node("Expand", ["x_in", "shape"], "y")], rng.randn(3, 1), {"shape": ints(2, 3, 4)},
+           {"shape": ints(2, 1, 5)})
+
+
+def test_tile_run_time_repeats():
+    _check([node("Tile", ["x_in", "repeats"], "y")], rng.randn(2, 3, 4),
+           {"repeats": ints(1, 2, 3)}, {"repeats": ints(3, 1, 2)})
+
+
+def test_slice_run_time_starts_ends_axes_steps():
+    params = {"starts": ints(1, -1), "ends": ints(4, -100), "axes": ints(2, 1),
+              "steps": ints(2, -1)}
+    second = {"starts": ints(0, 0), "ends": ints(2, 3), "axes": ints(0, 2), "steps": ints(1, 2)}
+    _check([node("Slice", ["x_in", "starts", "ends", "axes", "steps"], "y")], rng.randn(2, 3, 5),
+           params, second)
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceMean"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduce_run_time_axes(op, keepdims):
+    _check([node(op, ["x_in", "axes"], "y", keepdims=keepdims)], rng.randn(2, 3, 4),
+           {"axes": ints(1)}, {"axes": ints(-1)})
+
+
+def test_split_run_time_sizes():
+    nodes = [node("Split", ["x_in", "split"], ["a", "b"], axis=1),
+             node("Concat", ["b", "a"], "y", axis=1)]
+    _check(nodes, rng.randn(2, 5, 3), {"split": ints(2, 3)}, {"split": ints(4, 1)})
+
+
+def test_pad_run_time_pads():
+    _check([node("Pad", ["x_in", "pads"], "y")], rng.randn(2, 3, 4),
+           {"pads": ints(0, 1, 2, 1, 0, 1)}, {"pads": ints(1, 0, 0, 0, 2, 1)})
+
+
+def test_topk_run_time_k():
+    nodes = [node("TopK", ["x_in", "k"], ["y", "idx"], axis=-1)]
+    _check(nodes, rng.randn(2, 3, 6), {"k": ints(3)}, {"k": ints(2)})
+
+
+def test_constant_of_shape_and_range_run_time():
+    nodes = [node("ConstantOfShape", ["shape"], "zeros",
+                  value=helper.make_tensor("v", F, [1], [1.5])),
+             node("Cast", ["limit"], "limit_f", to=F),
+             node("Range", ["start", "limit_f", "delta"], "r"),
+             node("Add", ["zeros", "r"], "y")]
+    params = {"shape": ints(2, 4), "start": np.array(0.5, np.float32),
+              "limit": np.array(4, np.int64), "delta": np.array(1.0, np.float32)}
+    _check(nodes, rng.randn(2, 3), params)
+
+
+def test_gather_and_concat_after_run_time_unsqueeze():
+    """Values after an Unsqueeze with run-time axes have no ONNX shape; Gather, Concat and
+    Shape after them work from the shape TF knows."""
+    nodes = [node("Unsqueeze", ["x_in", "axes"], "u"),
+             node("Gather", ["u", "idx"], "g", axis=2),
+             node("Concat", ["g", "g"], "c", axis=-1),
+             node("Shape", ["c"], "s"),
+             node("Cast", ["s"], "s_f", to=F),
+             node("ReduceSum", ["s_f"], "total", keepdims=1),
+             node("Mul", ["c", "total"], "y")]
+    _check(nodes, rng.randn(2, 3, 4), {"axes": ints(0), "idx": ints(1, 0)})
+
+
+def test_attention_gru_greedy_decoder_with_early_exit():
+    """A greedy decoder Loop (tests/models.py): 51 steps, then the end token stops it; the
+    same TFLite file then decodes another encoder output, which stops elsewhere."""
+    from models import attention_gru_decoder
+
+    model, feeds = attention_gru_decoder(end_token=36, seed=1)
+    logits, tokens = ort_run(model, feeds)
+    assert 50 <= len(tokens) < 80 and tokens[-1, 0] == 36  # an early exit after >= 50 steps
+    converted = check_model(model, feeds, tol=1e-4)
+    other = {"enc": Rng(7).randn(1, 12, 32)}
+    want = ort_run(model, other)
+    got = tflite_run(converted, other, converted.tflite)
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
