@@ -6,6 +6,7 @@ reports are published (check/repro.py).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 
@@ -70,6 +71,7 @@ def convert(
     builtin_only: bool = False,
     disable_group_convolution: bool = False,
     replace_to_pseudo_operators: list[str] | None = None,
+    target: str | None = None,
     command_line: list[str] | None = None,
 ):
     """Convert an ONNX model (path or ModelProto) and write its outputs; returns the Keras model.
@@ -119,6 +121,14 @@ def convert(
     `disable_group_convolution` (-dgc) splits grouped convolutions into one per group;
     `replace_to_pseudo_operators` (-rtpo, onnx2tf's op names) picks ops lowered to the
     simplest builtins GPU/NNAPI delegates take (onnx2tf_alt/translate/options.py).
+
+    `target="micro"` implies `output_integer_quantized_tflite` and `batch_size=1` (unless
+    given), and checks
+    `<stem>_full_integer_quant.tflite` on TensorFlow Lite for Microcontrollers (the
+    tflite-micro package): a file it cannot run is a ConversionError naming the ONNX nodes
+    and nothing is published; otherwise `<stem>_micro.json` gives its smallest tensor arena,
+    flash size, largest tensors, ops and outputs against ai-edge-litert
+    (export/micro.py, docs/micro.md).
     """
     call = {k: v for k, v in locals().items() if k not in ("onnx_graph", "command_line")}
     del output_signaturedefs  # always on
@@ -132,6 +142,10 @@ def convert(
         sources = [os.path.abspath(input_onnx_file_path),
                    *external_data_paths(input_onnx_file_path)]
     check = check_onnx_tf_outputs_elementwise_close or check_onnx_tf_outputs_elementwise_close_full
+    micro = _check_target(target)
+    output_integer_quantized_tflite = output_integer_quantized_tflite or micro
+    if micro and batch_size is None:  # a microcontroller runs one sample at a time
+        batch_size = 1
     # -oiqt also writes the dynamic range file, as onnx2tf does: the plan of file names and
     # the writer both take it from here
     dynamic_range = output_dynamic_range_quantized_tflite or output_integer_quantized_tflite
@@ -139,7 +153,7 @@ def convert(
     folder.check_usable()
     folder.check_claims(planned_outputs(
         stem, output_h5, output_keras_v3, output_tflite, dynamic_range,
-        output_integer_quantized_tflite, check,
+        output_integer_quantized_tflite, check, micro,
     ))
     command = list(command_line) if command_line is not None else ["onnx2tf_alt.convert", call]
     custom_data = parse_custom_data(custom_input_op_name_np_data_path)
@@ -169,6 +183,10 @@ def convert(
         report_failures(error, folder, Manifest.for_failure_report(sources, command),
                         custom_inputs)
         raise
+    if micro:
+        from onnx2tf_alt.export.micro import refuse_dynamic_inputs
+
+        refuse_dynamic_inputs(converted.graph, f"{stem}_full_integer_quant.tflite")
     quant_plan = None
     if quant_options.any:
         quant_plan = plan_quantization(
@@ -183,6 +201,10 @@ def convert(
             with phase("quantized files"):
                 written += _write_quantized(converted, stage, stem, quant_plan, builtin_only,
                                             print_table=not non_verbose)
+        if micro:
+            with phase("micro"):
+                written.append(_check_micro(converted, stage, stem, quant_plan,
+                                            copy_onnx_input_output_names_to_tflite))
         if check:
             from onnx2tf_alt.check.run import check_and_report
 
@@ -221,6 +243,49 @@ def _write_quantized(converted: Converted, stage: str, stem: str, quant_plan, bu
     check_builtin_only_files([os.path.join(stage, n) for n in quantized if n.endswith(".tflite")],
                              converted, builtin_only)
     return quantized
+
+
+def _check_target(target: str | None) -> bool:
+    """Whether --target asks for the micro check (InputError for an unknown target, or when
+    the tflite-micro package is missing)."""
+    from onnx2tf_alt.export.names import TARGETS
+
+    if target is None:
+        return False
+    if target not in TARGETS:
+        raise InputError(f"--target must be one of {list(TARGETS)}, got '{target}'.")
+    from onnx2tf_alt.export.micro import require_tflite_micro
+
+    require_tflite_micro()
+    return True
+
+
+def _check_micro(converted: Converted, stage: str, stem: str, quant_plan,
+                 onnx_names: bool) -> str:
+    """Check the full-integer file on TFLite Micro and write `<stem>_micro.json` (see
+    export/micro.py); a file the quantizer could not write is a ConversionError with its
+    reason. With `onnx_names` (-coion) the file is checked as it will be published."""
+    from onnx2tf_alt.export.micro import check_micro
+
+    name = f"{stem}_full_integer_quant.tflite"
+    source = quant_plan.made_from.get("full_integer_quant")
+    if source is None:
+        with open(os.path.join(stage, f"{stem}_quant_report.json")) as f:
+            entries = json.load(f)["files"]
+        why = next((e.get("error") for e in entries if e["variant"] == "full_integer_quant"),
+                   None)
+        raise ConversionError([], headline=(
+            f"--target micro: {name} was not written ({why}); TFLite Micro needs every op "
+            "in integers: replace the ops the quantizer could not take in the ONNX graph."))
+    with open(os.path.join(stage, name), "rb") as f:
+        content = f.read()
+    published = None
+    if onnx_names:
+        from onnx2tf_alt.tflite.names import copy_onnx_names
+
+        published = copy_onnx_names(content, converted.result, converted.graph)
+    report = check_micro(content, name, source, quant_plan.samples.held_out, published)
+    return report.write(stage, stem)
 
 
 def _quantized_check(converted: Converted, quant_plan, stage: str, stem: str):

@@ -15,8 +15,15 @@ from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import derived, same_as_input
 from onnx2tf_alt.translate.registry import handler
 
-from ._shapes import (delegated_split, dims_of, phase_slice, scalar, shape_tensor,
-                      to_inferred_shape, with_rank)
+from ._shapes import (
+    delegated_split,
+    dims_of,
+    phase_slice,
+    scalar,
+    shape_tensor,
+    to_inferred_shape,
+    with_rank,
+)
 
 INT32_MAX = 2**31 - 1
 

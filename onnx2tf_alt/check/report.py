@@ -101,10 +101,10 @@ tr.first { background: #ffe0e0; outline: 2px solid #c62828; }
 
 
 def write_html(report: AccuracyReport, path: str, delegates: dict | None = None,
-               quant: dict | None = None) -> None:
+               quant: dict | None = None, micro: dict | None = None) -> None:
     """A self-contained page: summary, log-scale error plot (SVG), one table per runtime,
-    and the sections of the delegate report and the quant report when `delegates` /
-    `quant` (their JSON) are given."""
+    and the sections of the delegate report, the quant report and the TFLite Micro report
+    when `delegates` / `quant` / `micro` (their JSON) are given."""
     esc = html.escape
     verdict = "PASSED" if report.passed else "FAILED"
     inputs = ", ".join(
@@ -132,6 +132,8 @@ def write_html(report: AccuracyReport, path: str, delegates: dict | None = None,
             parts.append(_html_table(backend))
     if quant is not None:
         parts.append(_quant_section(quant))
+    if micro is not None:
+        parts.append(_micro_section(micro))
     if delegates is not None:
         parts.append(_delegate_section(delegates))
     parts.append("</body></html>")
@@ -253,6 +255,42 @@ def _series(backend: BackendReport, k: int, x, y, top: float) -> list[str]:
 DELEGATE_ROWS = 50  # ops listed individually; the rest are counted
 
 
+def _micro_section(micro: dict) -> str:
+    """The TFLite Micro report: arena, flash, outputs against ai-edge-litert, the largest
+    tensors and the ops with their resolver calls."""
+    esc = html.escape
+
+    def nodes(entry: dict) -> str:
+        return esc(", ".join(f"{n['name']} ({n['op_type']})" for n in entry["onnx_nodes"]))
+
+    agreement = "".join(
+        f"<tr><td>{esc(name)}</td><td class='num'>{o['max_abs_diff']:g} {esc(o['unit'])}</td>"
+        f"<td class='num'>{o['differing_values']}/{o['values']}</td>"
+        f"<td class='num'>{r['max_abs_diff']:g} {esc(r['unit'])}</td></tr>"
+        for (name, o), r in zip(micro["outputs"].items(),
+                                micro["outputs_reference_kernels"].values()))
+    tensors = "".join(
+        f"<tr><td>{esc(t['op'] or 'input')}</td><td>{esc('x'.join(map(str, t['shape'])))}</td>"
+        f"<td>{esc(t['dtype'])}</td><td class='num'>{t['bytes']}</td><td>{nodes(t)}</td></tr>"
+        for t in micro["largest_tensors"])
+    ops = "".join(
+        f"<tr><td class='num'>{o['index']}</td><td>{esc(o['op'])}</td>"
+        f"<td class='num'>{o['version']}</td><td>{esc(o['resolver_call'] or '')}</td>"
+        f"<td>{nodes(o)}</td></tr>" for o in micro["ops"])
+    return (f"<h2>TensorFlow Lite for Microcontrollers ({esc(micro['file'])})</h2>"
+            f"<p>{esc(micro['summary'])}. Tensor arena: {micro['arena_bytes']} bytes "
+            f"(smallest that allocates, by bisection); flatbuffer (flash): "
+            f"{micro['flatbuffer_bytes']} bytes; tflite-micro {esc(micro['tflite_micro'])}."
+            "</p><table><thead><tr><th>output</th><th>max difference vs ai-edge-litert</th>"
+            "<th>differing values</th><th>vs its reference kernels</th></tr></thead>"
+            f"<tbody>{agreement}</tbody></table><h3>Largest tensors</h3><table><thead><tr>"
+            "<th>made by</th><th>shape</th><th>type</th><th>bytes</th><th>ONNX nodes</th>"
+            f"</tr></thead><tbody>{tensors}</tbody></table><h3>Ops</h3><table><thead><tr>"
+            "<th>#</th><th>op</th><th>version</th><th>resolver call</th><th>ONNX nodes</th>"
+            f"</tr></thead><tbody>{ops}</tbody></table><pre>"
+            f"{esc(chr(10).join(micro['resolver']))}</pre>")
+
+
 def _delegate_section(delegates: dict) -> str:
     """The summary line, ops per type (XNNPACK / GPU) and the ops off either delegate with
     their ONNX nodes."""
@@ -289,18 +327,19 @@ def _delegate_section(delegates: dict) -> str:
 
 def write_reports(report: AccuracyReport, folder: str, stem: str) -> tuple[str, str]:
     """`<stem>_accuracy_report.json` and `.html` in `folder`, the page with the sections of
-    `<stem>_quant_report.json` and `<stem>_delegates.json` when those files are in `folder`;
-    returns both paths."""
+    `<stem>_quant_report.json`, `<stem>_micro.json` and `<stem>_delegates.json` when those
+    files are in `folder`; returns both paths."""
     json_path = os.path.join(folder, f"{stem}_accuracy_report.json")
     html_path = os.path.join(folder, f"{stem}_accuracy_report.html")
     write_json(report, json_path)
     found = {}
-    for kind in ("delegates", "quant_report"):
+    for kind in ("delegates", "quant_report", "micro"):
         path = os.path.join(folder, f"{stem}_{kind}.json")
         if os.path.isfile(path):
             with open(path) as f:
                 found[kind] = json.load(f)
-    write_html(report, html_path, found.get("delegates"), found.get("quant_report"))
+    write_html(report, html_path, found.get("delegates"), found.get("quant_report"),
+               found.get("micro"))
     return json_path, html_path
 
 

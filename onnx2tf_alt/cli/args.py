@@ -8,6 +8,7 @@ import argparse
 
 from calibration.methods import DEFAULT_METHOD, METHODS, NAMES, ONNXRUNTIME, TFLITE_GRAPH
 from onnx2tf_alt.cli.compat_flags import FLAGS, add_compat_flags, cli_flags_markdown
+from onnx2tf_alt.export.names import TARGETS
 from onnx2tf_alt.version import __version__
 
 
@@ -271,6 +272,16 @@ def _lowering_flags(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="fail (exit 1, naming the ONNX nodes responsible) instead of writing .tflite "
         "files that need Select TF ops (the Flex delegate)",
+    )
+    p.add_argument(
+        "--target",
+        choices=TARGETS,
+        help="check the files on a runtime: micro implies -oiqt and -b 1 (unless -b is given) and checks "
+        "<stem>_full_integer_quant.tflite on TensorFlow Lite for Microcontrollers (needs the "
+        "tflite-micro package): every op has a TFLite Micro kernel and computes in integers, "
+        "shapes are static, and it runs with outputs compared with ai-edge-litert's; else "
+        "exit 1 naming the ONNX nodes. Writes <stem>_micro.json (smallest tensor arena, "
+        "flash size, largest tensors, ops and their resolver calls); see docs/micro.md",
     )
     p.add_argument(
         "-dgc",

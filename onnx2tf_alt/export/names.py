@@ -5,6 +5,7 @@ from __future__ import annotations
 
 SAVED_MODEL_ENTRIES = ("saved_model.pb", "fingerprint.pb", "variables/", "assets/")
 DYNAMIC_RANGE_SUFFIXES = ("dynamic_range_quant",)
+TARGETS = ("micro",)  # --target: runtimes a conversion's files are checked on
 INTEGER_SUFFIXES = (
     "integer_quant",
     "full_integer_quant",
@@ -21,6 +22,7 @@ def planned_outputs(
     dynamic_range: bool = False,
     integer: bool = False,
     check: bool = False,
+    micro: bool = False,
 ) -> list[str]:
     """Every entry of the output folder the options may write (folders end in '/')."""
     names = [*SAVED_MODEL_ENTRIES, f"{stem}_io_layout.json", f"{stem}_manifest.json"]
@@ -35,6 +37,8 @@ def planned_outputs(
     names += [f"{stem}_{s}.tflite" for s in suffixes]
     if suffixes:
         names.append(f"{stem}_quant_report.json")
+    if micro:
+        names.append(f"{stem}_micro.json")
     if check:
         names += [f"{stem}_accuracy_report.json", f"{stem}_accuracy_report.html"]
     return names

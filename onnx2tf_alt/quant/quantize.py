@@ -461,6 +461,9 @@ class QuantPlan:
     # the INT8 files' conversion when prepared differently (quant/prepare.py): None: the model
     int8_source: object = None
     notes: list[str] = field(default_factory=list)  # what that preparation changed
+    # the conversion each written file was quantized from, by suffix (export/micro.py maps
+    # the full-integer file's ops to its ONNX nodes)
+    made_from: dict = field(default_factory=dict)
 
     @property
     def range_model(self) -> onnx.ModelProto | None:
@@ -590,6 +593,7 @@ def write_quantized(
         with open(os.path.join(folder, name), "wb") as f:
             f.write(content)
         written.append(name)
+        plan.made_from[variant.suffix] = source
         entry["size_bytes"] = len(content)
         actual, why_not = _measure(content, source, samples.held_out) if reference else (
             None, "no float32 reference")

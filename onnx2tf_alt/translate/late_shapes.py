@@ -12,7 +12,6 @@ known shapes build exactly as before.
 from __future__ import annotations
 
 import numpy as np
-import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from onnx2tf_alt.ir.graph import Graph, Node

@@ -13,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from harness import Rng, check_model, ints, make_model, node, ort_run, tflite_run
 from onnx import TensorProto, helper
+
+from harness import Rng, check_model, ints, make_model, node, ort_run, tflite_run
 
 rng = Rng(32)
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -142,7 +143,7 @@ def test_attention_gru_greedy_decoder_with_early_exit():
     from models import attention_gru_decoder
 
     model, feeds = attention_gru_decoder(end_token=36, seed=1)
-    logits, tokens = ort_run(model, feeds)
+    _, tokens = ort_run(model, feeds)
     assert 50 <= len(tokens) < 80 and tokens[-1, 0] == 36  # an early exit after >= 50 steps
     converted = check_model(model, feeds, tol=1e-4)
     other = {"enc": Rng(7).randn(1, 12, 32)}
