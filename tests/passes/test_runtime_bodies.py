@@ -15,7 +15,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from harness import Rng, check_model, ints, make_model, node, ort_run, tflite_run
+from harness import (Rng, check_model, ints, make_model, node, ort_run, tensor_info,
+                     tflite_run)
 
 rng = Rng(32)
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -39,6 +40,19 @@ def _loop_model(op_nodes: list, x: np.ndarray, params: dict[str, np.ndarray], op
     loop = node("Loop", ["trip", "", "x"], ["x_final", "ys"], body=body)
     inputs = {"trip": np.array(2, np.int64), "x": x, **params}
     return make_model([loop], inputs, ["x_final", "ys"], opset=opset), inputs
+
+
+def _typed_model(nodes, feeds: dict[str, np.ndarray], outputs: dict[str, tuple[int, int]]):
+    """A model whose outputs have an element type and a rank, each dim unknown (ONNX cannot
+    infer them): `outputs` maps names to (element type, rank)."""
+    graph = helper.make_graph(
+        nodes, "test", [tensor_info(n, a) for n, a in feeds.items()],
+        [helper.make_tensor_value_info(n, t, [f"{n}_{k}" for k in range(rank)])
+         for n, (t, rank) in outputs.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    return model
 
 
 def _check(op_nodes, x, params, second: dict | None = None, opset: int = 18):
@@ -151,3 +165,64 @@ def test_attention_gru_greedy_decoder_with_early_exit():
     got = tflite_run(converted, other, converted.tflite)
     np.testing.assert_array_equal(got[1], want[1])
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
+
+
+def test_carried_tokens_grow_each_step():
+    """A carried int64 vector gets one token (ArgMax of x + i) per step; no value_info."""
+    body = helper.make_graph(
+        [node("Cast", ["i"], "i_f", to=F),
+         node("Add", ["x", "i_f"], "shifted"),
+         node("ArgMax", ["shifted"], "tok", axis=1, keepdims=0),
+         node("Concat", ["toks_in", "tok"], "toks_out", axis=0),
+         node("Identity", ["cond_in"], "cond_out")],
+        "body",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("cond_in", B, []),
+         helper.make_tensor_value_info("toks_in", I64, None)],
+        [helper.make_value_info(n, onnx.TypeProto()) for n in ("cond_out", "toks_out")],
+    )
+    loop = node("Loop", ["trip", "", "start"], ["toks"], body=body)
+    feeds = {"trip": np.array(7, np.int64), "x": rng.randn(2, 5) * 3,
+             "start": ints(9)}
+    model = _typed_model([loop], feeds, {"toks": (I64, 1)})
+    converted = check_model(model, feeds)
+    second = {**feeds, "trip": np.array(3, np.int64)}
+    np.testing.assert_array_equal(tflite_run(converted, second, converted.tflite)[0],
+                                  ort_run(model, second)[0])
+
+
+def test_scan_body_with_run_time_shape():
+    """A Scan body (no value_info) reshapes each row to a run-time shape and sums it into the
+    state."""
+    body = helper.make_graph(
+        [node("Reshape", ["row", "shape"], "block"),
+         node("Add", ["acc_in", "block"], "acc_out"),
+         node("ReduceSum", ["block"], "total", keepdims=0)],
+        "body",
+        [helper.make_tensor_value_info("acc_in", F, None),
+         helper.make_tensor_value_info("row", F, None)],
+        [helper.make_value_info(n, onnx.TypeProto()) for n in ("acc_out", "total")],
+    )
+    scan = node("Scan", ["acc0", "rows"], ["acc", "totals"], body=body, num_scan_inputs=1)
+    feeds = {"acc0": np.zeros((3, 4), np.float32), "rows": rng.randn(5, 12),
+             "shape": ints(3, -1)}
+    check_model(make_model([scan], feeds, ["acc", "totals"], input_shapes={"rows": ["n", 12]}),
+                feeds)
+
+
+def test_if_branches_with_run_time_shapes():
+    """If on a run-time condition whose branches Expand / Tile by run-time shapes."""
+    then = helper.make_graph([node("Expand", ["x", "shape"], "y")], "then", [],
+                             [helper.make_tensor_value_info("y", F, ["a", "b", "c"])])
+    other = helper.make_graph([node("Tile", ["x", "shape"], "y")], "other", [],
+                              [helper.make_tensor_value_info("y", F, ["a", "b", "c"])])
+    nodes = [node("ReduceSum", ["x"], "s", keepdims=0),
+             node("Greater", ["s", "zero"], "positive"),
+             node("If", ["positive"], "out", then_branch=then, else_branch=other)]
+    x = np.abs(rng.randn(2, 1, 3))
+    feeds = {"x": x, "shape": ints(2, 4, 3), "zero": np.array(0, np.float32)}
+    model = _typed_model(nodes, feeds, {"out": (F, 3)})
+    converted = check_model(model, feeds)
+    second = {**feeds, "x": -x}  # the other branch
+    np.testing.assert_allclose(tflite_run(converted, second, converted.tflite)[0],
+                               ort_run(model, second)[0], rtol=1e-5, atol=1e-5)
