@@ -21,7 +21,7 @@ import sys
 import onnx
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from models import attention_gru_decoder  # noqa: E402  (tests/ holds the shared models)
+from models import attention_gru_decoder
 
 
 def main(out_dir: str) -> None:

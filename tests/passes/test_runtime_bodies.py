@@ -15,8 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from harness import (Rng, check_model, ints, make_model, node, ort_run, tensor_info,
-                     tflite_run)
+from harness import Rng, check_model, ints, make_model, node, ort_run, tensor_info, tflite_run
 
 rng = Rng(32)
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
