@@ -65,6 +65,7 @@ def convert(
     keep_float: list[str] | None = None,
     keep_float_auto: float | None = None,
     bias_correction: bool = True,
+    int8_warn_below: float = 0.99,
     copy_onnx_input_output_names_to_tflite: bool = False,
     input_names_to_interrupt_model_conversion: list[str] | None = None,
     output_names_to_interrupt_model_conversion: list[str] | None = None,
@@ -91,7 +92,10 @@ def convert(
     calibrators on the ONNX graph (calibration/ort.py).
     `keep_float` (ONNX node names) and `keep_float_auto` (a target cosine) leave nodes of
     the INT8 files in float (quant/sensitivity.py); `bias_correction` takes the mean output
-    error of their convolutions out of the biases (quant/bias_correction.py).
+    error of their convolutions out of the biases (quant/bias_correction.py); each choice
+    is kept only when it beats the simpler file beyond noise on samples it did not use.
+    `int8_warn_below`: an INT8 file whose held-out pooled cosine is below it is named in a
+    warning at the end, with the quantized file beside it that holds best.
     `output_signaturedefs` is accepted for onnx2tf compatibility: the saved_model and the
     .tflite files always carry a `serving_default` signature.
 
@@ -164,6 +168,7 @@ def convert(
         dynamic_range, output_integer_quantized_tflite, quant_type,
         input_quant_dtype, output_quant_dtype, calibration_method, list(keep_float or []),
         keep_float_auto, check_onnx_tf_outputs_elementwise_close_full, bias_correction,
+        int8_warn_below,
     )
     try:
         with phase("load"):

@@ -227,6 +227,16 @@ def _quant_flags(p: argparse.ArgumentParser) -> None:
         "the calibration samples taken out of its bias)",
     )
     p.add_argument(
+        "--int8_warn_below",
+        type=float,
+        default=0.99,
+        metavar="COSINE",
+        help="warn at the end of an -oiqt run when an INT8 file's pooled output cosine "
+        "against the float32 TFLite on the held-out samples is below this, naming the "
+        "quantized file beside it that holds best (default: 0.99; the exit status is "
+        "unchanged)",
+    )
+    p.add_argument(
         "-iqd",
         "--input_quant_dtype",
         choices=["int8", "uint8", "float32"],

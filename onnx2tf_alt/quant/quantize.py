@@ -40,6 +40,7 @@ from onnx2tf_alt.export.names import DYNAMIC_RANGE_SUFFIXES, INTEGER_SUFFIXES
 from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.ir.weights import to_array
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
+from onnx2tf_alt.quant.measure import compare_outputs, cosine, figure, gain  # noqa: F401
 from onnx2tf_alt.tflite.lowering import serving_function
 from onnx2tf_alt.tflite.run import as_input, run_signature
 
@@ -64,6 +65,7 @@ class QuantOptions:
     keep_float_auto: float | None = None  # target output cosine of the INT8 files
     sensitivity: bool = False  # rank the INT8 files' ops (-cotof) even without a target
     bias_correction: bool = True  # the INT8 files' conv biases (quant/bias_correction.py)
+    warn_below: float = 0.99  # held-out pooled cosine under which an INT8 file is flagged
 
     @property
     def any(self) -> bool:
@@ -224,8 +226,8 @@ def _choose_range_method(content: bytes, converted, options: QuantOptions,
 
 def _range_scores(files: dict[str, tuple[bytes, int]], converted, options: QuantOptions,
                   samples: list[dict[str, np.ndarray]]) -> dict[str, float]:
-    """{range method: the lowest over outputs of the mean cosine of its INT8 file (with the
-    --keep_float nodes) against the float model on `samples`}."""
+    """{range method: the figure (quant/measure.py: the lowest pooled cosine over outputs) of
+    its INT8 file (with the --keep_float nodes) against the float model on `samples`}."""
     from onnx2tf_alt.quant.sensitivity import denylist, op_infos, quantize_calibrated
 
     any_file = next(iter(files.values()))[0]
@@ -235,8 +237,7 @@ def _range_scores(files: dict[str, tuple[bytes, int]], converted, options: Quant
     scores = {}
     for method, (content, _) in files.items():
         int8 = quantize_calibrated(content, options.quant_type == "per-tensor", None, float_ops)
-        metrics = compare_outputs(reference, run_tflite(int8, converted, samples))
-        scores[method] = min(m["cosine"] for m in metrics.values())
+        scores[method] = figure(compare_outputs(reference, run_tflite(int8, converted, samples)))
     return scores
 
 
@@ -335,12 +336,13 @@ def _bias_corrected(content: bytes, calibrated: bytes, converted,
         cache["keep"] = True
         if check:
             reference = run_tflite(calibrated, converted, check)
-            scores = [min(m["cosine"] for m in compare_outputs(
-                reference, run_tflite(c, converted, check)).values()) for c in (content, fixed)]
-            cache["keep"] = scores[1] > scores[0]
+            before, after = (compare_outputs(reference, run_tflite(c, converted, check))
+                             for c in (content, fixed))
+            cache["keep"], _, noise = gain(after, before)
             note = (note if cache["keep"] else note.replace(" corrected for", " not corrected for")
-                    ) + (f" (INT8 output cosine on {len(check)} other calibration samples "
-                         f"{scores[0]:.6f} before, {scores[1]:.6f} after)")
+                    ) + (f" (INT8 output pooled cosine on {len(check)} other calibration "
+                         f"samples {figure(before):.6f} before, {figure(after):.6f} after; kept "
+                         f"only for a gain above the noise, {noise:.6f})")
         log.info("%s", note)
         notes.append(note)
     return fixed if cache["keep"] else content
@@ -371,36 +373,6 @@ def _dequantize(value: np.ndarray, details: dict) -> np.ndarray:
     return value
 
 
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
-    norms = np.linalg.norm(a) * np.linalg.norm(b)
-    if norms == 0:
-        return 1.0 if not a.any() and not b.any() else 0.0
-    return float(np.dot(a, b) / norms)
-
-
-def compare_outputs(reference: list[dict], actual: list[dict]) -> dict[str, dict]:
-    """Per output: mean, lowest and per-sample cosine, max |error|, and for classifier-shaped
-    outputs (rank 2, last dim >= 2) the fraction of rows whose argmax agrees."""
-    metrics = {}
-    for name in reference[0]:
-        pairs = [(r[name], a[name]) for r, a in zip(reference, actual)]
-        cosines = [cosine(a, r) for r, a in pairs]
-        entry = {
-            "cosine": float(np.mean(cosines)),
-            "cosine_min": float(np.min(cosines)),
-            "cosine_per_sample": [round(float(c), 6) for c in cosines],
-            "max_abs_error": float(max(
-                np.abs(a.astype(np.float64) - r.astype(np.float64)).max(initial=0.0)
-                for r, a in pairs)),
-        }
-        if pairs[0][0].ndim == 2 and pairs[0][0].shape[-1] >= 2:
-            agree = [np.argmax(a, -1) == np.argmax(r, -1) for r, a in pairs]
-            entry["top1_agreement"] = float(np.mean(np.concatenate(agree)))
-        metrics[name] = entry
-    return metrics
-
-
 @dataclass
 class QuantReport:
     model: str
@@ -425,7 +397,7 @@ def console_table(report: QuantReport) -> str:
     lines = [
         title,
         *report.notes,
-        f"{'file':<48} {'output':<16} {'cosine':>8} {'max|err|':>10} {'top-1':>7}",
+        f"{'file':<48} {'output':<16} {'pooled':>8} {'SQNR dB':>8} {'lowest':>8} {'top-1':>7}",
     ]
     for entry in report.files:
         if entry.get("error"):
@@ -436,8 +408,8 @@ def console_table(report: QuantReport) -> str:
             continue
         for output, m in entry["outputs"].items():
             top1 = f"{100 * m['top1_agreement']:.1f}%" if "top1_agreement" in m else "-"
-            lines.append(f"{entry['file']:<48} {output[:16]:<16} {m['cosine']:>8.5f} "
-                         f"{m['max_abs_error']:>10.4g} {top1:>7}")
+            lines.append(f"{entry['file']:<48} {output[:16]:<16} {m['cosine_pooled']:>8.5f} "
+                         f"{m['sqnr_db']:>8.2f} {m['cosine_min']:>8.5f} {top1:>7}")
     offenders = (report.sensitivity or {}).get("top_offenders", [])[:3]
     if offenders:
         lines.append("most sensitive INT8 nodes (output cosine gained in float): " + "; ".join(
@@ -601,6 +573,7 @@ def write_quantized(
         if actual is None:
             entry["not_measured"] = why_not
         report.files.append(entry)
+    report.notes += _verdicts(report, options.warn_below)
     report_name = f"{stem}_quant_report.json"
     with open(os.path.join(folder, report_name), "w") as f:
         json.dump(report.as_dict(), f, indent=2)
@@ -608,6 +581,30 @@ def write_quantized(
     if print_table:
         print(console_table(report), flush=True)
     return written
+
+
+def _verdicts(report: QuantReport, threshold: float) -> list[str]:
+    """One line per measured file with its held-out figure, logged at the end of the run; a
+    warning for each INT8 file below `threshold` that names the best file beside it."""
+    measured = {e["file"]: figure(e["outputs"]) for e in report.files if e.get("outputs")}
+    if not measured:
+        return []
+    held = report.held_out_samples
+    for name, value in measured.items():
+        log.info("%s: held-out pooled cosine %.5f (%d samples no choice used)", name, value, held)
+    lines = []
+    int8 = [n for n in measured if n.endswith(("_integer_quant.tflite",
+                                               "_full_integer_quant.tflite"))]
+    others = {n: v for n, v in measured.items() if n not in int8}
+    for name in int8:
+        if measured[name] >= threshold:
+            continue
+        best = max(others, key=others.get, default=None)
+        line = (f"{name}: held-out pooled cosine {measured[name]:.5f} is below "
+                f"{threshold}" + (f"; {best} holds {others[best]:.5f}" if best else ""))
+        log.warning("%s", line)
+        lines.append(line)
+    return lines
 
 
 def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantReport,
@@ -623,23 +620,61 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
     content, flex = calibrated[id(source)]
     if flex and variant.io_dtypes:
         raise ValueError("integer-only files cannot fall back to Select TF ops")
+    biases = calibrated.setdefault(("biases", id(source)), {})
+
+    def made(nodes: list[str]) -> QuantizedTflite:
+        result = quantized_tflite(source, variant, options, calibration, calibrated=content,
+                                  keep_nodes=nodes, bias_cache=biases)
+        report.notes += [n for n in result.notes if n not in report.notes]
+        return result
+
     if plan.kept_nodes is None:
-        plan.kept_nodes = _choose_float_nodes(source, content, plan, report, float_tflite)
-    made = quantized_tflite(source, variant, options, calibration, calibrated=content,
-                            keep_nodes=plan.kept_nodes,
-                            bias_cache=calibrated.setdefault(("biases", id(source)), {}))
-    report.notes += made.notes
-    return made.content
+        found = _choose_float_nodes(source, content, plan, report, float_tflite)
+        plan.kept_nodes = _judged(found, made, source, plan, report, float_tflite)
+    return made(plan.kept_nodes).content
+
+
+def _judged(found: list[str], made, source, plan: QuantPlan, report: QuantReport,
+            float_tflite: bytes) -> list[str]:
+    """The float nodes the search `found`, kept only when the file with them (`made(nodes)`,
+    made as the written file is, bias correction included) beats the all-INT8 one
+    (--keep_float nodes only) on the held-out samples by more than the noise of the
+    comparison (quant/measure.py); else the --keep_float nodes, and the report says why."""
+    keep = sorted(plan.options.keep_float)
+    added = sorted(set(found) - set(keep))
+    held = plan.samples.held_out
+    if not added or not held:
+        return found
+    truth = run_tflite(float_tflite, source, held)
+    int8, mixed = (compare_outputs(truth, run_tflite(made(n).content, source, held))
+                   for n in (keep, found))
+    better, _, noise = gain(mixed, int8)
+    report.sensitivity["held_out"] = {"samples": len(held), "int8": figure(int8),
+                                      "mixed": figure(mixed), "noise": round(noise, 6),
+                                      "kept": better}
+    verdict = (f"INT8 files: the {len(added)} node(s) --keep_float_auto found move the held-out "
+               f"pooled cosine ({len(held)} samples the search did not see) from "
+               f"{figure(int8):.6f} to {figure(mixed):.6f}")
+    if better:
+        report.notes.append(f"{verdict} (noise {noise:.6f}): kept")
+        return found
+    report.notes.append(f"{verdict}, not above the noise ({noise:.6f}): not kept, the INT8 "
+                        "files are all-INT8" + (" but for the --keep_float nodes" if keep else ""))
+    report.sensitivity["kept_float_nodes"] = keep
+    return keep
 
 
 def _choose_float_nodes(source, calibrated: bytes, plan: QuantPlan, report: QuantReport,
                         float_tflite: bytes) -> list[str]:
-    """--keep_float nodes, extended by --keep_float_auto; ranks the ops with -cotof."""
+    """--keep_float nodes, extended by --keep_float_auto; ranks the ops with -cotof.
+
+    The search ranks and adds nodes on calibration samples (the last SEARCH_SAMPLES: the
+    selection set); `_judged` then decides on the held-out ones, which it never saw."""
     from onnx2tf_alt.quant.sensitivity import SEARCH_SAMPLES, choose_float_ops
 
     options = plan.options
     rank = options.sensitivity or options.keep_float_auto is not None
-    search = plan.samples.held_out[:SEARCH_SAMPLES]
+    search = plan.samples.calibration[-SEARCH_SAMPLES:]
     reference, why_not = _measure(float_tflite, source, search) if rank else ([], "")
     if reference is None:
         report.notes.append(f"no sensitivity ranking: the float32 TFLite cannot run here "
@@ -649,8 +684,7 @@ def _choose_float_nodes(source, calibrated: bytes, plan: QuantPlan, report: Quan
         target = options.keep_float_auto
 
     def score(content: bytes) -> float:
-        metrics = compare_outputs(reference, run_tflite(content, source, search))
-        return min(m["cosine"] for m in metrics.values())
+        return figure(compare_outputs(reference, run_tflite(content, source, search)))
 
     per_tensor = options.quant_type == "per-tensor"
     try:
@@ -666,13 +700,14 @@ def _choose_float_nodes(source, calibrated: bytes, plan: QuantPlan, report: Quan
                                  None, False)
     if rank or mixed.float_ops:
         report.sensitivity = mixed.report(target)
+        report.sensitivity["search_samples"] = f"the last {len(search)} calibration samples"
+    if mixed.reached is False:
+        report.notes.append(f"--keep_float_auto {target}: not reached on the {len(search)} "
+                            f"selection samples (best {mixed.search[-1]['cosine']})")
     if mixed.float_ops:
         report.notes.append(
-            f"INT8 files: {len(mixed.kept_nodes)} ONNX node(s) kept in float "
+            f"INT8 files: {len(mixed.kept_nodes)} ONNX node(s) to keep in float "
             f"({len(mixed.float_ops)} TFLite ops): {', '.join(mixed.kept_nodes)}")
-    if mixed.reached is False:
-        report.notes.append(f"--keep_float_auto {target}: not reached on the held-out samples "
-                            f"(best {mixed.search[-1]['cosine']})")
     return mixed.kept_nodes
 
 

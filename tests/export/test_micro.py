@@ -132,29 +132,39 @@ def micro_report(out: str, stem: str) -> dict:
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    """The three models converted with --target micro: {stem: output folder}. The dense one
-    also writes the accuracy report (its HTML page), the keyword spotter gets -coion."""
+    """converted(stem): the output folder of that model converted with --target micro, once
+    per module. The dense one also writes the accuracy report (its HTML page), the keyword
+    spotter gets -coion."""
     folder = tmp_path_factory.mktemp("micro")
-    mfcc = folder / "mfcc.npy"
-    np.save(mfcc, np.random.default_rng(0).standard_normal((10, 10, 49)).astype(np.float32))
-    runs = {
-        "conv_pool": (conv_pool_cnn(folder), {}),
-        "dense": (dense_cnn(folder), {"check_onnx_tf_outputs_elementwise_close": True}),
-        "kws": (keyword_spotter(folder), {
-            "custom_input_op_name_np_data_path": [["mfcc", str(mfcc)]],
-            "copy_onnx_input_output_names_to_tflite": True}),
-    }
     outputs = {}
-    for stem, (path, flags) in runs.items():
+
+    def output(stem: str) -> str:
+        if stem in outputs:
+            return outputs[stem]
+        flags = {}
+        if stem == "conv_pool":
+            path = conv_pool_cnn(folder)
+        elif stem == "dense":
+            path = dense_cnn(folder)
+            flags["check_onnx_tf_outputs_elementwise_close"] = True
+        else:
+            path = keyword_spotter(folder)
+            mfcc = folder / "mfcc.npy"
+            np.save(mfcc, np.random.default_rng(0).standard_normal((10, 10, 49)).astype(
+                np.float32))
+            flags.update(custom_input_op_name_np_data_path=[["mfcc", str(mfcc)]],
+                         copy_onnx_input_output_names_to_tflite=True)
         outputs[stem] = str(folder / f"out_{stem}")
         convert(input_onnx_file_path=path, output_folder_path=outputs[stem], non_verbose=True,
                 target="micro", **flags)
-    return outputs
+        return outputs[stem]
+
+    return output
 
 
 @pytest.mark.parametrize("stem", ["conv_pool", "dense", "kws"])
 def test_micro_outputs_equal_litert(converted, stem):
-    report = micro_report(converted[stem], stem)
+    report = micro_report(converted(stem), stem)
     print(report["summary"])
     assert report["samples"] >= 2 and report["sample_source"] == "held-out calibration samples"
     # TFLite Micro's kernels are TFLite's reference kernels, but its FULLY_CONNECTED rounds
@@ -167,7 +177,7 @@ def test_micro_outputs_equal_litert(converted, stem):
 
 
 def test_ops_and_resolver_calls_of_the_conv_net(converted):
-    report = micro_report(converted["conv_pool"], "conv_pool")
+    report = micro_report(converted("conv_pool"), "conv_pool")
     ops = {o["op"]: o for o in report["ops"]}
     assert {"CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "FULLY_CONNECTED", "SOFTMAX"} <= set(
         ops), list(ops)
@@ -181,7 +191,7 @@ def test_ops_and_resolver_calls_of_the_conv_net(converted):
 
 
 def test_arena_is_the_smallest_that_works(converted):
-    out = converted["conv_pool"]
+    out = converted("conv_pool")
     report = micro_report(out, "conv_pool")
     with open(os.path.join(out, "conv_pool_full_integer_quant.tflite"), "rb") as f:
         content = f.read()
@@ -197,7 +207,7 @@ def test_arena_is_the_smallest_that_works(converted):
 
 
 def test_report_is_owned_and_shown(converted):
-    out = converted["dense"]
+    out = converted("dense")
     with open(os.path.join(out, "dense_manifest.json")) as f:
         assert "dense_micro.json" in json.load(f)["files"]
     with open(os.path.join(out, "dense_accuracy_report.html")) as f:
@@ -208,7 +218,7 @@ def test_report_is_owned_and_shown(converted):
 
 
 def test_onnx_names_file_is_the_one_measured(converted):
-    out = converted["kws"]
+    out = converted("kws")
     report = micro_report(out, "kws")
     assert report["flatbuffer_bytes"] == os.path.getsize(
         os.path.join(out, "kws_full_integer_quant.tflite"))

@@ -1,0 +1,179 @@
+"""INT8 files judged on samples no step of the conversion saw, next to onnxruntime's own static
+quantization on the same calibration samples, in one run.
+
+    python benchmarks/bench_int8_heldout.py model.onnx --cal cal.npy --held held.npy \
+        [--input x] [--shape 1,3,640,640] [--variants default percentile no_bias keep_auto]
+        [--ort MinMax Percentile Entropy] [--out DIR] [--json out.json]
+
+Each variant is one CLI run (`-oiqt -cind INPUT cal.npy` plus its flags, timed); every
+quantized .tflite it writes is run on the held-out samples and compared with the float32
+TFLite of the same run: mean and lowest per-sample cosine (samples whose float output is
+empty left out and counted), pooled cosine and SQNR (onnx2tf_alt/quant/measure.py), plus
+the figure the quant report gives for that file on its own held-out samples. `--ort` adds
+onnxruntime.quantization.quantize_static (QDQ, per-channel weights, the named calibration
+methods, the same calibration samples) run by onnxruntime against the float ONNX model.
+Inputs are in ONNX layout (see benchmarks/ocr_samples.py for a text detector's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnxruntime as ort
+from ai_edge_litert.interpreter import Interpreter
+
+sys.path.insert(0, os.path.dirname(__file__))
+from bench_model import peer_feeds
+
+from onnx2tf_alt.quant.measure import compare_output
+from onnx2tf_alt.tflite.flatbuffer import SIGNATURE
+from onnx2tf_alt.tflite.run import as_input, run_signature
+
+VARIANTS = {
+    "default": [],
+    "percentile": ["--calibration_method", "percentile"],
+    "no_bias": ["--no_bias_correction"],
+    "keep_auto": ["--keep_float_auto", "0.99"],
+}
+
+
+def run_tflite(path: str, samples: np.ndarray, name: str) -> list[np.ndarray]:
+    interpreter = Interpreter(model_path=path, num_threads=2)
+    runner = interpreter.get_signature_runner(SIGNATURE)
+    details = runner.get_input_details()
+    outputs = []
+    for x in samples:
+        feeds = peer_feeds(runner, {name: x[None]})
+        feeds = {k: as_input(v, details[k]) for k, v in feeds.items()}
+        out = run_signature(interpreter, feeds)
+        key = min(out)
+        value = out[key]
+        scale, zero = runner.get_output_details()[key]["quantization"]
+        if value.dtype.kind in "iu" and scale:
+            value = (value.astype(np.float32) - zero) * scale
+        outputs.append(value.astype(np.float32))
+    return outputs
+
+
+def onnx_layout(outputs: list[np.ndarray], reference_shape: tuple) -> list[np.ndarray]:
+    """TFLite outputs in the ONNX model's layout (channel-last maps moved back)."""
+    fixed = []
+    for value in outputs:
+        if value.shape != reference_shape and value.ndim == 4:
+            value = value.transpose(0, 3, 1, 2)
+        fixed.append(value)
+    return fixed
+
+
+def row(label: str, references: list[np.ndarray], actuals: list[np.ndarray], **extra) -> dict:
+    m = compare_output(references, actuals)
+    return {"file": label, "mean": round(m["cosine"], 4), "lowest": round(m["cosine_min"], 4),
+            "pooled": m["cosine_pooled"], "sqnr_db": m["sqnr_db"],
+            "empty": m["empty_samples"], **({"iou": m["iou"]} if "iou" in m else {}), **extra}
+
+
+def ort_static(model: str, cal: np.ndarray, name: str, method: str, out: str) -> str:
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.items = iter([{name: x[None]} for x in cal])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    pre = os.path.join(out, "pre.onnx")
+    if not os.path.exists(pre):
+        quant_pre_process(model, pre)
+    target = os.path.join(out, f"ort_{method}.onnx")
+    quantize_static(pre, target, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=getattr(CalibrationMethod, method))
+    return target
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("--cal", required=True)
+    parser.add_argument("--held", required=True)
+    parser.add_argument("--input", default="x")
+    parser.add_argument("--shape", help="static input shape for -ois, e.g. 1,3,640,640")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS))
+    parser.add_argument("--ort", nargs="*", default=[])
+    parser.add_argument("--out")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    out = args.out or tempfile.mkdtemp(prefix="int8_heldout_")
+    held = np.load(args.held)
+    stem = os.path.splitext(os.path.basename(args.model))[0]
+    session = ort.InferenceSession(args.model)
+    onnx_refs = [session.run(None, {args.input: x[None]})[0] for x in held]
+    rows = []
+    for variant in args.variants:
+        folder = os.path.join(out, variant)
+        command = [sys.executable, "-m", "onnx2tf_alt", "-i", args.model, "-o", folder, "-oiqt",
+                   "-cind", args.input, os.path.abspath(args.cal), *VARIANTS[variant]]
+        if args.shape:
+            command += ["-ois", f"{args.input}:{args.shape}"]
+        start = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        seconds = round(time.perf_counter() - start, 1)
+        if done.returncode:
+            rows.append({"file": variant, "error": done.stderr.strip().splitlines()[-1]})
+            continue
+        float_path = os.path.join(folder, f"{stem}_float32.tflite")
+        refs = onnx_layout(run_tflite(float_path, held, args.input), onnx_refs[0].shape)
+        with open(os.path.join(folder, f"{stem}_quant_report.json")) as f:
+            report = json.load(f)
+        reported = {e["file"]: e for e in report["files"]}
+        for suffix in ("full_integer_quant", "integer_quant", "dynamic_range_quant",
+                       "full_integer_quant_with_int16_act"):
+            name = f"{stem}_{suffix}.tflite"
+            path = os.path.join(folder, name)
+            if not os.path.exists(path):
+                continue
+            actual = onnx_layout(run_tflite(path, held, args.input), refs[0].shape)
+            outputs = (reported.get(name) or {}).get("outputs") or {}
+            in_report = min((o.get("cosine_pooled", o["cosine"]) for o in outputs.values()),
+                            default=None)
+            rows.append(row(f"{variant}: {suffix}", refs, actual, seconds=seconds,
+                            report_figure=in_report))
+        print(json.dumps(rows[-1]), flush=True)
+    for method in args.ort:
+        path = ort_static(args.model, np.load(args.cal), args.input, method, out)
+        qdq = ort.InferenceSession(path)
+        actual = [qdq.run(None, {args.input: x[None]})[0] for x in held]
+        rows.append(row(f"onnxruntime QDQ per-channel {method}", onnx_refs, actual))
+        print(json.dumps(rows[-1]), flush=True)
+    print(f"\n{len(held)} held-out samples; cosine against the float32 TFLite (onnxruntime's "
+          "rows: against the float ONNX model)")
+    print("| file | mean | lowest | pooled | SQNR dB | empty | report's figure | conversion s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['file']} | error: {r['error']} |||||||")
+            continue
+        print(f"| {r['file']} | {r['mean']} | {r['lowest']} | {r['pooled']} | {r['sqnr_db']} | "
+              f"{r['empty']} | {r.get('report_figure', '-')} | {r.get('seconds', '-')} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

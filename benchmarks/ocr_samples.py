@@ -1,0 +1,97 @@
+"""Calibration and held-out inputs for an OCR text detector (PP-OCR's DB), made of text
+rendered onto photographs, for benchmarks/bench_int8_heldout.py.
+
+    python benchmarks/ocr_samples.py OUT_DIR [--size 640] [--skimage-data DIR]
+
+Needs Pillow (not a dependency of the package). Writes OUT_DIR/cal.npy (16 samples: crops
+of the six photographs in calibration/, 13 with 1-4 lines of text pasted on, 3 without
+text, as a user's folder has) and OUT_DIR/held.npy (8 samples: other photographs, other
+words and fonts, every one with text), each (N, 3, size, size) float32, normalized as
+PP-OCR does ((x / 255 - mean) / std, ImageNet mean and std). --skimage-data names the
+`skimage/data` folder of a scikit-image wheel (`pip download --no-deps scikit-image`, then
+unzip), whose photographs the held-out samples are made of.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CALIBRATION_PHOTOS = sorted(glob.glob(os.path.join(HERE, "..", "calibration", "*.png")))
+HELD_OUT_PHOTOS = ["brick.png", "grass.png", "gravel.png", "coins.png", "moon.png",
+                   "motorcycle_left.png", "retina.jpg", "ihc.png"]
+FONTS = "/usr/share/fonts/truetype/dejavu"
+CAL_WORDS = ["invoice", "total 42.50", "OPEN DAILY", "exit", "Station 7", "menu", "SALE -30%",
+             "room 214", "keep left", "fresh bread", "No parking", "2024-05-01"]
+HELD_WORDS = ["Quarterly report", "EMERGENCY", "platform 9", "tel. 555 0199", "gluten free",
+              "welcome home", "Lot 88", "danger: high voltage", "coffee & tea", "page 12"]
+MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+STD = np.array([0.229, 0.224, 0.225], np.float32)
+
+
+def _crop(photo: Image.Image, rng: np.random.Generator, size: int) -> Image.Image:
+    photo = photo.convert("RGB")
+    w, h = photo.size
+    side = int(min(w, h) * rng.uniform(0.6, 1.0))
+    left, top = int(rng.integers(0, w - side + 1)), int(rng.integers(0, h - side + 1))
+    return photo.crop((left, top, left + side, top + side)).resize((size, size))
+
+
+def _write_text(image: Image.Image, rng: np.random.Generator, words: list[str],
+                fonts: list[str], lines: int) -> None:
+    draw = ImageDraw.Draw(image)
+    size = image.size[0]
+    for _ in range(lines):
+        font = ImageFont.truetype(str(rng.choice(fonts)), int(rng.integers(size // 28, size // 10)))
+        text = str(rng.choice(words))
+        x, y = int(rng.integers(0, size * 2 // 3)), int(rng.integers(0, size * 7 // 8))
+        box = draw.textbbox((x, y), text, font=font)
+        dark = rng.random() < 0.5
+        back = (245, 245, 235) if dark else (20, 20, 30)
+        draw.rectangle((box[0] - 6, box[1] - 4, box[2] + 6, box[3] + 4), fill=back)
+        draw.text((x, y), text, font=font, fill=(10, 10, 10) if dark else (250, 250, 240))
+
+
+def _normalized(image: Image.Image) -> np.ndarray:
+    x = np.asarray(image, np.float32) / 255.0
+    return ((x - MEAN) / STD).transpose(2, 0, 1)
+
+
+def samples(photos: list[str], words: list[str], fonts: list[str], count: int, blank: int,
+            size: int, seed: int) -> np.ndarray:
+    """`count` samples, the last `blank` of them without text."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(count):
+        image = _crop(Image.open(photos[k % len(photos)]), rng, size)
+        if k < count - blank:
+            _write_text(image, rng, words, fonts, int(rng.integers(1, 5)))
+        out.append(_normalized(image))
+    return np.stack(out).astype(np.float32)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir")
+    parser.add_argument("--size", type=int, default=640)
+    parser.add_argument("--skimage-data", default="/tmp/skimg/skimage/data")
+    args = parser.parse_args()
+    os.makedirs(args.out_dir, exist_ok=True)
+    cal = samples(CALIBRATION_PHOTOS, CAL_WORDS,
+                  [f"{FONTS}/DejaVuSans.ttf", f"{FONTS}/DejaVuSans-Bold.ttf"], 16, 3,
+                  args.size, seed=1)
+    held = samples([os.path.join(args.skimage_data, p) for p in HELD_OUT_PHOTOS], HELD_WORDS,
+                   [f"{FONTS}/DejaVuSerif.ttf", f"{FONTS}/DejaVuSansMono.ttf",
+                    f"{FONTS}/DejaVuSerif-Bold.ttf"], 8, 0, args.size, seed=2)
+    np.save(os.path.join(args.out_dir, "cal.npy"), cal)
+    np.save(os.path.join(args.out_dir, "held.npy"), held)
+    print(f"cal.npy {cal.shape}, held.npy {held.shape} in {args.out_dir}")
+
+
+if __name__ == "__main__":
+    main()

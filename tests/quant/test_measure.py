@@ -1,0 +1,81 @@
+"""onnx2tf_alt/quant/measure.py: the figures quantized files are judged by."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from onnx2tf_alt.quant.measure import compare_output, compare_outputs, cosine, figure, gain
+from onnx2tf_alt.quant.quantize import QuantReport, _verdicts
+
+rng = np.random.default_rng(34)
+
+
+def _map(empty: bool) -> np.ndarray:
+    """A (1, 1, 8, 8) probability map: text blobs, or nothing found."""
+    value = np.zeros((1, 1, 8, 8), np.float32)
+    if not empty:
+        value[0, 0, 2:5, 1:7] = rng.uniform(0.6, 1.0, (3, 6))
+    return value
+
+
+def test_empty_samples_are_counted_not_averaged():
+    """A map the float model leaves empty scores 0 per sample for any noise; it is counted
+    and left out of the per-sample mean, and weighs nothing in the pooled cosine."""
+    references = [_map(False), _map(False), _map(True)]
+    noise = [r + rng.normal(0, 0.01, r.shape).astype(np.float32) * (r > 0) for r in references]
+    noise[2] = noise[2] + 1e-4  # INT8 noise on the empty map
+    m = compare_output(references, noise)
+    assert m["empty_samples"] == 1 and len(m["cosine_per_sample"]) == 2
+    assert m["cosine"] > 0.999 and cosine(noise[2], references[2]) == 0.0
+    assert m["cosine_pooled"] > 0.999 and m["sqnr_db"] > 30
+    assert m["iou"] == pytest.approx(1.0)
+
+
+def test_pooled_cosine_and_sqnr_over_concatenated_samples():
+    references = [rng.standard_normal((2, 10)).astype(np.float32) for _ in range(3)]
+    actuals = [r + rng.normal(0, 0.1, r.shape).astype(np.float32) for r in references]
+    m = compare_output(references, actuals)
+    ref, act = np.concatenate(references), np.concatenate(actuals)
+    assert m["cosine_pooled"] == pytest.approx(cosine(act, ref), abs=1e-6)
+    expected_sqnr = 10 * np.log10(np.sum(ref.astype(np.float64) ** 2)
+                                  / np.sum((act - ref).astype(np.float64) ** 2))
+    assert m["sqnr_db"] == pytest.approx(expected_sqnr, abs=0.01)
+    assert 0 <= m["top1_agreement"] <= 1
+
+
+def test_gain_must_exceed_the_noise_of_the_comparison():
+    references = [{"y": rng.standard_normal((1, 50)).astype(np.float32)} for _ in range(8)]
+
+    def noisy(scale, seed):
+        r = np.random.default_rng(seed)
+        return [{"y": s["y"] + r.normal(0, scale, (1, 50)).astype(np.float32)}
+                for s in references]
+
+    base = compare_outputs(references, noisy(0.3, 1))
+    much_better = compare_outputs(references, noisy(0.05, 2))
+    same = compare_outputs(references, noisy(0.3, 3))  # another draw of the same noise
+    assert gain(much_better, base)[0]
+    kept, delta, noise = gain(same, base)
+    assert not kept and abs(delta) <= noise
+    assert figure(much_better) > figure(base)
+
+
+def test_run_ends_with_a_warning_naming_the_file_that_holds(caplog):
+    def entry(name, pooled):
+        return {"file": name, "outputs": {"y": {"cosine_pooled": pooled}}}
+
+    report = QuantReport("m", "per-channel", False, {}, 10, 4, files=[
+        entry("m_dynamic_range_quant.tflite", 0.996),
+        entry("m_integer_quant.tflite", 0.944),
+        entry("m_full_integer_quant.tflite", 0.995),
+        entry("m_integer_quant_with_int16_act.tflite", 0.999)])
+    with caplog.at_level(logging.INFO, logger="onnx2tf_alt"):
+        lines = _verdicts(report, 0.99)
+    warning = ("m_integer_quant.tflite: held-out pooled cosine 0.94400 is below 0.99; "
+               "m_integer_quant_with_int16_act.tflite holds 0.99900")
+    assert lines == [warning]
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert len(infos) == 4 and all("held-out pooled cosine" in m for m in infos)
