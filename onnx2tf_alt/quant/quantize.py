@@ -404,21 +404,22 @@ def console_table(report: QuantReport) -> str:
     title = (f"quantization report ({report.quant_type}; {report.calibration_samples} "
              f"calibration samples, ranges: {report.calibration_method}; "
              f"{report.held_out_samples} held-out samples; vs the float32 TFLite)")
+    width = max([len(e["file"]) for e in report.files] + [4])
     lines = [
         title,
         *report.notes,
-        f"{'file':<48} {'output':<16} {'pooled':>8} {'SQNR dB':>8} {'lowest':>8} {'top-1':>7}",
+        f"{'file':<{width}} {'output':<16} {'pooled':>8} {'SQNR dB':>8} {'lowest':>8} {'top-1':>7}",
     ]
     for entry in report.files:
         if entry.get("error"):
-            lines.append(f"{entry['file']:<48} not written: {entry['error']}")
+            lines.append(f"{entry['file']:<{width}} not written: {entry['error']}")
             continue
         if entry.get("outputs") is None:
-            lines.append(f"{entry['file']:<48} not measured: {entry['not_measured']}")
+            lines.append(f"{entry['file']:<{width}} not measured: {entry['not_measured']}")
             continue
         for output, m in entry["outputs"].items():
             top1 = f"{100 * m['top1_agreement']:.1f}%" if "top1_agreement" in m else "-"
-            lines.append(f"{entry['file']:<48} {output[:16]:<16} {m['cosine_pooled']:>8.5f} "
+            lines.append(f"{entry['file']:<{width}} {output[:16]:<16} {m['cosine_pooled']:>8.5f} "
                          f"{m['sqnr_db']:>8.2f} {m['cosine_min']:>8.5f} {top1:>7}")
     offenders = (report.sensitivity or {}).get("top_offenders", [])[:3]
     if offenders:
