@@ -395,6 +395,7 @@ class QuantReport:
     files: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     sensitivity: dict | None = None  # the INT8 files' ranking and float nodes (sensitivity.py)
+    sample_roles: dict = field(default_factory=dict)  # which samples each decision used
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -546,6 +547,8 @@ def write_quantized(
         calibration_method="model's own QDQ ranges" if qdq else options.calibration_method,
     )
     report.notes += plan.notes
+    if not qdq and options.integer:
+        report.sample_roles = _sample_roles(len(samples.calibration), len(samples.held_out))
     if plan.calibrated_model is not None:
         report.notes.append(
             f"INT8 files: activation ranges from onnxruntime's {options.calibration_method} "
@@ -592,6 +595,25 @@ def write_quantized(
     if print_table:
         print(console_table(report), flush=True)
     return written
+
+
+def _sample_roles(calibration: int, held_out: int) -> dict[str, str]:
+    """Which samples each step of the INT8 files used (for the report)."""
+    from onnx2tf_alt.quant.bias_correction import BIAS_SAMPLES
+    from onnx2tf_alt.quant.sensitivity import SEARCH_SAMPLES
+
+    scored = min(calibration // 4, AUTO_SAMPLES) if calibration >= 8 else calibration
+    return {
+        "ranges": f"the {calibration} calibration samples",
+        "calibration_method auto": (f"ranges measured on {calibration - scored}, scored on the "
+                                    f"last {scored}" if calibration >= 8 else
+                                    f"measured and scored on all {calibration} (fewer than 8)"),
+        "bias correction": (f"measured on the first {min(calibration, BIAS_SAMPLES)}, judged on "
+                            f"the {max(0, calibration - BIAS_SAMPLES)} after them"),
+        "keep_float_auto": (f"searched on the last {min(calibration, SEARCH_SAMPLES)} "
+                            f"calibration samples, judged on the {held_out} held-out ones"),
+        "figures": f"the {held_out} held-out samples, which no step used",
+    }
 
 
 def _verdicts(report: QuantReport, threshold: float) -> list[str]:
