@@ -29,6 +29,10 @@ from onnx2tf_alt.translate.recursion import deep_graphs
 
 log = logging.getLogger("onnx2tf_alt")
 
+# -rtpo lowerings --target micro always takes: ops whose usual TFLite form has no TFLite
+# Micro kernel while this one runs there (measured, docs/micro.md)
+MICRO_FORMS = ("GeLU", "Pow")
+
 # Modules that import TensorFlow are imported where they are used, after the cheap checks of
 # the input and the output folder: an unusable -o fails in a fraction of a second.
 
@@ -126,8 +130,9 @@ def convert(
     `replace_to_pseudo_operators` (-rtpo, onnx2tf's op names) picks ops lowered to the
     simplest builtins GPU/NNAPI delegates take (onnx2tf_alt/translate/options.py).
 
-    `target="micro"` implies `output_integer_quantized_tflite` and `batch_size=1` (unless
-    given), and checks
+    `target="micro"` implies `output_integer_quantized_tflite`, `batch_size=1` (unless
+    given) and the -rtpo forms of Gelu and Pow (MICRO_FORMS: TFLite Micro has no GELU or
+    POW kernel; their MUL/ADD forms run there), and checks
     `<stem>_full_integer_quant.tflite` on TensorFlow Lite for Microcontrollers (the
     tflite-micro package): a file it cannot run is a ConversionError naming the ONNX nodes
     and nothing is published; otherwise `<stem>_micro.json` gives its smallest tensor arena,
@@ -138,6 +143,9 @@ def convert(
     del output_signaturedefs  # always on
     configure_logging("error" if non_verbose else verbosity)
     check_batch_size(batch_size)
+    micro = _check_target(target)
+    if micro:  # the forms TFLite Micro has kernels for (docs/micro.md), measured there
+        replace_to_pseudo_operators = [*(replace_to_pseudo_operators or []), *MICRO_FORMS]
     options = ConversionOptions(disable_group_convolution,
                                 pseudo_operators(replace_to_pseudo_operators))
     stem = stem_of(input_onnx_file_path)
@@ -146,7 +154,6 @@ def convert(
         sources = [os.path.abspath(input_onnx_file_path),
                    *external_data_paths(input_onnx_file_path)]
     check = check_onnx_tf_outputs_elementwise_close or check_onnx_tf_outputs_elementwise_close_full
-    micro = _check_target(target)
     output_integer_quantized_tflite = output_integer_quantized_tflite or micro
     if micro and batch_size is None:  # a microcontroller runs one sample at a time
         batch_size = 1

@@ -292,3 +292,25 @@ def one_op_model(code: int) -> bytes:
     subgraph.operators = [op]
     model.subgraphs = [subgraph]
     return pack_model(model, 1024)
+
+
+def test_gelu_and_pow_take_the_forms_tflite_micro_runs(tmp_path):
+    """GELU and POW have no TFLite Micro kernel; --target micro lowers Gelu and an integer
+    Pow to MUL/ADD forms (MICRO_FORMS) and the file runs there."""
+    init = {"w": weights(16, 8, fan_in=16), "b": bias(8), "two": np.array(2.0, np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Add", ["h", "b"], ["hb"]),
+             helper.make_node("Gelu", ["hb"], ["g"]),
+             helper.make_node("Pow", ["g", "two"], ["y"], name="square")]
+    path = save_model(tmp_path, "gelu_pow", nodes, {"x": [1, 16]}, ("y", [1, 8]), init,
+                      opset=20)
+    samples = tmp_path / "x.npy"
+    np.save(samples, np.random.default_rng(1).standard_normal((12, 16)).astype(np.float32))
+    out = tmp_path / "out"
+    convert(input_onnx_file_path=path, output_folder_path=str(out), non_verbose=True,
+            target="micro", custom_input_op_name_np_data_path=[["x", str(samples)]])
+    with open(out / "gelu_pow_micro.json") as f:
+        report = json.load(f)
+    names = {op["op"] for op in report["ops"]}
+    assert not names & {"GELU", "POW"}, names
+    assert report["arena_bytes"] > 0 and report["samples"] > 0
