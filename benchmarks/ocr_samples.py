@@ -1,15 +1,20 @@
-"""Calibration and held-out inputs for an OCR text detector (PP-OCR's DB), made of text
-rendered onto photographs, for benchmarks/bench_int8_heldout.py.
+"""Calibration and held-out inputs for trained vision models, made of text rendered onto
+photographs, for benchmarks/bench_int8_heldout.py.
 
-    python benchmarks/ocr_samples.py OUT_DIR [--size 640] [--skimage-data DIR]
+    python benchmarks/ocr_samples.py OUT_DIR [--kind det|rec|cls|photo] [--size 640]
+        [--skimage-data DIR]
 
-Needs Pillow (not a dependency of the package). Writes OUT_DIR/cal.npy (16 samples: crops
-of the six photographs in calibration/, 13 with 1-4 lines of text pasted on, 3 without
-text, as a user's folder has) and OUT_DIR/held.npy (8 samples: other photographs, other
-words and fonts, every one with text), each (N, 3, size, size) float32, normalized as
-PP-OCR does ((x / 255 - mean) / std, ImageNet mean and std). --skimage-data names the
-`skimage/data` folder of a scikit-image wheel (`pip download --no-deps scikit-image`, then
-unzip), whose photographs the held-out samples are made of.
+Needs Pillow (not a dependency of the package). Writes OUT_DIR/cal.npy (16 samples made from
+the six photographs in calibration/) and OUT_DIR/held.npy (8 samples from other
+photographs, other words and fonts), in ONNX layout (N, 3, H, W), float32:
+- det (PP-OCR's DB text detector): size x size crops, 13 of the calibration ones with 1-4
+  lines of text pasted on and 3 without text, as a user's folder has; every held-out one
+  with text; normalized (x / 255 - mean) / std with ImageNet's mean and std;
+- rec / cls (PP-OCR's recognizer, 48 x 320, and direction classifier, 48 x 192): one line of
+  text on a photograph strip, (x / 255 - 0.5) / 0.5; for cls half of them upside down;
+- photo (an object detector such as YOLO): size x size crops, x / 255.
+--skimage-data names the `skimage/data` folder of a scikit-image wheel (`pip download
+--no-deps scikit-image`, then unzip), whose photographs the held-out samples are made of.
 """
 
 from __future__ import annotations
@@ -57,13 +62,41 @@ def _write_text(image: Image.Image, rng: np.random.Generator, words: list[str],
         draw.text((x, y), text, font=font, fill=(10, 10, 10) if dark else (250, 250, 240))
 
 
-def _normalized(image: Image.Image) -> np.ndarray:
+def _normalized(image: Image.Image, kind: str = "det") -> np.ndarray:
     x = np.asarray(image, np.float32) / 255.0
-    return ((x - MEAN) / STD).transpose(2, 0, 1)
+    if kind == "det":
+        x = (x - MEAN) / STD
+    elif kind in ("rec", "cls"):
+        x = (x - 0.5) / 0.5
+    return x.transpose(2, 0, 1)
+
+
+def text_lines(photos: list[str], words: list[str], fonts: list[str], count: int,
+               width: int, seed: int, flip_half: bool) -> np.ndarray:
+    """`count` 48-pixel-high strips of a photograph with one line of text each."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(count):
+        photo = Image.open(photos[k % len(photos)]).convert("RGB")
+        w, h = photo.size
+        top = int(rng.integers(0, h - h // 8))
+        strip = photo.crop((0, top, w, top + h // 8)).resize((width, 48))
+        draw = ImageDraw.Draw(strip)
+        font = ImageFont.truetype(str(rng.choice(fonts)), int(rng.integers(24, 36)))
+        text = " ".join(str(w) for w in rng.choice(words, 2))
+        box = draw.textbbox((4, 4), text, font=font)
+        dark = rng.random() < 0.5
+        draw.rectangle((0, 0, min(width, box[2] + 8), 48),
+                       fill=(240, 240, 230) if dark else (25, 25, 35))
+        draw.text((4, 4), text, font=font, fill=(10, 10, 10) if dark else (250, 250, 240))
+        if flip_half and k % 2:
+            strip = strip.rotate(180)
+        out.append(_normalized(strip, "rec"))
+    return np.stack(out).astype(np.float32)
 
 
 def samples(photos: list[str], words: list[str], fonts: list[str], count: int, blank: int,
-            size: int, seed: int) -> np.ndarray:
+            size: int, seed: int, kind: str = "det") -> np.ndarray:
     """`count` samples, the last `blank` of them without text."""
     rng = np.random.default_rng(seed)
     out = []
@@ -71,23 +104,32 @@ def samples(photos: list[str], words: list[str], fonts: list[str], count: int, b
         image = _crop(Image.open(photos[k % len(photos)]), rng, size)
         if k < count - blank:
             _write_text(image, rng, words, fonts, int(rng.integers(1, 5)))
-        out.append(_normalized(image))
+        out.append(_normalized(image, kind))
     return np.stack(out).astype(np.float32)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir")
+    parser.add_argument("--kind", choices=["det", "rec", "cls", "photo"], default="det")
     parser.add_argument("--size", type=int, default=640)
     parser.add_argument("--skimage-data", default="/tmp/skimg/skimage/data")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
-    cal = samples(CALIBRATION_PHOTOS, CAL_WORDS,
-                  [f"{FONTS}/DejaVuSans.ttf", f"{FONTS}/DejaVuSans-Bold.ttf"], 16, 3,
-                  args.size, seed=1)
-    held = samples([os.path.join(args.skimage_data, p) for p in HELD_OUT_PHOTOS], HELD_WORDS,
-                   [f"{FONTS}/DejaVuSerif.ttf", f"{FONTS}/DejaVuSansMono.ttf",
-                    f"{FONTS}/DejaVuSerif-Bold.ttf"], 8, 0, args.size, seed=2)
+    cal_fonts = [f"{FONTS}/DejaVuSans.ttf", f"{FONTS}/DejaVuSans-Bold.ttf"]
+    held_fonts = [f"{FONTS}/DejaVuSerif.ttf", f"{FONTS}/DejaVuSansMono.ttf",
+                  f"{FONTS}/DejaVuSerif-Bold.ttf"]
+    held_photos = [os.path.join(args.skimage_data, p) for p in HELD_OUT_PHOTOS]
+    if args.kind in ("rec", "cls"):
+        width, flip = (320, False) if args.kind == "rec" else (192, True)
+        cal = text_lines(CALIBRATION_PHOTOS, CAL_WORDS, cal_fonts, 16, width, 1, flip)
+        held = text_lines(held_photos, HELD_WORDS, held_fonts, 8, width, 2, flip)
+    else:
+        text = args.kind == "det"
+        cal = samples(CALIBRATION_PHOTOS, CAL_WORDS, cal_fonts, 16, 3 if text else 16,
+                      args.size, seed=1, kind=args.kind)
+        held = samples(held_photos, HELD_WORDS, held_fonts, 8, 0 if text else 8, args.size,
+                       seed=2, kind=args.kind)
     np.save(os.path.join(args.out_dir, "cal.npy"), cal)
     np.save(os.path.join(args.out_dir, "held.npy"), held)
     print(f"cal.npy {cal.shape}, held.npy {held.shape} in {args.out_dir}")
