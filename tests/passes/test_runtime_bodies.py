@@ -225,3 +225,38 @@ def test_if_branches_with_run_time_shapes():
     second = {**feeds, "x": -x}  # the other branch
     np.testing.assert_allclose(tflite_run(converted, second, converted.tflite)[0],
                                ort_run(model, second)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_body_passing_carried_weights_through_keeps_its_shapes():
+    """Paddle2ONNX carries weights through a Loop as outputs named like the body's inputs;
+    ONNX inference of such a body used to drop every shape in it (a shapeless copy of the
+    input's type), and an Unsqueeze with constant axes then had no rank to work with. The
+    body prepared for the step has its shapes from ONNX inference, and the Loop converts."""
+    import tensorflow as tf
+
+    from onnx2tf_alt.ir.graph import graph_from_model
+    from onnx2tf_alt.ops.control import _prepared
+
+    body = helper.make_graph(
+        [node("MatMul", ["h_in", "w"], "hw"),
+         node("Unsqueeze", ["hw", "axis0"], "hw3"),
+         node("Squeeze", ["hw3", "axis0"], "h_next"),
+         node("Tanh", ["h_next"], "h_out"),
+         node("Identity", ["cond_in"], "cond_out")],
+        "body",
+        [helper.make_tensor_value_info("i", I64, []),
+         helper.make_tensor_value_info("cond_in", B, []),
+         helper.make_tensor_value_info("w", F, None),
+         helper.make_tensor_value_info("h_in", F, None)],
+        [helper.make_tensor_value_info("cond_out", B, []),
+         helper.make_tensor_value_info("w", F, None),
+         helper.make_tensor_value_info("h_out", F, None)],
+        [onnx.numpy_helper.from_array(ints(0), "axis0")],
+    )
+    specs = [tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.bool),
+             tf.TensorSpec([6, 6], tf.float32), tf.TensorSpec([2, 6], tf.float32)]
+    prepared = graph_from_model(_prepared(body, {"": 18}, specs, {}))
+    assert prepared.shapes["hw"] == (2, 6) and prepared.shapes["h_out"] == (2, 6)
+    loop = node("Loop", ["trip", "", "w0", "h0"], ["w_last", "h_last"], body=body)
+    feeds = {"trip": np.array(5, np.int64), "w0": rng.randn(6, 6) * 0.5, "h0": rng.randn(2, 6)}
+    check_model(_typed_model([loop], feeds, {"w_last": (F, 2), "h_last": (F, 2)}), feeds)
