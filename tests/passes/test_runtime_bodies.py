@@ -233,9 +233,9 @@ def test_body_passing_carried_weights_through_keeps_its_shapes():
     input's type), and an Unsqueeze with constant axes then had no rank to work with. The
     body prepared for the step has its shapes from ONNX inference, and the Loop converts."""
     import tensorflow as tf
+    from onnx2tf_alt.ops.control import _prepared
 
     from onnx2tf_alt.ir.graph import graph_from_model
-    from onnx2tf_alt.ops.control import _prepared
 
     body = helper.make_graph(
         [node("MatMul", ["h_in", "w"], "hw"),
