@@ -98,7 +98,10 @@ def ort_static(model: str, cal: np.ndarray, name: str, method: str, out: str) ->
 
     pre = os.path.join(out, "pre.onnx")
     if not os.path.exists(pre):
-        quant_pre_process(model, pre)
+        try:
+            quant_pre_process(model, pre)
+        except Exception:  # noqa: BLE001 - its symbolic shape inference fails on some exports
+            quant_pre_process(model, pre, skip_symbolic_shape=True)
     target = os.path.join(out, f"ort_{method}.onnx")
     quantize_static(pre, target, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
@@ -117,6 +120,8 @@ def main() -> None:
     parser.add_argument("--ort", nargs="*", default=[])
     parser.add_argument("--out")
     parser.add_argument("--json")
+    parser.add_argument("--reuse", action="store_true",
+                        help="measure the files already in OUT/<variant> instead of converting")
     args = parser.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="int8_heldout_")
     held = np.load(args.held)
@@ -130,12 +135,14 @@ def main() -> None:
                    "-cind", args.input, os.path.abspath(args.cal), *VARIANTS[variant]]
         if args.shape:
             command += ["-ois", f"{args.input}:{args.shape}"]
-        start = time.perf_counter()
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        seconds = round(time.perf_counter() - start, 1)
-        if done.returncode:
-            rows.append({"file": variant, "error": done.stderr.strip().splitlines()[-1]})
-            continue
+        seconds = None
+        if not (args.reuse and os.path.isdir(folder)):
+            start = time.perf_counter()
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            seconds = round(time.perf_counter() - start, 1)
+            if done.returncode:
+                rows.append({"file": variant, "error": done.stderr.strip().splitlines()[-1]})
+                continue
         float_path = os.path.join(folder, f"{stem}_float32.tflite")
         refs = onnx_layout(run_tflite(float_path, held, args.input), onnx_refs[0].shape)
         with open(os.path.join(folder, f"{stem}_quant_report.json")) as f:
@@ -153,12 +160,17 @@ def main() -> None:
                             default=None)
             rows.append(row(f"{variant}: {suffix}", refs, actual, seconds=seconds,
                             report_figure=in_report))
-        print(json.dumps(rows[-1]), flush=True)
+            print(json.dumps(rows[-1]), flush=True)
     for method in args.ort:
-        path = ort_static(args.model, np.load(args.cal), args.input, method, out)
-        qdq = ort.InferenceSession(path)
-        actual = [qdq.run(None, {args.input: x[None]})[0] for x in held]
-        rows.append(row(f"onnxruntime QDQ per-channel {method}", onnx_refs, actual))
+        label = f"onnxruntime QDQ per-channel {method}"
+        try:
+            path = ort_static(args.model, np.load(args.cal), args.input, method, out)
+            qdq = ort.InferenceSession(path)
+            actual = [qdq.run(None, {args.input: x[None]})[0] for x in held]
+        except Exception as exc:  # noqa: BLE001 - reported in its row
+            rows.append({"file": label, "error": f"{type(exc).__name__}: {exc}"[:200]})
+            continue
+        rows.append(row(label, onnx_refs, actual))
         print(json.dumps(rows[-1]), flush=True)
     print(f"\n{len(held)} held-out samples; cosine against the float32 TFLite (onnxruntime's "
           "rows: against the float ONNX model)")
