@@ -101,7 +101,9 @@ def ort_static(model: str, cal: np.ndarray, name: str, method: str, out: str) ->
         try:
             quant_pre_process(model, pre)
         except Exception:  # noqa: BLE001 - its symbolic shape inference fails on some exports
-            quant_pre_process(model, pre, skip_symbolic_shape=True)
+            # (Paddle2ONNX's); without it, its graph optimizations make fused Conv nodes
+            # whose quantized form onnxruntime then refuses to load: both skipped
+            quant_pre_process(model, pre, skip_symbolic_shape=True, skip_optimization=True)
     target = os.path.join(out, f"ort_{method}.onnx")
     quantize_static(pre, target, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
