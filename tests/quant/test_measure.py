@@ -79,3 +79,28 @@ def test_run_ends_with_a_warning_naming_the_file_that_holds(caplog):
     assert lines == [warning]
     infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert len(infos) == 4 and all("held-out pooled cosine" in m for m in infos)
+
+
+def _metrics(per_sample: list[float]) -> dict:
+    """Figures of one output whose per-sample cosines are `per_sample` (pooled: their mean)."""
+    return {"y": {"cosine_pooled": float(np.mean(per_sample)),
+                  "cosine_per_sample": list(per_sample)}}
+
+
+@pytest.mark.parametrize("minmax,chosen", [
+    ([0.990, 0.985, 0.992], "percentile"),  # ahead by 0.002, within the noise of 3 samples
+    ([0.999, 0.998, 0.999], "minmax"),  # ahead on every sample, beyond the noise
+])
+def test_auto_keeps_percentile_unless_beaten_beyond_noise(monkeypatch, minmax, chosen):
+    from onnx2tf_alt.quant import quantize
+
+    scores = {"minmax": _metrics(minmax), "percentile": _metrics([0.984, 0.986, 0.985]),
+              "mse": _metrics([0.970, 0.975, 0.972])}
+    monkeypatch.setattr(quantize, "remeasured", lambda content, fit, methods: {})
+    monkeypatch.setattr(quantize, "_range_metrics", lambda *args: scores)
+    notes = []
+    method = quantize._choose_range_method(b"", None, quantize.QuantOptions(), [{}] * 12,
+                                           [{}] * 12, notes)
+    assert method == chosen
+    assert f"activation ranges by {chosen}" in notes[0]
+    assert ("not better beyond the noise" in notes[0]) == (chosen == "percentile")
