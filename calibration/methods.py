@@ -22,6 +22,7 @@ MINMAX, PERCENTILE, MSE = "minmax", "percentile", "mse"
 AUTO_METHOD = "auto"
 AUTO_CANDIDATES = (MINMAX, PERCENTILE, MSE)  # in this order in auto's note; ties: the first
 AUTO_SAMPLES = 16  # calibration samples "auto" scores each candidate's INT8 file on, at most
+AUTO_FOLDS = 4  # with fewer than 8 samples, "auto" scores fold by fold (ranges from the others)
 DEFAULT_METHOD = AUTO_METHOD
 
 

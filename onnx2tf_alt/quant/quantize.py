@@ -24,6 +24,7 @@ from onnx import helper
 
 from calibration.methods import (
     AUTO_CANDIDATES,
+    AUTO_FOLDS,
     AUTO_METHOD,
     AUTO_SAMPLES,
     BY_NAME,
@@ -201,20 +202,27 @@ def _choose_range_method(content: bytes, converted, options: QuantOptions,
                          notes: list[str] | None) -> str:
     """--calibration_method auto: the range method (AUTO_CANDIDATES) whose INT8 file, with
     ranges measured on the first three quarters of the calibration samples, is closest to
-    the float model on the last quarter (at most AUTO_SAMPLES of them; every sample for
-    both when there are fewer than 8): scored on the samples they were measured on, the
-    range fitted closest to them (mse) is favoured. Scores are pooled cosines
+    the float model on the last quarter (at most AUTO_SAMPLES of them). With fewer than 8
+    samples, each fold of AUTO_FOLDS is scored with ranges measured on the others and the
+    outputs of all folds are pooled: scored on the samples they were measured on, the
+    range fitted closest to them (mse) would be favoured. Scores are pooled cosines
     (quant/measure.py); another method replaces percentile, the robust default, only when
     it beats it beyond the noise of those few samples: on a DB text detector with 16
     samples, auto once chose minmax on 3 of them (0.990 against 0.985), and on 8 unseen
     photographs the minmax file held 0.944 where percentile's held 0.967."""
-    split = len(calibration) - min(len(calibration) // 4, AUTO_SAMPLES)
-    if len(calibration) < 8:
-        split = len(calibration)
-    fit = feeds[:split]
-    check = calibration[split:] or calibration
-    files = remeasured(content, fit, AUTO_CANDIDATES)
-    metrics = _range_metrics(files, converted, options, check)
+    count = len(calibration)
+    if count >= 8:
+        split = count - min(count // 4, AUTO_SAMPLES)
+        check = calibration[split:]
+        files = remeasured(content, feeds[:split], AUTO_CANDIDATES)
+        metrics = _range_metrics(files, converted, options, check)
+        where = f"on {len(check)} calibration sample(s) not used to measure the ranges"
+    else:
+        check, metrics = calibration, _folded_metrics(content, converted, options,
+                                                      calibration, feeds)
+        where = (f"on {count} calibration sample(s), each with ranges measured on the "
+                 f"others ({min(AUTO_FOLDS, count)} folds)" if count > 1 else
+                 "on the one calibration sample, also used to measure the ranges")
     scores = {m: figure(v) for m, v in metrics.items()}
     best = max(scores, key=scores.get)
     chosen, why = best, ""
@@ -224,9 +232,7 @@ def _choose_range_method(content: bytes, converted, options: QuantOptions,
             chosen, why = PERCENTILE, (f"; {best} is not better beyond the noise of "
                                        f"{len(check)} sample(s), {noise:.4f}")
     note = (f"INT8 files: activation ranges by {chosen} (--calibration_method auto; INT8 "
-            f"output pooled cosine on {len(check)} calibration sample(s) "
-            + ("not " if check is not calibration else "")
-            + "used to measure the ranges: "
+            f"output pooled cosine {where}: "
             + ", ".join(f"{m} {v:.4f}" for m, v in scores.items()) + why + ")")
     log.info("%s", note)
     if notes is not None:
@@ -234,21 +240,49 @@ def _choose_range_method(content: bytes, converted, options: QuantOptions,
     return chosen
 
 
+def _folded_metrics(content: bytes, converted, options: QuantOptions,
+                    calibration: list[dict[str, np.ndarray]], feeds: list[dict]) -> dict:
+    """_range_metrics over AUTO_FOLDS folds of few samples: each fold scored with ranges
+    measured on the others, the outputs of every fold pooled."""
+    count = len(calibration)
+    folds = min(AUTO_FOLDS, count)
+    if folds < 2:
+        return _range_metrics(remeasured(content, feeds, AUTO_CANDIDATES), converted,
+                              options, calibration)
+    reference, actual = [], {}
+    for k in range(folds):
+        held = [i for i in range(count) if i % folds == k]
+        fit = [feeds[i] for i in range(count) if i % folds != k]
+        files = remeasured(content, fit, AUTO_CANDIDATES)
+        ref, outputs = _range_outputs(files, converted, options, [calibration[i] for i in held])
+        reference += ref
+        for method, values in outputs.items():
+            actual.setdefault(method, []).extend(values)
+    return {method: compare_outputs(reference, values) for method, values in actual.items()}
+
+
 def _range_metrics(files: dict[str, tuple[bytes, int]], converted, options: QuantOptions,
                    samples: list[dict[str, np.ndarray]]) -> dict[str, dict]:
     """{range method: the figures (quant/measure.py) of its INT8 file (with the --keep_float
     nodes) against the float model on `samples`}."""
+    reference, outputs = _range_outputs(files, converted, options, samples)
+    return {method: compare_outputs(reference, values) for method, values in outputs.items()}
+
+
+def _range_outputs(files: dict[str, tuple[bytes, int]], converted, options: QuantOptions,
+                   samples: list[dict[str, np.ndarray]]) -> tuple[list, dict[str, list]]:
+    """(the float model's outputs on `samples`, {range method: its INT8 file's outputs})."""
     from onnx2tf_alt.quant.sensitivity import denylist, op_infos, quantize_calibrated
 
     any_file = next(iter(files.values()))[0]
     reference = run_tflite(any_file, converted, samples)  # the float model: ranges unused
     float_ops = denylist(op_infos(any_file, converted), set(options.keep_float)) if (
         options.keep_float) else []
-    metrics = {}
+    outputs = {}
     for method, (content, _) in files.items():
         int8 = quantize_calibrated(content, options.quant_type == "per-tensor", None, float_ops)
-        metrics[method] = compare_outputs(reference, run_tflite(int8, converted, samples))
-    return metrics
+        outputs[method] = run_tflite(int8, converted, samples)
+    return reference, outputs
 
 
 @dataclass

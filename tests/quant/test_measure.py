@@ -104,3 +104,32 @@ def test_auto_keeps_percentile_unless_beaten_beyond_noise(monkeypatch, minmax, c
     assert method == chosen
     assert f"activation ranges by {chosen}" in notes[0]
     assert ("not better beyond the noise" in notes[0]) == (chosen == "percentile")
+
+
+def test_auto_with_few_samples_scores_each_fold_on_ranges_from_the_others(monkeypatch):
+    """With 5 samples, every sample is scored once, by ranges measured without it."""
+    from onnx2tf_alt.quant import quantize
+
+    samples = [{"x": np.full((1, 4), k, np.float32)} for k in range(5)]
+    fitted, scored = [], []
+
+    def remeasured(content, fit, methods):
+        fitted.append(sorted(int(f["x"][0, 0]) for f in fit))
+        return {m: (b"", 0) for m in methods}
+
+    def outputs(files, converted, options, held):
+        scored.append(sorted(int(h["x"][0, 0]) for h in held))
+        ref = [{"y": h["x"] + np.arange(4, dtype=np.float32)} for h in held]
+        wobble = np.array([[1, -1, 1, -1]], np.float32)
+        return ref, {m: [{"y": r["y"] + (0.0 if m == "percentile" else 0.5) * wobble}
+                         for r in ref] for m in files}
+
+    monkeypatch.setattr(quantize, "remeasured", remeasured)
+    monkeypatch.setattr(quantize, "_range_outputs", outputs)
+    notes = []
+    method = quantize._choose_range_method(b"", None, quantize.QuantOptions(), samples,
+                                           samples, notes)
+    assert method == "percentile"
+    assert sorted(x for fold in scored for x in fold) == list(range(5))
+    assert all(not set(f) & set(s) for f, s in zip(fitted, scored))
+    assert "each with ranges measured on the others (4 folds)" in notes[0]
