@@ -28,9 +28,8 @@ from onnx2tf_alt.passes.control_flow import free_names
 from onnx2tf_alt.passes.prepare import prepare_model
 from onnx2tf_alt.pipeline import run_subgraph_model
 from onnx2tf_alt.translate.builder import INLINE_CONSTANT_LIMIT
+from onnx2tf_alt.translate.late_shapes import IR_VERSION  # one IR version for made-up models
 from onnx2tf_alt.translate.registry import foreign_inference, handler
-
-IR_VERSION = 10
 
 
 @handler("If", layout=logical, limits="runtime condition: both branches must give outputs of "

@@ -231,10 +231,11 @@ class ModelBuilder:
                 outputs.append(self.input_tensor(name, P.identity(rank), rank))
         return outputs
 
-    def _relearn(self, node: Node, policy) -> tuple[list, list]:
+    def _relearn(self, node: Node, policy) -> list[Perm | None]:
         """For a node reading values whose shapes were learned while building: its outputs'
         shapes from ONNX inference of the node alone, and its layout decided again from
-        the perms its inputs actually have (the plan decided it without their ranks)."""
+        the perms its inputs actually have (the plan decided it without their ranks); the
+        output perms go into the plan, the wanted input perms are returned."""
         graph = self.graph
         for name, (shape, dtype) in late_shapes.infer_node(node, graph, self.constant_value).items():
             if graph.shapes.get(name) is None:
@@ -245,14 +246,14 @@ class ModelBuilder:
         for name, perm in zip(node.outputs, decision.outputs):
             if name:
                 self.plan.perms[name] = perm
-        return decision.inputs, decision.outputs
+        return decision.inputs
 
     def _convert_node(self, node: Node, wanted: list[Perm | None]) -> None:
         graph = self.graph
         opset = graph.opset_of(node.domain)
         handler = find_handler(node.op_type, node.domain, opset)
         if any(i in self._learned for i in node.inputs):
-            wanted, _ = self._relearn(node, handler.layout)
+            wanted = self._relearn(node, handler.layout)
         out_perms = [self.plan.perms.get(o, ()) for o in node.outputs]
         ctx = NodeContext(self, node, graph, wanted, out_perms, opset, self.options)
         result = handler.fn(ctx)
