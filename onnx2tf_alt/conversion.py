@@ -324,11 +324,8 @@ def write_outputs(
     `onnx_names_in_tflite` is what <stem>_io_layout.json records of the .tflite names (the
     caller renames the files, -coion); `builtin_only`: see check_builtin_only."""
     from onnx2tf_alt.export.delegates import write_delegate_report
-    from onnx2tf_alt.export.float16 import float16_from_float32
     from onnx2tf_alt.export.keras_files import save_h5, save_keras_v3
     from onnx2tf_alt.export.saved_model import save_saved_model
-    from onnx2tf_alt.export.tflite import check_builtin_only
-    from onnx2tf_alt.tflite.lowering import tflite_bytes
     from onnx2tf_alt.translate.io_layout import save_io_layout
 
     result = converted.result
@@ -336,22 +333,7 @@ def write_outputs(
         save_saved_model(result, folder)
     written = ["saved_model.pb", "variables"]
     if output_tflite:
-        content = None
-        # the saved_model just written, unless the .tflite files compute in float32 a model
-        # the saved_model keeps in float64 / float16 (passes/float32_compute.py)
-        saved = folder if converted.tflite_result() is result else None
-        for suffix, float16 in (("float32", False), ("float16", True)):
-            checkpoint()
-            name = f"{stem}_{suffix}.tflite"
-            # The float16 file is the float32 one with float16 constants (export/float16.py)
-            with phase(f"tflite {suffix}"):
-                derived = float16_from_float32(content) if float16 else None
-                content = derived or tflite_bytes(converted.tflite_result(), float16=float16,
-                                                  saved_model=saved)
-                check_builtin_only(content, name, converted, builtin_only)
-                with open(os.path.join(folder, name), "wb") as f:
-                    f.write(content)
-            written.append(name)
+        written += _write_tflite_files(converted, folder, stem, builtin_only)
         with phase("delegate report"):
             written.append(write_delegate_report(converted, folder, stem))
     checkpoint()
@@ -367,6 +349,52 @@ def write_outputs(
                    onnx_names_in_tflite)
     written.append(f"{stem}_io_layout.json")
     return written
+
+
+def _write_tflite_files(converted: Converted, folder: str, stem: str,
+                        builtin_only: bool) -> list[str]:
+    """`<stem>_float32.tflite` and `<stem>_float16.tflite` in `folder`.
+
+    The float32 file has its large weights bound after conversion (tflite/late_weights.py),
+    written one weight at a time; where that does not apply, TF's converter reads the
+    saved_model just written (unless the .tflite files compute in float32 a model the
+    saved_model keeps in float64 / float16: passes/float32_compute.py). The float16 file is
+    the float32 one with float16 constants (export/float16.py), else TF's converter's."""
+    from onnx2tf_alt.export.float16 import float16_from_float32, float16_model
+    from onnx2tf_alt.export.tflite import check_builtin_only
+    from onnx2tf_alt.tflite.late_weights import mapped
+    from onnx2tf_alt.tflite.lowering import late_bound, tflite_bytes
+
+    tflite_result = converted.tflite_result()
+    saved = folder if tflite_result is converted.result else None
+    names = [f"{stem}_float32.tflite", f"{stem}_float16.tflite"]
+    paths = [os.path.join(folder, name) for name in names]
+    checkpoint()
+    with phase("tflite float32"):
+        bound = late_bound(tflite_result)
+        if bound is not None:
+            bound.write(paths[0])
+            content = mapped(paths[0])
+        else:
+            content = tflite_bytes(tflite_result, saved_model=saved, late=False)
+            _write_bytes(paths[0], content)
+        check_builtin_only(content, names[0], converted, builtin_only)
+    checkpoint()
+    with phase("tflite float16"):
+        if bound is not None and float16_model(bound.model):
+            bound.write(paths[1])
+            half = mapped(paths[1])
+        else:
+            half = float16_from_float32(content) or tflite_bytes(
+                tflite_result, float16=True, saved_model=saved)
+            _write_bytes(paths[1], half)
+        check_builtin_only(half, names[1], converted, builtin_only)
+    return names
+
+
+def _write_bytes(path: str, content: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(content)
 
 
 def _float32_tflite(converted: Converted, folder: str, stem: str) -> bytes:

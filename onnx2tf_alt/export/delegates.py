@@ -24,9 +24,11 @@ import numpy as np
 
 from onnx2tf_alt.layout.explain import tflite_transposes
 from onnx2tf_alt.tflite.flatbuffer import op_name, schema, unpack_model
+from onnx2tf_alt.tflite.late_weights import mapped
 
 log = logging.getLogger("onnx2tf_alt")
 
+XNNPACK_ANALYSIS_BYTES = 1 << 30  # larger files: see analyze
 DTYPE_NAMES = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
 
 ONE_RUNTIME_INPUT = frozenset({
@@ -272,7 +274,9 @@ def onnx_origins(model, result, graph) -> list[list[dict]]:
 # --- the report -----------------------------------------------------------------------------
 def analyze(content: bytes, result=None, graph=None) -> DelegateReport:
     """The delegate report of a .tflite flatbuffer; with the BuildResult and the Graph it
-    was converted from, each op names its ONNX nodes."""
+    was converted from, each op names its ONNX nodes. A file over XNNPACK_ANALYSIS_BYTES
+    is not loaded (XNNPACK would pack a second copy of its weights in memory): its report
+    gives the GPU check and says why XNNPACK's coverage is unknown."""
     model = unpack_model(content)
     subgraph = model.subgraphs[0]
     issues = gpu_issues(model)
@@ -280,7 +284,10 @@ def analyze(content: bytes, result=None, graph=None) -> DelegateReport:
                else [[] for _ in issues])
     error = None
     try:
-        partition, count = xnnpack_partitions(content)
+        if len(content) > XNNPACK_ANALYSIS_BYTES:
+            raise MemoryError(f"not loaded: XNNPACK would pack a second copy of the "
+                              f"{len(content) / 2**30:.1f} GiB file's weights in memory")
+        partition, count = xnnpack_partitions(bytes(content))
     except Exception as exc:  # noqa: BLE001 - e.g. Select TF ops: reported, not fatal
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
         partition, count = [None] * len(issues), None
@@ -302,8 +309,7 @@ def analyze(content: bytes, result=None, graph=None) -> DelegateReport:
 def write_delegate_report(converted, folder: str, stem: str) -> str:
     """Analyze `<stem>_float32.tflite` in `folder`, write `<stem>_delegates.json` beside it,
     log the one-line summary; returns the file name."""
-    with open(os.path.join(folder, f"{stem}_float32.tflite"), "rb") as f:
-        content = f.read()
+    content = mapped(os.path.join(folder, f"{stem}_float32.tflite"))
     report = analyze(content, converted.tflite_result(), converted.graph)
     name = f"{stem}_delegates.json"
     with open(os.path.join(folder, name), "w") as f:

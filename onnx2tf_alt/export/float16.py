@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnx2tf_alt.tflite.flatbuffer import pack_model, pack_table, schema, unpack_model
+from onnx2tf_alt.tflite.late_weights import LazyBuffer
 
 DEQUANTIZE_VERSION = 3  # the version that reads float16
 MAX_FLATBUFFER = 2**31 - 1  # flatbuffers' offsets are signed 32-bit
@@ -36,10 +37,19 @@ def float16_from_float32(content: bytes) -> bytes | None:
     """The float16-weights flatbuffer of the float32 .tflite `content`, or None where
     TF's converter should write it (see the module docstring)."""
     model = unpack_model(content)
+    if not _read_stored_buffers(model, content) or not float16_model(model):
+        return None
+    return pack_model(model, len(content) // 2 + 4096)
+
+
+def float16_model(model) -> bool:
+    """float16_from_float32 on an unpacked model (schema.ModelT), in place; False where it
+    does not apply (the model is then not to be written). Buffers made when the model is written
+    (tflite/late_weights.LazyBuffer) get float16 ones made the same way."""
     builtin = schema.BuiltinOperator
     if any(max(c.builtinCode, c.deprecatedBuiltinCode) == builtin.CUSTOM
-           for c in model.operatorCodes) or not _read_stored_buffers(model, content):
-        return None
+           for c in model.operatorCodes):
+        return False
     dequantize = _opcode(model, builtin.DEQUANTIZE, schema)
     empty = _empty_buffer(model, schema)
     halves: dict[int, int] = {}  # float32 buffer -> its float16 copy
@@ -49,16 +59,12 @@ def float16_from_float32(content: bytes) -> bytes | None:
         front = []
         for index in range(len(subgraph.tensors)):
             tensor = subgraph.tensors[index]
-            data = model.buffers[tensor.buffer].data
-            if (tensor.type != schema.TensorType.FLOAT32 or data is None or not len(data)
+            buffer = model.buffers[tensor.buffer]
+            if (tensor.type != schema.TensorType.FLOAT32 or not _inline_or_lazy(buffer)
                     or tensor.isVariable or index in entry or index not in readers):
                 continue
             if tensor.buffer not in halves:
-                half = schema.BufferT()
-                with np.errstate(over="ignore"):  # beyond float16: +-inf, as TF writes them
-                    half.data = np.frombuffer(np.asarray(data, np.uint8).tobytes(),
-                                              "<f4").astype("<f2").view(np.uint8)
-                model.buffers.append(half)
+                model.buffers.append(_half(buffer))
                 halves[tensor.buffer] = len(model.buffers) - 1
             stored = schema.TensorT()
             stored.shape, stored.shapeSignature = tensor.shape, tensor.shapeSignature
@@ -73,12 +79,32 @@ def float16_from_float32(content: bytes) -> bytes | None:
             front.append(op)
         subgraph.operators = front + list(subgraph.operators or [])
     if not halves:
-        return None
+        return False
     still_read = {t.buffer for subgraph in model.subgraphs for t in subgraph.tensors}
     for index in set(halves) - still_read:
-        model.buffers[index].data = None
+        model.buffers[index] = schema.BufferT()
     _metadata(model, schema)
-    return pack_model(model, len(content) // 2 + 4096)
+    return True
+
+
+def _inline_or_lazy(buffer) -> bool:
+    return isinstance(buffer, LazyBuffer) or (buffer.data is not None and len(buffer.data) > 0)
+
+
+def _half(buffer):
+    """A float16 copy of a float32 buffer (beyond float16: +-inf, as TF writes them)."""
+    if isinstance(buffer, LazyBuffer):
+        return LazyBuffer(make=lambda make=buffer.make: _halved(make()),
+                          nbytes=buffer.nbytes // 2)
+    half = schema.BufferT()
+    half.data = _halved(np.frombuffer(np.asarray(buffer.data, np.uint8).tobytes(), "<f4")
+                        ).view(np.uint8)
+    return half
+
+
+def _halved(array: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.asarray(array, "<f4").astype("<f2")
 
 
 def _read_stored_buffers(model, content: bytes) -> bool:

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import tensorflow as tf
 
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE
-from onnx2tf_alt.tflite.shared_weights import fold_runtime_biases
+from onnx2tf_alt.tflite.late_weights import Bound, Unbindable, bind
+from onnx2tf_alt.tflite.shared_weights import fold_runtime_biases, fold_runtime_biases_model
 from onnx2tf_alt.translate.builder import BuildResult
+from onnx2tf_alt.translate.keras_layers import LATE_VALUES, ConstantWeights
+
+# ConstantWeights of at least this many elements are bound after conversion
+# (tflite/late_weights.py); smaller ones the converter sees as constants, as before.
+LATE_ELEMENTS = 1 << 14
+LATE_PREFIX = "onnx2tf_alt_weight_"
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -44,8 +52,55 @@ def serving_module(result: BuildResult) -> tf.Module:
     return holder
 
 
+def late_layers(model) -> list:
+    """The ConstantWeights layers of `model` bound after conversion."""
+    return [layer for layer in model.layers if isinstance(layer, ConstantWeights)
+            and layer.value_dtype != "bool"
+            and int(np.prod(layer.value_shape, dtype=np.int64)) >= LATE_ELEMENTS]
+
+
+def late_bound(result: BuildResult, select_tf_ops: bool = True) -> Bound | None:
+    """The float32 .tflite with its large weights bound after conversion
+    (tflite/late_weights.py), or None where that does not apply: no large weight, or an op
+    on weights alone that late_weights.py does not compute (said at -v info)."""
+    layers = late_layers(result.model)
+    if not layers:
+        return None
+    names = [f"{LATE_PREFIX}{i}" for i in range(len(result.model.inputs) + len(layers))]
+    names = [n for n in names if n not in result.input_names.values()][:len(layers)]
+    model, input_names = result.model, list(result.input_names.values())
+    specs = [tf.TensorSpec(t.shape, t.dtype, name=name)
+             for t, name in zip(model.inputs, input_names)]
+    specs += [tf.TensorSpec(layer.value_shape, layer.value_dtype, name=name)
+              for layer, name in zip(layers, names)]
+
+    @tf.function(input_signature=specs)
+    def serve(*args):
+        LATE_VALUES.update({id(layer): a for layer, a in zip(layers, args[len(input_names):])})
+        try:
+            outputs = model(list(args[:len(input_names)]), training=False)
+        finally:
+            LATE_VALUES.clear()
+        return {name: tf.identity(value) for name, value in outputs.items()}
+
+    holder = tf.Module()  # TF's converter saves it: the bound weights are not its own
+    late_refs = {layer.value.ref() for layer in layers}
+    holder.weights = [w for w in model.weights if w.ref() not in late_refs]
+    holder.serve = serve
+    content = _converted(holder.serve.get_concrete_function(), holder, False, select_tf_ops)
+    sources = {name: (layer.value_shape, layer.value_dtype, layer.value.numpy)
+               for layer, name in zip(layers, names)}
+    try:
+        bound = bind(content, sources)
+    except Unbindable as exc:
+        log.info("the .tflite weights are converted by TF's converter: %s", exc)
+        return None
+    fold_runtime_biases_model(bound.model)
+    return bound
+
+
 def tflite_bytes(result: BuildResult, float16: bool = False, select_tf_ops: bool = True,
-                 saved_model: str | None = None) -> bytes:
+                 saved_model: str | None = None, late: bool = True) -> bytes:
     """The model as a .tflite flatbuffer with a `serving_default` signature.
 
     TFLite builtins only; when the graph needs ops TFLite lacks, Select TF ops are allowed
@@ -55,8 +110,13 @@ def tflite_bytes(result: BuildResult, float16: bool = False, select_tf_ops: bool
     reads it instead of tracing the serving function and saving it once more to a temporary
     folder, which is what converting a concrete function does (with export/float16.py, the
     CLI converts an unrolled 2-layer bidirectional LSTM in 22 s instead of 38 s). Should
-    that fail, the serving function is converted as before.
+    that fail, the serving function is converted as before. A float32 file has its large
+    weights bound after conversion (late_bound) unless `late` is False.
     """
+    if late and not float16:
+        bound = late_bound(result, select_tf_ops)
+        if bound is not None:
+            return bound.to_bytes()
     if saved_model is not None:
         try:
             return _tflite_bytes(result, float16, select_tf_ops, saved_model)
@@ -69,15 +129,22 @@ def tflite_bytes(result: BuildResult, float16: bool = False, select_tf_ops: bool
 
 def _tflite_bytes(result: BuildResult, float16: bool, select_tf_ops: bool,
                   saved_model: str | None) -> bytes:
-    if saved_model is None:
-        holder = serving_module(result)
-        concrete = holder.serve.get_concrete_function()
+    if saved_model is not None:
+        return fold_runtime_biases(_converted(saved_model, None, float16, select_tf_ops))
+    holder = serving_module(result)
+    concrete = holder.serve.get_concrete_function()
+    return fold_runtime_biases(_converted(concrete, holder, float16, select_tf_ops))
 
+
+def _converted(source, holder, float16: bool, select_tf_ops: bool) -> bytes:
+    """TF's converter on a saved_model folder (`source`, `holder` None) or a concrete
+    function of `holder`: builtins only, else with Select TF ops (a warning) unless
+    `select_tf_ops` is False."""
     def converter(select_tf_ops: bool):
-        if saved_model is not None:
-            conv = tf.lite.TFLiteConverter.from_saved_model(saved_model, [SIGNATURE])
+        if holder is None:
+            conv = tf.lite.TFLiteConverter.from_saved_model(source, [SIGNATURE])
         else:
-            conv = tf.lite.TFLiteConverter.from_concrete_functions([concrete], holder)
+            conv = tf.lite.TFLiteConverter.from_concrete_functions([source], holder)
         ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         if select_tf_ops:
             ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
@@ -99,4 +166,4 @@ def _tflite_bytes(result: BuildResult, float16: bool, select_tf_ops: bool,
             message[-1] if message else type(exc).__name__,
         )
         content = converter(select_tf_ops=True).convert()
-    return fold_runtime_biases(content)
+    return content

@@ -20,6 +20,7 @@ changes.
 from __future__ import annotations
 
 from onnx2tf_alt.tflite.flatbuffer import pack_model, read_model, schema, unpack_model
+from onnx2tf_alt.tflite.late_weights import is_constant
 
 
 def fold_runtime_biases(content: bytes) -> bytes:
@@ -30,11 +31,16 @@ def fold_runtime_biases(content: bytes) -> bytes:
     if not _has_candidates(read_model(content), schema):
         return content
     model = unpack_model(content)
-    codes = _builtin_codes(model)
-    folded = sum(_fold_subgraph(codes, model, subgraph, schema) for subgraph in model.subgraphs)
-    if not folded:
+    if not fold_runtime_biases_model(model):
         return content
     return pack_model(model, len(content) + 4096)
+
+
+def fold_runtime_biases_model(model) -> int:
+    """fold_runtime_biases on an unpacked model (schema.ModelT), in place; returns the
+    number of ADD ops folded."""
+    codes = _builtin_codes(model)
+    return sum(_fold_subgraph(codes, model, subgraph, schema) for subgraph in model.subgraphs)
 
 
 def _builtin_codes(model) -> list[int]:
@@ -67,14 +73,22 @@ def _fold_subgraph(codes: list[int], model, subgraph, schema) -> int:
     for index, op in enumerate(subgraph.operators):
         for tensor in op.inputs if op.inputs is not None else []:
             readers.setdefault(int(tensor), []).append(index)
-    weight_users: dict[int, int] = {}
+    def weight_key(op) -> tuple[str, int]:
+        """Weights are shared when the ops read one tensor or one constant buffer (bound
+        weights, tflite/late_weights.py, are one buffer read by several tensors)."""
+        tensor = subgraph.tensors[int(op.inputs[1])]
+        if tensor.buffer and is_constant(model.buffers[tensor.buffer]):
+            return ("buffer", int(tensor.buffer))
+        return ("tensor", int(op.inputs[1]))
+
+    weight_users: dict[tuple[str, int], int] = {}
     for op in subgraph.operators:
         if codes[op.opcodeIndex] == fc and len(op.inputs) > 1:
-            weight_users[int(op.inputs[1])] = weight_users.get(int(op.inputs[1]), 0) + 1
+            weight_users[weight_key(op)] = weight_users.get(weight_key(op), 0) + 1
     outputs = {int(t) for t in subgraph.outputs}
     removed = set()
     for op in subgraph.operators:
-        if codes[op.opcodeIndex] != fc or weight_users.get(int(op.inputs[1]), 0) < 2:
+        if codes[op.opcodeIndex] != fc or weight_users.get(weight_key(op), 0) < 2:
             continue
         if (len(op.inputs) > 2 and op.inputs[2] >= 0) or _activation(op):
             continue
@@ -108,6 +122,5 @@ def _activation(op) -> int:
 def _runtime_vector(model, tensor, units: int) -> bool:
     """A float32 tensor of shape [units] computed at run time (no constant data)."""
     buffer = model.buffers[tensor.buffer] if tensor.buffer < len(model.buffers) else None
-    constant = buffer is not None and (buffer.data is not None and len(buffer.data) or buffer.size)
     return (tensor.type == 0 and tensor.shape is not None and list(tensor.shape) == [units]
-            and not constant)
+            and not is_constant(buffer))

@@ -14,6 +14,10 @@ import tf_keras
 
 from onnx2tf_alt.ir.weights import release
 
+# {id(layer): a graph tensor} while tracing a function that takes some layers' values as
+# inputs (tflite/late_weights.py); empty otherwise.
+LATE_VALUES: dict[int, object] = {}
+
 
 @tf_keras.saving.register_keras_serializable(package="onnx2tf_alt")
 class ConstantWeights(tf_keras.layers.Layer):
@@ -36,7 +40,8 @@ class ConstantWeights(tf_keras.layers.Layer):
         )
 
     def call(self, anchor):
-        return tf.identity(self.value)
+        late = LATE_VALUES.get(id(self))
+        return tf.identity(self.value if late is None else late)
 
     def get_config(self):
         config = super().get_config()

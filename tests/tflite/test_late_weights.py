@@ -1,0 +1,172 @@
+"""Large weights bound after TF's converter has run (onnx2tf_alt/tflite/late_weights.py):
+the bound file has the same ops as the file TF's converter writes when it sees every
+weight, the same outputs, and onnxruntime's; past 2 GB its buffers follow the flatbuffer;
+an op on weights that is not computed here falls back to TF's converter."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from ai_edge_litert.interpreter import Interpreter
+from onnx import helper
+
+from onnx2tf_alt.tflite import late_weights
+from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
+from onnx2tf_alt.tflite.late_weights import Unbindable, bind
+from onnx2tf_alt.tflite.lowering import LATE_ELEMENTS, _tflite_bytes, late_bound
+
+from harness import assert_close, check_model, make_model, ort_run, to_logical, to_physical
+
+rng = np.random.default_rng(11)
+VOCAB, WIDTH, HIDDEN = 300, 64, 320
+
+
+def _weights(*shape) -> np.ndarray:
+    return (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)
+
+
+def decoder_like(seq=None) -> tuple:
+    """Embedding, a MatMul scaled and shifted per channel, a weight read by two MatMuls,
+    logits against the embedding table (tied weights)."""
+    table, up, down = _weights(VOCAB, WIDTH), _weights(WIDTH, HIDDEN), _weights(HIDDEN, WIDTH)
+    assert min(table.size, up.size, down.size) >= LATE_ELEMENTS
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["x"]),
+        helper.make_node("MatMul", ["x", "up"], ["u"]),
+        helper.make_node("Mul", ["u", "scale"], ["s"]),
+        helper.make_node("Add", ["s", "shift"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("MatMul", ["r", "down"], ["d"]),
+        helper.make_node("Relu", ["u"], ["r2"]),
+        helper.make_node("MatMul", ["r2", "down"], ["d2"]),
+        helper.make_node("Add", ["d", "d2"], ["h"]),
+        helper.make_node("Transpose", ["table"], ["tied"], perm=[1, 0]),
+        helper.make_node("MatMul", ["h", "tied"], ["logits"]),
+    ]
+    ids = rng.integers(0, VOCAB, (2, 7)).astype(np.int64)
+    initializers = {"table": table, "up": up, "down": down,
+                    "scale": rng.uniform(0.5, 1.5, HIDDEN).astype(np.float32),
+                    "shift": rng.standard_normal(HIDDEN).astype(np.float32)}
+    shapes = {"ids": [2, seq]} if seq else None
+    model = make_model(nodes, {"ids": ids}, ["logits"], initializers, input_shapes=shapes)
+    return model, {"ids": ids}
+
+
+def conv_like() -> tuple:
+    """A Conv followed by a per-channel Mul and Add (a BatchNormalization left unfolded),
+    a HardSigmoid (a scalar Mul and Add), and a Gemm with transB and a bias."""
+    x = rng.standard_normal((2, 32, 9, 11)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Mul", ["c", "gamma"], ["m"]),
+        helper.make_node("Add", ["m", "beta"], ["n"]),
+        helper.make_node("HardSigmoid", ["n"], ["h"]),
+        helper.make_node("Mul", ["n", "h"], ["hs"]),
+        helper.make_node("Flatten", ["hs"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc", "fcb"], ["y"], transB=1),
+    ]
+    initializers = {
+        "w": _weights(64, 32, 3, 3), "b": rng.standard_normal(64).astype(np.float32),
+        "gamma": rng.uniform(0.5, 1.5, (1, 64, 1, 1)).astype(np.float32),
+        "beta": rng.standard_normal((1, 64, 1, 1)).astype(np.float32),
+        "fc": _weights(10, 64 * 9 * 11), "fcb": rng.standard_normal(10).astype(np.float32),
+    }
+    return make_model(nodes, {"x": x}, ["y"], initializers), {"x": x}
+
+
+def _ops(content: bytes) -> collections.Counter:
+    model = unpack_model(content)
+    return collections.Counter(op_name(model, op) for op in model.subgraphs[0].operators)
+
+
+def _run(converted, content: bytes | None = None, path: str | None = None, feeds=None):
+    from onnx2tf_alt.tflite.run import run_signature
+
+    interpreter = Interpreter(model_content=content, model_path=path)
+    return to_logical(converted, run_signature(interpreter, to_physical(converted, feeds)))
+
+
+@pytest.mark.parametrize("make", [decoder_like, conv_like], ids=["decoder", "conv"])
+def test_bound_file_equals_the_converters_file(make):
+    model, feeds = make()
+    converted = check_model(model, feeds)  # through TF and the (bound) float32 TFLite
+    result = converted.tflite_result()
+    bound = late_bound(result)
+    assert bound is not None and bound.recipes
+    reference = _tflite_bytes(result, False, True, None)
+    assert _ops(converted.tflite) == _ops(reference)
+    for late, ref in zip(_run(converted, converted.tflite, feeds=feeds),
+                         _run(converted, reference, feeds=feeds)):
+        assert_close(late, ref, 1e-6, "bound vs converter")
+
+
+def test_dynamic_sequence_axis():
+    model, feeds = decoder_like(seq="seq")
+    converted = check_model(model, feeds)
+    longer = {"ids": rng.integers(0, VOCAB, (2, 12)).astype(np.int64)}
+    (expected,) = ort_run(model, longer)
+    (actual,) = _run(converted, converted.tflite, feeds=longer)
+    assert_close(actual, expected, 1e-4, "12 tokens")
+
+
+def test_weights_after_the_flatbuffer_and_float16(tmp_path, monkeypatch):
+    from onnx2tf_alt.export.float16 import float16_model
+    from onnx2tf_alt.tflite.flatbuffer import read_model
+
+    model, feeds = decoder_like()
+    converted = check_model(model, feeds)
+    (expected,) = ort_run(model, feeds)
+    monkeypatch.setattr(late_weights, "MAX_INLINE", 0)  # every bound weight stored after
+    bound = late_bound(converted.tflite_result())
+    path = str(tmp_path / "model_float32.tflite")
+    bound.write(path)
+    flat = read_model(open(path, "rb").read())
+    stored = [flat.Buffers(i) for i in range(flat.BuffersLength())]
+    assert sum(b.Offset() > 1 for b in stored) == len(bound.recipes)
+    (actual,) = _run(converted, path=path, feeds=feeds)
+    assert_close(actual, expected, 1e-4, "offset-form float32")
+    assert float16_model(bound.model)
+    half = str(tmp_path / "model_float16.tflite")
+    bound.write(half)
+    (actual,) = _run(converted, path=half, feeds=feeds)
+    assert_close(actual, expected, 1e-2, "offset-form float16")
+    assert _ops(open(half, "rb").read())["DEQUANTIZE"] >= len(bound.recipes) - 1
+
+
+def test_an_op_on_weights_alone_is_left_to_the_converter():
+    weight = _weights(WIDTH, HIDDEN)
+
+    @tf.function(input_signature=[tf.TensorSpec([2, WIDTH], tf.float32, name="x"),
+                                  tf.TensorSpec(weight.shape, tf.float32, name="w")])
+    def serve(x, w):
+        return {"y": tf.matmul(x, tf.sin(w))}
+
+    holder = tf.Module()
+    holder.serve = serve
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [serve.get_concrete_function()], holder)
+    content = converter.convert()
+    with pytest.raises(Unbindable, match="SIN"):
+        bind(content, {"w": (weight.shape, "float32", lambda: weight)})
+
+
+def test_cli_files_of_a_model_with_bound_weights(tmp_path):
+    import onnx
+
+    import onnx2tf_alt
+
+    model, feeds = decoder_like()
+    source = tmp_path / "decoder.onnx"
+    onnx.save(model, source)
+    converted_model = onnx2tf_alt.convert(str(source), output_folder_path=str(tmp_path / "out"),
+                                          non_verbose=True)
+    assert converted_model is not None
+    (expected,) = ort_run(model, feeds)
+    for suffix, tol in (("float32", 1e-4), ("float16", 1e-2)):
+        interpreter = Interpreter(model_path=str(tmp_path / "out" / f"decoder_{suffix}.tflite"))
+        runner = interpreter.get_signature_runner()
+        (value,) = runner(ids=feeds["ids"]).values()
+        assert_close(value, expected, tol, suffix)
