@@ -401,11 +401,12 @@ def _float32_tflite(converted: Converted, folder: str, stem: str) -> bytes:
     """The float32 .tflite written into `folder`, or a fresh conversion when none was."""
     from onnx2tf_alt.tflite.lowering import tflite_bytes
 
+    from onnx2tf_alt.tflite.late_weights import mapped
+
     path = os.path.join(folder, f"{stem}_float32.tflite")
     if not os.path.isfile(path):
         return tflite_bytes(converted.tflite_result())
-    with open(path, "rb") as f:
-        return f.read()
+    return mapped(path)
 
 
 def report_failures(

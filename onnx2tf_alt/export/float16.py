@@ -83,7 +83,7 @@ def float16_model(model) -> bool:
     still_read = {t.buffer for subgraph in model.subgraphs for t in subgraph.tensors}
     for index in set(halves) - still_read:
         model.buffers[index] = schema.BufferT()
-    _metadata(model, schema)
+    record_optimization(model, DEQUANTIZE_RUNTIME, PTQ_FLOAT16, REDUCED_PRECISION)
     return True
 
 
@@ -145,9 +145,10 @@ def _empty_buffer(model, schema) -> int:
     return len(model.buffers) - 1
 
 
-def _metadata(model, schema) -> None:
-    """min_runtime_version raised for DEQUANTIZE version 3, reduced_precision_support added,
-    and PTQ_FLOAT16 recorded among the conversion's optimization modes, as TF does."""
+def record_optimization(model, runtime: str, mode: int, reduced_precision: bytes | None) -> None:
+    """The metadata TF writes for a post-training optimization: min_runtime_version raised
+    to `runtime` (float16 files: for DEQUANTIZE version 3), reduced_precision_support set
+    (float16 files), and `mode` recorded among the conversion's optimization modes."""
     from tensorflow.lite.python import conversion_metadata_schema_py_generated as conversion
 
     entries = {m.name: m for m in model.metadata or []}
@@ -165,9 +166,10 @@ def _metadata(model, schema) -> None:
     current = entries.get(b"min_runtime_version")
     old = (bytes(model.buffers[current.buffer].data).rstrip(b"\0").decode()
            if current is not None else "0")
-    newest = max(old, DEQUANTIZE_RUNTIME, key=lambda v: tuple(int(p) for p in v.split(".")))
+    newest = max(old, runtime, key=lambda v: tuple(int(p) for p in v.split(".")))
     put(b"min_runtime_version", newest.encode().ljust(16, b"\0"))
-    put(b"reduced_precision_support", REDUCED_PRECISION)
+    if reduced_precision:
+        put(b"reduced_precision_support", reduced_precision)
     recorded = entries.get(b"CONVERSION_METADATA")
     if recorded is not None:
         data = bytes(model.buffers[recorded.buffer].data)
@@ -177,5 +179,5 @@ def _metadata(model, schema) -> None:
             meta.options = conversion.ConversionOptionsT()
         modes = [int(m) for m in (meta.options.modelOptimizationModes
                                   if meta.options.modelOptimizationModes is not None else [])]
-        meta.options.modelOptimizationModes = sorted({*modes, PTQ_FLOAT16})
+        meta.options.modelOptimizationModes = sorted({*modes, mode})
         put(b"CONVERSION_METADATA", pack_table(meta, len(data) + 64))

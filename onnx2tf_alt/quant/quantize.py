@@ -403,7 +403,8 @@ def run_tflite(content: bytes, converted, samples: list[dict[str, np.ndarray]]) 
     from ai_edge_litert.interpreter import Interpreter
 
     result = converted.result
-    interpreter = Interpreter(model_content=content)
+    interpreter = Interpreter(model_content=content if isinstance(content, bytes)
+                              else bytes(content))  # a memory-mapped file
     runner = interpreter.get_signature_runner("serving_default")
     inputs, outputs = runner.get_input_details(), runner.get_output_details()
     results = []
@@ -565,6 +566,9 @@ def plan_quantization(
                      int8_source=int8_source, notes=notes)
 
 
+REFERENCE_TFLITE_BYTES = 1 << 30  # larger float32 files: see _reference_outputs
+
+
 def write_quantized(
     converted,
     folder: str,
@@ -598,7 +602,8 @@ def write_quantized(
         report.notes.append("per-tensor applies to the INT8 files; the INT16-activation files "
                             "keep per-channel weights (TFLite's 16x8 mode has no per-tensor "
                             "depthwise kernels)")
-    reference, why_not = _measure(float_tflite, converted, samples.held_out)
+    reference, why_not = _reference_outputs(float_tflite, converted, samples.held_out,
+                                            report.notes)
     if reference is None:
         report.notes.append(f"the float32 TFLite cannot run here ({why_not}): no metrics")
     written, calibrated = [], {}
@@ -678,12 +683,29 @@ def _verdicts(report: QuantReport, threshold: float) -> list[str]:
     return lines
 
 
+def weight_only_tflite(converted) -> bytes | None:
+    """The dynamic-range file made from the float32 one with bound weights
+    (quant/weight_only.py), or None where weights cannot be bound (TF's converter then
+    makes it)."""
+    from onnx2tf_alt.quant.weight_only import dynamic_range_model
+    from onnx2tf_alt.tflite.lowering import late_bound
+
+    bound = late_bound(converted.tflite_result())
+    if bound is None or not dynamic_range_model(bound.model):
+        return None
+    return bound.to_bytes()
+
+
 def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantReport,
                     float_tflite: bytes, calibrated: dict) -> bytes:
     """One file of write_quantized. The two-step files share one calibration and one set of
     bias corrections per source (`calibrated`, filled here) and one choice of float nodes (recorded in `plan` and
     `report`)."""
     options, calibration = plan.options, plan.calibration_for(variant)
+    if variant.suffix == DYNAMIC_RANGE_SUFFIXES[0] and plan.qdq_model is None:
+        content = weight_only_tflite(source)
+        if content is not None:
+            return content
     if not two_step(variant, calibration):
         return quantized_tflite(source, variant, options, calibration).content
     if id(source) not in calibrated:
@@ -780,6 +802,25 @@ def _choose_float_nodes(source, calibrated: bytes, plan: QuantPlan, report: Quan
             f"INT8 files: {len(mixed.kept_nodes)} ONNX node(s) to keep in float "
             f"({len(mixed.float_ops)} TFLite ops): {', '.join(mixed.kept_nodes)}")
     return mixed.kept_nodes
+
+
+def _reference_outputs(float_tflite, converted, samples, notes: list[str]
+                       ) -> tuple[list[dict] | None, str]:
+    """The float32 .tflite's outputs on `samples`; for a file over
+    REFERENCE_TFLITE_BYTES the TF model's (same weights, already in memory: loading the
+    file would hold its weights once more, twice under XNNPACK)."""
+    if len(float_tflite) <= REFERENCE_TFLITE_BYTES:
+        return _measure(bytes(float_tflite), converted, samples)
+    notes.append(f"reference outputs: the TF model's (the float32 .tflite is "
+                 f"{len(float_tflite) / 2**30:.1f} GiB)")
+    result = converted.tflite_result()
+    found = []
+    for sample in samples:
+        physical = result.to_physical(sample)
+        outputs = result.model([physical[result.input_names[n]] for n in converted.graph.inputs],
+                               training=False)
+        found.append(result.to_onnx({k: v.numpy() for k, v in outputs.items()}))
+    return found, ""
 
 
 def _measure(content: bytes, converted, samples) -> tuple[list[dict] | None, str]:

@@ -54,7 +54,16 @@ class Recipe:
     steps: tuple = ()
 
     def then(self, kind: str, arg) -> Recipe:
-        return Recipe(self.source, self.steps + ((kind, arg),))
+        """This recipe followed by one more step; two transposes in a row are one, and none
+        when they cancel (a tied embedding's table and its transposed product weights are
+        then one buffer)."""
+        steps = self.steps
+        if kind == "transpose" and steps and steps[-1][0] == "transpose":
+            arg = tuple(steps[-1][1][a] for a in arg)
+            steps = steps[:-1]
+            if arg == tuple(range(len(arg))):
+                return Recipe(self.source, steps)
+        return Recipe(self.source, steps + ((kind, arg),))
 
 
 @dataclass
@@ -148,7 +157,12 @@ class Bound:
             buffer.offset = buffer.size = 0
 
     def to_bytes(self) -> bytes:
-        return bytes(_builder(self.model, self._size_hint()).Output())
+        """The file's bytes; one flatbuffer, so its weights must fit in 2 GB."""
+        if self.weight_bytes >= MAX_INLINE:
+            raise ValueError(f"{self.weight_bytes / 2**30:.1f} GiB of weights do not fit in "
+                             "one flatbuffer: write the file (Bound.write)")
+        builder = _builder(self.model, self._size_hint())
+        return bytes(memoryview(builder.Bytes)[builder.Head():])  # one copy
 
     def _size_hint(self) -> int:
         """The packed size, about (so that the builder never grows by copying)."""
@@ -183,13 +197,20 @@ def bind(content: bytes, sources: dict[str, tuple[tuple, str, Callable[[], np.nd
     return bound
 
 
+def drop_unused(model, subgraph, signatures) -> None:
+    """Removes the tensors of `subgraph` that no op, input or output uses any more (the
+    `signatures` of that subgraph renumbered) and empties the buffers nothing reads."""
+    _drop_unused_tensors(subgraph, signatures)
+    _drop_unread_buffers(model)
+
+
 def _drop_unread_buffers(model) -> None:
-    """Empties the inline buffers no tensor or metadata reads any more (the constants
-    computed into fused weights and biases)."""
+    """Empties the buffers no tensor or metadata reads any more (the constants computed
+    into fused weights and biases, float weights replaced by quantized ones)."""
     read = {int(t.buffer) for g in model.subgraphs for t in g.tensors}
     read |= {int(m.buffer) for m in model.metadata or []}
     for index, buffer in enumerate(model.buffers):
-        if index not in read and not isinstance(buffer, LazyBuffer) and buffer.data is not None:
+        if index not in read and (isinstance(buffer, LazyBuffer) or buffer.data is not None):
             model.buffers[index] = schema.BufferT()
 
 

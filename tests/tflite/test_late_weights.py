@@ -170,3 +170,39 @@ def test_cli_files_of_a_model_with_bound_weights(tmp_path):
         runner = interpreter.get_signature_runner()
         (value,) = runner(ids=feeds["ids"]).values()
         assert_close(value, expected, tol, suffix)
+
+
+@pytest.mark.parametrize("make", [decoder_like, conv_like], ids=["decoder", "conv"])
+def test_weight_only_int8_as_tfs_converter_makes_it(make):
+    from onnx2tf_alt.quant.quantize import weight_only_tflite
+    from onnx2tf_alt.tflite.lowering import serving_function
+
+    model, feeds = make()
+    converted = check_model(model, feeds, tflite=False)
+    ours = weight_only_tflite(converted)
+    concrete = serving_function(converted.result).get_concrete_function()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete],
+                                                                converted.result.model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    theirs = converter.convert()
+    assert _ops(ours) == _ops(theirs)
+    (expected,) = ort_run(model, feeds)
+    for content in (ours, theirs):
+        (actual,) = _run(converted, content, feeds=feeds)
+        cosine = np.dot(actual.ravel(), expected.ravel()) / (
+            np.linalg.norm(actual) * np.linalg.norm(expected))
+        assert cosine > 0.999, cosine
+    (a,), (b,) = _run(converted, ours, feeds=feeds), _run(converted, theirs, feeds=feeds)
+    assert_close(a, b, 2e-2, "ours vs TF's dynamic-range file")
+
+
+def test_transposes_in_a_row_are_one_step():
+    from onnx2tf_alt.tflite.late_weights import Recipe
+
+    recipe = Recipe("w").then("transpose", (1, 2, 0)).then("transpose", (2, 0, 1))
+    assert recipe == Recipe("w")  # they cancel: the same buffer as the weight itself
+    value = np.arange(24.0).reshape(2, 3, 4)
+    steps = Recipe("w").then("transpose", (1, 0, 2)).then("transpose", (0, 2, 1))
+    assert len(steps.steps) == 1
+    bound = late_weights.Bound(None, {"w": lambda: value})
+    np.testing.assert_array_equal(bound.array(steps), value.transpose(1, 0, 2).transpose(0, 2, 1))
