@@ -231,7 +231,8 @@ def _bind_subgraph(bound: Bound, subgraph, late: dict[int, Recipe], signatures) 
         if name == "BATCH_MATMUL" and _to_fully_connected(model, subgraph, op, late):
             pass
         kept.append(op)
-    subgraph.operators = _fused_into_affine(model, subgraph, kept, late)
+    kept = _fused_into_affine(model, subgraph, kept, late)
+    subgraph.operators = _reshapes_around_products(model, subgraph, kept, late)
     for op in subgraph.operators:  # the weights that are read become constants
         for i in op.inputs:
             if i in late:
@@ -378,6 +379,65 @@ def _fused_activations(model, ops: list, affine: list, readers, outputs) -> list
         target.outputs = list(op.outputs)
         dropped.add(id(op))
     return [op for op in ops if id(op) not in dropped]
+
+
+def _reshapes_around_products(model, subgraph, ops: list, late: dict[int, Recipe]) -> list:
+    """RESHAPE -> FULLY_CONNECTED (keep_num_dims, bound weights) -> RESHAPE that keeps the
+    last axis: one RESHAPE straight to the final shape, then the product, as TF's converter
+    writes it for a constant weight (a product over the last axis commutes with reshaping
+    the others)."""
+    readers: dict[int, list] = {}
+    for op in ops:
+        for i in op.inputs:
+            readers.setdefault(int(i), []).append(op)
+    producers = {int(o): op for op in ops for o in op.outputs}
+    outputs = {int(i) for i in subgraph.outputs}
+    dropped = set()
+    for product in ops:
+        if (op_name(model, product) != "FULLY_CONNECTED" or int(product.inputs[1]) not in late
+                or not product.builtinOptions.keepNumDims):
+            continue
+        first = producers.get(int(product.inputs[0]))
+        after = readers.get(int(product.outputs[0]), [])
+        if (first is None or op_name(model, first) != "RESHAPE" or len(after) != 1
+                or op_name(model, after[0]) != "RESHAPE" or int(product.outputs[0]) in outputs
+                or len(readers.get(int(first.outputs[0]), [])) != 1
+                or int(first.outputs[0]) in outputs):
+            continue
+        last = after[0]
+        source = subgraph.tensors[int(first.inputs[0])]
+        final = subgraph.tensors[int(last.outputs[0])]
+        shape = [int(d) for d in final.shape]
+        signature = [int(d) for d in (final.shapeSignature if final.shapeSignature is not None
+                                      else final.shape)]
+        depth = int(subgraph.tensors[int(first.outputs[0])].shape[-1])
+        if (min(signature + [int(d) for d in (source.shapeSignature if source.shapeSignature
+                                              is not None else source.shape)]) < 0
+                or not shape or shape[-1] != int(subgraph.tensors[int(product.outputs[0])]
+                                                 .shape[-1])):
+            continue
+        reshaped = subgraph.tensors[int(first.outputs[0])]
+        reshaped.shape = np.array(shape[:-1] + [depth], np.int32)
+        reshaped.shapeSignature = None
+        target = _new_int32(model, subgraph, np.array(shape[:-1] + [depth], np.int32))
+        first.inputs = [int(first.inputs[0]), target]
+        if getattr(first.builtinOptions, "newShape", None) is not None:
+            first.builtinOptions.newShape = list(shape[:-1] + [depth])
+        product.outputs = list(last.outputs)
+        dropped.add(id(last))
+    return [op for op in ops if id(op) not in dropped]
+
+
+def _new_int32(model, subgraph, value: np.ndarray) -> int:
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(value.astype("<i4").tobytes(), np.uint8)
+    model.buffers.append(buffer)
+    tensor = schema.TensorT()
+    tensor.shape = np.array(value.shape, np.int32)
+    tensor.type, tensor.buffer = schema.TensorType.INT32, len(model.buffers) - 1
+    tensor.name = b"reshape_shape"
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1
 
 
 def _is_inline(model, subgraph, index: int) -> bool:

@@ -77,6 +77,20 @@ def conv_like() -> tuple:
     return make_model(nodes, {"x": x}, ["y"], initializers), {"x": x}
 
 
+def windowed() -> tuple:
+    """A product between two Reshapes that keep its last axis (Swin's windows)."""
+    x = rng.standard_normal((2, 49, 4, 16)).astype(np.float32)
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["t", "flat"], ["f"]),
+        helper.make_node("MatMul", ["f", "w"], ["p"]),
+        helper.make_node("Reshape", ["p", "grid"], ["y"]),
+    ]
+    initializers = {"flat": np.array([2, 49, 64], np.int64), "w": _weights(64, HIDDEN),
+                    "grid": np.array([2, 7, 7, HIDDEN], np.int64)}
+    return make_model(nodes, {"x": x}, ["y"], initializers), {"x": x}
+
+
 def _ops(content: bytes) -> collections.Counter:
     model = unpack_model(content)
     return collections.Counter(op_name(model, op) for op in model.subgraphs[0].operators)
@@ -89,7 +103,8 @@ def _run(converted, content: bytes | None = None, path: str | None = None, feeds
     return to_logical(converted, run_signature(interpreter, to_physical(converted, feeds)))
 
 
-@pytest.mark.parametrize("make", [decoder_like, conv_like], ids=["decoder", "conv"])
+@pytest.mark.parametrize("make", [decoder_like, conv_like, windowed],
+                         ids=["decoder", "conv", "windows"])
 def test_bound_file_equals_the_converters_file(make):
     model, feeds = make()
     converted = check_model(model, feeds)  # through TF and the (bound) float32 TFLite
