@@ -40,7 +40,8 @@ def weight_bytes(model: str) -> int:
 
 
 def tflite_errors(model: str, out: str, seq: int = 16) -> dict[str, str]:
-    """Max |error| / max |reference| of every .tflite in `out` against onnxruntime."""
+    """Max |error| / max |reference| of every .tflite in `out` and of the saved_model
+    against onnxruntime."""
     import onnxruntime as ort
     from ai_edge_litert.interpreter import Interpreter
 
@@ -48,15 +49,33 @@ def tflite_errors(model: str, out: str, seq: int = 16) -> dict[str, str]:
     reference = ort.InferenceSession(model).run(None, {"input_ids": ids})[0]
     scale = max(1.0, float(np.abs(reference).max()))
     found = {}
+    outputs = {}
     for name in sorted(f for f in os.listdir(out) if f.endswith(".tflite")):
         runner = Interpreter(model_path=os.path.join(out, name)).get_signature_runner()
         (key, detail), = runner.get_input_details().items()
-        got = next(iter(runner(**{key: ids.astype(detail["dtype"])}).values()))
+        outputs[name] = next(iter(runner(**{key: ids.astype(detail["dtype"])}).values()))
+        del runner
+    outputs["saved_model"] = saved_model_output(out, ids)
+    for name, got in outputs.items():
         err = float(np.abs(got - reference).max())
         cos = float(np.dot(got.ravel(), reference.ravel())
                     / (np.linalg.norm(got) * np.linalg.norm(reference)))
         found[name] = f"max|err| {err:.3g} ({err / scale:.2g} of max(1,|ref|)), cosine {cos:.6f}"
     return found
+
+
+def saved_model_output(out: str, ids: np.ndarray) -> np.ndarray:
+    """The saved_model's logits, run in a child process (TF's memory is freed with it)."""
+    code = ("import sys, numpy as np, tensorflow as tf; m = tf.saved_model.load(sys.argv[1]); "
+            "f = m.signatures['serving_default']; (k, s), = f.structured_input_signature[1]"
+            ".items(); ids = np.load(sys.argv[2]); "
+            "np.save(sys.argv[3], next(iter(f(**{k: tf.constant(ids, s.dtype)}).values()))"
+            ".numpy())")
+    with tempfile.TemporaryDirectory() as tmp:
+        np.save(os.path.join(tmp, "ids.npy"), ids)
+        subprocess.run([sys.executable, "-c", code, out, os.path.join(tmp, "ids.npy"),
+                        os.path.join(tmp, "out.npy")], check=True, capture_output=True)
+        return np.load(os.path.join(tmp, "out.npy"))
 
 
 def peer(python: str, model: str, timeout: float) -> str:

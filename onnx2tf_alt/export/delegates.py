@@ -127,12 +127,17 @@ def _listing(ops: list[TfliteOp], limit: int = 5) -> str:
 
 
 # --- XNNPACK --------------------------------------------------------------------------------
-def xnnpack_partitions(content: bytes) -> tuple[list[int | None], int]:
+def xnnpack_partitions(content: bytes | None, path: str | None = None
+                       ) -> tuple[list[int | None], int]:
     """For each op of the main subgraph, the XNNPACK partition that computes it (None: a
-    reference kernel), and the number of partitions."""
+    reference kernel), and the number of partitions; of the file at `path` when given (the
+    interpreter maps it: no copy of its bytes)."""
     from ai_edge_litert.interpreter import Interpreter
 
-    interpreter = Interpreter(model_content=content, num_threads=1)
+    if path is not None:
+        interpreter = Interpreter(model_path=path, num_threads=1)
+    else:
+        interpreter = Interpreter(model_content=content, num_threads=1)
     interpreter.allocate_tensors()  # the default delegate is applied here
     details = interpreter._get_ops_details()
     kernels = [d for d in details if d["op_name"] == "DELEGATE"]
@@ -272,11 +277,13 @@ def onnx_origins(model, result, graph) -> list[list[dict]]:
 
 
 # --- the report -----------------------------------------------------------------------------
-def analyze(content: bytes, result=None, graph=None) -> DelegateReport:
+def analyze(content: bytes, result=None, graph=None, path: str | None = None
+            ) -> DelegateReport:
     """The delegate report of a .tflite flatbuffer; with the BuildResult and the Graph it
     was converted from, each op names its ONNX nodes. A file over XNNPACK_ANALYSIS_BYTES
     is not loaded (XNNPACK would pack a second copy of its weights in memory): its report
-    gives the GPU check and says why XNNPACK's coverage is unknown."""
+    gives the GPU check and says why XNNPACK's coverage is unknown. `path`: the file
+    `content` was read from (the interpreter then maps it instead of copying `content`)."""
     model = unpack_model(content)
     subgraph = model.subgraphs[0]
     issues = gpu_issues(model)
@@ -287,7 +294,7 @@ def analyze(content: bytes, result=None, graph=None) -> DelegateReport:
         if len(content) > XNNPACK_ANALYSIS_BYTES:
             raise MemoryError(f"not loaded: XNNPACK would pack a second copy of the "
                               f"{len(content) / 2**30:.1f} GiB file's weights in memory")
-        partition, count = xnnpack_partitions(bytes(content))
+        partition, count = xnnpack_partitions(None if path else bytes(content), path)
     except Exception as exc:  # noqa: BLE001 - e.g. Select TF ops: reported, not fatal
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
         partition, count = [None] * len(issues), None
@@ -309,8 +316,8 @@ def analyze(content: bytes, result=None, graph=None) -> DelegateReport:
 def write_delegate_report(converted, folder: str, stem: str) -> str:
     """Analyze `<stem>_float32.tflite` in `folder`, write `<stem>_delegates.json` beside it,
     log the one-line summary; returns the file name."""
-    content = mapped(os.path.join(folder, f"{stem}_float32.tflite"))
-    report = analyze(content, converted.tflite_result(), converted.graph)
+    path = os.path.join(folder, f"{stem}_float32.tflite")
+    report = analyze(mapped(path), converted.tflite_result(), converted.graph, path)
     name = f"{stem}_delegates.json"
     with open(os.path.join(folder, name), "w") as f:
         json.dump(report.to_json(), f, indent=1, default=_plain)

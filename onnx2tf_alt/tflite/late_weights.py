@@ -175,8 +175,9 @@ class Bound:
 def bind(content: bytes, sources: dict[str, tuple[tuple, str, Callable[[], np.ndarray]]]
          ) -> Bound:
     """The converter's flatbuffer `content`, whose signature inputs named by `sources`
-    ({name: (shape, dtype name, array maker)}) are weights, with those weights bound (see
-    the module docstring). Raises Unbindable."""
+    ({name: (shape, dtype name, maker)}) are weights, with those weights bound (see the
+    module docstring); `maker()` returns a weight's array, read-only (best a view of where
+    the weight already is). Raises Unbindable."""
     model = unpack_model(content)
     bound = Bound(model, {name: make for name, (_, _, make) in sources.items()})
     for index, subgraph in enumerate(model.subgraphs):

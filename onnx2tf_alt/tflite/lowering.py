@@ -88,7 +88,7 @@ def late_bound(result: BuildResult, select_tf_ops: bool = True) -> Bound | None:
     holder.weights = [w for w in model.weights if w.ref() not in late_refs]
     holder.serve = serve
     content = _converted(holder.serve.get_concrete_function(), holder, False, select_tf_ops)
-    sources = {name: (layer.value_shape, layer.value_dtype, layer.value.numpy)
+    sources = {name: (layer.value_shape, layer.value_dtype, _reader(layer.value))
                for layer, name in zip(layers, names)}
     try:
         bound = bind(content, sources)
@@ -97,6 +97,19 @@ def late_bound(result: BuildResult, select_tf_ops: bool = True) -> Bound | None:
         return None
     fold_runtime_biases_model(bound.model)
     return bound
+
+
+def _reader(variable):
+    """A bound weight's source (late_weights.bind): a read-only view of the variable's
+    memory. `numpy()` would copy it, and a transposed weight would then be held twice."""
+    def read() -> np.ndarray:
+        value = variable.value()
+        view = value._numpy() if hasattr(value, "_numpy") else value.numpy()
+        view = view.view()
+        view.flags.writeable = False
+        return view
+
+    return read
 
 
 def tflite_bytes(result: BuildResult, float16: bool = False, select_tf_ops: bool = True,
