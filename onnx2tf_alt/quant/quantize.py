@@ -397,14 +397,19 @@ def _bias_corrected(content: bytes, calibrated: bytes, converted,
 
 
 # --- running and measuring ------------------------------------------------------------------
-def run_tflite(content: bytes, converted, samples: list[dict[str, np.ndarray]]) -> list[dict]:
-    """Outputs {ONNX name: value in ONNX order, dequantized} of a .tflite per sample; float
-    inputs are quantized with the file's input parameters where its inputs are integers."""
+def run_tflite(content: bytes | str, converted, samples: list[dict[str, np.ndarray]]
+               ) -> list[dict]:
+    """Outputs {ONNX name: value in ONNX order, dequantized} of a .tflite (its bytes, or
+    its path) per sample; float inputs are quantized with the file's input parameters
+    where its inputs are integers."""
     from ai_edge_litert.interpreter import Interpreter
 
     result = converted.result
-    interpreter = Interpreter(model_content=content if isinstance(content, bytes)
-                              else bytes(content))  # a memory-mapped file
+    if isinstance(content, str):
+        interpreter = Interpreter(model_path=content)
+    else:
+        interpreter = Interpreter(model_content=content if isinstance(content, bytes)
+                                  else bytes(content))  # a memory-mapped file
     runner = interpreter.get_signature_runner("serving_default")
     inputs, outputs = runner.get_input_details(), runner.get_output_details()
     results = []
@@ -619,12 +624,14 @@ def write_quantized(
             log.warning("%s was not written: %s", name, entry["error"])
             report.files.append(entry)
             continue
-        with open(os.path.join(folder, name), "wb") as f:
+        path = os.path.join(folder, name)
+        with open(path, "wb") as f:
             f.write(content)
         written.append(name)
         plan.made_from[variant.suffix] = source
         entry["size_bytes"] = len(content)
-        actual, why_not = _measure(content, source, samples.held_out) if reference else (
+        del content  # measured from its file, which the interpreter maps
+        actual, why_not = _measure(path, source, samples.held_out) if reference else (
             None, "no float32 reference")
         entry["outputs"] = None if actual is None else compare_outputs(reference, actual)
         if actual is None:
@@ -683,7 +690,7 @@ def _verdicts(report: QuantReport, threshold: float) -> list[str]:
     return lines
 
 
-def weight_only_tflite(converted) -> bytes | None:
+def weight_only_tflite(converted) -> bytearray | None:
     """The dynamic-range file made from the float32 one with bound weights
     (quant/weight_only.py), or None where weights cannot be bound (TF's converter then
     makes it)."""
@@ -693,7 +700,7 @@ def weight_only_tflite(converted) -> bytes | None:
     bound = late_bound(converted.tflite_result())
     if bound is None or not dynamic_range_model(bound.model):
         return None
-    return bound.to_bytes()
+    return bound.to_bytearray()  # written, then run from its file (write_quantized)
 
 
 def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantReport,
@@ -823,8 +830,9 @@ def _reference_outputs(float_tflite, converted, samples, notes: list[str]
     return found, ""
 
 
-def _measure(content: bytes, converted, samples) -> tuple[list[dict] | None, str]:
-    """run_tflite, or (None, why) when the interpreter cannot run the file (Flex ops)."""
+def _measure(content: bytes | str, converted, samples) -> tuple[list[dict] | None, str]:
+    """run_tflite (of a file's bytes or path), or (None, why) when the interpreter cannot
+    run the file (Flex ops)."""
     try:
         return run_tflite(content, converted, samples), ""
     except Exception as exc:  # noqa: BLE001 - the report says why a file has no metrics

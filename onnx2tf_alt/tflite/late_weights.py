@@ -158,11 +158,18 @@ class Bound:
 
     def to_bytes(self) -> bytes:
         """The file's bytes; one flatbuffer, so its weights must fit in 2 GB."""
+        return bytes(self.to_bytearray())
+
+    def to_bytearray(self) -> bytearray:
+        """The file's bytes, made without a second copy of them (what can write them;
+        TFLite's interpreter wants `bytes`)."""
         if self.weight_bytes >= MAX_INLINE:
             raise ValueError(f"{self.weight_bytes / 2**30:.1f} GiB of weights do not fit in "
                              "one flatbuffer: write the file (Bound.write)")
         builder = _builder(self.model, self._size_hint())
-        return bytes(memoryview(builder.Bytes)[builder.Head():])  # one copy
+        content = builder.Bytes
+        del content[:builder.Head()]  # in place
+        return content
 
     def _size_hint(self) -> int:
         """The packed size, about (so that the builder never grows by copying)."""

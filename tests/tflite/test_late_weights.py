@@ -194,7 +194,7 @@ def test_weight_only_int8_as_tfs_converter_makes_it(make):
 
     model, feeds = make()
     converted = check_model(model, feeds, tflite=False)
-    ours = weight_only_tflite(converted)
+    ours = bytes(weight_only_tflite(converted))
     concrete = serving_function(converted.result).get_concrete_function()
     converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete],
                                                                 converted.result.model)
