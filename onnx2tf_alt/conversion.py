@@ -22,6 +22,7 @@ from onnx2tf_alt.export.names import planned_outputs
 from onnx2tf_alt.export.publish import OutputFolder
 from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.ir.loader import external_data_paths, load_model
+from onnx2tf_alt.ir.weights import SPILLED, remove_spilled_file
 from onnx2tf_alt.logs import configure_logging, phase
 from onnx2tf_alt.pipeline import Converted, build_loaded, check_batch_size, stem_of
 from onnx2tf_alt.translate.options import ConversionOptions, pseudo_operators
@@ -177,71 +178,76 @@ def convert(
         keep_float_auto, check_onnx_tf_outputs_elementwise_close_full, bias_correction,
         int8_warn_below,
     )
+    spilled_before = set(SPILLED)
     try:
-        with phase("load"):
-            loaded = load_model(input_onnx_file_path, onnx_graph, allow_newer_opset)
-        converted = build_loaded(
-            loaded,
-            batch_size=batch_size,
-            overwrite_input_shape=overwrite_input_shape,
-            keep_ncw_or_nchw_or_ncdhw_input_names=keep_ncw_or_nchw_or_ncdhw_input_names,
-            keep_nwc_or_nhwc_or_ndhwc_input_names=keep_nwc_or_nhwc_or_ndhwc_input_names,
-            show_progress=not non_verbose,
-            input_names_to_interrupt_model_conversion=input_names_to_interrupt_model_conversion,
-            output_names_to_interrupt_model_conversion=output_names_to_interrupt_model_conversion,
-            options=options,
-        )
-    except ConversionError as error:
-        report_failures(error, folder, Manifest.for_failure_report(sources, command),
-                        custom_inputs)
-        raise
-    if micro:
-        from onnx2tf_alt.export.micro import refuse_dynamic_inputs
-
-        refuse_dynamic_inputs(converted.graph, f"{stem}_full_integer_quant.tflite")
-    quant_plan = None
-    if quant_options.any:
-        quant_plan = plan_quantization(
-            converted, quant_options, custom_data, quant_norm_mean, quant_norm_std
-        )
-    model = converted.result.model
-    model.onnx2tf_alt_report = None
-    with folder.staging() as stage:
-        written = write_outputs(converted, stage, stem, output_h5, output_keras_v3, output_tflite,
-                                copy_onnx_input_output_names_to_tflite, builtin_only)
-        if quant_plan is not None:
-            with phase("quantized files"):
-                written += _write_quantized(converted, stage, stem, quant_plan, builtin_only,
-                                            print_table=not non_verbose)
+        try:
+            with phase("load"):
+                loaded = load_model(input_onnx_file_path, onnx_graph, allow_newer_opset)
+            converted = build_loaded(
+                loaded,
+                batch_size=batch_size,
+                overwrite_input_shape=overwrite_input_shape,
+                keep_ncw_or_nchw_or_ncdhw_input_names=keep_ncw_or_nchw_or_ncdhw_input_names,
+                keep_nwc_or_nhwc_or_ndhwc_input_names=keep_nwc_or_nhwc_or_ndhwc_input_names,
+                show_progress=not non_verbose,
+                input_names_to_interrupt_model_conversion=input_names_to_interrupt_model_conversion,
+                output_names_to_interrupt_model_conversion=output_names_to_interrupt_model_conversion,
+                options=options,
+            )
+        except ConversionError as error:
+            report_failures(error, folder, Manifest.for_failure_report(sources, command),
+                            custom_inputs)
+            raise
         if micro:
-            with phase("micro"):
-                written.append(_check_micro(converted, stage, stem, quant_plan,
-                                            copy_onnx_input_output_names_to_tflite))
-        if check:
-            from onnx2tf_alt.check.run import check_and_report
+            from onnx2tf_alt.export.micro import refuse_dynamic_inputs
 
-            with phase("check"):
-                model.onnx2tf_alt_report = check_and_report(
-                    converted, stage, stem,
-                    full=check_onnx_tf_outputs_elementwise_close_full,
-                    atol=check_onnx_tf_outputs_elementwise_close_atol,
-                    rtol=check_onnx_tf_outputs_elementwise_close_rtol,
-                    custom_inputs=first_sample(custom_inputs, converted.graph),
-                    tflite_path=os.path.join(stage, f"{stem}_float32.tflite")
-                    if output_tflite else None,
-                    print_table=not non_verbose,
-                    more_backends=None if quant_plan is None else _quantized_check(
-                        converted, quant_plan, stage, stem),
-                )
-        if copy_onnx_input_output_names_to_tflite:
-            from onnx2tf_alt.tflite.names import copy_onnx_names_in_files
+            refuse_dynamic_inputs(converted.graph, f"{stem}_full_integer_quant.tflite")
+        quant_plan = None
+        if quant_options.any:
+            quant_plan = plan_quantization(
+                converted, quant_options, custom_data, quant_norm_mean, quant_norm_std
+            )
+        model = converted.result.model
+        model.onnx2tf_alt_report = None
+        with folder.staging() as stage:
+            written = write_outputs(converted, stage, stem, output_h5, output_keras_v3, output_tflite,
+                                    copy_onnx_input_output_names_to_tflite, builtin_only)
+            if quant_plan is not None:
+                with phase("quantized files"):
+                    written += _write_quantized(converted, stage, stem, quant_plan, builtin_only,
+                                                print_table=not non_verbose)
+            if micro:
+                with phase("micro"):
+                    written.append(_check_micro(converted, stage, stem, quant_plan,
+                                                copy_onnx_input_output_names_to_tflite))
+            if check:
+                from onnx2tf_alt.check.run import check_and_report
 
-            copy_onnx_names_in_files([os.path.join(stage, n) for n in written
-                                      if n.endswith(".tflite")], converted.result,
-                                     converted.graph)
-        folder.publish(stage, Manifest.for_conversion(stem, sources, command))
-    log.info("wrote %s to %s", ", ".join(written), folder.path)
-    return model
+                with phase("check"):
+                    model.onnx2tf_alt_report = check_and_report(
+                        converted, stage, stem,
+                        full=check_onnx_tf_outputs_elementwise_close_full,
+                        atol=check_onnx_tf_outputs_elementwise_close_atol,
+                        rtol=check_onnx_tf_outputs_elementwise_close_rtol,
+                        custom_inputs=first_sample(custom_inputs, converted.graph),
+                        tflite_path=os.path.join(stage, f"{stem}_float32.tflite")
+                        if output_tflite else None,
+                        print_table=not non_verbose,
+                        more_backends=None if quant_plan is None else _quantized_check(
+                            converted, quant_plan, stage, stem),
+                    )
+            if copy_onnx_input_output_names_to_tflite:
+                from onnx2tf_alt.tflite.names import copy_onnx_names_in_files
+
+                copy_onnx_names_in_files([os.path.join(stage, n) for n in written
+                                          if n.endswith(".tflite")], converted.result,
+                                         converted.graph)
+            folder.publish(stage, Manifest.for_conversion(stem, sources, command))
+        log.info("wrote %s to %s", ", ".join(written), folder.path)
+        return model
+    finally:  # the temporary weight files of this conversion (ir/weights.spill)
+        for path in set(SPILLED) - spilled_before:
+            remove_spilled_file(path)
 
 
 def _write_quantized(converted: Converted, stage: str, stem: str, quant_plan, builtin_only: bool,

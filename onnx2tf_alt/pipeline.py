@@ -17,6 +17,7 @@ from onnx2tf_alt.errors import ConversionError, InputError, NodeFailure
 from onnx2tf_alt.ir.graph import Graph, Node, graph_from_model
 from onnx2tf_alt.ir.loader import load_model
 from onnx2tf_alt.ir.validate import check_consistency, check_inference
+from onnx2tf_alt.ir.weights import spill
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.explain import describe
 from onnx2tf_alt.layout.plan import Plan, plan_layouts
@@ -154,6 +155,7 @@ def build_loaded(
         check_inference(model)
         model = prepare_model(model, batch_size, overwrite_input_shape,
                               infer_foreign=foreign_inference)
+        model, _ = spill(model)  # the weights constant folding made (ir/weights.py)
     if input_names_to_interrupt_model_conversion or output_names_to_interrupt_model_conversion:
         model = extract_subgraph(model, input_names_to_interrupt_model_conversion,
                                  output_names_to_interrupt_model_conversion)

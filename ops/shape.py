@@ -268,8 +268,8 @@ def constant(ctx):
 def constant_of_shape(ctx):
     value = np.asarray(ctx.attr("value", np.zeros(1, np.float32))).reshape(-1)
     shape = ctx.const(0)
-    if shape is not None:
-        return np.full(tuple(int(d) for d in shape), value[0], dtype=value.dtype)
+    if shape is not None:  # a read-only view of one element: no memory of the shape's size
+        return np.broadcast_to(value[:1].reshape(()), tuple(int(d) for d in shape))
     return tf.fill(tf.cast(ctx.x(0), tf.int32), tf.constant(value[0], dtype=value.dtype))
 
 

@@ -10,7 +10,7 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
 from onnx2tf_alt.errors import InputError, printable
-from onnx2tf_alt.ir.weights import keep_on_disk
+from onnx2tf_alt.ir.weights import keep_on_disk, spill
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -59,6 +59,14 @@ def load_model(
     if not checked:
         _run_checker(model, source, allow_newer_opset)
     _check_has_inputs(model, source)  # after the checker, which names what is invalid
+    try:
+        model, moved = spill(model)
+    except OSError as exc:  # no room for the file: the weights stay in the proto
+        log.info("%s: weights kept in memory (%s)", source, exc)
+    else:
+        if moved:
+            log.info("%s: %.1f MB of weights read from a temporary file as needed", source,
+                     moved / 2**20)
     return model
 
 

@@ -15,8 +15,10 @@ serializes the whole model on every call, and a model past 2 GB cannot be serial
 
 from __future__ import annotations
 
+import atexit
 import mmap
 import os
+import tempfile
 
 import numpy as np
 import onnx
@@ -29,6 +31,10 @@ INFERENCE_VALUE_LIMIT = 4096
 
 # External locations are kept relative to this folder (see the module docstring).
 FILESYSTEM_ROOT = os.path.abspath(os.sep)
+
+# Inline weights of at least this many bytes in all are moved to a temporary file (`spill`).
+SPILL_BYTES = 64 << 20
+SPILLED: list[str] = []  # the files `spill` wrote, removed by remove_spilled
 
 # Element types whose external bytes are the little-endian array itself (memory-mappable);
 # the others (strings, 4-bit and 8-bit floats, bfloat16) are read with onnx's own decoder.
@@ -65,6 +71,68 @@ def keep_on_disk(model: onnx.ModelProto, folder: str) -> int:
         entry.value = os.path.relpath(path, FILESYSTEM_ROOT)
         on_disk += info.length or os.path.getsize(path)
     return on_disk
+
+
+def spill(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """`model` with its large inline initializers (over INFERENCE_VALUE_LIMIT elements) moved
+    into a temporary file and read from there like external data, when they come to
+    SPILL_BYTES or more; else `model` itself. Returns the model and the bytes moved.
+
+    A model read from a file carries its weights in the proto; the graph's arrays and the
+    Keras model would each hold another copy (light_vgg19: 548 MB three times). Moved,
+    they are read through memory maps whose pages the Keras model's copy drops
+    (`release`). The proto is parsed anew without them, which frees protobuf's memory of
+    the old one. The file is removed at the end of a conversion (conversion.convert) or at exit."""
+    large = [t for t in model.graph.initializer
+             if not is_external(t) and t.data_type in _RAW_TYPES
+             and int(np.prod(t.dims, dtype=np.int64)) > INFERENCE_VALUE_LIMIT]
+    total = sum(_nbytes(t) for t in large)
+    if total < SPILL_BYTES:
+        return model, 0
+    handle, path = tempfile.mkstemp(prefix=".onnx2tf_alt_weights_", suffix=".bin")
+    SPILLED.append(path)
+    location = os.path.relpath(path, FILESYSTEM_ROOT)
+    try:
+        with os.fdopen(handle, "wb") as f:
+            for tensor in large:
+                data = numpy_helper.to_array(tensor)
+                offset = -(-f.tell() // 64) * 64
+                f.seek(offset)
+                f.write(np.ascontiguousarray(data, data.dtype.newbyteorder("<")).tobytes())
+                for field in ("raw_data", "float_data", "int32_data", "int64_data",
+                              "double_data", "uint64_data"):
+                    tensor.ClearField(field)
+                tensor.data_location = onnx.TensorProto.EXTERNAL
+                del tensor.external_data[:]
+                for key, value in (("location", location), ("offset", str(offset)),
+                                   ("length", str(data.nbytes))):
+                    entry = tensor.external_data.add()
+                    entry.key, entry.value = key, value
+    except OSError:
+        remove_spilled_file(path)
+        raise
+    fresh = onnx.ModelProto()
+    fresh.ParseFromString(model.SerializeToString())
+    return fresh, total
+
+
+def remove_spilled() -> None:
+    """Removes every file `spill` wrote (at exit)."""
+    for path in list(SPILLED):
+        remove_spilled_file(path)
+
+
+def remove_spilled_file(path: str) -> None:
+    """Removes one file `spill` wrote; memory maps of it stay valid until closed."""
+    if path in SPILLED:
+        SPILLED.remove(path)
+    if os.path.exists(path):
+        os.remove(path)
+
+
+def _nbytes(tensor: onnx.TensorProto) -> int:
+    size = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    return int(np.prod(tensor.dims, dtype=np.int64)) * size
 
 
 def to_array(tensor: onnx.TensorProto) -> np.ndarray:
@@ -126,3 +194,6 @@ def weight_free_copy(model: onnx.ModelProto) -> onnx.ModelProto:
             copy.input.append(helper.make_tensor_value_info(init.name, init.data_type,
                                                             list(init.dims)))
     return light
+
+
+atexit.register(remove_spilled)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import mmap
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +33,7 @@ import numpy as np
 from onnx2tf_alt.tflite.flatbuffer import FILE_IDENTIFIER, op_name, schema, unpack_model
 
 ALIGN = 16  # the alignment TF's converter gives buffer data
+PIECE_ELEMENTS = 1 << 22  # a transposed weight is written this many elements at a time
 MAX_INLINE = 2**31 - 1 - (64 << 20)  # a flatbuffer's signed 32-bit offsets, with a margin
 _NUMPY = {schema.TensorType.FLOAT32: np.float32, schema.TensorType.FLOAT16: np.float16,
           schema.TensorType.INT32: np.int32, schema.TensorType.INT64: np.int64,
@@ -72,14 +73,22 @@ class LazyBuffer(schema.BufferT):
 
     make: Callable[[], np.ndarray] = None
     nbytes: int = 0
+    pieces: Callable[[], Iterator[np.ndarray]] | None = None  # the bytes in order, in parts
 
     def __post_init__(self):
         schema.BufferT.__init__(self)
 
+    def chunks(self) -> Iterator[np.ndarray]:
+        """The buffer's array in consecutive parts (one part unless `pieces` is given)."""
+        if self.pieces is not None:
+            yield from self.pieces()
+        else:
+            yield self.make()
+
     def Pack(self, builder):  # noqa: N802 - the schema's object-API name
         if self.offset > 1:  # stored after the flatbuffer
             return schema.BufferT.Pack(self, builder)
-        data = _aligned_vector(builder, self.make())
+        data = _aligned_vector(builder, self.nbytes, self.chunks())
         schema.BufferStart(builder)
         schema.BufferAddData(builder, data)
         return schema.BufferEnd(builder)
@@ -124,11 +133,26 @@ class Bound:
                     value = value.astype(np.float16)
         return np.ascontiguousarray(value)
 
+    def pieces(self, recipe: Recipe) -> Iterator[np.ndarray]:
+        """`array(recipe)` in consecutive parts of about PIECE_ELEMENTS elements, for a
+        transposed weight (a part at a time: no whole transposed copy); else in one."""
+        if len(recipe.steps) != 1 or recipe.steps[0][0] != "transpose":
+            yield self.array(recipe)
+            return
+        moved = np.transpose(self.sources[recipe.source](), recipe.steps[0][1])
+        if moved.ndim == 0:
+            yield np.ascontiguousarray(moved)
+            return
+        step = max(1, PIECE_ELEMENTS // max(1, moved[0].size))
+        for start in range(0, moved.shape[0], step):
+            yield np.ascontiguousarray(moved[start:start + step])
+
     def buffer_of(self, recipe: Recipe, shape, dtype) -> int:
         """The index of the buffer holding `recipe` (one per recipe)."""
         if recipe not in self.recipes:
             nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-            self.model.buffers.append(LazyBuffer(make=lambda: self.array(recipe), nbytes=nbytes))
+            self.model.buffers.append(LazyBuffer(make=lambda: self.array(recipe), nbytes=nbytes,
+                                                 pieces=lambda: self.pieces(recipe)))
             self.recipes[recipe] = len(self.model.buffers) - 1
         return self.recipes[recipe]
 
@@ -151,7 +175,8 @@ class Bound:
             f.write(head)
             for buffer in lazy:
                 f.seek(buffer.offset)
-                f.write(memoryview(buffer.make()).cast("B"))
+                for part in buffer.chunks():
+                    f.write(memoryview(np.ascontiguousarray(part)).cast("B"))
             f.truncate(end)
         for buffer in lazy:
             buffer.offset = buffer.size = 0
@@ -537,13 +562,19 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def _aligned_vector(builder, array: np.ndarray) -> int:
-    """`array`'s bytes as a [ubyte] vector aligned to ALIGN (what TF's converter writes)."""
-    payload = memoryview(np.ascontiguousarray(array)).cast("B")
-    builder.StartVector(1, len(payload), ALIGN)
-    builder.head -= len(payload)
-    builder.Bytes[builder.head:builder.head + len(payload)] = payload
-    builder.vectorNumElems = len(payload)
+def _aligned_vector(builder, nbytes: int, parts: Iterator[np.ndarray]) -> int:
+    """The bytes of consecutive array `parts` (`nbytes` in all) as one [ubyte] vector
+    aligned to ALIGN (what TF's converter writes), copied a part at a time."""
+    builder.StartVector(1, nbytes, ALIGN)
+    builder.head -= nbytes
+    at = builder.head
+    for part in parts:
+        payload = memoryview(np.ascontiguousarray(part)).cast("B")
+        builder.Bytes[at:at + len(payload)] = payload
+        at += len(payload)
+    if at != builder.head + nbytes:
+        raise ValueError(f"a weight's parts hold {at - builder.head} bytes, not {nbytes}")
+    builder.vectorNumElems = nbytes
     return builder.EndVector()
 
 
