@@ -405,9 +405,8 @@ def _write_bytes(path: str, content: bytes) -> None:
 
 def _float32_tflite(converted: Converted, folder: str, stem: str) -> bytes:
     """The float32 .tflite written into `folder`, or a fresh conversion when none was."""
-    from onnx2tf_alt.tflite.lowering import tflite_bytes
-
     from onnx2tf_alt.tflite.late_weights import mapped
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
 
     path = os.path.join(folder, f"{stem}_float32.tflite")
     if not os.path.isfile(path):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnx2tf_alt.tflite.flatbuffer import pack_model, pack_table, schema, unpack_model
+from onnx2tf_alt.tflite.flatbuffer import opcode_index, pack_model, pack_table, schema, unpack_model
 from onnx2tf_alt.tflite.late_weights import LazyBuffer
 
 DEQUANTIZE_VERSION = 3  # the version that reads float16
@@ -50,7 +50,7 @@ def float16_model(model) -> bool:
     if any(max(c.builtinCode, c.deprecatedBuiltinCode) == builtin.CUSTOM
            for c in model.operatorCodes):
         return False
-    dequantize = _opcode(model, builtin.DEQUANTIZE, schema)
+    dequantize = opcode_index(model, builtin.DEQUANTIZE, DEQUANTIZE_VERSION)
     empty = _empty_buffer(model, schema)
     halves: dict[int, int] = {}  # float32 buffer -> its float16 copy
     for subgraph in model.subgraphs:
@@ -95,7 +95,8 @@ def _half(buffer):
     """A float16 copy of a float32 buffer (beyond float16: +-inf, as TF writes them)."""
     if isinstance(buffer, LazyBuffer):
         return LazyBuffer(make=lambda make=buffer.make: _halved(make()),
-                          nbytes=buffer.nbytes // 2)
+                          nbytes=buffer.nbytes // 2,
+                          pieces=lambda: (_halved(part) for part in buffer.chunks()))
     half = schema.BufferT()
     half.data = _halved(np.frombuffer(np.asarray(buffer.data, np.uint8).tobytes(), "<f4")
                         ).view(np.uint8)
@@ -122,19 +123,6 @@ def _read_stored_buffers(model, content: bytes) -> bool:
         buffer.data = np.frombuffer(content, np.uint8, buffer.size, buffer.offset)
         buffer.offset = buffer.size = 0
     return True
-
-
-def _opcode(model, code: int, schema) -> int:
-    """The index of `code`'s operator code, added or raised to DEQUANTIZE_VERSION."""
-    for k, opcode in enumerate(model.operatorCodes):
-        if max(opcode.builtinCode, opcode.deprecatedBuiltinCode) == code:
-            opcode.version = max(opcode.version, DEQUANTIZE_VERSION)
-            return k
-    opcode = schema.OperatorCodeT()
-    opcode.builtinCode = opcode.deprecatedBuiltinCode = code
-    opcode.version = DEQUANTIZE_VERSION
-    model.operatorCodes.append(opcode)
-    return len(model.operatorCodes) - 1
 
 
 def _empty_buffer(model, schema) -> int:

@@ -118,8 +118,8 @@ def spill(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
 
 def remove_spilled() -> None:
     """Removes every file `spill` wrote (at exit)."""
-    for path in list(SPILLED):
-        remove_spilled_file(path)
+    while SPILLED:
+        remove_spilled_file(SPILLED[-1])
 
 
 def remove_spilled_file(path: str) -> None:

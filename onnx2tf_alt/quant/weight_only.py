@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnx2tf_alt.export.float16 import record_optimization
-from onnx2tf_alt.tflite.flatbuffer import op_name, schema
+from onnx2tf_alt.tflite.flatbuffer import op_name, opcode_index, schema
 from onnx2tf_alt.tflite.late_weights import LazyBuffer, drop_unused
 
 MIN_ELEMENTS = 1024  # TF's default minimum size of a quantized weight
@@ -179,7 +179,7 @@ def _dequantized_output(model, subgraph, gather, table):
     gather.outputs = [len(subgraph.tensors) - 1]
     dequantize = schema.OperatorT()
     code = schema.BuiltinOperator.DEQUANTIZE
-    dequantize.opcodeIndex = _opcode_of(model, code, DEQUANTIZE_VERSION)
+    dequantize.opcodeIndex = opcode_index(model, code, DEQUANTIZE_VERSION, exact=True)
     dequantize.inputs, dequantize.outputs = [len(subgraph.tensors) - 1], [output]
     return dequantize
 
@@ -187,15 +187,5 @@ def _dequantized_output(model, subgraph, gather, table):
 def _opcode(model, index: int, version: int) -> int:
     """The operator code of the op at `index`'s builtin with `version` (added if new)."""
     code = model.operatorCodes[index]
-    return _opcode_of(model, max(code.builtinCode, code.deprecatedBuiltinCode), version)
-
-
-def _opcode_of(model, builtin: int, version: int) -> int:
-    for k, code in enumerate(model.operatorCodes):
-        if max(code.builtinCode, code.deprecatedBuiltinCode) == builtin and code.version == version:
-            return k
-    code = schema.OperatorCodeT()
-    code.builtinCode, code.deprecatedBuiltinCode = builtin, min(builtin, 127)
-    code.version = version
-    model.operatorCodes.append(code)
-    return len(model.operatorCodes) - 1
+    return opcode_index(model, max(code.builtinCode, code.deprecatedBuiltinCode), version,
+                        exact=True)

@@ -48,3 +48,22 @@ def op_name(model, op) -> str:
     if builtin == schema.BuiltinOperator.CUSTOM:
         return code.customCode.decode() if code.customCode else "CUSTOM"
     return OP_NAMES.get(builtin, str(builtin))
+
+
+def opcode_index(model, builtin: int, version: int, exact: bool = False) -> int:
+    """The index of `builtin`'s operator code in `model` (schema.ModelT), added when
+    missing: the first such code with its version raised to at least `version`, or with
+    `exact` the one of exactly `version` (ops of one builtin at different versions)."""
+    for k, code in enumerate(model.operatorCodes):
+        if max(code.builtinCode, code.deprecatedBuiltinCode) != builtin:
+            continue
+        if not exact:
+            code.version = max(code.version, version)
+            return k
+        if code.version == version:
+            return k
+    code = schema.OperatorCodeT()
+    code.builtinCode, code.deprecatedBuiltinCode = builtin, min(builtin, 127)
+    code.version = version
+    model.operatorCodes.append(code)
+    return len(model.operatorCodes) - 1

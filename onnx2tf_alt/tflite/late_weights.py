@@ -30,7 +30,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from onnx2tf_alt.tflite.flatbuffer import FILE_IDENTIFIER, op_name, schema, unpack_model
+from onnx2tf_alt.tflite.flatbuffer import (
+    FILE_IDENTIFIER,
+    op_name,
+    opcode_index,
+    schema,
+    unpack_model,
+)
 
 ALIGN = 16  # the alignment TF's converter gives buffer data
 PIECE_ELEMENTS = 1 << 22  # a transposed weight is written this many elements at a time
@@ -85,7 +91,7 @@ class LazyBuffer(schema.BufferT):
         else:
             yield self.make()
 
-    def Pack(self, builder):  # noqa: N802 - the schema's object-API name
+    def Pack(self, builder):  # the schema's object-API name
         if self.offset > 1:  # stored after the flatbuffer
             return schema.BufferT.Pack(self, builder)
         data = _aligned_vector(builder, self.nbytes, self.chunks())
@@ -175,8 +181,8 @@ class Bound:
             f.write(head)
             for buffer in lazy:
                 f.seek(buffer.offset)
-                for part in buffer.chunks():
-                    f.write(memoryview(np.ascontiguousarray(part)).cast("B"))
+                f.writelines(memoryview(np.ascontiguousarray(part)).cast("B")
+                             for part in buffer.chunks())
             f.truncate(end)
         for buffer in lazy:
             buffer.offset = buffer.size = 0
@@ -507,24 +513,12 @@ def _to_fully_connected(model, subgraph, op, late: dict[int, Recipe]) -> bool:
     subgraph.tensors.append(transposed)
     late[len(subgraph.tensors) - 1] = recipe
     rank = len(subgraph.tensors[x].shape)
-    op.opcodeIndex = _opcode(model, schema.BuiltinOperator.FULLY_CONNECTED,
-                             5 if rank != 2 else 1)
+    op.opcodeIndex = opcode_index(model, schema.BuiltinOperator.FULLY_CONNECTED,
+                                  5 if rank != 2 else 1)
     op.inputs = [x, len(subgraph.tensors) - 1, -1]
     op.builtinOptionsType = schema.BuiltinOptions.FullyConnectedOptions
     op.builtinOptions = schema.FullyConnectedOptionsT(keepNumDims=rank != 2)
     return True
-
-
-def _opcode(model, code: int, version: int) -> int:
-    for k, opcode in enumerate(model.operatorCodes):
-        if max(opcode.builtinCode, opcode.deprecatedBuiltinCode) == code:
-            opcode.version = max(opcode.version, version)
-            return k
-    opcode = schema.OperatorCodeT()
-    opcode.builtinCode, opcode.deprecatedBuiltinCode = code, min(code, 127)
-    opcode.version = version
-    model.operatorCodes.append(opcode)
-    return len(model.operatorCodes) - 1
 
 
 def _constant(model, subgraph, index: int) -> np.ndarray:

@@ -138,7 +138,8 @@ def test_weights_after_the_flatbuffer_and_float16(tmp_path, monkeypatch):
     bound = late_bound(converted.tflite_result())
     path = str(tmp_path / "model_float32.tflite")
     bound.write(path)
-    flat = read_model(open(path, "rb").read())
+    with open(path, "rb") as f:
+        flat = read_model(f.read())
     stored = [flat.Buffers(i) for i in range(flat.BuffersLength())]
     assert sum(b.Offset() > 1 for b in stored) == len(bound.recipes)
     (actual,) = _run(converted, path=path, feeds=feeds)
@@ -148,7 +149,8 @@ def test_weights_after_the_flatbuffer_and_float16(tmp_path, monkeypatch):
     bound.write(half)
     (actual,) = _run(converted, path=half, feeds=feeds)
     assert_close(actual, expected, 1e-2, "offset-form float16")
-    assert _ops(open(half, "rb").read())["DEQUANTIZE"] >= len(bound.recipes) - 1
+    with open(half, "rb") as f:
+        assert _ops(f.read())["DEQUANTIZE"] >= len(bound.recipes) - 1
 
 
 def test_an_op_on_weights_alone_is_left_to_the_converter():
