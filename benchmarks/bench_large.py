@@ -5,7 +5,7 @@ the bound 2 GB + 1.5 x the weights, the files' sizes, each .tflite's max error a
 onnxruntime on a 16-token input, and onnx2tf's result on the same file where it finishes.
 
     python benchmarks/bench_large.py --models DIR --export-python VENV/bin/python
-        [--sizes 2.3 4.4] [--flags -odrqt] [--peer-python PEER/bin/python] [--timeout S]
+        [--sizes 2.3 4.4] [--flags=-odrqt] [--peer-python PEER/bin/python] [--timeout S]
 
 The models are exported once into DIR (benchmarks/export_llama.py, run by --export-python,
 a Python with torch and transformers); --peer-python runs `python -m onnx2tf` (onnx2tf 2.6.9

@@ -53,6 +53,7 @@ def convert(
     verbosity: str = "info",
     non_verbose: bool = False,
     output_tflite: bool = True,
+    disable_model_save: bool = False,
     check_onnx_tf_outputs_elementwise_close: bool = False,
     check_onnx_tf_outputs_elementwise_close_full: bool = False,
     check_onnx_tf_outputs_elementwise_close_atol: float = 1e-4,
@@ -211,7 +212,8 @@ def convert(
         model.onnx2tf_alt_report = None
         with folder.staging() as stage:
             written = write_outputs(converted, stage, stem, output_h5, output_keras_v3, output_tflite,
-                                    copy_onnx_input_output_names_to_tflite, builtin_only)
+                                    copy_onnx_input_output_names_to_tflite, builtin_only,
+                                    saved_model=not disable_model_save)
             if quant_plan is not None:
                 with phase("quantized files"):
                     written += _write_quantized(converted, stage, stem, quant_plan, builtin_only,
@@ -325,21 +327,25 @@ def write_outputs(
     output_tflite: bool = True,
     onnx_names_in_tflite: bool = False,
     builtin_only: bool = False,
+    saved_model: bool = True,
 ) -> list[str]:
     """Write every requested format into `folder` (expected to be empty). Returns file names.
     `onnx_names_in_tflite` is what <stem>_io_layout.json records of the .tflite names (the
-    caller renames the files, -coion); `builtin_only`: see check_builtin_only."""
+    caller renames the files, -coion); `builtin_only`: see check_builtin_only;
+    `saved_model` False (-dms): no saved_model."""
     from onnx2tf_alt.export.delegates import write_delegate_report
     from onnx2tf_alt.export.keras_files import save_h5, save_keras_v3
     from onnx2tf_alt.export.saved_model import save_saved_model
     from onnx2tf_alt.translate.io_layout import save_io_layout
 
     result = converted.result
-    with phase("saved_model"):
-        save_saved_model(result, folder)
-    written = ["saved_model.pb", "variables"]
+    written = []
+    if saved_model:
+        with phase("saved_model"):
+            save_saved_model(result, folder)
+        written += ["saved_model.pb", "variables"]
     if output_tflite:
-        written += _write_tflite_files(converted, folder, stem, builtin_only)
+        written += _write_tflite_files(converted, folder, stem, builtin_only, saved_model)
         with phase("delegate report"):
             written.append(write_delegate_report(converted, folder, stem))
     checkpoint()
@@ -358,7 +364,7 @@ def write_outputs(
 
 
 def _write_tflite_files(converted: Converted, folder: str, stem: str,
-                        builtin_only: bool) -> list[str]:
+                        builtin_only: bool, saved_model: bool = True) -> list[str]:
     """`<stem>_float32.tflite` and `<stem>_float16.tflite` in `folder`.
 
     The float32 file has its large weights bound after conversion (tflite/late_weights.py),
@@ -372,7 +378,7 @@ def _write_tflite_files(converted: Converted, folder: str, stem: str,
     from onnx2tf_alt.tflite.lowering import late_bound, tflite_bytes
 
     tflite_result = converted.tflite_result()
-    saved = folder if tflite_result is converted.result else None
+    saved = folder if saved_model and tflite_result is converted.result else None
     names = [f"{stem}_float32.tflite", f"{stem}_float16.tflite"]
     paths = [os.path.join(folder, name) for name in names]
     checkpoint()

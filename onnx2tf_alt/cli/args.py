@@ -43,6 +43,9 @@ def _file_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-oh5", "--output_h5", action="store_true", help="also write <stem>.h5")
     p.add_argument(
+        "-dms", "--disable_model_save", action="store_true",
+        help="write no saved_model (the .tflite and the other requested files still)")
+    p.add_argument(
         "-okv3", "--output_keras_v3", action="store_true", help="also write <stem>.keras"
     )
     p.add_argument(

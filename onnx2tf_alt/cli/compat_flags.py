@@ -94,7 +94,7 @@ FLAGS: tuple[CompatFlag, ...] = (
          "see docs/supported_ops.md; a failed conversion lists every unsupported node in "
          "reports/conversion_errors.json", NONE, (V2,)),
     _row("-fdosm", "--flatbuffer_direct_output_saved_model", EXPLAINED,
-         "the saved_model is always written", NONE, (V2,)),
+         "the saved_model is written unless -dms", NONE, (V2,)),
     _row("-fdopt", "--flatbuffer_direct_output_pytorch", REFUSED, _TORCH, NONE, (V2,)),
     _row("-fdots", "--flatbuffer_direct_output_torchscript", REFUSED, _TORCH, NONE, (V2,)),
     _row("-fdodo", "--flatbuffer_direct_output_dynamo_onnx", REFUSED, _TORCH, NONE, (V2,)),
@@ -214,8 +214,8 @@ FLAGS: tuple[CompatFlag, ...] = (
     _row("-agje", "--auto_generate_json_on_error", EXPLAINED,
          "no parameter replacement JSON exists here; a failed conversion writes reports/ "
          "with a one-node repro per failing node"),
-    _row("-dms", "--disable_model_save", EXPLAINED,
-         "the saved_model is always written: the other files are converted from it"),
+    _row("-dms", "--disable_model_save", IMPLEMENTED,
+         "writes no saved_model; the .tflite files and the others asked for still"),
     _row("-n", "--non_verbose", IMPLEMENTED, "errors only"),
     _row("-v", "--verbosity", IMPLEMENTED, "log level (default info; onnx2tf's is debug)"),
 )

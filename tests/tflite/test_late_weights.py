@@ -223,3 +223,25 @@ def test_transposes_in_a_row_are_one_step():
     assert len(steps.steps) == 1
     bound = late_weights.Bound(None, {"w": lambda: value})
     np.testing.assert_array_equal(bound.array(steps), value.transpose(1, 0, 2).transpose(0, 2, 1))
+
+
+def test_disable_model_save_writes_the_tflite_files_only(tmp_path):
+    import os
+
+    import onnx
+
+    import onnx2tf_alt
+
+    model, feeds = decoder_like()
+    source = tmp_path / "decoder.onnx"
+    onnx.save(model, source)
+    out = tmp_path / "out"
+    onnx2tf_alt.convert(str(source), output_folder_path=str(out), disable_model_save=True,
+                        non_verbose=True)
+    names = sorted(os.listdir(out))
+    assert "saved_model.pb" not in names and "variables" not in names, names
+    assert {"decoder_float32.tflite", "decoder_float16.tflite"} <= set(names)
+    (expected,) = ort_run(model, feeds)
+    runner = Interpreter(model_path=str(out / "decoder_float32.tflite")).get_signature_runner()
+    (value,) = runner(ids=feeds["ids"]).values()
+    assert_close(value, expected, 1e-4, "float32")
