@@ -27,16 +27,18 @@ class ConstantWeights(tf_keras.layers.Layer):
     value is ignored.
     """
 
-    def __init__(self, value_shape, value_dtype, **kwargs):
+    def __init__(self, value_shape, value_dtype, initial: np.ndarray | None = None, **kwargs):
         super().__init__(**kwargs)
         self.value_shape = tuple(int(d) for d in value_shape)
         self.value_dtype = str(value_dtype)
+        # made from `initial` directly: zeros then an assignment held both for a while
+        # (reloading a saved model passes no `initial`: its weights are loaded after)
         self.value = self.add_weight(
             name="value",
             shape=self.value_shape,
             dtype=self.value_dtype,
             trainable=False,
-            initializer="zeros",
+            initializer="zeros" if initial is None else (lambda shape, dtype=None: initial),
         )
 
     def call(self, anchor):
@@ -51,7 +53,6 @@ class ConstantWeights(tf_keras.layers.Layer):
 
 def constant_weights(array: np.ndarray, anchor, name: str | None = None):
     """A KerasTensor whose value is `array`, stored as a layer weight."""
-    layer = ConstantWeights(array.shape, array.dtype.name, name=name)
-    layer.set_weights([array])
+    layer = ConstantWeights(array.shape, array.dtype.name, initial=array, name=name)
     release(array)  # the layer holds its own copy now
     return layer(anchor)
