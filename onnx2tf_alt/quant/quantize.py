@@ -402,11 +402,17 @@ def run_tflite(content: bytes | str, converted, samples: list[dict[str, np.ndarr
     """Outputs {ONNX name: value in ONNX order, dequantized} of a .tflite (its bytes, or
     its path) per sample; float inputs are quantized with the file's input parameters
     where its inputs are integers."""
-    from ai_edge_litert.interpreter import Interpreter
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     result = converted.result
     if isinstance(content, str):
-        interpreter = Interpreter(model_path=content)
+        # a file over REFERENCE_TFLITE_BYTES runs on TFLite's reference kernels: XNNPACK
+        # would pack its weights once more in memory (same values, slower)
+        large = os.path.getsize(content) > REFERENCE_TFLITE_BYTES
+        interpreter = Interpreter(
+            model_path=content, experimental_op_resolver_type=(
+                OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if large
+                else OpResolverType.AUTO))
     else:
         interpreter = Interpreter(model_content=content if isinstance(content, bytes)
                                   else bytes(content))  # a memory-mapped file
@@ -633,6 +639,9 @@ def write_quantized(
         del content  # measured from its file, which the interpreter maps
         actual, why_not = _measure(path, source, samples.held_out) if reference else (
             None, "no float32 reference")
+        if entry["size_bytes"] > REFERENCE_TFLITE_BYTES:
+            entry["measured_on"] = "TFLite's reference kernels (file over 1 GiB: XNNPACK " \
+                                   "would pack its weights once more)"
         entry["outputs"] = None if actual is None else compare_outputs(reference, actual)
         if actual is None:
             entry["not_measured"] = why_not
