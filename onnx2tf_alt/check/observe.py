@@ -7,6 +7,7 @@ Converted values come back in ONNX order, through the perm the converter gave ea
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -213,15 +214,26 @@ def debug_tflite(converted, found: list[Target]) -> tuple[bytes, dict[str, str]]
     return tflite_bytes(probe, select_tf_ops=False), dict(probe.output_names)
 
 
+# A .tflite file larger than this is run on TFLite's reference kernels: XNNPACK would
+# pack its weights once more in memory (same values, slower).
+REFERENCE_KERNEL_BYTES = 1 << 30
+
+
 def tflite_values(
-    converted, content: bytes, output_keys: dict[str, str], perms: dict[str, tuple],
+    converted, content: bytes | str, output_keys: dict[str, str], perms: dict[str, tuple],
     feeds: dict[str, np.ndarray],
 ) -> dict[str, np.ndarray]:
-    """Run a .tflite's `serving_default` once; values by ONNX name, in ONNX order."""
-    from ai_edge_litert.interpreter import Interpreter
+    """Run a .tflite's `serving_default` once (its bytes, or its path: the interpreter maps
+    the file); values by ONNX name, in ONNX order."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    outputs = run_signature(Interpreter(model_content=content),
-                            converted.result.to_physical(feeds))
+    if isinstance(content, str):
+        resolver = (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+                    if os.path.getsize(content) > REFERENCE_KERNEL_BYTES else OpResolverType.AUTO)
+        interpreter = Interpreter(model_path=content, experimental_op_resolver_type=resolver)
+    else:
+        interpreter = Interpreter(model_content=content)
+    outputs = run_signature(interpreter, converted.result.to_physical(feeds))
     return {
         name: P.to_onnx_order(outputs[key], perms[name])
         for name, key in output_keys.items()

@@ -38,7 +38,7 @@ def check_converted(
     rtol: float = DEFAULT_RTOL,
     custom_inputs: dict[str, np.ndarray] | None = None,
     tflite: bool = True,
-    tflite_model: bytes | None = None,
+    tflite_model: bytes | str | None = None,
     model_name: str = "model",
     seed: int = DEFAULT_SEED,
     more_backends=None,
@@ -47,7 +47,8 @@ def check_converted(
 
     `full`: every node output (topological order), else only the model outputs. With
     `tflite`, the float32 TFLite is compared as well: a debugging flatbuffer exposing every
-    value when `full`, else `tflite_model` (the shipped file) or a fresh conversion.
+    value when `full`, else `tflite_model` (the shipped file: its bytes or its path) or a
+    fresh conversion.
     `more_backends(found, feeds, full)`: further BackendReports to add, e.g. the quantized
     files' (onnx2tf_alt/quant/check.py), given the values under test and the inputs.
     """
@@ -102,10 +103,7 @@ def check_and_report(
     """The check `convert` runs for -coto / -cotof: the shipped float32 .tflite (when
     written) for the model outputs, a debugging one for all values; table on stdout,
     JSON and HTML in `folder` (the staging folder: reports are published with the model)."""
-    tflite_model = None
-    if tflite_path is not None and not full:
-        with open(tflite_path, "rb") as f:
-            tflite_model = f.read()
+    tflite_model = tflite_path if not full else None  # run from its file (mapped)
     report = check_converted(
         converted, full=full, atol=atol, rtol=rtol, custom_inputs=custom_inputs,
         tflite=tflite_path is not None, tflite_model=tflite_model, model_name=stem,
