@@ -1,0 +1,263 @@
+"""The rewrites TF's converter makes when a weight is a constant, made on a .tflite whose
+weights are bound after conversion (tflite/late_weights.py): the converter saw those
+weights as inputs, so it left these for here.
+
+- BATCH_MATMUL(x, rank-2 weight) becomes FULLY_CONNECTED(x, weight stored [units, depth]);
+- a MUL / DIV / ADD / SUB of a constant scalar or per-channel vector after a CONV_2D,
+  DEPTHWISE_CONV_2D or FULLY_CONNECTED goes into its weights and bias (a FULLY_CONNECTED
+  that others read too is cloned), a RELU / RELU6 / RELU_N1_TO_1 after it into its fused
+  activation;
+- RESHAPE -> FULLY_CONNECTED -> RESHAPE keeping the last axis becomes one RESHAPE, then the
+  product.
+
+Each works on the bound model's `late` map {tensor index: recipe of its weight}; a new
+weight is a new tensor with its own recipe (Recipe.then), so other readers of the old one
+keep it.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from onnx2tf_alt.tflite.flatbuffer import op_name, opcode_index, schema
+
+NUMPY = {schema.TensorType.FLOAT32: np.float32, schema.TensorType.FLOAT16: np.float16,
+          schema.TensorType.INT32: np.int32, schema.TensorType.INT64: np.int64,
+          schema.TensorType.INT8: np.int8, schema.TensorType.UINT8: np.uint8,
+          schema.TensorType.INT16: np.int16, schema.TensorType.BOOL: np.bool_,
+          schema.TensorType.FLOAT64: np.float64}
+
+
+class Unbindable(ValueError):
+    """The converted graph has an op on weights that this module does not compute."""
+
+
+def fused_into_affine(model, subgraph, ops: list, late: dict) -> list:
+    """`ops` with the arithmetic TF's converter computes into the weights of a CONV_2D,
+    DEPTHWISE_CONV_2D or FULLY_CONNECTED when they are constants, done here for bound
+    weights: a MUL / DIV / ADD / SUB of a constant scalar or per-channel vector reading the
+    op's output goes into its weights and bias, its activation onto the op. A convolution
+    must be that op's only reader; a FULLY_CONNECTED read by others is cloned for it (as
+    the converter does). Then a RELU / RELU6 / RELU_N1_TO_1 alone reading such an op
+    becomes its fused activation."""
+    readers: dict[int, int] = {}
+    for op in ops:
+        for i in op.inputs:
+            readers[int(i)] = readers.get(int(i), 0) + 1
+    outputs = {int(i) for i in subgraph.outputs}
+    producers = {int(o): op for op in ops for o in op.outputs}
+    kept = []
+    for op in ops:
+        name = op_name(model, op)
+        affine = (_fuse(model, subgraph, op, name, producers, readers, outputs, late)
+                  if name in _ARITHMETIC else None)
+        if affine is None:
+            kept.append(op)
+        elif affine is not op:  # a clone takes the op's place
+            kept.append(affine)
+    bound_affine = [op for op in kept
+                    if op_name(model, op) in _CHANNEL_AXIS and int(op.inputs[1]) in late]
+    return _fused_activations(model, kept, bound_affine, readers, outputs)
+
+
+_ARITHMETIC = ("MUL", "DIV", "ADD", "SUB")
+_ACTIVATIONS = {"RELU": schema.ActivationFunctionType.RELU,
+                "RELU6": schema.ActivationFunctionType.RELU6,
+                "RELU_N1_TO_1": schema.ActivationFunctionType.RELU_N1_TO_1}
+_CHANNEL_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0}
+
+
+def _fuse(model, subgraph, op, name, producers, readers, outputs, late):
+    """Computes `op` into the affine op that produces its operand: returns that op (`op`
+    itself when the affine op was changed in place), or None."""
+    if len(op.inputs) != 2:
+        return None
+    for k in (0, 1):
+        source, other = int(op.inputs[k]), int(op.inputs[1 - k])
+        affine = producers.get(source)
+        if affine is None or (name in ("SUB", "DIV") and k != 0):
+            continue
+        kind = op_name(model, affine)
+        shared = readers.get(source, 0) != 1
+        if (kind not in _CHANNEL_AXIS or int(affine.inputs[1]) not in late
+                or (shared and kind != "FULLY_CONNECTED") or source in outputs
+                or getattr(affine.builtinOptions, "fusedActivationFunction", 0)
+                or int(affine.inputs[0]) in late):
+            continue
+        if other in late or not _is_inline(model, subgraph, other):
+            continue
+        weight = subgraph.tensors[int(affine.inputs[1])]
+        axis = _CHANNEL_AXIS[kind]
+        channels = int(weight.shape[axis])
+        value = constant(model, subgraph, other).astype(np.float32)
+        shape = list(subgraph.tensors[other].shape)
+        if weight.type != schema.TensorType.FLOAT32 or not (
+                value.size == 1 or (value.size == channels and shape and shape[-1] == channels)):
+            continue
+        has_bias = len(affine.inputs) > 2 and int(affine.inputs[2]) >= 0
+        bias = (constant(model, subgraph, int(affine.inputs[2])).astype(np.float32)
+                if has_bias else None)
+        if has_bias and (int(affine.inputs[2]) in late or bias.size != channels):
+            continue
+        vector = np.broadcast_to(value.reshape(-1), (channels,)).astype(np.float32)
+        recipe = late[int(affine.inputs[1])]
+        if name in ("MUL", "DIV"):
+            recipe = recipe.then("scale" if name == "MUL" else "divide",
+                                 (axis, tuple(vector.tolist())))
+            if bias is not None:
+                bias = bias * vector if name == "MUL" else bias / vector
+        else:
+            base = bias if bias is not None else np.zeros(channels, np.float32)
+            bias = base + vector if name == "ADD" else base - vector
+        target = affine
+        if shared:  # the other readers keep the op as it is
+            target = copy.copy(affine)
+            target.builtinOptions = copy.copy(affine.builtinOptions)
+            readers[source] -= 1
+        target.inputs = list(target.inputs)
+        if bias is not None:
+            index = _newconstant(model, subgraph, bias, b"/fused_bias")
+            target.inputs = [int(target.inputs[0]), int(target.inputs[1]), index]
+        # a tensor of its own for the new weights: others may read the old ones
+        fused = schema.TensorT()
+        fused.shape, fused.type = weight.shape, weight.type
+        fused.name, fused.buffer = (weight.name or b"") + b"/fused", 0
+        subgraph.tensors.append(fused)
+        late[len(subgraph.tensors) - 1] = recipe
+        target.inputs[1] = len(subgraph.tensors) - 1
+        target.outputs = list(op.outputs)
+        target.builtinOptions.fusedActivationFunction = getattr(
+            op.builtinOptions, "fusedActivationFunction", 0)
+        for o in op.outputs:
+            producers[int(o)] = target
+        return target if shared else op
+    return None
+
+
+def _fused_activations(model, ops: list, affine: list, readers, outputs) -> list:
+    """`ops` with a RELU, RELU6 or RELU_N1_TO_1 that alone reads the output of an `affine`
+    op without activation made that op's fused activation."""
+    producers = {int(op.outputs[0]): op for op in affine}
+    dropped = set()
+    for op in ops:
+        kind = _ACTIVATIONS.get(op_name(model, op))
+        source = int(op.inputs[0]) if kind is not None else None
+        target = producers.get(source)
+        if (target is None or readers.get(source) != 1 or source in outputs
+                or target.builtinOptions.fusedActivationFunction):
+            continue
+        target.builtinOptions.fusedActivationFunction = kind
+        target.outputs = list(op.outputs)
+        dropped.add(id(op))
+    return [op for op in ops if id(op) not in dropped]
+
+
+def reshapes_around_products(model, subgraph, ops: list, late: dict) -> list:
+    """RESHAPE -> FULLY_CONNECTED (keep_num_dims, bound weights) -> RESHAPE that keeps the
+    last axis: one RESHAPE straight to the final shape, then the product, as TF's converter
+    writes it for a constant weight (a product over the last axis commutes with reshaping
+    the others)."""
+    readers: dict[int, list] = {}
+    for op in ops:
+        for i in op.inputs:
+            readers.setdefault(int(i), []).append(op)
+    producers = {int(o): op for op in ops for o in op.outputs}
+    outputs = {int(i) for i in subgraph.outputs}
+    dropped = set()
+    for product in ops:
+        if (op_name(model, product) != "FULLY_CONNECTED" or int(product.inputs[1]) not in late
+                or not product.builtinOptions.keepNumDims):
+            continue
+        first = producers.get(int(product.inputs[0]))
+        after = readers.get(int(product.outputs[0]), [])
+        if (first is None or op_name(model, first) != "RESHAPE" or len(after) != 1
+                or op_name(model, after[0]) != "RESHAPE" or int(product.outputs[0]) in outputs
+                or len(readers.get(int(first.outputs[0]), [])) != 1
+                or int(first.outputs[0]) in outputs):
+            continue
+        last = after[0]
+        source = subgraph.tensors[int(first.inputs[0])]
+        final = subgraph.tensors[int(last.outputs[0])]
+        shape = [int(d) for d in final.shape]
+        signature = [int(d) for d in (final.shapeSignature if final.shapeSignature is not None
+                                      else final.shape)]
+        depth = int(subgraph.tensors[int(first.outputs[0])].shape[-1])
+        if (min(signature + [int(d) for d in (source.shapeSignature if source.shapeSignature
+                                              is not None else source.shape)]) < 0
+                or not shape or shape[-1] != int(subgraph.tensors[int(product.outputs[0])]
+                                                 .shape[-1])):
+            continue
+        reshaped = subgraph.tensors[int(first.outputs[0])]
+        reshaped.shape = np.array(shape[:-1] + [depth], np.int32)
+        reshaped.shapeSignature = None
+        target = _new_int32(model, subgraph, np.array(shape[:-1] + [depth], np.int32))
+        first.inputs = [int(first.inputs[0]), target]
+        if getattr(first.builtinOptions, "newShape", None) is not None:
+            first.builtinOptions.newShape = list(shape[:-1] + [depth])
+        product.outputs = list(last.outputs)
+        dropped.add(id(last))
+    return [op for op in ops if id(op) not in dropped]
+
+
+def _new_int32(model, subgraph, value: np.ndarray) -> int:
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(value.astype("<i4").tobytes(), np.uint8)
+    model.buffers.append(buffer)
+    tensor = schema.TensorT()
+    tensor.shape = np.array(value.shape, np.int32)
+    tensor.type, tensor.buffer = schema.TensorType.INT32, len(model.buffers) - 1
+    tensor.name = b"reshape_shape"
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1
+
+
+def _is_inline(model, subgraph, index: int) -> bool:
+    data = model.buffers[subgraph.tensors[index].buffer].data
+    return data is not None and len(data) > 0
+
+
+def _newconstant(model, subgraph, value: np.ndarray, suffix: bytes) -> int:
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(np.ascontiguousarray(value).tobytes(), np.uint8)
+    model.buffers.append(buffer)
+    tensor = schema.TensorT()
+    tensor.shape = np.array(value.shape, np.int32)
+    tensor.type, tensor.buffer = schema.TensorType.FLOAT32, len(model.buffers) - 1
+    tensor.name = b"fused" + suffix
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1
+
+
+def to_fully_connected(model, subgraph, op, late: dict) -> bool:
+    """BATCH_MATMUL(x, rank-2 weight) as FULLY_CONNECTED(x, weight stored [units, depth]),
+    as TF's converter writes a product with a constant right side."""
+    x, w = int(op.inputs[0]), int(op.inputs[1])
+    options = op.builtinOptions
+    weight = subgraph.tensors[w]
+    if x in late or w not in late or options.adjX or len(weight.shape) != 2:
+        return False
+    recipe = late[w] if options.adjY else late[w].then("transpose", (1, 0))
+    transposed = schema.TensorT()
+    transposed.shape = np.array(weight.shape[::-1] if not options.adjY else weight.shape,
+                                np.int32)
+    transposed.type, transposed.name = weight.type, (weight.name or b"") + b"/transposed"
+    transposed.buffer = 0
+    subgraph.tensors.append(transposed)
+    late[len(subgraph.tensors) - 1] = recipe
+    rank = len(subgraph.tensors[x].shape)
+    op.opcodeIndex = opcode_index(model, schema.BuiltinOperator.FULLY_CONNECTED,
+                                  5 if rank != 2 else 1)
+    op.inputs = [x, len(subgraph.tensors) - 1, -1]
+    op.builtinOptionsType = schema.BuiltinOptions.FullyConnectedOptions
+    op.builtinOptions = schema.FullyConnectedOptionsT(keepNumDims=rank != 2)
+    return True
+
+
+def constant(model, subgraph, index: int) -> np.ndarray:
+    tensor = subgraph.tensors[index]
+    data = model.buffers[tensor.buffer].data
+    if data is None or not len(data):
+        raise Unbindable(f"tensor '{tensor.name}' is not a constant")
+    return np.frombuffer(np.asarray(data, np.uint8).tobytes(), NUMPY[tensor.type])
