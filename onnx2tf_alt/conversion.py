@@ -22,7 +22,7 @@ from onnx2tf_alt.export.names import planned_outputs
 from onnx2tf_alt.export.publish import OutputFolder
 from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.ir.loader import external_data_paths, load_model
-from onnx2tf_alt.ir.weights import SPILLED, remove_spilled_file
+from onnx2tf_alt.ir import weights as ir_weights
 from onnx2tf_alt.logs import configure_logging, phase
 from onnx2tf_alt.pipeline import Converted, build_loaded, check_batch_size, stem_of
 from onnx2tf_alt.translate.options import ConversionOptions, pseudo_operators
@@ -179,7 +179,7 @@ def convert(
         keep_float_auto, check_onnx_tf_outputs_elementwise_close_full, bias_correction,
         int8_warn_below,
     )
-    spilled_before = set(SPILLED)
+    spilled_before = set(ir_weights.SPILLED)
     try:
         try:
             with phase("load"):
@@ -248,8 +248,8 @@ def convert(
         log.info("wrote %s to %s", ", ".join(written), folder.path)
         return model
     finally:  # the temporary weight files of this conversion (ir/weights.spill)
-        for path in set(SPILLED) - spilled_before:
-            remove_spilled_file(path)
+        for path in set(ir_weights.SPILLED) - spilled_before:
+            ir_weights.remove_spilled_file(path)
 
 
 def _write_quantized(converted: Converted, stage: str, stem: str, quant_plan, builtin_only: bool,

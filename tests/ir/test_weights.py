@@ -80,3 +80,26 @@ def test_a_model_with_weights_on_disk_converts_and_checks(tmp_path):
     (got,) = runner(**{next(iter(runner.get_input_details())): x}).values()
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     assert sorted(os.listdir(tmp_path / "model")) == ["m.bin", "m.onnx"]  # nothing written there
+
+
+def test_inline_weights_move_to_a_temporary_file_for_the_conversion(tmp_path, monkeypatch):
+    import onnx2tf_alt
+
+    monkeypatch.setattr(weights, "SPILL_BYTES", 1)  # every large inline weight moves
+    weights.remove_spilled()
+    path, values = external_model(tmp_path / "model", size_threshold=1 << 30)  # all inline
+    model = load_model(path)
+    tensors = {t.name: t for t in model.graph.initializer}
+    assert weights.is_external(tensors["w"]) and not weights.is_external(tensors["shape"])
+    assert len(weights.SPILLED) == 1 and os.path.isfile(weights.SPILLED[0])
+    assert model.ByteSize() < values["w"].nbytes
+    np.testing.assert_array_equal(weights.to_array(tensors["w"]), values["w"])
+    weights.remove_spilled()
+    assert not weights.SPILLED
+
+    out = tmp_path / "out"
+    result = onnx2tf_alt.convert(input_onnx_file_path=path, output_folder_path=str(out),
+                                 check_onnx_tf_outputs_elementwise_close=True, non_verbose=True)
+    assert result.onnx2tf_alt_report.passed  # TF and float32 TFLite against onnxruntime
+    assert not weights.SPILLED  # the conversion removed its file
+    assert sorted(os.listdir(tmp_path / "model")) == ["m.onnx"]  # the user's folder untouched
