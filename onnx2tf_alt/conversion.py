@@ -21,8 +21,8 @@ from onnx2tf_alt.export.manifest import Manifest
 from onnx2tf_alt.export.names import planned_outputs
 from onnx2tf_alt.export.publish import OutputFolder
 from onnx2tf_alt.interrupts import checkpoint
-from onnx2tf_alt.ir.loader import external_data_paths, load_model
 from onnx2tf_alt.ir import weights as ir_weights
+from onnx2tf_alt.ir.loader import external_data_paths, load_model
 from onnx2tf_alt.logs import configure_logging, phase
 from onnx2tf_alt.pipeline import Converted, build_loaded, check_batch_size, stem_of
 from onnx2tf_alt.translate.options import ConversionOptions, pseudo_operators
