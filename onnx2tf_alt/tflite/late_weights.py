@@ -46,10 +46,13 @@ __all__ = ["Bound", "LazyBuffer", "Recipe", "Unbindable", "bind", "drop_unused",
 ALIGN = 16  # the alignment TF's converter gives buffer data
 PIECE_ELEMENTS = 1 << 22  # a transposed weight is written this many elements at a time
 MAX_INLINE = 2**31 - 1 - (64 << 20)  # a flatbuffer's signed 32-bit offsets, with a margin
+
+
 @dataclass(frozen=True)
 class Recipe:
     """A weight as a reader wants it: its source's array with `steps` applied in order
-    (("transpose", perm), ("reshape", shape), ("cast", dtype name), ("half", None))."""
+    (("transpose", perm), ("reshape", shape), ("cast", dtype name), ("scale" or "divide",
+    (axis, per-channel factors)))."""
 
     source: str
     steps: tuple = ()
@@ -128,9 +131,6 @@ class Bound:
                 shape[axis] = len(vector)
                 factor = np.asarray(vector, np.float32).reshape(shape)
                 value = value * factor if kind == "scale" else value / factor
-            elif kind == "half":
-                with np.errstate(over="ignore"):  # beyond float16: +-inf, as TF writes them
-                    value = value.astype(np.float16)
         return np.ascontiguousarray(value)
 
     def pieces(self, recipe: Recipe) -> Iterator[np.ndarray]:
