@@ -24,14 +24,15 @@ import numpy as np
 from onnx2tf_alt.tflite.flatbuffer import op_name, opcode_index, schema
 
 NUMPY = {schema.TensorType.FLOAT32: np.float32, schema.TensorType.FLOAT16: np.float16,
-          schema.TensorType.INT32: np.int32, schema.TensorType.INT64: np.int64,
-          schema.TensorType.INT8: np.int8, schema.TensorType.UINT8: np.uint8,
-          schema.TensorType.INT16: np.int16, schema.TensorType.BOOL: np.bool_,
-          schema.TensorType.FLOAT64: np.float64}
+         schema.TensorType.INT32: np.int32, schema.TensorType.INT64: np.int64,
+         schema.TensorType.INT8: np.int8, schema.TensorType.UINT8: np.uint8,
+         schema.TensorType.INT16: np.int16, schema.TensorType.BOOL: np.bool_,
+         schema.TensorType.FLOAT64: np.float64}  # a tensor type's numpy dtype
 
 
 class Unbindable(ValueError):
-    """The converted graph has an op on weights that this module does not compute."""
+    """The converted graph has an op on weights that tflite/late_weights.py does not
+    compute (the caller then converts with every weight a constant)."""
 
 
 def fused_into_affine(model, subgraph, ops: list, late: dict) -> list:
