@@ -3,7 +3,7 @@ against TF's converter seeing every weight, per model, in one run: op counts by 
 any difference), TRANSPOSE counts, max |difference| of every output on random inputs
 relative to max(1, |reference|), and the time of each route's conversion.
 
-    python benchmarks/compare_tflite_routes.py MODEL.onnx [...] [--latency]
+    python benchmarks/compare_tflite_routes.py MODEL.onnx [...] [--latency] [-ois NAME:DIMS]
 """
 
 from __future__ import annotations
@@ -61,11 +61,11 @@ def latency(content: bytes, runs: int = 20) -> float:
     return float(np.median(times))
 
 
-def compare(path: str, with_latency: bool) -> dict:
+def compare(path: str, with_latency: bool, shapes: list[str] | None = None) -> dict:
     from onnx2tf_alt.pipeline import build
     from onnx2tf_alt.tflite.lowering import _tflite_bytes, late_bound
 
-    result = build(path).tflite_result()
+    result = build(path, overwrite_input_shape=shapes).tflite_result()
     start = time.perf_counter()
     bound = late_bound(result)
     late = bound.to_bytes() if bound is not None else None
@@ -94,11 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="+")
     parser.add_argument("--latency", action="store_true")
+    parser.add_argument("-ois", "--overwrite_input_shape", nargs="+", metavar="NAME:D1,D2,...",
+                        help="input shapes, as the CLI's -ois (every model given)")
     args = parser.parse_args(argv)
     bad = 0
     for path in args.models:
         try:
-            row = compare(path, args.latency)
+            row = compare(path, args.latency, args.overwrite_input_shape)
         except Exception as exc:  # noqa: BLE001 - one line per model
             print(f"{path}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
             bad += 1

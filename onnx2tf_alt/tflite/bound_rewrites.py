@@ -63,6 +63,104 @@ def fused_into_affine(model, subgraph, ops: list, late: dict) -> list:
     return _fused_activations(model, kept, bound_affine, readers, outputs)
 
 
+def fused_into_following(model, subgraph, ops: list, late: dict, weight_of) -> list:
+    """`ops` with a MUL / DIV / ADD / SUB of a constant scalar whose output only a CONV_2D
+    with a bound weight reads computed into that op, as TF's converter does for a constant
+    filter (scalars only: it leaves a per-channel one): a product scales the filter, a sum
+    adds the filter times the constant to the bias (only without padding: VALID, or SAME
+    with a 1x1 kernel). `weight_of(recipe)` is a weight's array (for the bias). Repeated until
+    nothing changes, so x * a + b before a convolution goes in whole."""
+    while True:
+        readers: dict[int, list] = {}
+        for op in ops:
+            for i in op.inputs:
+                readers.setdefault(int(i), []).append(op)
+        outputs = {int(i) for i in subgraph.outputs}
+        dropped = None
+        for op in ops:
+            name = op_name(model, op)
+            if name in _ARITHMETIC and _fuse_forward(model, subgraph, op, name, readers,
+                                                     outputs, late, weight_of):
+                dropped = op
+                break
+        if dropped is None:
+            return ops
+        ops = [op for op in ops if op is not dropped]
+
+
+# TF's converter does this for CONV_2D only (a LayerNorm's scale and shift before a
+# FULLY_CONNECTED stay; measured on PP-OCRv4's recognizer)
+_INPUT_AXIS = {"CONV_2D": 3}
+
+
+def _fuse_forward(model, subgraph, op, name, readers, outputs, late, weight_of) -> bool:
+    if len(op.inputs) != 2 or getattr(op.builtinOptions, "fusedActivationFunction", 0):
+        return False
+    result = int(op.outputs[0])
+    after = readers.get(result, [])
+    if len(after) != 1 or result in outputs:
+        return False
+    affine = after[0]
+    kind = op_name(model, affine)
+    if (kind not in _INPUT_AXIS or int(affine.inputs[0]) != result
+            or int(affine.inputs[1]) not in late or result in [int(i) for i in affine.inputs[1:]]):
+        return False
+    for k in (0, 1):
+        source, other = int(op.inputs[k]), int(op.inputs[1 - k])
+        if (name in ("SUB", "DIV") and k != 0) or other in late or source in late:
+            continue
+        if not _is_inline(model, subgraph, other):
+            continue
+        weight = subgraph.tensors[int(affine.inputs[1])]
+        axis = _INPUT_AXIS[kind]
+        channels = int(weight.shape[axis])
+        value = constant(model, subgraph, other).astype(np.float32)
+        if weight.type != schema.TensorType.FLOAT32 or value.size != 1:  # TF: scalars only
+            continue
+        vector = np.broadcast_to(value.reshape(-1), (channels,)).astype(np.float32)
+        recipe = late[int(affine.inputs[1])]
+        has_bias = len(affine.inputs) > 2 and int(affine.inputs[2]) >= 0
+        if name in ("MUL", "DIV"):
+            recipe = recipe.then("scale" if name == "MUL" else "divide",
+                                 (axis, tuple(vector.tolist())))
+            bias = None
+        else:
+            if not _unpadded(affine, weight):
+                continue
+            if has_bias and int(affine.inputs[2]) in late:
+                continue
+            units = int(weight.shape[0])
+            base = (constant(model, subgraph, int(affine.inputs[2])).astype(np.float32)
+                    if has_bias else np.zeros(units, np.float32))
+            if base.size != units:
+                continue
+            sign = 1.0 if name == "ADD" else -1.0
+            array = weight_of(recipe).astype(np.float32)
+            shift = (array * vector).reshape(units, -1).sum(axis=1)
+            bias = (base + sign * shift).astype(np.float32)
+        fused = schema.TensorT()
+        fused.shape, fused.type = weight.shape, weight.type
+        fused.name, fused.buffer = (weight.name or b"") + b"/fused_input", 0
+        subgraph.tensors.append(fused)
+        late[len(subgraph.tensors) - 1] = recipe
+        inputs = [source, len(subgraph.tensors) - 1] + [int(i) for i in affine.inputs[2:]]
+        if bias is not None:
+            index = _new_constant(model, subgraph, bias, b"/fused_bias")
+            inputs = inputs[:2] + [index]
+        affine.inputs = inputs
+        return True
+    return False
+
+
+def _unpadded(conv, weight) -> bool:
+    """Whether a convolution reads no padding (a constant added to its input would be
+    missing where it does)."""
+    options = conv.builtinOptions
+    if options.padding == schema.Padding.VALID:
+        return True
+    return int(weight.shape[1]) == 1 and int(weight.shape[2]) == 1
+
+
 _ARITHMETIC = ("MUL", "DIV", "ADD", "SUB")
 _ACTIVATIONS = {"RELU": schema.ActivationFunctionType.RELU,
                 "RELU6": schema.ActivationFunctionType.RELU6,
@@ -119,7 +217,7 @@ def _fuse(model, subgraph, op, name, producers, readers, outputs, late):
             readers[source] -= 1
         target.inputs = list(target.inputs)
         if bias is not None:
-            index = _newconstant(model, subgraph, bias, b"/fused_bias")
+            index = _new_constant(model, subgraph, bias, b"/fused_bias")
             target.inputs = [int(target.inputs[0]), int(target.inputs[1]), index]
         # a tensor of its own for the new weights: others may read the old ones
         fused = schema.TensorT()
@@ -219,7 +317,7 @@ def _is_inline(model, subgraph, index: int) -> bool:
     return data is not None and len(data) > 0
 
 
-def _newconstant(model, subgraph, value: np.ndarray, suffix: bytes) -> int:
+def _new_constant(model, subgraph, value: np.ndarray, suffix: bytes) -> int:
     buffer = schema.BufferT()
     buffer.data = np.frombuffer(np.ascontiguousarray(value).tobytes(), np.uint8)
     model.buffers.append(buffer)

@@ -35,6 +35,7 @@ from onnx2tf_alt.tflite.bound_rewrites import (
     Unbindable,
     constant,
     fused_into_affine,
+    fused_into_following,
     reshapes_around_products,
     to_fully_connected,
 )
@@ -265,6 +266,7 @@ def _bind_subgraph(bound: Bound, subgraph, late: dict[int, Recipe], signatures) 
             to_fully_connected(model, subgraph, op, late)
         kept.append(op)
     kept = fused_into_affine(model, subgraph, kept, late)
+    kept = fused_into_following(model, subgraph, kept, late, bound.array)
     subgraph.operators = reshapes_around_products(model, subgraph, kept, late)
     for op in subgraph.operators:  # the weights that are read become constants
         for i in op.inputs:

@@ -77,6 +77,23 @@ def conv_like() -> tuple:
     return make_model(nodes, {"x": x}, ["y"], initializers), {"x": x}
 
 
+def scaled_input() -> tuple:
+    """A per-channel Mul, a scalar Mul and a scalar Add before a 1x1 Conv (TF's converter
+    computes the scalar ones into the filter and bias, not the per-channel one)."""
+    x = rng.standard_normal((2, 128, 5, 7)).astype(np.float32)
+    nodes = [
+        helper.make_node("Mul", ["x", "gamma"], ["g"]),
+        helper.make_node("Mul", ["g", "half"], ["m"]),
+        helper.make_node("Add", ["m", "beta"], ["a"]),
+        helper.make_node("Conv", ["a", "w", "b"], ["y"]),
+    ]
+    initializers = {"gamma": rng.uniform(0.5, 1.5, (1, 128, 1, 1)).astype(np.float32),
+                    "half": np.array(0.5, np.float32), "beta": np.array(0.25, np.float32),
+                    "w": _weights(128, 128, 1, 1),
+                    "b": rng.standard_normal(128).astype(np.float32)}
+    return make_model(nodes, {"x": x}, ["y"], initializers), {"x": x}
+
+
 def windowed() -> tuple:
     """A product between two Reshapes that keep its last axis (Swin's windows)."""
     x = rng.standard_normal((2, 49, 4, 16)).astype(np.float32)
@@ -103,8 +120,8 @@ def _run(converted, content: bytes | None = None, path: str | None = None, feeds
     return to_logical(converted, run_signature(interpreter, to_physical(converted, feeds)))
 
 
-@pytest.mark.parametrize("make", [decoder_like, conv_like, windowed],
-                         ids=["decoder", "conv", "windows"])
+@pytest.mark.parametrize("make", [decoder_like, conv_like, windowed, scaled_input],
+                         ids=["decoder", "conv", "windows", "scaled_input"])
 def test_bound_file_equals_the_converters_file(make):
     model, feeds = make()
     converted = check_model(model, feeds)  # through TF and the (bound) float32 TFLite
