@@ -22,16 +22,25 @@ LATE_PREFIX = "onnx2tf_alt_weight_"
 log = logging.getLogger("onnx2tf_alt")
 
 
-def signature_function(model, input_names):
+def signature_function(model, input_names, late: dict[str, object] | None = None):
     """A tf.function over a Keras model with dict outputs: inputs named `input_names` (in
-    model.inputs order), outputs named by the model's output keys."""
+    model.inputs order), outputs named by the model's output keys; with `late` ({input
+    name: ConstantWeights layer}) each of those layers' values is one more input."""
+    late = late or {}
     specs = [
         tf.TensorSpec(t.shape, t.dtype, name=name) for t, name in zip(model.inputs, input_names)
     ]
+    specs += [tf.TensorSpec(layer.value_shape, layer.value_dtype, name=name)
+              for name, layer in late.items()]
 
     @tf.function(input_signature=specs)
     def serve(*args):
-        outputs = model(list(args), training=False)
+        LATE_VALUES.update({id(layer): a for layer, a in zip(late.values(),
+                                                              args[len(input_names):])})
+        try:
+            outputs = model(list(args[:len(input_names)]), training=False)
+        finally:
+            LATE_VALUES.clear()
         return {name: tf.identity(value) for name, value in outputs.items()}
 
     return serve
@@ -68,21 +77,8 @@ def late_bound(result: BuildResult, select_tf_ops: bool = True) -> Bound | None:
         return None
     names = [f"{LATE_PREFIX}{i}" for i in range(len(result.model.inputs) + len(layers))]
     names = [n for n in names if n not in result.input_names.values()][:len(layers)]
-    model, input_names = result.model, list(result.input_names.values())
-    specs = [tf.TensorSpec(t.shape, t.dtype, name=name)
-             for t, name in zip(model.inputs, input_names)]
-    specs += [tf.TensorSpec(layer.value_shape, layer.value_dtype, name=name)
-              for layer, name in zip(layers, names)]
-
-    @tf.function(input_signature=specs)
-    def serve(*args):
-        LATE_VALUES.update({id(layer): a for layer, a in zip(layers, args[len(input_names):])})
-        try:
-            outputs = model(list(args[:len(input_names)]), training=False)
-        finally:
-            LATE_VALUES.clear()
-        return {name: tf.identity(value) for name, value in outputs.items()}
-
+    model = result.model
+    serve = signature_function(model, list(result.input_names.values()), dict(zip(names, layers)))
     holder = tf.Module()  # TF's converter saves it: the bound weights are not its own
     late_refs = {layer.value.ref() for layer in layers}
     holder.weights = [w for w in model.weights if w.ref() not in late_refs]
