@@ -79,6 +79,8 @@ def convert(
     disable_group_convolution: bool = False,
     replace_to_pseudo_operators: list[str] | None = None,
     target: str | None = None,
+    signatures: list[list[str]] | None = None,
+    kv_cache_capacity: int | None = None,
     command_line: list[str] | None = None,
 ):
     """Convert an ONNX model (path or ModelProto) and write its outputs; returns the Keras model.
@@ -140,11 +142,18 @@ def convert(
     and nothing is published; otherwise `<stem>_micro.json` gives its smallest tensor arena,
     flash size, largest tensors, ops and outputs against ai-edge-litert
     (export/micro.py, docs/micro.md).
+
+    `signatures` ([[name, 'input:D1,D2', ...], ...], --signature) writes .tflite files with
+    one signature per entry, built for those input shapes and sharing one copy of the
+    weights, and no saved_model (generative/signatures.py). `kv_cache_capacity`
+    (--kv_cache_capacity) gives a decoder's past key/value inputs that many positions and
+    makes its present outputs the step's new entries (passes/kv_cache.py, docs/generative.md).
     """
     call = {k: v for k, v in locals().items() if k not in ("onnx_graph", "command_line")}
     del output_signaturedefs  # always on
     configure_logging("error" if non_verbose else verbosity)
     check_batch_size(batch_size)
+    signature_specs = _signature_specs(signatures, locals())
     micro = _check_target(target)
     if micro:  # the forms TFLite Micro has kernels for (docs/micro.md), measured there
         replace_to_pseudo_operators = [*(replace_to_pseudo_operators or []), *MICRO_FORMS]
@@ -184,21 +193,43 @@ def convert(
         try:
             with phase("load"):
                 loaded = load_model(input_onnx_file_path, onnx_graph, allow_newer_opset)
-            converted = build_loaded(
-                loaded,
-                batch_size=batch_size,
-                overwrite_input_shape=overwrite_input_shape,
-                keep_ncw_or_nchw_or_ncdhw_input_names=keep_ncw_or_nchw_or_ncdhw_input_names,
-                keep_nwc_or_nhwc_or_ndhwc_input_names=keep_nwc_or_nhwc_or_ndhwc_input_names,
-                show_progress=not non_verbose,
-                input_names_to_interrupt_model_conversion=input_names_to_interrupt_model_conversion,
-                output_names_to_interrupt_model_conversion=output_names_to_interrupt_model_conversion,
-                options=options,
-            )
+            cache = []
+            if kv_cache_capacity is not None:
+                from onnx2tf_alt.passes.kv_cache import fixed_capacity
+
+                loaded, cache = fixed_capacity(loaded, kv_cache_capacity)
+
+            def build(model, shapes):
+                return build_loaded(
+                    model,
+                    batch_size=batch_size,
+                    overwrite_input_shape=shapes,
+                    keep_ncw_or_nchw_or_ncdhw_input_names=keep_ncw_or_nchw_or_ncdhw_input_names,
+                    keep_nwc_or_nhwc_or_ndhwc_input_names=keep_nwc_or_nhwc_or_ndhwc_input_names,
+                    show_progress=not non_verbose,
+                    input_names_to_interrupt_model_conversion=input_names_to_interrupt_model_conversion,
+                    output_names_to_interrupt_model_conversion=output_names_to_interrupt_model_conversion,
+                    options=options,
+                )
+
+            if signature_specs:
+                from onnx2tf_alt.generative.signatures import build_signatures
+
+                built = build_signatures(loaded, signature_specs, overwrite_input_shape, build)
+            else:
+                converted = build(loaded, overwrite_input_shape)
         except ConversionError as error:
             report_failures(error, folder, Manifest.for_failure_report(sources, command),
                             custom_inputs)
             raise
+        if signature_specs:
+            from onnx2tf_alt.generative.signatures import write_signature_files
+
+            with folder.staging() as stage:
+                written = write_signature_files(built, stage, stem, dynamic_range, cache)
+                folder.publish(stage, Manifest.for_conversion(stem, sources, command))
+            log.info("wrote %s to %s", ", ".join(written), folder.path)
+            return next(iter(built.values())).result.model
         if micro:
             from onnx2tf_alt.export.micro import refuse_dynamic_inputs
 
@@ -250,6 +281,30 @@ def convert(
     finally:  # the temporary weight files of this conversion (ir/weights.spill)
         for path in set(ir_weights.SPILLED) - spilled_before:
             ir_weights.remove_spilled_file(path)
+
+
+def _signature_specs(signatures: list[list[str]] | None, call: dict) -> dict[str, list[str]]:
+    """--signature's parsed specs; InputError when combined with an output that does not
+    have several signatures yet."""
+    if not signatures:
+        return {}
+    from onnx2tf_alt.generative.signatures import parse_signatures
+
+    specs = parse_signatures(signatures)
+    refused = [flag for flag, key in (
+        ("-oh5", "output_h5"), ("-okv3", "output_keras_v3"),
+        ("-oiqt", "output_integer_quantized_tflite"), ("--target", "target"),
+        ("-coion", "copy_onnx_input_output_names_to_tflite"),
+        ("-coto", "check_onnx_tf_outputs_elementwise_close"),
+        ("-cotof", "check_onnx_tf_outputs_elementwise_close_full"),
+        ("-inimc", "input_names_to_interrupt_model_conversion"),
+        ("-onimc", "output_names_to_interrupt_model_conversion")) if call.get(key)]
+    if refused or not call.get("output_tflite", True):
+        raise InputError(
+            f"--signature writes the float32, float16 and (-odrqt) dynamic-range .tflite "
+            f"files only; it cannot be combined with {', '.join(refused) or 'output_tflite=False'} "
+            "yet: convert once per input shape for those outputs.")
+    return specs
 
 
 def _write_quantized(converted: Converted, stage: str, stem: str, quant_plan, builtin_only: bool,

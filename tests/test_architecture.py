@@ -7,6 +7,7 @@ layers, each importing only from the layers below it.
     check        the accuracy check; export: the files a conversion writes (never each other)
     calibration  calibration samples and activation-range methods
     quant        the quantized files and their check
+    generative   several signatures in one file, for decoders with a KV cache
     front        what users run: api, conversion, cli/, batching/
 
 Inside core, rooms in their own order: the base modules at the package root (errors,
@@ -24,7 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 FRONT = {"onnx2tf_alt", "onnx2tf_alt.__main__", "onnx2tf_alt.api", "onnx2tf_alt.conversion"}
 FRONT_PACKAGES = ("cli", "batching")
 LAYERS = {"core": 0, "ops": 1, "check": 2, "export": 2, "calibration": 3, "quant": 4,
-          "front": 5}
+          "generative": 5, "front": 6}
 
 
 def module_files() -> dict[str, pathlib.Path]:
@@ -68,7 +69,7 @@ def group_of(module: str) -> str:
         return "front"
     if parts[0] == "calibration":
         return "calibration"
-    if len(parts) > 1 and parts[1] in ("ops", "check", "export", "quant"):
+    if len(parts) > 1 and parts[1] in ("ops", "check", "export", "quant", "generative"):
         return parts[1]
     return "core"
 

@@ -67,6 +67,27 @@ def _shape_and_layout_flags(p: argparse.ArgumentParser) -> None:
         help="fix input shapes, e.g. -ois input:1,3,224,224 mask:1,224",
     )
     p.add_argument(
+        "--signature",
+        dest="signatures",
+        nargs="+",
+        action="append",
+        metavar="NAME_THEN_NAME:D1,D2,...",
+        help="repeatable: one signature of the .tflite files, named by its first word, with "
+        "the input shapes that follow (as -ois; dims of the same symbol, or a sum of "
+        "symbols, follow), e.g. --signature prefill input_ids:1,64 --signature decode "
+        "input_ids:1,1. The signatures share one copy of the weights; only .tflite files "
+        "are written (docs/generative.md)",
+    )
+    p.add_argument(
+        "--kv_cache_capacity",
+        type=int,
+        metavar="N",
+        help="a decoder's past key/value inputs hold N positions (filled ones marked 1 in "
+        "its attention mask, which then spans N + sequence) and its present outputs "
+        "return only the step's new entries, to be written into the cache at its "
+        "position: the same shapes every step (docs/generative.md)",
+    )
+    p.add_argument(
         "-k",
         "--keep_ncw_or_nchw_or_ncdhw_input_names",
         nargs="+",

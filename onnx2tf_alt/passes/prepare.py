@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import logging
 from collections.abc import Callable
 
@@ -101,8 +102,40 @@ def set_input_shapes(
             dims[0].dim_value = batch_size
     for info in inputs:
         for dim in info.type.tensor_type.shape.dim:
-            if dim.HasField("dim_param") and dim.dim_param in symbols:
-                dim.dim_value = symbols[dim.dim_param]
+            if dim.HasField("dim_param"):
+                value = symbol_value(dim.dim_param, symbols)
+                if value is not None:
+                    dim.dim_value = value
+
+
+def symbol_value(expression: str, symbols: dict[str, int]) -> int | None:
+    """The value of a symbolic dim given the fixed `symbols`: a symbol, or a sum, difference
+    or product of symbols and integers (`past_sequence + sequence`, `s0 + 1`); None when a
+    symbol in it is not fixed or it is anything else."""
+    if expression in symbols:
+        return symbols[expression]
+    try:
+        tree = ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return None
+
+    def value(node) -> int | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            return symbols.get(node.id)
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+            left, right = value(node.left), value(node.right)
+            return None if left is None or right is None else _ARITHMETIC[type(node.op)](
+                left, right)
+        return None
+
+    found = value(tree)
+    return found if found is not None and found > 0 else None
+
+
+_ARITHMETIC = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+               ast.Mult: lambda a, b: a * b}
 
 
 # (op_type, domain, opset) -> the handler's `infer(node, input types)` for ops ONNX shape

@@ -22,10 +22,12 @@ LATE_PREFIX = "onnx2tf_alt_weight_"
 log = logging.getLogger("onnx2tf_alt")
 
 
-def signature_function(model, input_names, late: dict[str, object] | None = None):
+def signature_function(model, input_names, late: dict[str, object] | None = None,
+                       name: str = "serve"):
     """A tf.function over a Keras model with dict outputs: inputs named `input_names` (in
     model.inputs order), outputs named by the model's output keys; with `late` ({input
-    name: ConstantWeights layer}) each of those layers' values is one more input."""
+    name: ConstantWeights layer}) each of those layers' values is one more input. `name` is
+    the signature key TF's converter gives it when it converts several functions."""
     late = late or {}
     specs = [
         tf.TensorSpec(t.shape, t.dtype, name=name) for t, name in zip(model.inputs, input_names)
@@ -33,7 +35,6 @@ def signature_function(model, input_names, late: dict[str, object] | None = None
     specs += [tf.TensorSpec(layer.value_shape, layer.value_dtype, name=name)
               for name, layer in late.items()]
 
-    @tf.function(input_signature=specs)
     def serve(*args):
         LATE_VALUES.update({id(layer): a for layer, a in zip(late.values(),
                                                               args[len(input_names):])})
@@ -43,7 +44,8 @@ def signature_function(model, input_names, late: dict[str, object] | None = None
             LATE_VALUES.clear()
         return {name: tf.identity(value) for name, value in outputs.items()}
 
-    return serve
+    serve.__name__ = name
+    return tf.function(serve, input_signature=specs)
 
 
 def serving_function(result: BuildResult):
@@ -72,20 +74,34 @@ def late_bound(result: BuildResult, select_tf_ops: bool = True) -> Bound | None:
     """The float32 .tflite with its large weights bound after conversion
     (tflite/late_weights.py), or None where that does not apply: no large weight, or an op
     on weights alone that late_weights.py does not compute (said at -v info)."""
-    layers = late_layers(result.model)
-    if not layers:
-        return None
-    names = [f"{LATE_PREFIX}{i}" for i in range(len(result.model.inputs) + len(layers))]
-    names = [n for n in names if n not in result.input_names.values()][:len(layers)]
-    model = result.model
-    serve = signature_function(model, list(result.input_names.values()), dict(zip(names, layers)))
+    return late_bound_signatures({SIGNATURE: result}, select_tf_ops)
+
+
+def late_bound_signatures(results: dict[str, BuildResult],
+                          select_tf_ops: bool = True) -> Bound | None:
+    """`late_bound` for one file with a signature per entry of `results` ({signature key:
+    the model built for its input shapes}): a weight equal in several of them is one input
+    name, so one buffer (late_weights.Bound.buffer_of) serves every signature."""
+    sources: dict[str, tuple] = {}
+    by_content: dict[tuple, list[str]] = {}
+    functions, kept_weights = [], []
     holder = tf.Module()  # TF's converter saves it: the bound weights are not its own
-    late_refs = {layer.value.ref() for layer in layers}
-    holder.weights = [w for w in model.weights if w.ref() not in late_refs]
-    holder.serve = serve
-    content = _converted(holder.serve.get_concrete_function(), holder, False, select_tf_ops)
-    sources = {name: (layer.value_shape, layer.value_dtype, _reader(layer.value))
-               for layer, name in zip(layers, names)}
+    for key, result in results.items():
+        layers = late_layers(result.model)
+        if not layers:
+            return None
+        inputs = list(result.input_names.values())
+        late: dict[str, object] = {}
+        for layer in layers:
+            name = _shared_name(layer, sources, by_content, set(late) | set(inputs))
+            late[name] = layer
+        late_refs = {layer.value.ref() for layer in layers}
+        kept_weights += [w for w in result.model.weights if w.ref() not in late_refs]
+        serve = signature_function(result.model, inputs, late, name=key)
+        setattr(holder, f"signature_{len(functions)}", serve)
+        functions.append(serve.get_concrete_function())
+    holder.weights = kept_weights
+    content = _converted(functions, holder, False, select_tf_ops)
     try:
         bound = bind(content, sources)
     except Unbindable as exc:
@@ -93,6 +109,37 @@ def late_bound(result: BuildResult, select_tf_ops: bool = True) -> Bound | None:
         return None
     fold_runtime_biases_model(bound.model)
     return bound
+
+
+def signatures_bytes(results: dict[str, BuildResult], select_tf_ops: bool = True) -> bytes:
+    """One .tflite with a signature per entry of `results`, converted by TF's converter with
+    the weights in it (each signature its own copy): for models with no weight large
+    enough to bind (late_bound_signatures)."""
+    holder = tf.Module()
+    holder.weights = [w for result in results.values() for w in result.model.weights]
+    functions = []
+    for key, result in results.items():
+        serve = signature_function(result.model, list(result.input_names.values()), name=key)
+        setattr(holder, f"signature_{len(functions)}", serve)
+        functions.append(serve.get_concrete_function())
+    return fold_runtime_biases(_converted(functions, holder, False, select_tf_ops))
+
+
+def _shared_name(layer, sources: dict, by_content: dict, taken: set[str]) -> str:
+    """The input name of `layer`'s value: that of an equal weight seen before (in another
+    signature) unless `taken`, else a new one recorded in `sources` / `by_content`."""
+    read = _reader(layer.value)
+    value = read()
+    sample = value.reshape(-1)[:: max(1, value.size // 4096)]
+    key = (value.shape, value.dtype.str, sample.tobytes())
+    for name in by_content.get(key, []):
+        if name not in taken and np.array_equal(sources[name][2](), value):
+            return name
+    name = next(f"{LATE_PREFIX}{k}" for k in range(len(sources) + len(taken) + 1)
+                if f"{LATE_PREFIX}{k}" not in sources and f"{LATE_PREFIX}{k}" not in taken)
+    sources[name] = (layer.value_shape, layer.value_dtype, read)
+    by_content.setdefault(key, []).append(name)
+    return name
 
 
 def _reader(variable):
@@ -146,14 +193,15 @@ def _tflite_bytes(result: BuildResult, float16: bool, select_tf_ops: bool,
 
 
 def _converted(source, holder, float16: bool, select_tf_ops: bool) -> bytes:
-    """TF's converter on a saved_model folder (`source`, `holder` None) or a concrete
-    function of `holder`: builtins only, else with Select TF ops (a warning) unless
-    `select_tf_ops` is False."""
+    """TF's converter on a saved_model folder (`source`, `holder` None) or concrete
+    functions of `holder` (one, or a list: a signature each): builtins only, else with
+    Select TF ops (a warning) unless `select_tf_ops` is False."""
     def converter(select_tf_ops: bool):
         if holder is None:
             conv = tf.lite.TFLiteConverter.from_saved_model(source, [SIGNATURE])
         else:
-            conv = tf.lite.TFLiteConverter.from_concrete_functions([source], holder)
+            functions = source if isinstance(source, list) else [source]
+            conv = tf.lite.TFLiteConverter.from_concrete_functions(functions, holder)
         ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         if select_tf_ops:
             ops.append(tf.lite.OpsSet.SELECT_TF_OPS)

@@ -1,0 +1,124 @@
+"""A small decoder with a KV cache, built with onnx.helper, in the form transformers exports:
+inputs `input_ids` [batch, sequence], `attention_mask` [batch, past + sequence],
+`position_ids` [batch, sequence] and per layer `past.{i}.key` / `.value` [batch, heads,
+past, head]; outputs `logits` and `present.{i}.key` / `.value` = Concat(past, new) on the
+sequence axis. Attention is causal over the concatenated positions (query i at past + i)
+and masked by `attention_mask`; positions enter through a learned table."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+VOCAB, WIDTH, HEADS, HEAD, LAYERS, POSITIONS = 512, 32, 2, 16, 2, 64
+
+
+def decoder_model(seed: int = 0) -> onnx.ModelProto:
+    rng = np.random.default_rng(seed)
+    weights = {"embed": rng.normal(0, 1, (VOCAB, WIDTH)),
+               "positions": rng.normal(0, 0.5, (POSITIONS, WIDTH)),
+               "lm_head": rng.normal(0, 0.3, (WIDTH, VOCAB))}
+    nodes = [
+        helper.make_node("Gather", ["embed", "input_ids"], ["tokens"]),
+        helper.make_node("Gather", ["positions", "position_ids"], ["placed"]),
+        helper.make_node("Add", ["tokens", "placed"], ["h0"]),
+        # the causal and padding mask over past + sequence positions
+        helper.make_node("Shape", ["input_ids"], ["ids_shape"]),
+        helper.make_node("Gather", ["ids_shape", "one"], ["sequence"], axis=0),
+        helper.make_node("Shape", ["attention_mask"], ["mask_shape"]),
+        helper.make_node("Gather", ["mask_shape", "one"], ["total"], axis=0),
+        helper.make_node("Sub", ["total", "sequence"], ["past_length"]),
+        helper.make_node("Range", ["zero", "total", "one"], ["key_at"]),
+        helper.make_node("Range", ["zero", "sequence", "one"], ["query_index"]),
+        helper.make_node("Add", ["query_index", "past_length"], ["query_at"]),
+        helper.make_node("Unsqueeze", ["query_at", "axis_1"], ["query_column"]),
+        helper.make_node("LessOrEqual", ["key_at", "query_column"], ["causal"]),
+        helper.make_node("Cast", ["attention_mask"], ["filled"], to=TensorProto.BOOL),
+        helper.make_node("Unsqueeze", ["filled", "axes_1_2"], ["filled_4d"]),
+        helper.make_node("And", ["causal", "filled_4d"], ["allowed"]),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
+        helper.make_tensor_value_info("attention_mask", TensorProto.INT64,
+                                      ["batch", "past_sequence + sequence"]),
+        helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "sequence"]),
+    ]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT,
+                                             ["batch", "sequence", VOCAB])]
+    hidden = "h0"
+    for layer in range(LAYERS):
+        p = f"l{layer}_"
+        for name in ("q", "k", "v", "o"):
+            weights[p + name] = rng.normal(0, WIDTH ** -0.5, (WIDTH, HEADS * HEAD))
+        weights[p + "o"] = weights[p + "o"].T.copy()
+        for kind in ("key", "value"):
+            past = f"past.{layer}.{kind}"
+            inputs.append(helper.make_tensor_value_info(
+                past, TensorProto.FLOAT, ["batch", HEADS, "past_sequence", HEAD]))
+            outputs.append(helper.make_tensor_value_info(
+                f"present.{layer}.{kind}", TensorProto.FLOAT,
+                ["batch", HEADS, "past_sequence + sequence", HEAD]))
+        for name in ("q", "k", "v"):
+            nodes += [
+                helper.make_node("MatMul", [hidden, p + name], [p + name + "_flat"]),
+                helper.make_node("Reshape", [p + name + "_flat", "split_heads"],
+                                 [p + name + "_heads"]),
+                helper.make_node("Transpose", [p + name + "_heads"], [p + name + "_new"],
+                                 perm=[0, 2, 1, 3]),
+            ]
+        nodes += [
+            helper.make_node("Concat", [f"past.{layer}.key", p + "k_new"],
+                             [f"present.{layer}.key"], axis=2),
+            helper.make_node("Concat", [f"past.{layer}.value", p + "v_new"],
+                             [f"present.{layer}.value"], axis=-2),
+            helper.make_node("Transpose", [f"present.{layer}.key"], [p + "kt"],
+                             perm=[0, 1, 3, 2]),
+            helper.make_node("MatMul", [p + "q_new", p + "kt"], [p + "raw"]),
+            helper.make_node("Mul", [p + "raw", "scale"], [p + "scores"]),
+            helper.make_node("Where", ["allowed", p + "scores", "masked"], [p + "kept"]),
+            helper.make_node("Softmax", [p + "kept"], [p + "weights"], axis=-1),
+            helper.make_node("MatMul", [p + "weights", f"present.{layer}.value"], [p + "mixed"]),
+            helper.make_node("Transpose", [p + "mixed"], [p + "mixed_t"], perm=[0, 2, 1, 3]),
+            helper.make_node("Reshape", [p + "mixed_t", "merge_heads"], [p + "merged"]),
+            helper.make_node("MatMul", [p + "merged", p + "o"], [p + "attended"]),
+            helper.make_node("Add", [hidden, p + "attended"], [p + "out"]),
+        ]
+        hidden = p + "out"
+    nodes.append(helper.make_node("MatMul", [hidden, "lm_head"], ["logits"]))
+    constants = [
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+        numpy_helper.from_array(np.array([1], np.int64), "axis_1"),
+        numpy_helper.from_array(np.array([1, 2], np.int64), "axes_1_2"),
+        numpy_helper.from_array(np.array([0, 0, HEADS, HEAD], np.int64), "split_heads"),
+        numpy_helper.from_array(np.array([0, 0, HEADS * HEAD], np.int64), "merge_heads"),
+        numpy_helper.from_array(np.array(HEAD ** -0.5, np.float32), "scale"),
+        numpy_helper.from_array(np.array(-1e9, np.float32), "masked"),
+    ]
+    initializers = [numpy_helper.from_array(w.astype(np.float32), name)
+                    for name, w in weights.items()]
+    graph = helper.make_graph(nodes, "decoder", inputs, outputs, initializers + constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def growing_steps(session, prompt: np.ndarray, new: int) -> tuple[list, list[np.ndarray]]:
+    """Greedy decoding with the original model in onnxruntime (the past grows by
+    concatenation): the tokens and each step's last logits, [batch, vocab]."""
+    batch = len(prompt)
+    past = {f"past.{i}.{k}": np.zeros((batch, HEADS, 0, HEAD), np.float32)
+            for i in range(LAYERS) for k in ("key", "value")}
+    ids, start, tokens, logits = prompt, 0, [], []
+    for _ in range(new):
+        length = start + ids.shape[1]
+        feeds = {"input_ids": ids, "attention_mask": np.ones((batch, length), np.int64),
+                 "position_ids": np.tile(np.arange(start, length), (batch, 1)), **past}
+        out = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+        past = {name: out[name.replace("past", "present")] for name in past}
+        logits.append(out["logits"][:, -1])
+        ids, start = logits[-1].argmax(-1)[:, None].astype(np.int64), length
+        tokens.append(ids[:, 0])
+    return tokens, logits

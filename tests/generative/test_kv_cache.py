@@ -1,0 +1,171 @@
+"""--kv_cache_capacity and --signature (issue 30): a decoder's growing KV cache as a cache of
+fixed capacity, and one .tflite with `prefill` and `decode` signatures sharing the weights,
+checked step by step against onnxruntime on the original model (the past growing by
+concatenation)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from kv_decoder import HEAD, HEADS, LAYERS, decoder_model, growing_steps
+
+from onnx2tf_alt.errors import InputError
+from onnx2tf_alt.passes.kv_cache import ALL_SUFFIX, fixed_capacity
+
+from harness import assert_close
+
+CAPACITY, PROMPT, NEW, BATCH = 16, 5, 6, 2
+PAST = [f"past.{i}.{k}" for i in range(LAYERS) for k in ("key", "value")]
+
+
+def cached_steps(run, prompt: np.ndarray, new: int, capacity: int = CAPACITY):
+    """Greedy decoding with a fixed-capacity cache: `run(signature, feeds)` returns a dict of
+    outputs; the new entries of each step are written into the cache at its position."""
+    batch = len(prompt)
+    cache = {name: np.zeros((batch, HEADS, capacity, HEAD), np.float32) for name in PAST}
+    ids, start, tokens, logits = prompt, 0, [], []
+    for step in range(new):
+        length = ids.shape[1]
+        mask = np.zeros((batch, capacity + length), np.int64)
+        mask[:, :start] = 1
+        mask[:, capacity:] = 1
+        feeds = {"input_ids": ids, "attention_mask": mask,
+                 "position_ids": np.tile(np.arange(start, start + length), (batch, 1)),
+                 **cache}
+        out = run("prefill" if step == 0 else "decode", feeds)
+        for name in PAST:
+            cache[name][:, :, start:start + length] = out[name.replace("past", "present")]
+        logits.append(out["logits"][:, -1])
+        ids, start = logits[-1].argmax(-1)[:, None].astype(np.int64), start + length
+        tokens.append(ids[:, 0])
+    return tokens, logits
+
+
+@pytest.fixture(scope="module")
+def reference():
+    model = decoder_model()
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    prompt = np.random.default_rng(1).integers(0, 512, (BATCH, PROMPT)).astype(np.int64)
+    return model, prompt, growing_steps(session, prompt, NEW)
+
+
+def test_the_rewrite_finds_each_past_and_present_and_fixes_the_shapes(reference):
+    model, _, _ = reference
+    rewritten, entries = fixed_capacity(_copy(model), CAPACITY)
+    assert [(e.past, e.present, e.axis, e.symbol) for e in entries] == [
+        (name, name.replace("past", "present"), 2, "past_sequence") for name in PAST]
+    dims = {i.name: [d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim]
+            for i in rewritten.graph.input}
+    assert dims["past.0.key"] == ["batch", HEADS, CAPACITY, HEAD]
+    assert dims["attention_mask"] == ["batch", f"{CAPACITY} + sequence"]
+    concat_outputs = {n.output[0] for n in rewritten.graph.node if n.op_type == "Concat"}
+    assert concat_outputs == {e.present + ALL_SUFFIX for e in entries}
+
+
+def test_the_fixed_capacity_model_decodes_as_the_growing_one_in_onnxruntime(reference):
+    model, prompt, (tokens, logits) = reference
+    rewritten, _ = fixed_capacity(_copy(model), CAPACITY)
+    session = ort.InferenceSession(rewritten.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+
+    def run(_, feeds):
+        return dict(zip(names, session.run(None, feeds)))
+
+    got_tokens, got_logits = cached_steps(run, prompt, NEW)
+    np.testing.assert_array_equal(np.array(got_tokens), np.array(tokens))
+    for step, (got, want) in enumerate(zip(got_logits, logits)):
+        assert_close(got, want, 1e-5, f"step {step}")
+
+
+def test_a_model_without_a_cache_is_refused_with_the_reason():
+    model = decoder_model()
+    for output in list(model.graph.output)[1:]:
+        model.graph.output.remove(output)
+    with pytest.raises(InputError, match="no KV cache"):
+        fixed_capacity(model, CAPACITY)
+
+
+@pytest.fixture(scope="module")
+def converted(reference, tmp_path_factory):
+    from onnx2tf_alt import convert
+
+    model, _, _ = reference
+    folder = tmp_path_factory.mktemp("kv_cache")
+    source = str(folder / "decoder.onnx")
+    onnx.save(model, source)
+    convert(source, output_folder_path=str(folder / "out"), kv_cache_capacity=CAPACITY,
+            signatures=[["prefill", f"input_ids:{BATCH},{PROMPT}"],
+                        ["decode", f"input_ids:{BATCH},1"]],
+            output_dynamic_range_quantized_tflite=True, non_verbose=True)
+    return folder / "out"
+
+
+@pytest.mark.parametrize("suffix", ["float32", "float16", "dynamic_range_quant"])
+def test_one_tflite_with_prefill_and_decode_decodes_as_onnxruntime(reference, converted,
+                                                                  suffix):
+    from ai_edge_litert.interpreter import Interpreter
+
+    _, prompt, (tokens, logits) = reference
+    interpreter = Interpreter(model_path=str(converted / f"decoder_{suffix}.tflite"))
+    assert sorted(interpreter.get_signature_list()) == ["decode", "prefill"]
+    runners = {name: interpreter.get_signature_runner(name) for name in ("prefill", "decode")}
+    layout = json.loads((converted / "decoder_io_layout.json").read_text())["signatures"]
+
+    def run(name, feeds):  # the .tflite names and dtypes from the io_layout.json
+        runner, entries = runners[name], layout[name]
+        kinds = {k: d["dtype"] for k, d in runner.get_input_details().items()}
+        names = {e["onnx_name"]: e["tflite_name"] for e in entries["inputs"]}
+        out = runner(**{names[k]: v.astype(kinds[names[k]]) for k, v in feeds.items()})
+        return {e["onnx_name"]: out[e["tflite_name"]] for e in entries["outputs"]}
+
+    got_tokens, got_logits = cached_steps(run, prompt, NEW)
+    if suffix == "dynamic_range_quant":  # int8 weights: the logits stay close
+        for got, want in zip(got_logits, logits):
+            cosine = (got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want)
+            assert cosine > 0.99
+        return
+    np.testing.assert_array_equal(np.array(got_tokens), np.array(tokens))
+    tolerance = 1e-5 if suffix == "float32" else 2e-2
+    for step, (got, want) in enumerate(zip(got_logits, logits)):
+        assert_close(got, want, tolerance, f"{suffix} step {step}")
+
+
+def test_the_signatures_share_one_copy_of_the_weights(reference, converted):
+    model, _, _ = reference
+    weight_bytes = sum(i.raw_data.__len__() for i in model.graph.initializer)
+    size = os.path.getsize(converted / "decoder_float32.tflite")
+    assert weight_bytes < size < 1.1 * weight_bytes + 64 * 1024
+    layout = json.loads((converted / "decoder_io_layout.json").read_text())
+    assert sorted(layout["signatures"]) == ["decode", "prefill"]
+    decode = {e["onnx_name"]: e for e in layout["signatures"]["decode"]["inputs"]}
+    assert decode["past.0.key"]["shape"] == [BATCH, HEADS, CAPACITY, HEAD]
+    assert decode["attention_mask"]["shape"] == [BATCH, CAPACITY + 1]
+    assert [e["past"] for e in layout["kv_cache"]] == PAST
+    assert not (converted / "saved_model.pb").exists()
+
+
+def test_signature_shapes_that_leave_a_dim_open_are_refused(reference, tmp_path):
+    from onnx2tf_alt import convert
+
+    model, _, _ = reference
+    source = str(tmp_path / "decoder.onnx")
+    onnx.save(model, source)
+    with pytest.raises(InputError, match="leave input dims open"):
+        convert(source, output_folder_path=str(tmp_path / "out"),
+                signatures=[["decode", "input_ids:1,1"]], non_verbose=True)
+    with pytest.raises(InputError, match="cannot be combined with -oh5"):
+        convert(source, output_folder_path=str(tmp_path / "out"), output_h5=True,
+                signatures=[["decode", "input_ids:1,1"]], non_verbose=True)
+    assert not (tmp_path / "out").exists()
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
