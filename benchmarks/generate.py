@@ -1,24 +1,31 @@
 """Greedy decoding with a converted decoder against onnxruntime on the same ONNX: tokens,
-per-step logits agreement and tokens/s, side by side in one run.
+per-step logits agreement, prefill time and decode tokens/s, side by side in one run.
 
     python benchmarks/generate.py MODEL.onnx FILE.tflite [FILE.tflite ...]
-        [--prompt 8] [--new 32] [--threads 1 2] [--seed 0]
+        [--prompt 16] [--new 32] [--threads 1 2] [--seed 0]
 
-MODEL.onnx is a decoder with one input of token ids [1, sequence] (sequence symbolic) and
-logits [1, sequence, vocab] first among its outputs, e.g. benchmarks/export_llama.py's.
-Each .tflite is a conversion of it (float32, float16, dynamic range). No tokenizer: a
-random prompt of --prompt token ids, then --new greedy tokens. There is no KV cache yet
-(issue 30): every step runs the whole sequence again, on both sides alike.
+Two kinds of decoder, told apart by their inputs:
+- with a KV cache: MODEL.onnx takes `input_ids`, `attention_mask`, `position_ids` and
+  `past...` inputs and returns `logits` and `present...` (benchmarks/export_decoder_kv.py);
+  onnxruntime runs it with the past growing by concatenation, as exported. Each .tflite is
+  its conversion with `--kv_cache_capacity N --signature prefill input_ids:1,P --signature
+  decode input_ids:1,1`: the prompt (P = --prompt tokens) goes through `prefill`, each new
+  token through `decode`, and every step's new keys/values are written into the cache at
+  its position (names and shapes from the `<stem>_io_layout.json` beside the file);
+- without: one input of token ids [1, sequence] (benchmarks/export_llama.py); every step
+  runs the whole sequence again, on both sides alike.
 
-Per file it prints the tokens that differ from onnxruntime's (first position and count),
-the logits cosine per step against onnxruntime's on the same prefix (onnxruntime's tokens
-fed to both, so one early difference does not shift every later step), and tokens/s at
-each thread count for the file and for onnxruntime, measured interleaved.
+No tokenizer: a random prompt of --prompt token ids, then --new greedy tokens. Per file: how
+many tokens are onnxruntime's, the logits cosine per step on onnxruntime's tokens (fed to
+both, so one early difference does not shift every later step), and at each thread count
+the prefill time and decode tokens/s of the file and of onnxruntime, interleaved.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import time
 
 import numpy as np
@@ -31,58 +38,148 @@ class OnnxDecoder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        self.name = self.session.get_inputs()[0].name
+        self.inputs = {i.name: i for i in self.session.get_inputs()}
+        self.outputs = [o.name for o in self.session.get_outputs()]
+        self.cached = any(n.startswith("past") for n in self.inputs)
 
-    def logits(self, ids: np.ndarray) -> np.ndarray:
-        return self.session.run(None, {self.name: ids[None].astype(np.int64)})[0][0, -1]
+    def start(self, prompt: np.ndarray) -> np.ndarray:
+        if not self.cached:
+            self.ids = list(prompt)
+            return self.step(None)
+        self.past = {name: np.zeros([1, *[d if isinstance(d, int) else 0 for d in i.shape[1:]]],
+                                    np.float32)
+                     for name, i in self.inputs.items() if name.startswith("past")}
+        self.length = 0
+        return self._run(prompt)
+
+    def step(self, token: int | None) -> np.ndarray:
+        if not self.cached:
+            if token is not None:
+                self.ids.append(token)
+            ids = np.array(self.ids, np.int64)[None]
+            return self.session.run(None, {next(iter(self.inputs)): ids})[0][0, -1]
+        return self._run(np.array([token]))
+
+    def _run(self, ids: np.ndarray) -> np.ndarray:
+        total = self.length + len(ids)
+        feeds = {"input_ids": ids[None].astype(np.int64),
+                 "attention_mask": np.ones((1, total), np.int64),
+                 "position_ids": np.arange(self.length, total, dtype=np.int64)[None], **self.past}
+        out = dict(zip(self.outputs, self.session.run(None, feeds)))
+        self.past = {name: out["present" + name[name.index("."):]] for name in self.past}
+        self.length = total
+        return out["logits"][0, -1]
 
 
 class TfliteDecoder:
+    """A converted decoder: with `prefill` / `decode` signatures and a fixed-capacity cache,
+    or one signature run on the whole sequence each step."""
+
     def __init__(self, path: str, threads: int):
         from ai_edge_litert.interpreter import Interpreter
 
         self.interpreter = Interpreter(model_path=path, num_threads=threads)
-        detail = self.interpreter.get_input_details()[0]
-        self.index, self.dtype = detail["index"], detail["dtype"]
-        outputs = self.interpreter.get_output_details()
-        self.output = max(outputs, key=lambda d: int(np.prod(d["shape_signature"].clip(1))))
-        self.length = None
+        self.cached = "decode" in self.interpreter.get_signature_list()
+        if self.cached:
+            stem = os.path.basename(path).rsplit("_", 1)[0]
+            stem = stem.removesuffix("_dynamic_range")
+            with open(os.path.join(os.path.dirname(path), f"{stem}_io_layout.json")) as f:
+                layout = json.load(f)
+            self.signatures = {name: _Signature(self.interpreter, name, layout["signatures"][name])
+                               for name in ("prefill", "decode")}
+            self.axis = {e["past"]: e["axis"] for e in layout["kv_cache"]}
+        else:
+            detail = self.interpreter.get_input_details()[0]
+            self.index, self.dtype = detail["index"], detail["dtype"]
+            outputs = self.interpreter.get_output_details()
+            self.output = max(outputs, key=lambda d: int(np.prod(d["shape_signature"].clip(1))))
 
-    def logits(self, ids: np.ndarray) -> np.ndarray:
-        if self.length != len(ids):  # one token more each step: new shapes
-            self.interpreter.resize_tensor_input(self.index, [1, len(ids)])
-            self.interpreter.allocate_tensors()
-            self.length = len(ids)
-        self.interpreter.set_tensor(self.index, ids[None].astype(self.dtype))
+    def start(self, prompt: np.ndarray) -> np.ndarray:
+        if not self.cached:
+            self.ids = list(prompt)
+            return self.step(None)
+        prefill = self.signatures["prefill"]
+        self.capacity = prefill.shapes["attention_mask"][1] - prefill.shapes["input_ids"][1]
+        if len(prompt) != prefill.shapes["input_ids"][1]:
+            raise SystemExit(f"the prefill signature takes {prefill.shapes['input_ids'][1]} "
+                             f"tokens: run with --prompt {prefill.shapes['input_ids'][1]}")
+        self.cache = {name: np.zeros(prefill.shapes[name], np.float32) for name in self.axis}
+        self.length = 0
+        return self._run(prefill, prompt)
+
+    def step(self, token: int | None) -> np.ndarray:
+        if self.cached:
+            return self._run(self.signatures["decode"], np.array([token]))
+        if token is not None:
+            self.ids.append(token)
+        self.interpreter.resize_tensor_input(self.index, [1, len(self.ids)])
+        self.interpreter.allocate_tensors()
+        self.interpreter.set_tensor(self.index, np.array(self.ids, self.dtype)[None])
         self.interpreter.invoke()
         return self.interpreter.get_tensor(self.output["index"])[0, -1]
 
+    def _run(self, signature, ids: np.ndarray) -> np.ndarray:
+        start, end = self.length, self.length + len(ids)
+        if end > self.capacity:
+            raise SystemExit(f"the cache holds {self.capacity} positions: fewer --new tokens")
+        mask = np.zeros((1, self.capacity + len(ids)), np.int64)
+        mask[0, :start] = 1
+        mask[0, self.capacity:] = 1
+        out = signature.run({"input_ids": ids[None], "attention_mask": mask,
+                             "position_ids": np.arange(start, end)[None], **self.cache})
+        for name, axis in self.axis.items():
+            where = [slice(None)] * self.cache[name].ndim
+            where[axis] = slice(start, end)
+            self.cache[name][tuple(where)] = out["present" + name[name.index("."):]]
+        self.length = end
+        return out["logits"][0, -1]
 
-def greedy(decoder, prompt: np.ndarray, new: int) -> tuple[list[int], float]:
-    """`new` greedy tokens after `prompt`, and the seconds they took."""
-    ids = list(prompt)
+
+class _Signature:
+    """One signature run through the interpreter's tensors (allocated once, no resizing)."""
+
+    def __init__(self, interpreter, name: str, layout: dict):
+        self.wrapper = interpreter._interpreter
+        runner = interpreter.get_signature_runner(name)
+        details = runner.get_input_details()
+        self.subgraph = runner._subgraph_index
+        self.inputs = {e["onnx_name"]: (details[e["tflite_name"]]["index"],
+                                        details[e["tflite_name"]]["dtype"])
+                       for e in layout["inputs"]}
+        self.shapes = {e["onnx_name"]: e["shape"] for e in layout["inputs"]}
+        outputs = runner.get_output_details()
+        self.outputs = {e["onnx_name"]: outputs[e["tflite_name"]]["index"]
+                        for e in layout["outputs"]}
+        self.wrapper.AllocateTensors(self.subgraph)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        for name, value in feeds.items():
+            index, dtype = self.inputs[name]
+            self.wrapper.SetTensor(index, np.ascontiguousarray(value, dtype), self.subgraph)
+        self.wrapper.Invoke(self.subgraph)
+        return {name: self.wrapper.GetTensor(index, self.subgraph)
+                for name, index in self.outputs.items()}
+
+
+def greedy(decoder, prompt: np.ndarray, new: int, forced: list[int] | None = None):
+    """`new` greedy tokens after `prompt` (or `forced` ones fed instead), each step's logits,
+    and the prefill and decode seconds."""
     start = time.perf_counter()
-    for _ in range(new):
-        ids.append(int(np.argmax(decoder.logits(np.array(ids)))))
-    return ids[len(prompt):], time.perf_counter() - start
-
-
-def cosines(decoder, reference, prompt: np.ndarray, tokens: list[int]) -> list[float]:
-    """Per step, the cosine of `decoder`'s last logits and `reference`'s on the prefix
-    made of the prompt and `tokens` (the reference's)."""
-    found = []
-    for step in range(len(tokens)):
-        ids = np.concatenate([prompt, np.array(tokens[:step], np.int64)])
-        a, b = decoder.logits(ids).astype(np.float64), reference.logits(ids).astype(np.float64)
-        found.append(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))))
-    return found
+    logits = [decoder.start(prompt)]
+    prefilled = time.perf_counter()
+    tokens = []
+    for step in range(new):
+        tokens.append(int(np.argmax(logits[-1])) if forced is None else forced[step])
+        if step + 1 < new:
+            logits.append(decoder.step(tokens[-1]))
+    return tokens, logits, prefilled - start, time.perf_counter() - prefilled
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("onnx")
     parser.add_argument("tflite", nargs="+")
-    parser.add_argument("--prompt", type=int, default=8)
+    parser.add_argument("--prompt", type=int, default=16)
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--seed", type=int, default=0)
@@ -92,25 +189,30 @@ def main() -> None:
     vocab = reference.session.get_outputs()[0].shape[-1]
     vocab = vocab if isinstance(vocab, int) else 1000
     prompt = np.random.default_rng(args.seed).integers(0, vocab, args.prompt).astype(np.int64)
-    expected, _ = greedy(reference, prompt, args.new)
+    expected, expected_logits, _, _ = greedy(reference, prompt, args.new)
     print(f"onnxruntime tokens: {expected}")
     for path in args.tflite:
         decoder = TfliteDecoder(path, args.threads[0])
-        tokens, _ = greedy(decoder, prompt, args.new)
+        tokens = greedy(decoder, prompt, args.new)[0]
         differ = [i for i, (a, b) in enumerate(zip(tokens, expected)) if a != b]
-        agree = 1 - len(differ) / len(expected)
-        cos = cosines(decoder, reference, prompt, expected)
-        print(f"{path}: {agree:.0%} of {len(expected)} tokens as onnxruntime's"
-              + (f" (first difference at {differ[0]})" if differ else "")
+        forced = greedy(decoder, prompt, args.new, forced=expected)[1]
+        cos = [float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+               for a, b in zip((f.astype(np.float64) for f in forced),
+                               (e.astype(np.float64) for e in expected_logits))]
+        print(f"{path}: {len(expected) - len(differ)} of {len(expected)} tokens as "
+              "onnxruntime's" + (f" (first difference at {differ[0]})" if differ else "")
               + f"; logits cosine per step min {min(cos):.6f}, mean {np.mean(cos):.6f}")
         for threads in args.threads:
-            ours = TfliteDecoder(path, threads)
-            theirs = OnnxDecoder(args.onnx, threads)
-            pairs = [(greedy(ours, prompt, args.new)[1], greedy(theirs, prompt, args.new)[1])
-                     for _ in range(2)]
-            ours_s, theirs_s = min(p[0] for p in pairs), min(p[1] for p in pairs)
-            print(f"  {threads} thread(s): {args.new / ours_s:.1f} tokens/s, onnxruntime "
-                  f"{args.new / theirs_s:.1f} tokens/s (time ratio {ours_s / theirs_s:.2f})")
+            ours, theirs = TfliteDecoder(path, threads), OnnxDecoder(args.onnx, threads)
+            runs = [(greedy(ours, prompt, args.new)[2:], greedy(theirs, prompt, args.new)[2:])
+                    for _ in range(3)]
+            (p_ours, d_ours), (p_theirs, d_theirs) = (
+                tuple(min(r[side][k] for r in runs) for k in (0, 1)) for side in (0, 1))
+            steps = max(1, args.new - 1)
+            print(f"  {threads} thread(s): prefill {p_ours * 1e3:.1f} ms (onnxruntime "
+                  f"{p_theirs * 1e3:.1f} ms, ratio {p_ours / p_theirs:.2f}); decode "
+                  f"{steps / d_ours:.1f} tokens/s (onnxruntime {steps / d_theirs:.1f}, time "
+                  f"ratio {d_ours / d_theirs:.2f})")
 
 
 if __name__ == "__main__":

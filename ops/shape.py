@@ -299,7 +299,14 @@ def _expand_perm(node: Node, graph: Graph, in_perm):
 def expand(ctx):
     dims = P.physical_shape(ctx.out_shape(0), ctx.out_perm(0))
     if all(d is not None for d in dims):
-        return tf.broadcast_to(ctx.x(0), [int(d) for d in dims])
+        x, dims = ctx.x(0), [int(d) for d in dims]
+        if x.dtype.is_floating and x.shape.is_fully_defined():
+            # a broadcasting MUL by ones: XNNPACK computes it, not BROADCAST_TO (which would
+            # split a decoder's grouped-query attention out of the delegate); exact
+            have = [1] * (len(dims) - x.shape.rank) + x.shape.as_list()
+            ones = [d if h == 1 else 1 for h, d in zip(have, dims)]
+            return x * tf.ones(ones, x.dtype)
+        return tf.broadcast_to(x, dims)
     wanted = tf.cast(ctx.x(1), tf.int32)
     logical = tf.broadcast_dynamic_shape(shape_tensor(ctx), wanted)
     return tf.broadcast_to(ctx.x(0), tf.gather(logical, ctx.out_perm(0)))
