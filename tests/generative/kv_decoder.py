@@ -3,7 +3,9 @@ inputs `input_ids` [batch, sequence], `attention_mask` [batch, past + sequence],
 `position_ids` [batch, sequence] and per layer `past.{i}.key` / `.value` [batch, heads,
 past, head]; outputs `logits` and `present.{i}.key` / `.value` = Concat(past, new) on the
 sequence axis. Attention is causal over the concatenated positions (query i at past + i)
-and masked by `attention_mask`; positions enter through a learned table."""
+and masked by `attention_mask` (an additive bias, as transformers makes it); positions enter through a learned table. Keys and values
+have KV_HEADS heads, each read by HEADS // KV_HEADS query heads (grouped-query attention:
+Unsqueeze, Expand, Reshape, as transformers exports it)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-VOCAB, WIDTH, HEADS, HEAD, LAYERS, POSITIONS = 512, 32, 2, 16, 2, 64
+VOCAB, WIDTH, HEADS, KV_HEADS, HEAD, LAYERS, POSITIONS = 512, 32, 4, 2, 16, 2, 64
 
 
 def decoder_model(seed: int = 0) -> onnx.ModelProto:
@@ -37,6 +39,7 @@ def decoder_model(seed: int = 0) -> onnx.ModelProto:
         helper.make_node("Cast", ["attention_mask"], ["filled"], to=TensorProto.BOOL),
         helper.make_node("Unsqueeze", ["filled", "axes_1_2"], ["filled_4d"]),
         helper.make_node("And", ["causal", "filled_4d"], ["allowed"]),
+        helper.make_node("Where", ["allowed", "kept", "masked"], ["mask_bias"]),
     ]
     inputs = [
         helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
@@ -49,20 +52,23 @@ def decoder_model(seed: int = 0) -> onnx.ModelProto:
     hidden = "h0"
     for layer in range(LAYERS):
         p = f"l{layer}_"
-        for name in ("q", "k", "v", "o"):
+        for name in ("q", "o"):
             weights[p + name] = rng.normal(0, WIDTH ** -0.5, (WIDTH, HEADS * HEAD))
         weights[p + "o"] = weights[p + "o"].T.copy()
+        for name in ("k", "v"):
+            weights[p + name] = rng.normal(0, WIDTH ** -0.5, (WIDTH, KV_HEADS * HEAD))
         for kind in ("key", "value"):
             past = f"past.{layer}.{kind}"
             inputs.append(helper.make_tensor_value_info(
-                past, TensorProto.FLOAT, ["batch", HEADS, "past_sequence", HEAD]))
+                past, TensorProto.FLOAT, ["batch", KV_HEADS, "past_sequence", HEAD]))
             outputs.append(helper.make_tensor_value_info(
                 f"present.{layer}.{kind}", TensorProto.FLOAT,
-                ["batch", HEADS, "past_sequence + sequence", HEAD]))
+                ["batch", KV_HEADS, "past_sequence + sequence", HEAD]))
         for name in ("q", "k", "v"):
             nodes += [
                 helper.make_node("MatMul", [hidden, p + name], [p + name + "_flat"]),
-                helper.make_node("Reshape", [p + name + "_flat", "split_heads"],
+                helper.make_node("Reshape", [p + name + "_flat",
+                                             "split_heads" if name == "q" else "split_kv"],
                                  [p + name + "_heads"]),
                 helper.make_node("Transpose", [p + name + "_heads"], [p + name + "_new"],
                                  perm=[0, 2, 1, 3]),
@@ -72,13 +78,14 @@ def decoder_model(seed: int = 0) -> onnx.ModelProto:
                              [f"present.{layer}.key"], axis=2),
             helper.make_node("Concat", [f"past.{layer}.value", p + "v_new"],
                              [f"present.{layer}.value"], axis=-2),
-            helper.make_node("Transpose", [f"present.{layer}.key"], [p + "kt"],
-                             perm=[0, 1, 3, 2]),
+            *(node for kind in ("key", "value") for node in _repeated_kv(
+                f"present.{layer}.{kind}", p + kind)),
+            helper.make_node("Transpose", [p + "key"], [p + "kt"], perm=[0, 1, 3, 2]),
             helper.make_node("MatMul", [p + "q_new", p + "kt"], [p + "raw"]),
             helper.make_node("Mul", [p + "raw", "scale"], [p + "scores"]),
-            helper.make_node("Where", ["allowed", p + "scores", "masked"], [p + "kept"]),
+            helper.make_node("Add", [p + "scores", "mask_bias"], [p + "kept"]),
             helper.make_node("Softmax", [p + "kept"], [p + "weights"], axis=-1),
-            helper.make_node("MatMul", [p + "weights", f"present.{layer}.value"], [p + "mixed"]),
+            helper.make_node("MatMul", [p + "weights", p + "value"], [p + "mixed"]),
             helper.make_node("Transpose", [p + "mixed"], [p + "mixed_t"], perm=[0, 2, 1, 3]),
             helper.make_node("Reshape", [p + "mixed_t", "merge_heads"], [p + "merged"]),
             helper.make_node("MatMul", [p + "merged", p + "o"], [p + "attended"]),
@@ -92,9 +99,14 @@ def decoder_model(seed: int = 0) -> onnx.ModelProto:
         numpy_helper.from_array(np.array([1], np.int64), "axis_1"),
         numpy_helper.from_array(np.array([1, 2], np.int64), "axes_1_2"),
         numpy_helper.from_array(np.array([0, 0, HEADS, HEAD], np.int64), "split_heads"),
+        numpy_helper.from_array(np.array([0, 0, KV_HEADS, HEAD], np.int64), "split_kv"),
+        numpy_helper.from_array(np.array([2], np.int64), "axis_2"),
+        numpy_helper.from_array(np.array([1, 1, HEADS // KV_HEADS, 1, 1], np.int64), "repeat"),
+        numpy_helper.from_array(np.array([0, HEADS, -1, HEAD], np.int64), "all_heads"),
         numpy_helper.from_array(np.array([0, 0, HEADS * HEAD], np.int64), "merge_heads"),
         numpy_helper.from_array(np.array(HEAD ** -0.5, np.float32), "scale"),
         numpy_helper.from_array(np.array(-1e9, np.float32), "masked"),
+        numpy_helper.from_array(np.array(0, np.float32), "kept"),
     ]
     initializers = [numpy_helper.from_array(w.astype(np.float32), name)
                     for name, w in weights.items()]
@@ -105,11 +117,19 @@ def decoder_model(seed: int = 0) -> onnx.ModelProto:
     return model
 
 
+def _repeated_kv(name: str, out: str) -> list:
+    """[batch, KV_HEADS, length, HEAD] -> [batch, HEADS, length, HEAD], each KV head repeated
+    for its query heads."""
+    return [helper.make_node("Unsqueeze", [name, "axis_2"], [out + "_5d"]),
+            helper.make_node("Expand", [out + "_5d", "repeat"], [out + "_repeated"]),
+            helper.make_node("Reshape", [out + "_repeated", "all_heads"], [out])]
+
+
 def growing_steps(session, prompt: np.ndarray, new: int) -> tuple[list, list[np.ndarray]]:
     """Greedy decoding with the original model in onnxruntime (the past grows by
     concatenation): the tokens and each step's last logits, [batch, vocab]."""
     batch = len(prompt)
-    past = {f"past.{i}.{k}": np.zeros((batch, HEADS, 0, HEAD), np.float32)
+    past = {f"past.{i}.{k}": np.zeros((batch, KV_HEADS, 0, HEAD), np.float32)
             for i in range(LAYERS) for k in ("key", "value")}
     ids, start, tokens, logits = prompt, 0, [], []
     for _ in range(new):

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from kv_decoder import HEAD, HEADS, LAYERS, decoder_model, growing_steps
+from kv_decoder import HEAD, KV_HEADS, LAYERS, decoder_model, growing_steps
 
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.passes.kv_cache import ALL_SUFFIX, fixed_capacity
@@ -27,7 +27,7 @@ def cached_steps(run, prompt: np.ndarray, new: int, capacity: int = CAPACITY):
     """Greedy decoding with a fixed-capacity cache: `run(signature, feeds)` returns a dict of
     outputs; the new entries of each step are written into the cache at its position."""
     batch = len(prompt)
-    cache = {name: np.zeros((batch, HEADS, capacity, HEAD), np.float32) for name in PAST}
+    cache = {name: np.zeros((batch, KV_HEADS, capacity, HEAD), np.float32) for name in PAST}
     ids, start, tokens, logits = prompt, 0, [], []
     for step in range(new):
         length = ids.shape[1]
@@ -61,7 +61,7 @@ def test_the_rewrite_finds_each_past_and_present_and_fixes_the_shapes(reference)
         (name, name.replace("past", "present"), 2, "past_sequence") for name in PAST]
     dims = {i.name: [d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim]
             for i in rewritten.graph.input}
-    assert dims["past.0.key"] == ["batch", HEADS, CAPACITY, HEAD]
+    assert dims["past.0.key"] == ["batch", KV_HEADS, CAPACITY, HEAD]
     assert dims["attention_mask"] == ["batch", f"{CAPACITY} + sequence"]
     concat_outputs = {n.output[0] for n in rewritten.graph.node if n.op_type == "Concat"}
     assert concat_outputs == {e.present + ALL_SUFFIX for e in entries}
@@ -144,10 +144,28 @@ def test_the_signatures_share_one_copy_of_the_weights(reference, converted):
     layout = json.loads((converted / "decoder_io_layout.json").read_text())
     assert sorted(layout["signatures"]) == ["decode", "prefill"]
     decode = {e["onnx_name"]: e for e in layout["signatures"]["decode"]["inputs"]}
-    assert decode["past.0.key"]["shape"] == [BATCH, HEADS, CAPACITY, HEAD]
+    assert decode["past.0.key"]["shape"] == [BATCH, KV_HEADS, CAPACITY, HEAD]
     assert decode["attention_mask"]["shape"] == [BATCH, CAPACITY + 1]
     assert [e["past"] for e in layout["kv_cache"]] == PAST
     assert not (converted / "saved_model.pb").exists()
+
+
+def test_the_decode_step_is_one_xnnpack_partition(converted):
+    """Only the integer mask ops before it stay on reference kernels: the grouped-query
+    Expand is a broadcasting MUL (ops/shape.py), not BROADCAST_TO."""
+    from onnx2tf_alt.export.delegates import xnnpack_partitions
+    from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
+
+    path = str(converted / "decoder_float32.tflite")
+    model = unpack_model((converted / "decoder_float32.tflite").read_bytes())
+    assert model.subgraphs[0].name == b"decode"  # the subgraph the analysis lists
+    partitions, count = xnnpack_partitions(None, path)
+    assert count == 1
+    left = {op_name(model, op) for op, p in zip(model.subgraphs[0].operators, partitions)
+            if p is None}
+    assert not left & {"BROADCAST_TO", "BATCH_MATMUL", "FULLY_CONNECTED", "SOFTMAX", "MUL",
+                        "CONCATENATION"}
+    assert left <= {"CAST", "LESS", "SELECT", "SELECT_V2", "GATHER", "RESHAPE", "ADD"}
 
 
 def test_signature_shapes_that_leave_a_dim_open_are_refused(reference, tmp_path):
