@@ -52,13 +52,16 @@ def build_signatures(loaded: onnx.ModelProto, signatures: dict[str, list[str]],
                      ) -> dict[str, Converted]:
     """Each signature built by `build(copy of loaded, -ois specs)`, the common -ois `shapes`
     first; InputError when an input is left with a dim no shape fixed."""
+    from onnx2tf_alt.translate.keras_layers import shared_constant_weights
+
     built = {}
-    for name, specs in signatures.items():
-        model = onnx.ModelProto()
-        model.CopyFrom(loaded)
-        with phase(f"signature {name}"):
-            built[name] = build(model, [*(shapes or []), *specs])
-        _require_static(name, built[name])
+    with shared_constant_weights():  # the weights once, not once per signature
+        for name, specs in signatures.items():
+            model = onnx.ModelProto()
+            model.CopyFrom(loaded)
+            with phase(f"signature {name}"):
+                built[name] = build(model, [*(shapes or []), *specs])
+            _require_static(name, built[name])
     return built
 
 

@@ -12,7 +12,7 @@ from onnx2tf_alt.tflite.flatbuffer import SIGNATURE
 from onnx2tf_alt.tflite.late_weights import Bound, Unbindable, bind
 from onnx2tf_alt.tflite.shared_weights import fold_runtime_biases, fold_runtime_biases_model
 from onnx2tf_alt.translate.builder import BuildResult
-from onnx2tf_alt.translate.keras_layers import LATE_VALUES, ConstantWeights
+from onnx2tf_alt.translate.keras_layers import LATE_VALUES, ConstantWeights, weight_view
 
 # ConstantWeights of at least this many elements are bound after conversion
 # (tflite/late_weights.py); smaller ones the converter sees as constants, as before.
@@ -144,15 +144,8 @@ def _shared_name(layer, sources: dict, by_content: dict, taken: set[str]) -> str
 
 def _reader(variable):
     """A bound weight's source (late_weights.bind): a read-only view of the variable's
-    memory. `numpy()` would copy it, and a transposed weight would then be held twice."""
-    def read() -> np.ndarray:
-        value = variable.value()
-        view = value._numpy() if hasattr(value, "_numpy") else value.numpy()
-        view = view.view()
-        view.flags.writeable = False
-        return view
-
-    return read
+    memory. A copy would hold a transposed weight twice."""
+    return lambda: weight_view(variable)
 
 
 def tflite_bytes(result: BuildResult, float16: bool = False, select_tf_ops: bool = True,

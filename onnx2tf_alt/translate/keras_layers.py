@@ -8,6 +8,8 @@ as serializable: importing onnx2tf_alt is all `tf_keras.models.load_model` needs
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import tensorflow as tf
 import tf_keras
@@ -52,7 +54,44 @@ class ConstantWeights(tf_keras.layers.Layer):
 
 
 def constant_weights(array: np.ndarray, anchor, name: str | None = None):
-    """A KerasTensor whose value is `array`, stored as a layer weight."""
+    """A KerasTensor whose value is `array`, stored as a layer weight (inside
+    `shared_constant_weights`, the layer of an equal array made before, if any)."""
+    key = None
+    if _SHARED is not None:
+        sample = array.reshape(-1)[:: max(1, array.size // 4096)]
+        key = (array.shape, array.dtype.str, sample.tobytes())
+        for layer in _SHARED.get(key, []):
+            if np.array_equal(weight_view(layer.value), array):
+                release(array)
+                return layer(anchor)
     layer = ConstantWeights(array.shape, array.dtype.name, initial=array, name=name)
     release(array)  # the layer holds its own copy now
+    if key is not None:
+        _SHARED.setdefault(key, []).append(layer)
     return layer(anchor)
+
+
+_SHARED: dict | None = None  # content key -> ConstantWeights, inside shared_constant_weights
+
+
+@contextlib.contextmanager
+def shared_constant_weights():
+    """Within it, models built one after another share one ConstantWeights layer (one
+    variable) for equal constants: the models of a file's several signatures
+    (generative/signatures.py) then hold the weights once, not once per signature."""
+    global _SHARED
+    _SHARED = {}
+    try:
+        yield
+    finally:
+        _SHARED = None
+
+
+def weight_view(variable) -> np.ndarray:
+    """A read-only view of a variable's memory: `numpy()` would copy it (a Keras variable
+    read by a tf.function is copy-on-read)."""
+    value = variable.value()
+    view = value._numpy() if hasattr(value, "_numpy") else value.numpy()
+    view = view.view()
+    view.flags.writeable = False
+    return view
