@@ -87,7 +87,7 @@ class TfliteDecoder:
                 layout = json.load(f)
             self.signatures = {name: _Signature(self.interpreter, name, layout["signatures"][name])
                                for name in ("prefill", "decode")}
-            self.axis = {e["past"]: e["axis"] for e in layout["kv_cache"]}
+            self.axis = {e["past"]: e["axis"] for e in layout["signatures"]["decode"]["kv_cache"]}
         else:
             detail = self.interpreter.get_input_details()[0]
             self.index, self.dtype = detail["index"], detail["dtype"]

@@ -143,9 +143,10 @@ def convert(
     flash size, largest tensors, ops and outputs against ai-edge-litert
     (export/micro.py, docs/micro.md).
 
-    `signatures` ([[name, 'input:D1,D2', ...], ...], --signature) writes .tflite files with
-    one signature per entry, built for those input shapes and sharing one copy of the
-    weights, and no saved_model (generative/signatures.py). `kv_cache_capacity`
+    `signatures` ([[name, ('model.onnx',) 'input:D1,D2', ...], ...], --signature) writes
+    .tflite files with one signature per entry, built for those input shapes (from that
+    model, default the -i one) and sharing one copy of the weights, and no saved_model
+    (generative/signatures.py). `kv_cache_capacity`
     (--kv_cache_capacity) gives a decoder's past key/value inputs that many positions and
     makes its present outputs the step's new entries (passes/kv_cache.py, docs/generative.md).
     """
@@ -171,6 +172,10 @@ def convert(
     # -oiqt also writes the dynamic range file, as onnx2tf does: the plan of file names and
     # the writer both take it from here
     dynamic_range = output_dynamic_range_quantized_tflite or output_integer_quantized_tflite
+    if signature_specs:
+        from onnx2tf_alt.generative.signatures import sources_of
+
+        sources += sources_of(signature_specs)
     folder = OutputFolder(output_folder_path, protected=sources)
     folder.check_usable()
     folder.check_claims(planned_outputs(
@@ -193,11 +198,10 @@ def convert(
         try:
             with phase("load"):
                 loaded = load_model(input_onnx_file_path, onnx_graph, allow_newer_opset)
-            cache = []
-            if kv_cache_capacity is not None:
+            if kv_cache_capacity is not None and not signature_specs:
                 from onnx2tf_alt.passes.kv_cache import fixed_capacity
 
-                loaded, cache = fixed_capacity(loaded, kv_cache_capacity)
+                loaded, _ = fixed_capacity(loaded, kv_cache_capacity)
 
             def build(model, shapes):
                 return build_loaded(
@@ -215,7 +219,9 @@ def convert(
             if signature_specs:
                 from onnx2tf_alt.generative.signatures import build_signatures
 
-                built = build_signatures(loaded, signature_specs, overwrite_input_shape, build)
+                built = build_signatures(
+                    loaded, signature_specs, overwrite_input_shape, kv_cache_capacity,
+                    lambda path: load_model(path, None, allow_newer_opset), build)
             else:
                 converted = build(loaded, overwrite_input_shape)
         except ConversionError as error:
@@ -226,10 +232,10 @@ def convert(
             from onnx2tf_alt.generative.signatures import write_signature_files
 
             with folder.staging() as stage:
-                written = write_signature_files(built, stage, stem, dynamic_range, cache)
+                written = write_signature_files(built, stage, stem, dynamic_range)
                 folder.publish(stage, Manifest.for_conversion(stem, sources, command))
             log.info("wrote %s to %s", ", ".join(written), folder.path)
-            return next(iter(built.values())).result.model
+            return next(iter(built.values()))[0].result.model
         if micro:
             from onnx2tf_alt.export.micro import refuse_dynamic_inputs
 
@@ -283,7 +289,7 @@ def convert(
             ir_weights.remove_spilled_file(path)
 
 
-def _signature_specs(signatures: list[list[str]] | None, call: dict) -> dict[str, list[str]]:
+def _signature_specs(signatures: list[list[str]] | None, call: dict) -> dict:
     """--signature's parsed specs; InputError when combined with an output that does not
     have several signatures yet."""
     if not signatures:

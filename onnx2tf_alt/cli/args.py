@@ -71,12 +71,12 @@ def _shape_and_layout_flags(p: argparse.ArgumentParser) -> None:
         dest="signatures",
         nargs="+",
         action="append",
-        metavar="NAME_THEN_NAME:D1,D2,...",
-        help="repeatable: one signature of the .tflite files, named by its first word, with "
-        "the input shapes that follow (as -ois; dims of the same symbol, or a sum of "
-        "symbols, follow), e.g. --signature prefill input_ids:1,64 --signature decode "
-        "input_ids:1,1. The signatures share one copy of the weights; only .tflite files "
-        "are written (docs/generative.md)",
+        metavar="NAME [MODEL.onnx] INPUT:D1,D2,...",
+        help="repeatable: one signature of the .tflite files, named by its first word, made "
+        "from MODEL.onnx if given (default: -i), with the input shapes that follow (as "
+        "-ois; dims of the same symbol, or a sum of symbols, follow), e.g. --signature "
+        "prefill input_ids:1,64 --signature decode input_ids:1,1. The signatures share one "
+        "copy of the weights; only .tflite files are written (docs/generative.md)",
     )
     p.add_argument(
         "--kv_cache_capacity",

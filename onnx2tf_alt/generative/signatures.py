@@ -1,6 +1,6 @@
-"""`--signature NAME INPUT:D1,D2 ...`: one .tflite with a signature per set of input shapes
-(a decoder's `prefill` and `decode`, an encoder at several sizes), sharing one copy of the
-weights.
+"""`--signature NAME [MODEL.onnx] INPUT:D1,D2 ...`: one .tflite with a signature per set of
+input shapes (a decoder's `prefill` and `decode`, an encoder at several sizes) or per model
+(a speech model's encoder and decoder), sharing one copy of the weights.
 
 Each signature is the model built for its shapes (pipeline.build_loaded on a copy of the
 loaded model, with the shapes as -ois), so every handler, layout and rewrite is the one a
@@ -17,6 +17,7 @@ import logging
 import os
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import onnx
 
@@ -27,41 +28,82 @@ from onnx2tf_alt.pipeline import Converted
 
 log = logging.getLogger("onnx2tf_alt")
 
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # a signature key
 
 
-def parse_signatures(specs: list[list[str]]) -> dict[str, list[str]]:
-    """[['prefill', 'input_ids:1,64'], ['decode', 'input_ids:1,1']] -> {name: -ois specs}."""
-    found: dict[str, list[str]] = {}
+@dataclass(frozen=True)
+class SignatureSpec:
+    """One --signature: the -ois shapes of its inputs, and the ONNX file it is built from
+    (None: the -i model)."""
+
+    shapes: tuple[str, ...]
+    source: str | None = None
+
+
+def parse_signatures(specs: list[list[str]]) -> dict[str, SignatureSpec]:
+    """[['prefill', 'input_ids:1,64'], ['encode', 'encoder.onnx', 'x:1,80,3000']] ->
+    {name: SignatureSpec}; a word ending in .onnx right after the name is its model."""
+    found: dict[str, SignatureSpec] = {}
     for spec in specs:
-        name, shapes = spec[0], list(spec[1:])
-        if not NAME.match(name) or ":" in name:
+        name, rest = spec[0], list(spec[1:])
+        if not NAME.match(name):
             raise InputError(
                 f"--signature '{' '.join(spec)}': its first word is the signature's name "
-                "(letters, digits, _), then NAME:D1,D2,... for each input whose shape it "
-                "fixes, e.g. --signature decode input_ids:1,1.")
+                "(letters, digits, _), then optionally the ONNX file it is made from (default "
+                "-i), then NAME:D1,D2,... for each input whose shape it fixes, e.g. "
+                "--signature decode input_ids:1,1.")
         if name in found:
             raise InputError(f"--signature {name} is given twice.")
-        found[name] = shapes
+        source = rest.pop(0) if rest and rest[0].lower().endswith(".onnx") else None
+        if source is not None and not os.path.isfile(source):
+            raise InputError(f"--signature {name}: {source} is not a file.")
+        found[name] = SignatureSpec(tuple(rest), source)
     return found
 
 
-def build_signatures(loaded: onnx.ModelProto, signatures: dict[str, list[str]],
-                     shapes: list[str] | None,
+def sources_of(specs: dict[str, SignatureSpec]) -> list[str]:
+    """The other ONNX files the signatures read (and their external data): never written."""
+    from onnx2tf_alt.ir.loader import external_data_paths
+
+    paths = []
+    for spec in specs.values():
+        if spec.source is not None:
+            paths += [os.path.abspath(spec.source), *external_data_paths(spec.source)]
+    return paths
+
+
+def build_signatures(loaded: onnx.ModelProto, specs: dict[str, SignatureSpec],
+                     shapes: list[str] | None, capacity: int | None,
+                     load: Callable[[str], onnx.ModelProto],
                      build: Callable[[onnx.ModelProto, list[str]], Converted]
-                     ) -> dict[str, Converted]:
-    """Each signature built by `build(copy of loaded, -ois specs)`, the common -ois `shapes`
-    first; InputError when an input is left with a dim no shape fixed."""
+                     ) -> dict[str, tuple[Converted, list[CacheEntry]]]:
+    """Each signature built by `build(its model, -ois specs)` (the common -ois `shapes`
+    first), with its KV cache of `capacity` positions where its model has one
+    (passes/kv_cache.py), and its cache's past/present pairs. InputError when an input is
+    left with a dim no shape fixed, or `capacity` is given and no model has a cache."""
+    from onnx2tf_alt.passes.kv_cache import cache_entries, fixed_capacity
     from onnx2tf_alt.translate.keras_layers import shared_constant_weights
 
+    models = {None: loaded}
+    for spec in specs.values():
+        if spec.source is not None and spec.source not in models:
+            models[spec.source] = load(spec.source)
+    caches: dict[str | None, list[CacheEntry]] = {}
+    for source, model in models.items():
+        caches[source] = []
+        if capacity is not None and (cache_entries(model) or len(models) == 1):
+            models[source], caches[source] = fixed_capacity(model, capacity)
+    if capacity is not None and not any(caches.values()):
+        fixed_capacity(loaded, capacity)  # raises, naming the inputs
     built = {}
     with shared_constant_weights():  # the weights once, not once per signature
-        for name, specs in signatures.items():
+        for name, spec in specs.items():
             model = onnx.ModelProto()
-            model.CopyFrom(loaded)
+            model.CopyFrom(models[spec.source])
             with phase(f"signature {name}"):
-                built[name] = build(model, [*(shapes or []), *specs])
-            _require_static(name, built[name])
+                converted = build(model, [*(shapes or []), *spec.shapes])
+            _require_static(name, converted)
+            built[name] = (converted, caches[spec.source])
     return built
 
 
@@ -77,25 +119,24 @@ def _require_static(name: str, converted: Converted) -> None:
             f"(NAME:D1,D2,...).")
 
 
-def write_signature_files(built: dict[str, Converted], folder: str, stem: str,
-                          dynamic_range: bool, cache: list[CacheEntry]) -> list[str]:
+def write_signature_files(built: dict[str, tuple[Converted, list[CacheEntry]]], folder: str,
+                          stem: str, dynamic_range: bool) -> list[str]:
     """`<stem>_float32.tflite`, `<stem>_float16.tflite` (and with `dynamic_range`
-    `<stem>_dynamic_range_quant.tflite`) holding every signature, and
-    `<stem>_io_layout.json` describing each. Returns the file names."""
+    `<stem>_dynamic_range_quant.tflite`) holding every signature of `build_signatures`, and
+    `<stem>_io_layout.json` describing each (with its KV cache). Returns the file names."""
     from onnx2tf_alt.export.float16 import float16_from_float32, float16_model
     from onnx2tf_alt.quant.weight_only import dynamic_range_model
     from onnx2tf_alt.tflite.lowering import late_bound_signatures, signatures_bytes
     from onnx2tf_alt.translate.io_layout import io_layout
 
-    results = {name: c.tflite_result() for name, c in built.items()}
+    results = {name: c.tflite_result() for name, (c, _) in built.items()}
     names = [f"{stem}_float32.tflite", f"{stem}_float16.tflite"]
     with phase("tflite float32"):
         bound = late_bound_signatures(results)
         if bound is None:
             log.info("no weight is bound after conversion: each signature has its own copy "
                      "of the weights")
-            content = signatures_bytes(results)
-            _write(os.path.join(folder, names[0]), content)
+            _write(os.path.join(folder, names[0]), signatures_bytes(results))
         else:
             bound.write(os.path.join(folder, names[0]))
     with phase("tflite float16"):
@@ -115,10 +156,11 @@ def write_signature_files(built: dict[str, Converted], folder: str, stem: str,
                                  "conversion; this model has none large enough")
             names.append(f"{stem}_dynamic_range_quant.tflite")
             bound.write(os.path.join(folder, names[-1]))
-    layout = {
-        "signatures": {name: io_layout(c.tflite_result(), c.graph) for name, c in built.items()},
-        "kv_cache": [{"past": e.past, "present": e.present, "axis": e.axis} for e in cache],
-    }
+    layout = {"signatures": {
+        name: {**io_layout(c.tflite_result(), c.graph),
+               "kv_cache": [{"past": e.past, "present": e.present, "axis": e.axis}
+                            for e in cache]}
+        for name, (c, cache) in built.items()}}
     names.append(f"{stem}_io_layout.json")
     with open(os.path.join(folder, names[-1]), "w") as f:
         json.dump(layout, f, indent=2)

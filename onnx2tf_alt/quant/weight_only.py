@@ -88,17 +88,18 @@ def dynamic_range_model(model) -> int:
     return count
 
 
+def float_values(buffer, shape) -> np.ndarray:
+    """The float32 array of a constant `buffer` (a LazyBuffer, made now, or inline data)."""
+    if isinstance(buffer, LazyBuffer):
+        return np.asarray(buffer.make(), np.float32).reshape(tuple(shape))
+    return np.frombuffer(np.asarray(buffer.data, np.uint8).tobytes(), "<f4").reshape(tuple(shape))
+
+
 def _quantized_buffer(model, buffer, shape, axis: int | None) -> tuple[int, np.ndarray]:
     """A new buffer with the int8 codes of `buffer`'s float32 values, and their scales."""
-    def values() -> np.ndarray:
-        if isinstance(buffer, LazyBuffer):
-            return np.asarray(buffer.make(), np.float32).reshape(tuple(shape))
-        return np.frombuffer(np.asarray(buffer.data, np.uint8).tobytes(),
-                             "<f4").reshape(tuple(shape))
-
-    scales = _scales(values(), axis)
+    scales = _scales(float_values(buffer, shape), axis)
     nbytes = int(np.prod(shape, dtype=np.int64))
-    model.buffers.append(LazyBuffer(make=lambda: _codes(values(), scales, axis),
+    model.buffers.append(LazyBuffer(make=lambda: _codes(float_values(buffer, shape), scales, axis),
                                     nbytes=nbytes))
     return len(model.buffers) - 1, scales
 

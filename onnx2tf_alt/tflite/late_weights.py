@@ -302,6 +302,7 @@ def _drop_unused_tensors(subgraph, signatures) -> None:
     used |= {int(i) for i in subgraph.inputs} | {int(i) for i in subgraph.outputs}
     for op in subgraph.operators:
         used |= {int(i) for i in (op.intermediates if op.intermediates is not None else [])}
+    used |= {i for t in used for i in _blockwise_reads(subgraph.tensors[t]).values()}
     order = sorted(used)
     if len(order) == len(subgraph.tensors):
         return
@@ -314,9 +315,26 @@ def _drop_unused_tensors(subgraph, signatures) -> None:
             op.intermediates = [new[int(i)] for i in op.intermediates]
     subgraph.inputs = [new[int(i)] for i in subgraph.inputs]
     subgraph.outputs = [new[int(i)] for i in subgraph.outputs]
+    for tensor in subgraph.tensors:
+        for field_name, index in _blockwise_reads(tensor).items():
+            setattr(tensor.quantization.details, field_name, new[index])
     for signature in signatures:
         for tensor_map in [*signature.inputs, *signature.outputs]:
             tensor_map.tensorIndex = new[tensor_map.tensorIndex]
+
+
+def _blockwise_reads(tensor) -> dict[str, int]:
+    """The tensors a blockwise-quantized weight reads through its quantization details, not
+    through an op: its scales and, when set (0 is the schema's "none"), its zero points."""
+    quantization = tensor.quantization
+    if (quantization is None
+            or quantization.detailsType != schema.QuantizationDetails.BlockwiseQuantization):
+        return {}
+    details = quantization.details
+    reads = {"scales": int(details.scales)}
+    if details.zeroPoints:
+        reads["zeroPoints"] = int(details.zeroPoints)
+    return reads
 
 
 def _aligned(n: int) -> int:

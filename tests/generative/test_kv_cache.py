@@ -12,12 +12,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from kv_decoder import HEAD, KV_HEADS, LAYERS, decoder_model, growing_steps
+from onnx import TensorProto, helper, numpy_helper
 
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.passes.kv_cache import ALL_SUFFIX, fixed_capacity
 
 from harness import assert_close
+from kv_decoder import HEAD, KV_HEADS, LAYERS, decoder_model, growing_steps
 
 CAPACITY, PROMPT, NEW, BATCH = 16, 5, 6, 2
 PAST = [f"past.{i}.{k}" for i in range(LAYERS) for k in ("key", "value")]
@@ -91,17 +92,33 @@ def test_a_model_without_a_cache_is_refused_with_the_reason():
         fixed_capacity(model, CAPACITY)
 
 
+def encoder_model() -> onnx.ModelProto:
+    """A second model for an `encode` signature: x [batch, frames, 32] -> tanh(x W)."""
+    weight = np.random.default_rng(2).normal(0, 0.2, (32, 512)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["features", "w"], ["h"]),
+         helper.make_node("Tanh", ["h"], ["encoded"])], "encoder",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", "frames", 32])],
+        [helper.make_tensor_value_info("encoded", TensorProto.FLOAT, ["batch", "frames", 512])],
+        [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
 @pytest.fixture(scope="module")
 def converted(reference, tmp_path_factory):
     from onnx2tf_alt import convert
 
     model, _, _ = reference
     folder = tmp_path_factory.mktemp("kv_cache")
-    source = str(folder / "decoder.onnx")
+    source, encoder = str(folder / "decoder.onnx"), str(folder / "encoder.onnx")
     onnx.save(model, source)
+    onnx.save(encoder_model(), encoder)
     convert(source, output_folder_path=str(folder / "out"), kv_cache_capacity=CAPACITY,
             signatures=[["prefill", f"input_ids:{BATCH},{PROMPT}"],
-                        ["decode", f"input_ids:{BATCH},1"]],
+                        ["decode", f"input_ids:{BATCH},1"],
+                        ["encode", encoder, f"features:{BATCH},7,32"]],
             output_dynamic_range_quantized_tflite=True, non_verbose=True)
     return folder / "out"
 
@@ -113,7 +130,7 @@ def test_one_tflite_with_prefill_and_decode_decodes_as_onnxruntime(reference, co
 
     _, prompt, (tokens, logits) = reference
     interpreter = Interpreter(model_path=str(converted / f"decoder_{suffix}.tflite"))
-    assert sorted(interpreter.get_signature_list()) == ["decode", "prefill"]
+    assert sorted(interpreter.get_signature_list()) == ["decode", "encode", "prefill"]
     runners = {name: interpreter.get_signature_runner(name) for name in ("prefill", "decode")}
     layout = json.loads((converted / "decoder_io_layout.json").read_text())["signatures"]
 
@@ -136,17 +153,32 @@ def test_one_tflite_with_prefill_and_decode_decodes_as_onnxruntime(reference, co
         assert_close(got, want, tolerance, f"{suffix} step {step}")
 
 
+def test_a_signature_from_another_model_computes_as_onnxruntime(converted):
+    from ai_edge_litert.interpreter import Interpreter
+
+    features = np.random.default_rng(3).normal(size=(BATCH, 7, 32)).astype(np.float32)
+    session = ort.InferenceSession(encoder_model().SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    (want,) = session.run(None, {"features": features})
+    interpreter = Interpreter(model_path=str(converted / "decoder_float32.tflite"))
+    (got,) = interpreter.get_signature_runner("encode")(features=features).values()
+    assert_close(got, want, 1e-5, "encode")
+    layout = json.loads((converted / "decoder_io_layout.json").read_text())
+    assert layout["signatures"]["encode"]["kv_cache"] == []
+
+
 def test_the_signatures_share_one_copy_of_the_weights(reference, converted):
     model, _, _ = reference
-    weight_bytes = sum(i.raw_data.__len__() for i in model.graph.initializer)
+    weight_bytes = sum(len(i.raw_data) for m in (model, encoder_model())
+                       for i in m.graph.initializer)
     size = os.path.getsize(converted / "decoder_float32.tflite")
     assert weight_bytes < size < 1.1 * weight_bytes + 64 * 1024
     layout = json.loads((converted / "decoder_io_layout.json").read_text())
-    assert sorted(layout["signatures"]) == ["decode", "prefill"]
+    assert sorted(layout["signatures"]) == ["decode", "encode", "prefill"]
     decode = {e["onnx_name"]: e for e in layout["signatures"]["decode"]["inputs"]}
     assert decode["past.0.key"]["shape"] == [BATCH, KV_HEADS, CAPACITY, HEAD]
     assert decode["attention_mask"]["shape"] == [BATCH, CAPACITY + 1]
-    assert [e["past"] for e in layout["kv_cache"]] == PAST
+    assert [e["past"] for e in layout["signatures"]["decode"]["kv_cache"]] == PAST
     assert not (converted / "saved_model.pb").exists()
 
 
@@ -181,6 +213,22 @@ def test_signature_shapes_that_leave_a_dim_open_are_refused(reference, tmp_path)
         convert(source, output_folder_path=str(tmp_path / "out"), output_h5=True,
                 signatures=[["decode", "input_ids:1,1"]], non_verbose=True)
     assert not (tmp_path / "out").exists()
+
+
+def test_signature_specs_are_checked_before_anything_is_read(tmp_path):
+    from onnx2tf_alt.generative.signatures import SignatureSpec, parse_signatures
+
+    model = tmp_path / "encoder.onnx"
+    model.write_bytes(b"")
+    assert parse_signatures([["decode", "input_ids:1,1"], ["encode", str(model), "x:1,2"]]) == {
+        "decode": SignatureSpec(("input_ids:1,1",)),
+        "encode": SignatureSpec(("x:1,2",), str(model))}
+    with pytest.raises(InputError, match="first word is the signature's name"):
+        parse_signatures([["input_ids:1,1"]])
+    with pytest.raises(InputError, match="given twice"):
+        parse_signatures([["a", "x:1"], ["a", "x:2"]])
+    with pytest.raises(InputError, match="is not a file"):
+        parse_signatures([["a", str(tmp_path / "missing.onnx"), "x:1"]])
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
