@@ -2,7 +2,7 @@
 per-step logits agreement, prefill time and decode tokens/s, side by side in one run.
 
     python benchmarks/generate.py MODEL.onnx FILE.tflite [FILE.tflite ...]
-        [--prompt 16] [--new 32] [--threads 1 2] [--seed 0]
+        [--encoder ENCODER.onnx] [--prompt 16] [--new 32] [--threads 1 2] [--seed 0]
 
 Two kinds of decoder, told apart by their inputs:
 - with a KV cache: MODEL.onnx takes `input_ids`, `attention_mask`, `position_ids` and
@@ -14,6 +14,10 @@ Two kinds of decoder, told apart by their inputs:
   its position (names and shapes from the `<stem>_io_layout.json` beside the file);
 - without: one input of token ids [1, sequence] (benchmarks/export_llama.py); every step
   runs the whole sequence again, on both sides alike.
+
+With --encoder (a speech model, benchmarks/export_whisper_kv.py): random input features go
+through ENCODER.onnx in onnxruntime and through the file's `encode` signature, and each side
+feeds its own encoder output to every decoder step (`encoder_hidden_states`).
 
 No tokenizer: a random prompt of --prompt token ids, then --new greedy tokens. Per file: how
 many tokens are onnxruntime's, the logits cosine per step on onnxruntime's tokens (fed to
@@ -31,18 +35,28 @@ import time
 import numpy as np
 
 
-class OnnxDecoder:
-    def __init__(self, path: str, threads: int):
-        import onnxruntime as ort
+def _session(path: str, threads: int):
+    import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+class OnnxDecoder:
+    def __init__(self, path: str, threads: int, encoder: str | None = None,
+                 features: np.ndarray | None = None):
+        self.session = _session(path, threads)
         self.inputs = {i.name: i for i in self.session.get_inputs()}
         self.outputs = [o.name for o in self.session.get_outputs()]
         self.cached = any(n.startswith("past") for n in self.inputs)
+        self.encoder, self.features = encoder and _session(encoder, threads), features
+        self.extra = {}
 
     def start(self, prompt: np.ndarray) -> np.ndarray:
+        if self.encoder is not None:
+            self.extra = {"encoder_hidden_states": self.encoder.run(None, {
+                self.encoder.get_inputs()[0].name: self.features})[0]}
         if not self.cached:
             self.ids = list(prompt)
             return self.step(None)
@@ -64,7 +78,8 @@ class OnnxDecoder:
         total = self.length + len(ids)
         feeds = {"input_ids": ids[None].astype(np.int64),
                  "attention_mask": np.ones((1, total), np.int64),
-                 "position_ids": np.arange(self.length, total, dtype=np.int64)[None], **self.past}
+                 "position_ids": np.arange(self.length, total, dtype=np.int64)[None], **self.past,
+                 **self.extra}
         out = dict(zip(self.outputs, self.session.run(None, feeds)))
         self.past = {name: out["present" + name[name.index("."):]] for name in self.past}
         self.length = total
@@ -75,7 +90,7 @@ class TfliteDecoder:
     """A converted decoder: with `prefill` / `decode` signatures and a fixed-capacity cache,
     or one signature run on the whole sequence each step."""
 
-    def __init__(self, path: str, threads: int):
+    def __init__(self, path: str, threads: int, features: np.ndarray | None = None):
         from ai_edge_litert.interpreter import Interpreter
 
         self.interpreter = Interpreter(model_path=path, num_threads=threads)
@@ -85,8 +100,9 @@ class TfliteDecoder:
             stem = stem.removesuffix("_dynamic_range")
             with open(os.path.join(os.path.dirname(path), f"{stem}_io_layout.json")) as f:
                 layout = json.load(f)
-            self.signatures = {name: _Signature(self.interpreter, name, layout["signatures"][name])
-                               for name in ("prefill", "decode")}
+            self.signatures = {name: _Signature(self.interpreter, name, entries)
+                               for name, entries in layout["signatures"].items()}
+            self.features, self.extra = features, {}
             self.axis = {e["past"]: e["axis"] for e in layout["signatures"]["decode"]["kv_cache"]}
         else:
             detail = self.interpreter.get_input_details()[0]
@@ -105,6 +121,9 @@ class TfliteDecoder:
                              f"tokens: run with --prompt {prefill.shapes['input_ids'][1]}")
         self.cache = {name: np.zeros(prefill.shapes[name], np.float32) for name in self.axis}
         self.length = 0
+        if "encode" in self.signatures:
+            encoder = self.signatures["encode"]
+            self.extra = encoder.run({next(iter(encoder.inputs)): self.features})
         return self._run(prefill, prompt)
 
     def step(self, token: int | None) -> np.ndarray:
@@ -126,7 +145,8 @@ class TfliteDecoder:
         mask[0, :start] = 1
         mask[0, self.capacity:] = 1
         out = signature.run({"input_ids": ids[None], "attention_mask": mask,
-                             "position_ids": np.arange(start, end)[None], **self.cache})
+                             "position_ids": np.arange(start, end)[None], **self.cache,
+                             **self.extra})
         for name, axis in self.axis.items():
             where = [slice(None)] * self.cache[name].ndim
             where[axis] = slice(start, end)
@@ -146,18 +166,22 @@ class _Signature:
         self.inputs = {e["onnx_name"]: (details[e["tflite_name"]]["index"],
                                         details[e["tflite_name"]]["dtype"])
                        for e in layout["inputs"]}
-        self.shapes = {e["onnx_name"]: e["shape"] for e in layout["inputs"]}
+        self.shapes = {e["onnx_name"]: e["onnx_shape"] for e in layout["inputs"]}
+        self.perms = {e["onnx_name"]: e["perm"] for e in layout["inputs"] + layout["outputs"]}
         outputs = runner.get_output_details()
         self.outputs = {e["onnx_name"]: outputs[e["tflite_name"]]["index"]
                         for e in layout["outputs"]}
         self.wrapper.AllocateTensors(self.subgraph)
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """ONNX-layout values in and out (each tensor's perm from the io_layout.json)."""
         for name, value in feeds.items():
             index, dtype = self.inputs[name]
+            value = np.transpose(value, self.perms[name])
             self.wrapper.SetTensor(index, np.ascontiguousarray(value, dtype), self.subgraph)
         self.wrapper.Invoke(self.subgraph)
-        return {name: self.wrapper.GetTensor(index, self.subgraph)
+        return {name: np.transpose(self.wrapper.GetTensor(index, self.subgraph),
+                                   np.argsort(self.perms[name]))
                 for name, index in self.outputs.items()}
 
 
@@ -179,31 +203,45 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("onnx")
     parser.add_argument("tflite", nargs="+")
+    parser.add_argument("--encoder", help="a speech model's encoder (see the docstring)")
     parser.add_argument("--prompt", type=int, default=16)
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    reference = OnnxDecoder(args.onnx, args.threads[0])
+    rng = np.random.default_rng(args.seed)
+    features = None
+    if args.encoder:
+        shape = _session(args.encoder, 1).get_inputs()[0].shape
+        features = rng.normal(size=[1, *shape[1:]]).astype(np.float32)
+    reference = OnnxDecoder(args.onnx, args.threads[0], args.encoder, features)
     vocab = reference.session.get_outputs()[0].shape[-1]
     vocab = vocab if isinstance(vocab, int) else 1000
-    prompt = np.random.default_rng(args.seed).integers(0, vocab, args.prompt).astype(np.int64)
+    prompt = rng.integers(0, vocab, args.prompt).astype(np.int64)
     expected, expected_logits, _, _ = greedy(reference, prompt, args.new)
     print(f"onnxruntime tokens: {expected}")
     for path in args.tflite:
-        decoder = TfliteDecoder(path, args.threads[0])
+        decoder = TfliteDecoder(path, args.threads[0], features)
         tokens = greedy(decoder, prompt, args.new)[0]
         differ = [i for i, (a, b) in enumerate(zip(tokens, expected)) if a != b]
         forced = greedy(decoder, prompt, args.new, forced=expected)[1]
         cos = [float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
                for a, b in zip((f.astype(np.float64) for f in forced),
                                (e.astype(np.float64) for e in expected_logits))]
+        # where the file picks another token on onnxruntime's prefix: how far apart
+        # onnxruntime's own logits put the two (in units of their standard deviation)
+        margins = [float((e[e.argmax()] - e[f.argmax()]) / e.std())
+                   for f, e in zip(forced, expected_logits) if f.argmax() != e.argmax()]
         print(f"{path}: {len(expected) - len(differ)} of {len(expected)} tokens as "
               "onnxruntime's" + (f" (first difference at {differ[0]})" if differ else "")
-              + f"; logits cosine per step min {min(cos):.6f}, mean {np.mean(cos):.6f}")
+              + f"; logits cosine per step min {min(cos):.6f}, mean {np.mean(cos):.6f}"
+              + (f"; {len(margins)} step(s) pick another token on onnxruntime's prefix, "
+                 f"where its top two logits differ by at most {max(margins):.3f} std"
+                 if margins else ""))
         for threads in args.threads:
-            ours, theirs = TfliteDecoder(path, threads), OnnxDecoder(args.onnx, threads)
+            ours = TfliteDecoder(path, threads, features)
+            theirs = OnnxDecoder(args.onnx, threads, args.encoder, features)
             runs = [(greedy(ours, prompt, args.new)[2:], greedy(theirs, prompt, args.new)[2:])
                     for _ in range(3)]
             (p_ours, d_ours), (p_theirs, d_theirs) = (
