@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from onnx2tf_alt.layout.explain import tflite_transposes
-from onnx2tf_alt.tflite.flatbuffer import op_name, schema, unpack_model
+from onnx2tf_alt.tflite.flatbuffer import op_name, pack_model, schema, unpack_model
 from onnx2tf_alt.tflite.late_weights import mapped
 
 log = logging.getLogger("onnx2tf_alt")
@@ -277,13 +277,14 @@ def onnx_origins(model, result, graph) -> list[list[dict]]:
 
 
 # --- the report -----------------------------------------------------------------------------
-def analyze(content: bytes, result=None, graph=None, path: str | None = None
-            ) -> DelegateReport:
+def analyze(content: bytes, result=None, graph=None, path: str | None = None,
+            unavailable: str | None = None) -> DelegateReport:
     """The delegate report of a .tflite flatbuffer; with the BuildResult and the Graph it
     was converted from, each op names its ONNX nodes. A file over XNNPACK_ANALYSIS_BYTES
     is not loaded (XNNPACK would pack a second copy of its weights in memory): its report
     gives the GPU check and says why XNNPACK's coverage is unknown. `path`: the file
-    `content` was read from (the interpreter then maps it instead of copying `content`)."""
+    `content` was read from (the interpreter then maps it instead of copying `content`).
+    `unavailable`: why XNNPACK is not tried on it (the report's error)."""
     model = unpack_model(content)
     subgraph = model.subgraphs[0]
     issues = gpu_issues(model)
@@ -291,6 +292,8 @@ def analyze(content: bytes, result=None, graph=None, path: str | None = None
                else [[] for _ in issues])
     error = None
     try:
+        if unavailable is not None:
+            raise RuntimeError(unavailable)
         if len(content) > XNNPACK_ANALYSIS_BYTES:
             raise MemoryError(f"not loaded: XNNPACK would pack a second copy of the "
                               f"{len(content) / 2**30:.1f} GiB file's weights in memory")
@@ -326,6 +329,61 @@ def write_delegate_report(converted, folder: str, stem: str) -> str:
         found = tflite_transposes(report.ops, converted.graph, converted.plan)
         log.debug("TFLite TRANSPOSE ops by origin: %s", dict(found.most_common()) or "none")
     return name
+
+
+def write_signature_delegate_report(built: dict, folder: str, stem: str) -> str:
+    """`write_delegate_report` for a file of several signatures ({name: Converted}): one
+    report per signature under "signatures". The runtime lists the ops of the first subgraph
+    only, so each other signature is analyzed in a copy of the file that puts its subgraph
+    first (not for a file past XNNPACK_ANALYSIS_BYTES, nor with control flow, which names
+    subgraphs by their index: said in its report's error)."""
+    path = os.path.join(folder, f"{stem}_float32.tflite")
+    content = mapped(path)
+    model = unpack_model(content)
+    reports = {}
+    for name, converted in built.items():
+        index = next(d.subgraphIndex for d in model.signatureDefs
+                     if d.signatureKey.decode() == name)
+        if index == 0:
+            report = analyze(content, converted.tflite_result(), converted.graph, path)
+        else:
+            first, unavailable = _first(model, index, len(content))
+            report = analyze(first, converted.tflite_result(), converted.graph,
+                             unavailable=unavailable)
+        reports[name] = report.to_json()
+        log.info("delegates (%s_float32.tflite, signature %s): %s", stem, name,
+                 report.summary())
+    file_name = f"{stem}_delegates.json"
+    with open(os.path.join(folder, file_name), "w") as f:
+        json.dump({"signatures": reports}, f, indent=1, default=_plain)
+    return file_name
+
+
+def _first(model, index: int, size: int) -> tuple[bytes, str | None]:
+    """The file's flatbuffer with subgraph `index` first (the one the runtime lists), and
+    why XNNPACK cannot be tried on it (None if it can): a file larger than
+    XNNPACK_ANALYSIS_BYTES, or control flow; the copy then holds no weights."""
+    import copy
+
+    moved = copy.copy(model)
+    order = [index, *(k for k in range(len(model.subgraphs)) if k != index)]
+    moved.subgraphs = [model.subgraphs[k] for k in order]
+    moved.signatureDefs = []
+    for definition in model.signatureDefs:
+        definition = copy.copy(definition)
+        definition.subgraphIndex = order.index(definition.subgraphIndex)
+        moved.signatureDefs.append(definition)
+    calls = {"WHILE", "IF", "CALL_ONCE"} & {op_name(model, op) for g in model.subgraphs
+                                           for op in g.operators}
+    unavailable = None
+    if calls:
+        unavailable = "not analyzed: a signature other than the first, with control flow"
+    elif size > XNNPACK_ANALYSIS_BYTES:
+        unavailable = (f"not loaded: XNNPACK would pack a second copy of the "
+                       f"{size / 2**30:.1f} GiB file's weights in memory")
+    if unavailable:
+        moved.buffers = [schema.BufferT() for _ in model.buffers]
+    return pack_model(moved), unavailable
 
 
 def _plain(value):

@@ -124,6 +124,7 @@ def write_signature_files(built: dict[str, tuple[Converted, list[CacheEntry]]], 
     """`<stem>_float32.tflite`, `<stem>_float16.tflite` (and with `dynamic_range`
     `<stem>_dynamic_range_quant.tflite`) holding every signature of `build_signatures`, and
     `<stem>_io_layout.json` describing each (with its KV cache). Returns the file names."""
+    from onnx2tf_alt.export.delegates import write_signature_delegate_report
     from onnx2tf_alt.export.float16 import float16_from_float32, float16_model
     from onnx2tf_alt.quant.weight_only import dynamic_range_model
     from onnx2tf_alt.tflite.lowering import late_bound_signatures, signatures_bytes
@@ -156,6 +157,9 @@ def write_signature_files(built: dict[str, tuple[Converted, list[CacheEntry]]], 
                                  "conversion; this model has none large enough")
             names.append(f"{stem}_dynamic_range_quant.tflite")
             bound.write(os.path.join(folder, names[-1]))
+    with phase("delegate report"):
+        names.append(write_signature_delegate_report(
+            {name: c for name, (c, _) in built.items()}, folder, stem))
     layout = {"signatures": {
         name: {**io_layout(c.tflite_result(), c.graph),
                "kv_cache": [{"past": e.past, "present": e.present, "axis": e.axis}

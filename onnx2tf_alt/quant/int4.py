@@ -1,29 +1,27 @@
-"""Weight-only int4 of FULLY_CONNECTED weights: TFLite's INT4 tensor with blockwise scales,
-made from the float32 .tflite with bound weights (tflite/late_weights.py), one weight at a time
-like weight_only.py's dynamic-range file.
+"""Weight-only int4 FULLY_CONNECTED weights (INT4 codes, a float16 scale per block of inputs)
+made from the float32 .tflite with bound weights, one weight at a time like weight_only.py.
 
-The form is what ai-edge-litert 2.3.0 (and TF 2.21's interpreter) runs; each point was tried:
+TFLite's form, as ai-edge-litert 2.3.0 (and TF 2.21's interpreter) runs it, tried point by
+point: the [N, K] weight is INT4, two codes a byte, the even K index in the low nibble; its
+BlockwiseQuantization names an [N, K / block] FLOAT16 tensor of scales. Both kernels read the
+scales as float16 whatever their tensor type says (float32 scales: XNNPACK refuses them as
+"unsupported scale value", the builtin kernel gives NaN); XNNPACK rounds them to bfloat16, so
+they are rounded so here and both kernels compute the same. XNNPACK refuses a negative scale
+and delegates only block sizes that are multiples of 32. Zero points are ignored, so the
+scales are symmetric: max|w| / 7, or / 8 where the block's extreme is negative and then code
+-8 (all of -8..7 decode exactly), 1 for a zero block. Both kernels quantize the activations
+to int8 per row whatever asymmetricQuantizeInputs says. TF's versioning knows no float-input
+INT4 product; the op keeps its float version (the runtime runs 1..14 alike). The builtin
+blockwise kernel drops a fused activation (a fused RELU gave negative outputs), so that
+becomes an op of its own. Older runtimes compute nonsense silently: ai-edge-litert 1.0.1 on
+both kernels, 1.4.0 and 2.0.2 on XNNPACK (2.1.0 and later are right).
 
-- the weight [N, K] is INT4, two codes a byte, the even K index in the low nibble (high first
-  is read as other numbers); codes -8..7 all decode exactly;
-- its BlockwiseQuantization names a [N, K / block] FLOAT16 constant of scales, blocks along K.
-  Both kernels read the scales as float16 whatever the tensor's type says: float32 scales are
-  misread (XNNPACK: "unsupported scale value", the builtin kernel: NaN), bfloat16 ones give
-  nonsense. XNNPACK refuses a negative scale and delegates only block sizes that are multiples
-  of 32 (others fall back to the builtin kernel); both ignore zero points, so the scales are
-  symmetric: max|w| / 7 per block, or / 8 where the block's extreme is negative and its
-  largest positive value still rounds to 7 (that extreme is then code -8), 1 for a zero block;
-- the activations are quantized per row at run time by both kernels whatever
-  asymmetricQuantizeInputs says, and TF's versioning rules know no float-input INT4 FC: the
-  op keeps the float op's version (the runtime runs versions 1 to 14 alike);
-- the builtin blockwise kernel drops a fused activation (a fused RELU gave negative outputs)
-  while XNNPACK applies it, so a fused activation becomes its own op after the product.
-
-Measured (one FC [1, 2048] x [2048, 5632], 1 thread; see the report of this change): against
-the float product the int4 output has a relative RMS error of ~6e-2 (int8: ~1e-2); XNNPACK
-runs it in about half the time of the int8 file, the builtin kernel about 100x slower than
-XNNPACK. Weights that do not qualify (K not a multiple of the block, under MIN_ELEMENTS
-elements) stay float: dynamic_range_model run afterwards makes them int8.
+Measured on FC [M, 2048] x [2048, 5632], 1 thread, random normal weights: against the float
+model the output's relative RMS error is 9.2e-2 (int8 file: 1.1e-2); the weights take 0.56 of
+the int8 file's bytes. XNNPACK: 1.81 ms for six such FCs at M = 1 (int8 2.70, float 11.2);
+the builtin blockwise kernel is a plain loop, ~35x slower than the builtin int8 one and
+~140x slower than XNNPACK. Weights that do not qualify (K not a multiple of the block, fewer
+than MIN_ELEMENTS) stay float; dynamic_range_model run afterwards makes them int8.
 """
 
 from __future__ import annotations
@@ -87,8 +85,9 @@ def _qualifying_weight(model, subgraph, op, block_size: int):
     buffer = model.buffers[tensor.buffer]
     constant = isinstance(buffer, LazyBuffer) or (buffer.data is not None and len(buffer.data))
     activation = op.builtinOptions.fusedActivationFunction
+    elements = int(np.prod(tensor.shape, dtype=np.int64))
     if (tensor.type != schema.TensorType.FLOAT32 or len(tensor.shape) != 2 or not constant
-            or tensor.shape[1] % block_size or tensor.shape[0] * tensor.shape[1] < MIN_ELEMENTS
+            or tensor.shape[1] % block_size or elements < MIN_ELEMENTS
             or (activation != Activation.NONE and activation not in ACTIVATION_OPS)):
         return None
     return tensor
@@ -97,10 +96,10 @@ def _qualifying_weight(model, subgraph, op, block_size: int):
 def _quantized(model, tensor, block_size: int) -> tuple[int, int] | None:
     """New buffers with the packed codes and the float16 scales of `tensor`'s weight (None
     where a scale does not fit in float16, or the weight is not finite)."""
-    scales = _scales(float_values(model.buffers[tensor.buffer], tensor.shape), block_size)
+    buffer, shape = model.buffers[tensor.buffer], tuple(int(d) for d in tensor.shape)
+    scales = _scales(float_values(buffer, shape), block_size)
     if not np.all(np.isfinite(scales)):
         return None
-    buffer, shape = model.buffers[tensor.buffer], tuple(tensor.shape)
     model.buffers.append(LazyBuffer(make=lambda: _packed_codes(float_values(buffer, shape),
                                                                scales, block_size),
                                     nbytes=shape[0] * shape[1] // 2))
@@ -147,40 +146,39 @@ def _packed_codes(value: np.ndarray, scales: np.ndarray, block_size: int) -> np.
 
 
 def _int4_tensor(subgraph, tensor, codes: int, scales: int, block_size: int) -> int:
-    """Two new tensors of `subgraph`: the scales and the INT4 weight reading them (its index)."""
-    rows, width = (int(d) for d in tensor.shape)
-    scale_tensor = schema.TensorT()
-    scale_tensor.shape = np.array([rows, width // block_size], np.int32)
-    scale_tensor.type, scale_tensor.buffer = schema.TensorType.FLOAT16, scales
-    scale_tensor.name = (tensor.name or b"") + b"/scales"
-    subgraph.tensors.append(scale_tensor)
+    """New tensors of `subgraph`: the scales and the INT4 weight reading them (its index)."""
+    name, (rows, width) = tensor.name or b"", (int(d) for d in tensor.shape)
     details = schema.BlockwiseQuantizationT()
-    details.scales, details.blockSize = len(subgraph.tensors) - 1, block_size
-    weight = schema.TensorT()
-    weight.shape, weight.shapeSignature = tensor.shape, tensor.shapeSignature
-    weight.type, weight.buffer = schema.TensorType.INT4, codes
-    weight.name = (tensor.name or b"") + b"/int4"
-    weight.quantization = schema.QuantizationParametersT()
-    weight.quantization.detailsType = schema.QuantizationDetails.BlockwiseQuantization
-    weight.quantization.details = details
-    subgraph.tensors.append(weight)
-    return len(subgraph.tensors) - 1
+    details.blockSize = block_size
+    details.scales = _tensor(subgraph, name + b"/scales", schema.TensorType.FLOAT16, scales,
+                             np.array([rows, width // block_size], np.int32))
+    index = _tensor(subgraph, name + b"/int4", schema.TensorType.INT4, codes, tensor.shape,
+                    tensor.shapeSignature)
+    quantization = subgraph.tensors[index].quantization = schema.QuantizationParametersT()
+    quantization.detailsType = schema.QuantizationDetails.BlockwiseQuantization
+    quantization.details = details
+    return index
 
 
 def _unfused_activation(model, subgraph, op):
     """`op` writes its linear result into a new tensor; the returned activation op reads it
     and writes `op`'s output."""
-    output = int(op.outputs[0])
-    linear = schema.TensorT()
-    final = subgraph.tensors[output]
-    linear.shape, linear.shapeSignature = final.shape, final.shapeSignature
-    linear.type, linear.buffer = final.type, 0
-    linear.name = (final.name or b"") + b"/linear"
-    subgraph.tensors.append(linear)
+    output = subgraph.tensors[int(op.outputs[0])]
+    linear = _tensor(subgraph, (output.name or b"") + b"/linear", output.type, 0, output.shape,
+                     output.shapeSignature)
     activation = schema.OperatorT()
     builtin = ACTIVATION_OPS[op.builtinOptions.fusedActivationFunction]
     activation.opcodeIndex = opcode_index(model, builtin, 1)
-    activation.inputs, activation.outputs = [len(subgraph.tensors) - 1], [output]
-    op.outputs = [len(subgraph.tensors) - 1]
+    activation.inputs, activation.outputs = [linear], [int(op.outputs[0])]
+    op.outputs = [linear]
     op.builtinOptions.fusedActivationFunction = Activation.NONE
     return activation
+
+
+def _tensor(subgraph, name: bytes, tensor_type: int, buffer: int, shape, signature=None) -> int:
+    """A new tensor of `subgraph`; its index."""
+    tensor = schema.TensorT()
+    tensor.name, tensor.type, tensor.buffer = name, tensor_type, buffer
+    tensor.shape, tensor.shapeSignature = shape, signature
+    subgraph.tensors.append(tensor)
+    return len(subgraph.tensors) - 1

@@ -182,22 +182,18 @@ def test_the_signatures_share_one_copy_of_the_weights(reference, converted):
     assert not (converted / "saved_model.pb").exists()
 
 
-def test_the_decode_step_is_one_xnnpack_partition(converted):
-    """Only the integer mask ops before it stay on reference kernels: the grouped-query
-    Expand is a broadcasting MUL (ops/shape.py), not BROADCAST_TO."""
-    from onnx2tf_alt.export.delegates import xnnpack_partitions
-    from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
-
-    path = str(converted / "decoder_float32.tflite")
-    model = unpack_model((converted / "decoder_float32.tflite").read_bytes())
-    assert model.subgraphs[0].name == b"decode"  # the subgraph the analysis lists
-    partitions, count = xnnpack_partitions(None, path)
-    assert count == 1
-    left = {op_name(model, op) for op, p in zip(model.subgraphs[0].operators, partitions)
-            if p is None}
-    assert not left & {"BROADCAST_TO", "BATCH_MATMUL", "FULLY_CONNECTED", "SOFTMAX", "MUL",
-                        "CONCATENATION"}
-    assert left <= {"CAST", "LESS", "SELECT", "SELECT_V2", "GATHER", "RESHAPE", "ADD"}
+def test_the_delegate_report_shows_the_decode_step_in_one_xnnpack_partition(converted):
+    """Only the integer mask and lookup ops before it stay on reference kernels: the
+    grouped-query Expand is a broadcasting MUL (ops/shape.py), not BROADCAST_TO."""
+    reports = json.loads((converted / "decoder_delegates.json").read_text())["signatures"]
+    assert sorted(reports) == ["decode", "encode", "prefill"]
+    for name, report in reports.items():
+        assert report["xnnpack_partitions"] == 1, (name, report["summary"])
+        left = {op["op"] for op in report["ops"] if not op["delegated"]}
+        assert not left & {"BROADCAST_TO", "BATCH_MATMUL", "FULLY_CONNECTED", "SOFTMAX",
+                           "MUL", "CONCATENATION"}, name
+        assert left <= {"CAST", "LESS", "SELECT", "SELECT_V2", "GATHER", "RESHAPE", "ADD",
+                        "LOGICAL_AND", "LESS_EQUAL", "EXPAND_DIMS"}, (name, left)
 
 
 def test_signature_shapes_that_leave_a_dim_open_are_refused(reference, tmp_path):

@@ -137,15 +137,17 @@ def test_weights_are_about_half_the_int8_files():
 def test_fused_activation_becomes_an_op():
     """TF's converter fuses the Relu into the product; the builtin blockwise kernel would
     drop it, so it is its own op after the int4 product."""
-    model, _ = _matmul((4, 256), (256, 128), relu=True)
+    model, _ = _matmul((2, 4, 256), (256, 128), relu=True)
     converted = convert(model)
     bound = late_bound(converted.tflite_result())
+    (product,) = bound.model.subgraphs[0].operators
+    assert product.builtinOptions.fusedActivationFunction == schema.ActivationFunctionType.RELU
     assert int4_blockwise_model(bound.model) == 1
     content = bound.to_bytes()
     names = [op_name(bound.model, op) for op in bound.model.subgraphs[0].operators]
     assert names == ["FULLY_CONNECTED", "RELU"]
     (weight,) = _decoded_weights(content).values()
-    grid = _on_int8_grid((4, 256))
+    grid = _on_int8_grid((2, 4, 256))
     for builtin in (False, True):
         actual, _ = _run(converted, content, grid, builtin)
         expected = np.maximum(grid @ weight.T, 0)
