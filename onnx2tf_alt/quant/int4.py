@@ -1,27 +1,23 @@
 """Weight-only int4 FULLY_CONNECTED weights (INT4 codes, a float16 scale per block of inputs)
 made from the float32 .tflite with bound weights, one weight at a time like weight_only.py.
 
-TFLite's form, as ai-edge-litert 2.3.0 (and TF 2.21's interpreter) runs it, tried point by
-point: the [N, K] weight is INT4, two codes a byte, the even K index in the low nibble; its
-BlockwiseQuantization names an [N, K / block] FLOAT16 tensor of scales. Both kernels read the
-scales as float16 whatever their tensor type says (float32 scales: XNNPACK refuses them as
-"unsupported scale value", the builtin kernel gives NaN); XNNPACK rounds them to bfloat16, so
-they are rounded so here and both kernels compute the same. XNNPACK refuses a negative scale
-and delegates only block sizes that are multiples of 32. Zero points are ignored, so the
-scales are symmetric: max|w| / 7, or / 8 where the block's extreme is negative and then code
--8 (all of -8..7 decode exactly), 1 for a zero block. Both kernels quantize the activations
-to int8 per row whatever asymmetricQuantizeInputs says. TF's versioning knows no float-input
-INT4 product; the op keeps its float version (the runtime runs 1..14 alike). The builtin
-blockwise kernel drops a fused activation (a fused RELU gave negative outputs), so that
-becomes an op of its own. Older runtimes compute nonsense silently: ai-edge-litert 1.0.1 on
-both kernels, 1.4.0 and 2.0.2 on XNNPACK (2.1.0 and later are right).
+The form, tried point by point on ai-edge-litert 2.3.0 (and TF 2.21's interpreter): an INT4
+[N, K] weight, two codes a byte, even K index in the low nibble, whose BlockwiseQuantization
+names [N, K / block] FLOAT16 scales. Both kernels read the scales as float16 whatever their
+type (float32 ones: XNNPACK "unsupported scale value", builtin NaN); XNNPACK rounds them to
+bfloat16, so they are rounded so here and both kernels agree. XNNPACK refuses negative scales
+and delegates blocks of multiples of 32 only; zero points are ignored. So: max|w| / 7, or / 8
+with code -8 where the extreme is negative (-8..7 decode exactly). Activations are quantized
+to int8 per row at run time regardless of asymmetricQuantizeInputs; the op keeps its float
+version (TF's versioning has no rule for this; versions 1..14 run alike). The builtin kernel
+drops a fused activation, so that becomes its own op. Older runtimes are silently wrong
+(ai-edge-litert 1.0.1; 1.4.0 and 2.0.2 on XNNPACK; 2.1.0 on are right).
 
-Measured on FC [M, 2048] x [2048, 5632], 1 thread, random normal weights: against the float
-model the output's relative RMS error is 9.2e-2 (int8 file: 1.1e-2); the weights take 0.56 of
-the int8 file's bytes. XNNPACK: 1.81 ms for six such FCs at M = 1 (int8 2.70, float 11.2);
-the builtin blockwise kernel is a plain loop, ~35x slower than the builtin int8 one and
-~140x slower than XNNPACK. Weights that do not qualify (K not a multiple of the block, fewer
-than MIN_ELEMENTS) stay float; dynamic_range_model run afterwards makes them int8.
+Measured (FC [M, 2048] x [2048, 5632], normal weights, 1 thread): relative RMS error against
+float 9.2e-2 (int8 file: 1.1e-2); weights 0.56 of the int8 file's bytes; XNNPACK ran six such
+FCs (past the cache) at M = 1 in 1.81 ms (int8 2.70, float 11.2); the builtin blockwise
+kernel, a plain loop, is ~35x slower than builtin int8. Weights that do not qualify (K not a
+multiple of the block, under MIN_ELEMENTS) stay float, for dynamic_range_model to make int8.
 """
 
 from __future__ import annotations
@@ -37,10 +33,8 @@ RUNTIME = "2.21.0"  # the oldest runtime it was run on (TF's interpreter; ai-edg
 XNNPACK_BLOCK = 32  # XNNPACK delegates block sizes that are multiples of this
 CHUNK_ELEMENTS = 1 << 20  # weights are read this many elements at a time
 Activation = schema.ActivationFunctionType
-ACTIVATION_OPS = {Activation.RELU: schema.BuiltinOperator.RELU,
-                  Activation.RELU_N1_TO_1: schema.BuiltinOperator.RELU_N1_TO_1,
-                  Activation.RELU6: schema.BuiltinOperator.RELU6,
-                  Activation.TANH: schema.BuiltinOperator.TANH}
+ACTIVATION_OPS = {getattr(Activation, name): getattr(schema.BuiltinOperator, name)
+                  for name in ("RELU", "RELU_N1_TO_1", "RELU6", "TANH")}  # fused -> op
 
 
 def int4_blockwise_model(model, block_size: int = 32) -> int:

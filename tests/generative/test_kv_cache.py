@@ -211,6 +211,42 @@ def test_signature_shapes_that_leave_a_dim_open_are_refused(reference, tmp_path)
     assert not (tmp_path / "out").exists()
 
 
+def test_without_signatures_the_cache_makes_one_static_decode_step(reference, tmp_path):
+    """--kv_cache_capacity alone, with -ois for the step's tokens: one serving_default whose
+    every shape is static (the mask's `capacity + sequence` resolved), which computes the
+    rewritten model's step in the saved_model and the .tflite."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt import convert
+
+    model, _, _ = reference
+    source = str(tmp_path / "decoder.onnx")
+    onnx.save(model, source)
+    convert(source, output_folder_path=str(tmp_path / "out"), kv_cache_capacity=CAPACITY,
+            overwrite_input_shape=[f"input_ids:{BATCH},1"], non_verbose=True)
+    rng = np.random.default_rng(4)
+    start = 3
+    mask = np.zeros((BATCH, CAPACITY + 1), np.int64)
+    mask[:, :start] = mask[:, CAPACITY:] = 1
+    feeds = {"input_ids": rng.integers(0, 512, (BATCH, 1)), "attention_mask": mask,
+             "position_ids": np.full((BATCH, 1), start, np.int64),
+             **{name: rng.normal(size=(BATCH, KV_HEADS, CAPACITY, HEAD)).astype(np.float32)
+                for name in PAST}}
+    rewritten, _ = fixed_capacity(_copy(model), CAPACITY)
+    session = ort.InferenceSession(rewritten.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    want = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    layout = json.loads((tmp_path / "out" / "decoder_io_layout.json").read_text())
+    names = {e["onnx_name"]: e["tflite_name"] for e in layout["inputs"] + layout["outputs"]}
+    interpreter = Interpreter(model_path=str(tmp_path / "out" / "decoder_float32.tflite"))
+    runner = interpreter.get_signature_runner()
+    kinds = {k: d["dtype"] for k, d in runner.get_input_details().items()}
+    assert all(-1 not in d["shape_signature"] for d in runner.get_input_details().values())
+    got = runner(**{names[k]: v.astype(kinds[names[k]]) for k, v in feeds.items()})
+    for name, value in want.items():
+        assert_close(got[names[name]], value, 1e-5, name)
+
+
 def test_signature_specs_are_checked_before_anything_is_read(tmp_path):
     from onnx2tf_alt.generative.signatures import SignatureSpec, parse_signatures
 
