@@ -16,7 +16,7 @@ drops a fused activation, so that becomes its own op. Older runtimes are silentl
 Measured (FC [M, 2048] x [2048, 5632], normal weights, 1 thread): relative RMS error against
 float 9.2e-2 (int8 file: 1.1e-2); weights 0.56 of the int8 file's bytes; XNNPACK ran six such
 FCs (past the cache) at M = 1 in 1.81 ms (int8 2.70, float 11.2); the builtin blockwise
-kernel, a plain loop, is ~35x slower than builtin int8. Weights that do not qualify (K not a
+kernel, a plain loop, is ~30x slower than builtin int8. Weights that do not qualify (K not a
 multiple of the block, under MIN_ELEMENTS) stay float, for dynamic_range_model to make int8.
 """
 

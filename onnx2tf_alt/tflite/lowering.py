@@ -100,6 +100,10 @@ def late_bound_signatures(results: dict[str, BuildResult],
         serve = signature_function(result.model, inputs, late, name=key)
         setattr(holder, f"signature_{len(functions)}", serve)
         functions.append(serve.get_concrete_function())
+        dropped = _activation_after_product(functions[-1], set(late))
+        if dropped:
+            log.info("the .tflite weights are converted by TF's converter: %s", dropped)
+            return None
     holder.weights = kept_weights
     content = _converted(functions, holder, False, select_tf_ops)
     try:
@@ -109,6 +113,40 @@ def late_bound_signatures(results: dict[str, BuildResult],
         return None
     fold_runtime_biases_model(bound.model)
     return bound
+
+
+PRODUCTS = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"}
+FUSED_BY_THE_CONVERTER = {"Relu", "Relu6", "Maximum", "Minimum"}
+
+
+def _activation_after_product(concrete, late: set[str]) -> str | None:
+    """Why the weights cannot be inputs for TF's converter here, or None. It fuses a Relu,
+    Relu6 or clip after a rank-2 product into a FULLY_CONNECTED, and when the product's
+    weight is not a constant (an input, as here) rewrites that into a BATCH_MATMUL that
+    drops the activation (measured on TF 2.21: MatMul -> Relu gave max|err| 44)."""
+    def through_identities(op):
+        while op.type == "Identity":
+            op = op.inputs[0].op
+        return op
+
+    def readers(tensor):
+        for op in tensor.consumers():
+            if op.type == "Identity":
+                yield from readers(op.outputs[0])
+            else:
+                yield op
+
+    for op in concrete.graph.get_operations():
+        if op.type not in PRODUCTS or op.outputs[0].shape.rank != 2:
+            continue
+        if not any(through_identities(t.op).type == "Placeholder"
+                   and through_identities(t.op).name in late for t in op.inputs[:2]):
+            continue
+        fused = [r.type for r in readers(op.outputs[0]) if r.type in FUSED_BY_THE_CONVERTER]
+        if fused:
+            return (f"a rank-2 {op.type} of a weight is followed by {fused[0]}, which TF's "
+                    "converter drops when the weight is an input")
+    return None
 
 
 def signatures_bytes(results: dict[str, BuildResult], select_tf_ops: bool = True) -> bytes:

@@ -187,6 +187,25 @@ def test_an_op_on_weights_alone_is_left_to_the_converter():
         bind(content, {"w": (weight.shape, "float32", lambda: weight)})
 
 
+@pytest.mark.parametrize("activation", ["Relu", "Clip"])
+def test_an_activation_after_a_rank_2_product_is_kept(activation):
+    """TF's converter drops a Relu / Relu6 / clip after a rank-2 product whose weight is an
+    input (it fuses it into a FULLY_CONNECTED, then rewrites that as BATCH_MATMUL): such a
+    model goes through the converter with its weights, and keeps the activation."""
+    weight = _weights(WIDTH, HIDDEN)
+    x = rng.standard_normal((3, WIDTH)).astype(np.float32)
+    extra = {"Clip": {"low": np.array(-0.5, np.float32), "high": np.array(0.5, np.float32)}}
+    inputs = ["m", "low", "high"] if activation == "Clip" else ["m"]
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["m"]),
+                        helper.make_node(activation, inputs, ["y"])],
+                       {"x": x}, ["y"], {"w": weight, **extra.get(activation, {})})
+    converted = check_model(model, {"x": x})
+    assert late_bound(converted.tflite_result()) is None
+    ops = collections.Counter(op_name(m, op) for m in [unpack_model(converted.tflite)]
+                              for op in m.subgraphs[0].operators)
+    assert ops["FULLY_CONNECTED"] == 1
+
+
 def test_cli_files_of_a_model_with_bound_weights(tmp_path):
     import onnx
 
