@@ -81,6 +81,7 @@ def convert(
     target: str | None = None,
     signatures: list[list[str]] | None = None,
     kv_cache_capacity: int | None = None,
+    output_int4_weight_quantized_tflite: bool = False,
     command_line: list[str] | None = None,
 ):
     """Convert an ONNX model (path or ModelProto) and write its outputs; returns the Keras model.
@@ -149,6 +150,8 @@ def convert(
     (generative/signatures.py). `kv_cache_capacity`
     (--kv_cache_capacity) gives a decoder's past key/value inputs that many positions and
     makes its present outputs the step's new entries (passes/kv_cache.py, docs/generative.md).
+    `output_int4_weight_quantized_tflite` (-oi4) also writes `<stem>_int4_weight_quant.tflite`:
+    int4 FULLY_CONNECTED weights in blocks of 32 inputs, int8 others (quant/int4.py).
     """
     call = {k: v for k, v in locals().items() if k not in ("onnx_graph", "command_line")}
     del output_signaturedefs  # always on
@@ -178,9 +181,12 @@ def convert(
         sources += sources_of(signature_specs)
     folder = OutputFolder(output_folder_path, protected=sources)
     folder.check_usable()
+    int4 = output_int4_weight_quantized_tflite
+    if int4 and not output_tflite:
+        raise InputError("-oi4 makes its file from the float32 .tflite: it needs output_tflite.")
     folder.check_claims(planned_outputs(
         stem, output_h5, output_keras_v3, output_tflite, dynamic_range,
-        output_integer_quantized_tflite, check, micro,
+        output_integer_quantized_tflite, check, micro, int4,
     ))
     command = list(command_line) if command_line is not None else ["onnx2tf_alt.convert", call]
     custom_data = parse_custom_data(custom_input_op_name_np_data_path)
@@ -232,7 +238,7 @@ def convert(
             from onnx2tf_alt.generative.signatures import write_signature_files
 
             with folder.staging() as stage:
-                written = write_signature_files(built, stage, stem, dynamic_range)
+                written = write_signature_files(built, stage, stem, dynamic_range, int4)
                 folder.publish(stage, Manifest.for_conversion(stem, sources, command))
             log.info("wrote %s to %s", ", ".join(written), folder.path)
             return next(iter(built.values()))[0].result.model
@@ -251,6 +257,9 @@ def convert(
             written = write_outputs(converted, stage, stem, output_h5, output_keras_v3, output_tflite,
                                     copy_onnx_input_output_names_to_tflite, builtin_only,
                                     saved_model=not disable_model_save)
+            if int4:
+                written.append(_write_int4({"serving_default": converted.tflite_result()},
+                                           stage, stem))
             if quant_plan is not None:
                 with phase("quantized files"):
                     written += _write_quantized(converted, stage, stem, quant_plan, builtin_only,
@@ -287,6 +296,21 @@ def convert(
     finally:  # the temporary weight files of this conversion (ir/weights.spill)
         for path in set(ir_weights.SPILLED) - spilled_before:
             ir_weights.remove_spilled_file(path)
+
+
+def _write_int4(results: dict, stage: str, stem: str) -> str:
+    """-oi4's file (quant/int4.py), made from the float32 .tflite in `stage`."""
+    from onnx2tf_alt.export.names import INT4_SUFFIX
+    from onnx2tf_alt.quant.int4 import write_int4_file
+
+    name = f"{stem}_{INT4_SUFFIX}.tflite"
+    with phase("tflite int4 weights"):
+        count = write_int4_file(results, os.path.join(stage, f"{stem}_float32.tflite"),
+                                os.path.join(stage, name))
+    if not count:
+        log.warning("-oi4: no FULLY_CONNECTED weight has inputs in whole blocks of 32 (and "
+                    "1024 elements or more): %s holds int8 weights only", name)
+    return name
 
 
 def _signature_specs(signatures: list[list[str]] | None, call: dict) -> dict:

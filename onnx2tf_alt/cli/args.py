@@ -251,6 +251,15 @@ def _quant_flags(p: argparse.ArgumentParser) -> None:
         "the calibration samples taken out of its bias)",
     )
     p.add_argument(
+        "-oi4",
+        "--output_int4_weight_quantized_tflite",
+        action="store_true",
+        help="also write <stem>_int4_weight_quant.tflite: FULLY_CONNECTED weights in int4 "
+        "with a float16 scale per 32 inputs (taken by XNNPACK; ai-edge-litert >= 2.1), "
+        "other weights int8 as in the dynamic-range file; activations stay float "
+        "(docs/quantization.md)",
+    )
+    p.add_argument(
         "--int8_warn_below",
         type=float,
         default=0.99,

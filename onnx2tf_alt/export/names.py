@@ -5,6 +5,7 @@ from __future__ import annotations
 
 SAVED_MODEL_ENTRIES = ("saved_model.pb", "fingerprint.pb", "variables/", "assets/")
 DYNAMIC_RANGE_SUFFIXES = ("dynamic_range_quant",)
+INT4_SUFFIX = "int4_weight_quant"  # -oi4: int4 FULLY_CONNECTED weights, int8 elsewhere
 TARGETS = ("micro",)  # --target: runtimes a conversion's files are checked on
 INTEGER_SUFFIXES = (
     "integer_quant",
@@ -23,6 +24,7 @@ def planned_outputs(
     integer: bool = False,
     check: bool = False,
     micro: bool = False,
+    int4: bool = False,
 ) -> list[str]:
     """Every entry of the output folder the options may write (folders end in '/')."""
     names = [*SAVED_MODEL_ENTRIES, f"{stem}_io_layout.json", f"{stem}_manifest.json"]
@@ -37,6 +39,8 @@ def planned_outputs(
     names += [f"{stem}_{s}.tflite" for s in suffixes]
     if suffixes:
         names.append(f"{stem}_quant_report.json")
+    if int4:
+        names.append(f"{stem}_{INT4_SUFFIX}.tflite")
     if micro:
         names.append(f"{stem}_micro.json")
     if check:

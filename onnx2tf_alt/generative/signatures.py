@@ -120,9 +120,10 @@ def _require_static(name: str, converted: Converted) -> None:
 
 
 def write_signature_files(built: dict[str, tuple[Converted, list[CacheEntry]]], folder: str,
-                          stem: str, dynamic_range: bool) -> list[str]:
-    """`<stem>_float32.tflite`, `<stem>_float16.tflite` (and with `dynamic_range`
-    `<stem>_dynamic_range_quant.tflite`) holding every signature of `build_signatures`, and
+                          stem: str, dynamic_range: bool, int4: bool = False) -> list[str]:
+    """`<stem>_float32.tflite`, `<stem>_float16.tflite` (with `dynamic_range`
+    `<stem>_dynamic_range_quant.tflite`, with `int4` `<stem>_int4_weight_quant.tflite`)
+    holding every signature of `build_signatures`, and
     `<stem>_io_layout.json` describing each (with its KV cache). Returns the file names."""
     from onnx2tf_alt.export.delegates import write_signature_delegate_report
     from onnx2tf_alt.export.float16 import float16_from_float32, float16_model
@@ -157,6 +158,14 @@ def write_signature_files(built: dict[str, tuple[Converted, list[CacheEntry]]], 
                                  "conversion; this model has none large enough")
             names.append(f"{stem}_dynamic_range_quant.tflite")
             bound.write(os.path.join(folder, names[-1]))
+    if int4:
+        from onnx2tf_alt.export.names import INT4_SUFFIX
+        from onnx2tf_alt.quant.int4 import write_int4_file
+
+        with phase("tflite int4 weights"):
+            names.append(f"{stem}_{INT4_SUFFIX}.tflite")
+            write_int4_file(results, os.path.join(folder, names[0]),
+                            os.path.join(folder, names[-1]))
     with phase("delegate report"):
         names.append(write_signature_delegate_report(
             {name: c for name, (c, _) in built.items()}, folder, stem))

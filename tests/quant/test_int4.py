@@ -175,3 +175,31 @@ def test_block_size_must_suit_xnnpack():
     model, _ = _matmul((2, 256), (256, 96))
     with pytest.raises(ValueError, match="multiple of 32"):
         int4_blockwise_model(_bound(model).model, block_size=16)
+
+
+def test_cli_flag_writes_the_int4_file_beside_the_others(tmp_path):
+    """-oi4 (convert's output_int4_weight_quantized_tflite): `<stem>_int4_weight_quant.tflite`
+    with INT4 weights, listed in the manifest, close to onnxruntime."""
+    import json
+
+    import onnx
+
+    from onnx2tf_alt import convert
+
+    model, x = _matmul((2, 3, 256), (256, 96))
+    feeds = {"x": x}
+    source = str(tmp_path / "mm.onnx")
+    onnx.save(model, source)
+    convert(source, output_folder_path=str(tmp_path / "out"),
+            output_int4_weight_quantized_tflite=True, disable_model_save=True, non_verbose=True)
+    path = tmp_path / "out" / "mm_int4_weight_quant.tflite"
+    flat = unpack_model(path.read_bytes())
+    types = {t.type for g in flat.subgraphs for t in g.tensors}
+    assert schema.TensorType.INT4 in types
+    (want,) = ort_run(model, feeds)
+    runner = Interpreter(model_path=str(path)).get_signature_runner()
+    (got,) = runner(**feeds).values()
+    cosine = float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want))
+    assert cosine > 0.99
+    manifest = json.loads((tmp_path / "out" / "mm_manifest.json").read_text())
+    assert "mm_int4_weight_quant.tflite" in json.dumps(manifest)
