@@ -335,21 +335,22 @@ def write_signature_delegate_report(built: dict, folder: str, stem: str) -> str:
     """`write_delegate_report` for a file of several signatures ({name: Converted}): one
     report per signature under "signatures". The runtime lists the ops of the first subgraph
     only, so each other signature is analyzed in a copy of the file that puts its subgraph
-    first (not for a file past XNNPACK_ANALYSIS_BYTES, nor with control flow, which names
-    subgraphs by their index: said in its report's error)."""
+    first, written beside it a weight at a time and mapped (not for a file past
+    XNNPACK_ANALYSIS_BYTES, nor with control flow, which names subgraphs by their index:
+    said in its report's error)."""
     path = os.path.join(folder, f"{stem}_float32.tflite")
     content = mapped(path)
-    model = unpack_model(content)
+    model = unpack_model(content)  # buffers are views of the mapped file
     reports = {}
     for name, converted in built.items():
         index = next(d.subgraphIndex for d in model.signatureDefs
                      if d.signatureKey.decode() == name)
+        result, graph = converted.tflite_result(), converted.graph
         if index == 0:
-            report = analyze(content, converted.tflite_result(), converted.graph, path)
+            report = analyze(content, result, graph, path)
         else:
-            first, unavailable = _first(model, index, len(content))
-            report = analyze(first, converted.tflite_result(), converted.graph,
-                             unavailable=unavailable)
+            report = _analyzed_first(model, index, len(content), result, graph,
+                                     os.path.join(folder, f".{stem}_{name}.tflite"))
         reports[name] = report.to_json()
         log.info("delegates (%s_float32.tflite, signature %s): %s", stem, name,
                  report.summary())
@@ -359,11 +360,13 @@ def write_signature_delegate_report(built: dict, folder: str, stem: str) -> str:
     return file_name
 
 
-def _first(model, index: int, size: int) -> tuple[bytes, str | None]:
-    """The file's flatbuffer with subgraph `index` first (the one the runtime lists), and
-    why XNNPACK cannot be tried on it (None if it can): a file larger than
-    XNNPACK_ANALYSIS_BYTES, or control flow; the copy then holds no weights."""
+def _analyzed_first(model, index: int, size: int, result, graph, scratch: str
+                    ) -> DelegateReport:
+    """The report of subgraph `index` of `model`, analyzed in a copy that puts it first (the
+    one the runtime lists), written to `scratch` (removed after)."""
     import copy
+
+    from onnx2tf_alt.tflite.late_weights import Bound, LazyBuffer
 
     moved = copy.copy(model)
     order = [index, *(k for k in range(len(model.subgraphs)) if k != index)]
@@ -375,15 +378,20 @@ def _first(model, index: int, size: int) -> tuple[bytes, str | None]:
         moved.signatureDefs.append(definition)
     calls = {"WHILE", "IF", "CALL_ONCE"} & {op_name(model, op) for g in model.subgraphs
                                            for op in g.operators}
-    unavailable = None
-    if calls:
-        unavailable = "not analyzed: a signature other than the first, with control flow"
-    elif size > XNNPACK_ANALYSIS_BYTES:
-        unavailable = (f"not loaded: XNNPACK would pack a second copy of the "
-                       f"{size / 2**30:.1f} GiB file's weights in memory")
-    if unavailable:
-        moved.buffers = [schema.BufferT() for _ in model.buffers]
-    return pack_model(moved), unavailable
+    if calls or size > XNNPACK_ANALYSIS_BYTES:
+        moved.buffers = [schema.BufferT() for _ in model.buffers]  # listed, not run
+        why = ("not analyzed: a signature other than the first, with control flow" if calls
+               else f"not loaded: XNNPACK would pack a second copy of the {size / 2**30:.1f} "
+               "GiB file's weights in memory")
+        return analyze(pack_model(moved), result, graph, unavailable=why)
+    moved.buffers = [LazyBuffer(make=lambda data=b.data: np.asarray(data), nbytes=len(b.data))
+                     if b.data is not None and len(b.data) else b for b in model.buffers]
+    try:
+        Bound(moved, {}).write(scratch)
+        return analyze(mapped(scratch), result, graph, scratch)
+    finally:
+        if os.path.exists(scratch):
+            os.remove(scratch)
 
 
 def _plain(value):
