@@ -96,8 +96,9 @@ class TfliteDecoder:
         self.interpreter = Interpreter(model_path=path, num_threads=threads)
         self.cached = "decode" in self.interpreter.get_signature_list()
         if self.cached:
-            stem = os.path.basename(path).rsplit("_", 1)[0]
-            stem = stem.removesuffix("_dynamic_range")
+            stem = os.path.basename(path).removesuffix(".tflite")
+            for suffix in ("_float32", "_float16", "_dynamic_range_quant", "_int4_weight_quant"):
+                stem = stem.removesuffix(suffix)
             with open(os.path.join(os.path.dirname(path), f"{stem}_io_layout.json")) as f:
                 layout = json.load(f)
             self.signatures = {name: _Signature(self.interpreter, name, entries)
