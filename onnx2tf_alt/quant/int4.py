@@ -25,9 +25,14 @@ from __future__ import annotations
 import numpy as np
 
 from onnx2tf_alt.export.float16 import record_optimization
-from onnx2tf_alt.quant.weight_only import MIN_ELEMENTS, PTQ_DYNAMIC_RANGE, float_values
+from onnx2tf_alt.quant.weight_only import (
+    MIN_ELEMENTS,
+    PTQ_DYNAMIC_RANGE,
+    float_values,
+    replace_operators,
+)
 from onnx2tf_alt.tflite.flatbuffer import op_name, opcode_index, schema
-from onnx2tf_alt.tflite.late_weights import LazyBuffer, drop_unused
+from onnx2tf_alt.tflite.late_weights import LazyBuffer
 
 RUNTIME = "2.21.0"  # the oldest runtime it was run on (TF's interpreter; ai-edge-litert 2.3.0)
 XNNPACK_BLOCK = 32  # XNNPACK delegates block sizes that are multiples of this
@@ -63,9 +68,7 @@ def int4_blockwise_model(model, block_size: int = 32) -> int:
             if op.builtinOptions.fusedActivationFunction != Activation.NONE:
                 operators.append(_unfused_activation(model, subgraph, op))
             count += 1
-        subgraph.operators = operators
-        signatures = [s for s in model.signatureDefs or [] if s.subgraphIndex == subgraph_index]
-        drop_unused(model, subgraph, signatures)
+        replace_operators(model, subgraph_index, operators)
     if count:
         record_optimization(model, RUNTIME, PTQ_DYNAMIC_RANGE, None)
     return count

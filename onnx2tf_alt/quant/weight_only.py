@@ -80,12 +80,19 @@ def dynamic_range_model(model) -> int:
             if name == "GATHER":
                 operators.append(_dequantized_output(model, subgraph, op, quantized))
             count += 1
-        subgraph.operators = operators
-        signatures = [s for s in model.signatureDefs or [] if s.subgraphIndex == subgraph_index]
-        drop_unused(model, subgraph, signatures)
+        replace_operators(model, subgraph_index, operators)
     if count:
         record_optimization(model, RUNTIME, PTQ_DYNAMIC_RANGE, None)
     return count
+
+
+def replace_operators(model, subgraph_index: int, operators: list) -> None:
+    """Subgraph `subgraph_index` of `model` computes `operators` now: the tensors and buffers
+    nothing uses any more (float weights replaced by quantized ones) are dropped."""
+    subgraph = model.subgraphs[subgraph_index]
+    subgraph.operators = operators
+    signatures = [s for s in model.signatureDefs or [] if s.subgraphIndex == subgraph_index]
+    drop_unused(model, subgraph, signatures)
 
 
 def float_values(buffer, shape) -> np.ndarray:
