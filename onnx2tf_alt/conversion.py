@@ -146,8 +146,8 @@ def convert(
 
     `signatures` ([[name, ('model.onnx',) 'input:D1,D2', ...], ...], --signature) writes
     .tflite files with one signature per entry, built for those input shapes (from that
-    model, default the -i one) and sharing one copy of the weights, and no saved_model
-    (generative/signatures.py). `kv_cache_capacity`
+    model, default the -i one) and sharing one copy of the weights, and a saved_model with
+    the same signatures (generative/signatures.py). `kv_cache_capacity`
     (--kv_cache_capacity) gives a decoder's past key/value inputs that many positions and
     makes its present outputs the step's new entries (passes/kv_cache.py, docs/generative.md).
     `output_int4_weight_quantized_tflite` (-oi4) also writes `<stem>_int4_weight_quant.tflite`:
@@ -238,7 +238,8 @@ def convert(
             from onnx2tf_alt.generative.signatures import write_signature_files
 
             with folder.staging() as stage:
-                written = write_signature_files(built, stage, stem, dynamic_range, int4)
+                written = write_signature_files(built, stage, stem, dynamic_range, int4,
+                                                saved_model=not disable_model_save)
                 folder.publish(stage, Manifest.for_conversion(stem, sources, command))
             log.info("wrote %s to %s", ", ".join(written), folder.path)
             return next(iter(built.values()))[0].result.model
@@ -331,8 +332,8 @@ def _signature_specs(signatures: list[list[str]] | None, call: dict) -> dict:
         ("-onimc", "output_names_to_interrupt_model_conversion")) if call.get(key)]
     if refused or not call.get("output_tflite", True):
         raise InputError(
-            f"--signature writes the float32, float16 and (-odrqt) dynamic-range .tflite "
-            f"files only; it cannot be combined with {', '.join(refused) or 'output_tflite=False'} "
+            f"--signature writes the saved_model and the float32, float16, (-odrqt) "
+            f"dynamic-range and (-oi4) int4 .tflite files; it cannot be combined with {', '.join(refused) or 'output_tflite=False'} "
             "yet: convert once per input shape for those outputs.")
     return specs
 

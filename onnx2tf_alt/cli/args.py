@@ -76,7 +76,7 @@ def _shape_and_layout_flags(p: argparse.ArgumentParser) -> None:
         "from MODEL.onnx if given (default: -i), with the input shapes that follow (as "
         "-ois; dims of the same symbol, or a sum of symbols, follow), e.g. --signature "
         "prefill input_ids:1,64 --signature decode input_ids:1,1. The signatures share one "
-        "copy of the weights; only .tflite files are written (docs/generative.md)",
+        "copy of the weights, in the .tflite files and the saved_model (docs/generative.md)",
     )
     p.add_argument(
         "--kv_cache_capacity",

@@ -20,6 +20,27 @@ def save_saved_model(result: BuildResult, folder: str) -> None:
         _content_uuid(os.path.join(folder, "fingerprint.pb"))
 
 
+def save_signatures_saved_model(results: dict[str, BuildResult], folder: str) -> None:
+    """A saved_model with one signature per entry of `results` ({key: the model built for
+    it}). The models share their weight variables (translate/keras_layers.py's
+    shared_constant_weights), so each weight is saved once."""
+    from onnx2tf_alt.tflite.lowering import signature_function
+
+    holder = tf.Module()
+    weights = {}
+    for result in results.values():
+        weights.update({w.ref(): w for w in result.model.weights})
+    holder.weights = list(weights.values())
+    signatures = {}
+    for key, result in results.items():
+        serve = signature_function(result.model, list(result.input_names.values()), name=key)
+        setattr(holder, f"signature_{len(signatures)}", serve)
+        signatures[key] = serve
+    tf.saved_model.save(holder, folder, signatures=signatures)
+    if os.environ.get("SOURCE_DATE_EPOCH"):
+        _content_uuid(os.path.join(folder, "fingerprint.pb"))
+
+
 def _content_uuid(path: str) -> None:
     """Reproducible builds (SOURCE_DATE_EPOCH set): the fingerprint's random uuid becomes a
     digest of its content hashes, so equal models get byte-identical saved_models."""

@@ -120,11 +120,13 @@ def _require_static(name: str, converted: Converted) -> None:
 
 
 def write_signature_files(built: dict[str, tuple[Converted, list[CacheEntry]]], folder: str,
-                          stem: str, dynamic_range: bool, int4: bool = False) -> list[str]:
+                          stem: str, dynamic_range: bool, int4: bool = False,
+                          saved_model: bool = True) -> list[str]:
     """`<stem>_float32.tflite`, `<stem>_float16.tflite` (with `dynamic_range`
     `<stem>_dynamic_range_quant.tflite`, with `int4` `<stem>_int4_weight_quant.tflite`)
-    holding every signature of `build_signatures`, and
-    `<stem>_io_layout.json` describing each (with its KV cache). Returns the file names."""
+    holding every signature of `build_signatures`, `<stem>_io_layout.json` describing each
+    (with its KV cache) and, with `saved_model`, a saved_model with the same signatures.
+    Returns the file names."""
     from onnx2tf_alt.export.delegates import write_signature_delegate_report
     from onnx2tf_alt.export.float16 import float16_from_float32, float16_model
     from onnx2tf_alt.quant.weight_only import dynamic_range_model
@@ -133,6 +135,12 @@ def write_signature_files(built: dict[str, tuple[Converted, list[CacheEntry]]], 
 
     results = {name: c.tflite_result() for name, (c, _) in built.items()}
     names = [f"{stem}_float32.tflite", f"{stem}_float16.tflite"]
+    if saved_model:
+        from onnx2tf_alt.export.saved_model import save_signatures_saved_model
+
+        with phase("saved_model"):
+            save_signatures_saved_model({name: c.result for name, (c, _) in built.items()},
+                                        folder)
     with phase("tflite float32"):
         bound = late_bound_signatures(results)
         if bound is None:
@@ -174,6 +182,8 @@ def write_signature_files(built: dict[str, tuple[Converted, list[CacheEntry]]], 
                "kv_cache": [{"past": e.past, "present": e.present, "axis": e.axis}
                             for e in cache]}
         for name, (c, cache) in built.items()}}
+    if saved_model:
+        names += ["saved_model.pb", "variables"]
     names.append(f"{stem}_io_layout.json")
     with open(os.path.join(folder, names[-1]), "w") as f:
         json.dump(layout, f, indent=2)

@@ -185,7 +185,33 @@ def test_the_signatures_share_one_copy_of_the_weights(reference, converted):
     assert decode["past.0.key"]["shape"] == [BATCH, KV_HEADS, CAPACITY, HEAD]
     assert decode["attention_mask"]["shape"] == [BATCH, CAPACITY + 1]
     assert [e["past"] for e in layout["signatures"]["decode"]["kv_cache"]] == PAST
-    assert not (converted / "saved_model.pb").exists()
+
+
+
+def test_the_saved_model_has_the_signatures_and_the_weights_once(reference, converted):
+    """TF Serving's view: prefill and decode (and encode) in one saved_model whose variables
+    hold each weight once; its prefill step computes what onnxruntime does."""
+    import tensorflow as tf
+
+    model, prompt, (_, logits) = reference
+    weight_bytes = sum(len(i.raw_data) for m in (model, encoder_model())
+                       for i in m.graph.initializer if len(i.raw_data) > 4096)  # variables
+    stored = sum(f.stat().st_size for f in (converted / "variables").iterdir())
+    assert weight_bytes < stored < 1.1 * weight_bytes + 64 * 1024  # twice would be 2x
+    loaded = tf.saved_model.load(str(converted))
+    assert sorted(loaded.signatures) == ["decode", "encode", "prefill"]
+    layout = json.loads((converted / "decoder_io_layout.json").read_text())["signatures"]
+    names = {e["onnx_name"]: e["tf_name"] for e in layout["prefill"]["inputs"]
+             + layout["prefill"]["outputs"]}
+    mask = np.zeros((BATCH, CAPACITY + PROMPT), np.int64)
+    mask[:, CAPACITY:] = 1
+    feeds = {"input_ids": prompt, "attention_mask": mask,
+             "position_ids": np.tile(np.arange(PROMPT), (BATCH, 1)),
+             **{name: np.zeros((BATCH, KV_HEADS, CAPACITY, HEAD), np.float32) for name in PAST}}
+    signature = loaded.signatures["prefill"]
+    kinds = {k: v.dtype for k, v in signature.structured_input_signature[1].items()}
+    out = signature(**{names[k]: tf.constant(v, kinds[names[k]]) for k, v in feeds.items()})
+    assert_close(out[names["logits"]].numpy()[:, -1], logits[0], 1e-5, "saved_model prefill")
 
 
 def test_the_delegate_report_shows_the_decode_step_in_one_xnnpack_partition(converted):
