@@ -47,7 +47,9 @@ def test_pooled_cosine_and_sqnr_over_concatenated_samples():
 
 
 def test_gain_must_exceed_the_noise_of_the_comparison():
-    references = [{"y": rng.standard_normal((1, 50)).astype(np.float32)} for _ in range(8)]
+    # its own generator: the module's depends on which tests ran before in this worker
+    draw = np.random.default_rng(5)
+    references = [{"y": draw.standard_normal((1, 50)).astype(np.float32)} for _ in range(8)]
 
     def noisy(scale, seed):
         r = np.random.default_rng(seed)
@@ -59,7 +61,7 @@ def test_gain_must_exceed_the_noise_of_the_comparison():
     same = compare_outputs(references, noisy(0.3, 3))  # another draw of the same noise
     assert gain(much_better, base)[0]
     kept, delta, noise = gain(same, base)
-    assert not kept and abs(delta) <= noise
+    assert not kept and delta <= noise  # another draw may come out worse, never kept
     assert figure(much_better) > figure(base)
 
 
