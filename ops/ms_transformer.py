@@ -274,7 +274,7 @@ def _key_padding(mask, batch, kv_len):
     raise NotImplementedError(f"attention mask of rank {rank} (4-D Megatron masks)")
 
 
-def _attend(ctx, q, k, v, mask=None, bias=None, past_len=0):
+def _attend(ctx, q, k, v, mask=None, bias=None, past_len=0, allowed=None):
     """Multi-head attention of q [B, N, S, D], k and v [B, Nkv, T, D] as onnxruntime computes
     it: the optional key mask, causal order (unidirectional or GroupQueryAttention) and
     attention bias [B or 1, N or 1, S, T] are added to the scores; returns [B, S, N*Dv]."""
@@ -290,8 +290,11 @@ def _attend(ctx, q, k, v, mask=None, bias=None, past_len=0):
         allowed = _key_padding(mask, q.shape[0], kv_len)
         filler = ctx.attr("mask_filter_value", -10000.0)
         scores = scores + _additive_mask(allowed, filler, scores.dtype)
-    if ctx.attr("unidirectional", 0) or ctx.node.op_type == "GroupQueryAttention":
-        scores = mask_out(scores, _causal(ctx, q_len, kv_len, past_len), keep_inf=False)
+    if allowed is None and (ctx.attr("unidirectional", 0)
+                            or ctx.node.op_type == "GroupQueryAttention"):
+        allowed = _causal(ctx, q_len, kv_len, past_len)
+    if allowed is not None:
+        scores = mask_out(scores, allowed, keep_inf=False)
     if bias is not None:
         scores = scores + tf.cast(bias, scores.dtype)
     return merge_heads(grouped_values(softmax(scores, [3]), v))
@@ -399,42 +402,113 @@ def ms_rotary_embedding(ctx):
 def _infer_gqa(node, types):
     attrs = attrs_of(node)
     (dtype, q) = types[0]
-    head_size = q[2] // attrs["num_heads"]
+    heads, kv_heads = attrs["num_heads"], attrs["kv_num_heads"]
+    packed = len(types) < 2 or not types[1]
+    head_size = q[2] // (heads + 2 * kv_heads if packed else heads)
     past_len = types[3][1][2] if len(types) > 3 and types[3] else 0
-    present = (dtype, [q[0], attrs["kv_num_heads"], plus(past_len, q[1]), head_size])
-    return [types[0], present, present]
+    present = (dtype, [q[0], kv_heads, plus(past_len, q[1]), head_size])
+    return [(dtype, [q[0], q[1], heads * head_size]), present, present]
+
+
+def _gqa_inputs(ctx, heads: int, kv_heads: int):
+    """q [B, S, N*D], k and v [B, S, Nkv*D]: separate inputs, or packed in the query."""
+    q = ctx.x(0)
+    if ctx.has(1):
+        return q, ctx.x(1), ctx.x(2)
+    head_size = int(ctx.shape(0)[2]) // (heads + 2 * kv_heads)
+    return tf.split(q, [heads * head_size, kv_heads * head_size, kv_heads * head_size], axis=-1)
+
+
+def _gqa_past_rows(ctx, seq_len):
+    """Each row's past length [B] (int32), as onnxruntime reads it: seqlens_k + 1 - S (the
+    filled prefix of the past buffer), or 0 for a first prompt (S == total_sequence_length).
+    A static int when every row's is known at conversion."""
+    total = ctx.const(6)
+    if isinstance(seq_len, int) and total is not None and int(np.ravel(total)[0]) == seq_len:
+        return 0
+    rows = tf.reshape(tf.cast(ctx.x(5), tf.int32), [-1]) + 1 - seq_len
+    if total is not None:
+        return rows
+    first = tf.equal(tf.reshape(tf.cast(ctx.x(6), tf.int32), []), seq_len)
+    return tf.where(first, tf.zeros_like(rows), rows)
+
+
+def _gqa_allowed(seq_len, past_len, past_rows):
+    """'May attend' [B or 1, 1, S, P + S] over the keys Concat(past, new): past slot j when
+    j < the row's past length, new key i' for query i when i' <= i. A numpy array when
+    everything is static."""
+    keys = _positions(past_len + seq_len, [1, 1, 1, -1])
+    queries = _positions(seq_len, [1, 1, -1, 1])
+    if isinstance(past_rows, int) and isinstance(past_len, int) and isinstance(seq_len, int):
+        return ((keys >= past_len) & (keys - past_len <= queries)) | (keys < past_rows)
+    new = tf.logical_and(tf.greater_equal(keys, past_len),
+                         tf.less_equal(keys - past_len, queries))
+    limit = tf.reshape(tf.minimum(past_rows, past_len), [-1, 1, 1, 1])
+    return tf.logical_or(new, tf.less(keys, limit))
+
+
+def _gqa_present(past, new, past_rows, past_len, seq_len):
+    """onnxruntime's present key or value [B, Nkv, P + S, D]: each row's filled past, its new
+    entries right after it, zeros beyond."""
+    both = tf.concat([past, new], axis=2)
+    if isinstance(past_rows, int) and past_rows == past_len:
+        return both
+    length = past_len + seq_len
+    slots = tf.reshape(tf.range(length), [1, -1])
+    rows = tf.reshape(tf.minimum(past_rows, past_len), [-1, 1])
+    index = tf.where(tf.less(slots, rows), slots, slots - rows + past_len)
+    index = tf.minimum(index, length - 1) + tf.zeros([tf.shape(both)[0], 1], tf.int32)
+    filled = tf.cast(tf.less(slots, rows + seq_len), both.dtype)
+    gathered = tf.gather(both, index, axis=2, batch_dims=1)
+    return gathered * filled[:, None, :, None]
 
 
 @handler("GroupQueryAttention", domain=MS, infer=_infer_gqa,
-         limits="separate query/key/value; a past key/value of static length; every row of "
-         "full length (seqlens_k = past + S - 1, no padding); no local window, no smooth "
-         "softmax")
+         limits="past and present of past + new positions (no shared buffer); no local "
+         "window, no smooth softmax")
 def group_query_attention(ctx):
-    """Causal grouped-query attention, after a past key/value cache [B, Nkv, P, D] when
-    given; rotary embedding of the new positions with do_rotary."""
+    """Causal grouped-query attention after each row's filled past ([B, Nkv, P, D], rows
+    told by seqlens_k as onnxruntime reads them), rotary embedding of the new positions with
+    do_rotary; query, key and value separate or packed."""
     if ctx.attr("local_window_size", -1) >= 0 or ctx.attr("smooth_softmax", 0):
         raise NotImplementedError("GroupQueryAttention with local_window_size or smooth_softmax")
-    if not ctx.has(1):
-        raise NotImplementedError("GroupQueryAttention with packed QKV")
-    past_len = int(ctx.shape(3)[2] or 0) if ctx.has(3) else 0
-    if ctx.has(3) and not isinstance(ctx.shape(3)[2], int):
-        raise NotImplementedError("GroupQueryAttention with a past of run-time length")
     heads, kv_heads = ctx.attr("num_heads"), ctx.attr("kv_num_heads")
-    q, k, v = ctx.x(0), ctx.x(1), ctx.x(2)
+    q, k, v = _gqa_inputs(ctx, heads, kv_heads)
+    seq_len = dims_of(q)[1]
+    past_len = dims_of(ctx.x(3))[2] if ctx.has(3) else 0
+    total = ctx.const(6)
+    if total is not None and isinstance(past_len, int) and isinstance(seq_len, int) \
+            and max(int(np.ravel(total)[0]), past_len) != past_len + seq_len:
+        raise NotImplementedError("GroupQueryAttention with a shared past/present buffer "
+                                  "(total_sequence_length < past + new positions)")
+    no_past = isinstance(past_len, int) and past_len == 0
+    past_rows = 0 if no_past else _gqa_past_rows(ctx, seq_len)
     if ctx.attr("do_rotary", 0):
         interleaved = bool(ctx.attr("rotary_interleaved", 0))
-        cos, sin = ctx.x(7), ctx.x(8)
         if ctx.has(9):
-            cos, sin = tf.gather(cos, ctx.x(9)), tf.gather(sin, ctx.x(9))
+            positions = ctx.x(9)
         else:
-            new = dims_of(q)[1]
-            cos = tf.expand_dims(cos[past_len: past_len + new], 0)
-            sin = tf.expand_dims(sin[past_len: past_len + new], 0)
+            positions = _positions(seq_len, [1, -1])
+            if not isinstance(past_rows, int):
+                positions = tf.add(positions, tf.reshape(past_rows, [-1, 1]))
+            elif past_rows:
+                positions = positions + past_rows
+        cos, sin = tf.gather(ctx.x(7), positions), tf.gather(ctx.x(8), positions)
         rotary = 2 * int(ctx.shape(7)[-1])
         q = rotate(q, cos, sin, 2, heads, rotary, interleaved)
         k = rotate(k, cos, sin, 2, kv_heads, rotary, interleaved)
     q, k, v = split_heads(q, heads), split_heads(k, kv_heads), split_heads(v, kv_heads)
-    if past_len:
-        k, v, _ = _with_past(ctx.x(3), ctx.x(4), k, v)
     bias = ctx.x(10) if ctx.has(10) else None
-    return [_attend(ctx, q, k, v, bias=bias, past_len=past_len), k, v][: len(ctx.node.outputs)]
+    if no_past:
+        y = _attend(ctx, q, k, v, bias=bias)
+        return [y, k, v][: len(ctx.node.outputs)]
+    keys, values, _ = _with_past(ctx.x(3), ctx.x(4), k, v)
+    allowed = _gqa_allowed(seq_len, past_len, past_rows)
+    if isinstance(allowed, np.ndarray):
+        allowed = ctx.const_tensor(allowed)
+    y = _attend(ctx, q, keys, values, bias=bias, allowed=allowed)
+    outputs = [y]
+    if len(ctx.node.outputs) > 1:
+        outputs += [_gqa_present(ctx.x(3), k, past_rows, past_len, seq_len),
+                    _gqa_present(ctx.x(4), v, past_rows, past_len, seq_len)]
+    return outputs[: len(ctx.node.outputs)]

@@ -352,10 +352,11 @@ def test_rotary_embedding_start_offset():
                   {"cos": cos, "sin": sin}, {"num_heads": 2})
 
 
-def _check_gqa(inputs, order, heads, kv_heads, head_size, rotary):
-    """GroupQueryAttention on `inputs` (in `order`), with cos/sin caches when `rotary`."""
-    initializers = {}
-    attrs = {"num_heads": heads, "kv_num_heads": kv_heads}
+def _check_gqa(inputs, order, heads, kv_heads, head_size, rotary, constants=None, **attrs):
+    """GroupQueryAttention on `inputs` (in `order`), with cos/sin caches when `rotary`;
+    `constants` are initializers (e.g. a total_sequence_length known at conversion)."""
+    initializers = dict(constants or {})
+    attrs = {"num_heads": heads, "kv_num_heads": kv_heads, **attrs}
     if rotary:
         initializers["cos"], initializers["sin"] = _rotary_caches(16, head_size // 2)
         order = [*order, "cos", "sin"]
@@ -376,6 +377,46 @@ def test_group_query_attention(heads, kv_heads, rotary):
               "total_sequence_length": np.array(seq, np.int32)}
     _check_gqa(inputs, ["q", "k", "v", "", "", "seqlens_k", "total_sequence_length"],
                heads, kv_heads, head_size, rotary)
+
+
+GQA_ORDER = ["qkv", "", "", "past_key", "past_value", "seqlens_k", "total_sequence_length"]
+
+
+def _gqa_step(batch, seq, past, filled, heads=4, kv_heads=2, head_size=16):
+    """Packed QKV [B, S, (N + 2 Nkv) D] after a past buffer of `past` positions of which row
+    b has `filled[b]` filled (onnxruntime model-builder form: seqlens_k = filled + S - 1)."""
+    return {"qkv": rng.randn(batch, seq, (heads + 2 * kv_heads) * head_size),
+            "past_key": rng.randn(batch, kv_heads, past, head_size),
+            "past_value": rng.randn(batch, kv_heads, past, head_size),
+            "seqlens_k": np.array(filled, np.int32) + seq - 1,
+            "total_sequence_length": np.array(past + seq, np.int32)}
+
+
+@pytest.mark.parametrize("rotary, attrs", [(True, {}), (False, {}),
+                                           (True, {"scale": 0.3, "softcap": 2.0})])
+def test_group_query_attention_decodes_rows_of_different_lengths(rotary, attrs):
+    """One new token per row after a past buffer of 6 positions filled 6, 3 and 0 deep: each
+    row attends its own filled prefix, rotates at its own position, and its present has the
+    new entries right after that prefix (zeros beyond), as onnxruntime reads seqlens_k."""
+    _check_gqa(_gqa_step(3, 1, 6, [6, 3, 0]), GQA_ORDER, 4, 2, 16, rotary, **attrs)
+
+
+def test_group_query_attention_with_a_known_total_length():
+    """total_sequence_length a constant (the attention mask's static length)."""
+    inputs = _gqa_step(2, 1, 5, [5, 2])
+    total = inputs.pop("total_sequence_length")
+    _check_gqa(inputs, GQA_ORDER, 4, 2, 16, True, {"total_sequence_length": total})
+
+
+def test_group_query_attention_continues_a_prompt_after_a_partly_filled_past():
+    """Several new tokens after a past buffer of 8 filled 3 deep (onnxruntime allows it for
+    one row only), and a first prompt of packed QKV without a past."""
+    _check_gqa(_gqa_step(1, 4, 8, [3]), GQA_ORDER, 4, 2, 16, True)
+    inputs = _gqa_step(2, 5, 0, [0, 0])
+    for name in ("past_key", "past_value"):
+        del inputs[name]
+    _check_gqa(inputs, ["qkv", "", "", "", "", "seqlens_k", "total_sequence_length"],
+               4, 2, 16, True)
 
 
 # --- weight-only quantization ------------------------------------------------------------
