@@ -246,10 +246,9 @@ def _positions(length, shape: list[int]):
     return tf.reshape(tf.range(length), shape)
 
 
-def _causal(ctx, q_len, kv_len, past_len):
-    """[S, T] 'may attend': key j for query i where j <= past_len + i."""
-    allowed = _positions(q_len, [-1, 1]) + past_len >= _positions(kv_len, [1, -1])
-    return ctx.const_tensor(allowed) if isinstance(allowed, np.ndarray) else allowed
+def _causal(q_len, kv_len, past_len):
+    """[S, T] 'may attend': key j for query i where j <= past_len + i (numpy when static)."""
+    return _positions(q_len, [-1, 1]) + past_len >= _positions(kv_len, [1, -1])
 
 
 def _key_padding(mask, batch, kv_len):
@@ -276,8 +275,11 @@ def _key_padding(mask, batch, kv_len):
 
 def _attend(ctx, q, k, v, mask=None, bias=None, past_len=0, allowed=None):
     """Multi-head attention of q [B, N, S, D], k and v [B, Nkv, T, D] as onnxruntime computes
-    it: the optional key mask, causal order (unidirectional or GroupQueryAttention) and
-    attention bias [B or 1, N or 1, S, T] are added to the scores; returns [B, S, N*Dv]."""
+    it: the optional key mask, causal order (unidirectional or GroupQueryAttention, or the
+    given `allowed` [B or 1, 1, S, T]) and attention bias [B or 1, N or 1, S, T] are added to
+    the scores; returns [B, S, N*Dv]. An `allowed` known only at run time becomes an additive
+    bias (0 or the lowest float): an ADD that XNNPACK runs, where a SELECT would split its
+    partition."""
     q_len, kv_len, head_size = dims_of(q)[2], dims_of(k)[2], q.shape[3]
     scale = ctx.attr("scale", 0.0) or 1.0 / np.sqrt(head_size)
     scores = grouped_scores(q, k, scale)
@@ -287,14 +289,18 @@ def _attend(ctx, q, k, v, mask=None, bias=None, past_len=0, allowed=None):
     # Masked keys get `mask_filter_value` added; future keys are excluded outright (so a
     # query whose past keys are all masked attends them evenly, as in onnxruntime).
     if mask is not None:
-        allowed = _key_padding(mask, q.shape[0], kv_len)
+        filled = _key_padding(mask, q.shape[0], kv_len)
         filler = ctx.attr("mask_filter_value", -10000.0)
-        scores = scores + _additive_mask(allowed, filler, scores.dtype)
+        scores = scores + _additive_mask(filled, filler, scores.dtype)
     if allowed is None and (ctx.attr("unidirectional", 0)
                             or ctx.node.op_type == "GroupQueryAttention"):
-        allowed = _causal(ctx, q_len, kv_len, past_len)
-    if allowed is not None:
-        scores = mask_out(scores, allowed, keep_inf=False)
+        causal = _causal(q_len, kv_len, past_len)
+        scores = mask_out(scores, ctx.const_tensor(causal)
+                          if isinstance(causal, np.ndarray) else causal, keep_inf=False)
+    elif isinstance(allowed, np.ndarray):
+        scores = mask_out(scores, ctx.const_tensor(allowed), keep_inf=False)
+    elif allowed is not None:
+        scores = scores + _additive_mask(allowed, scores.dtype.min, scores.dtype)
     if bias is not None:
         scores = scores + tf.cast(bias, scores.dtype)
     return merge_heads(grouped_values(softmax(scores, [3]), v))
@@ -404,10 +410,14 @@ def _infer_gqa(node, types):
     (dtype, q) = types[0]
     heads, kv_heads = attrs["num_heads"], attrs["kv_num_heads"]
     packed = len(types) < 2 or not types[1]
-    head_size = q[2] // (heads + 2 * kv_heads if packed else heads)
-    past_len = types[3][1][2] if len(types) > 3 and types[3] else 0
-    present = (dtype, [q[0], kv_heads, plus(past_len, q[1]), head_size])
-    return [(dtype, [q[0], q[1], heads * head_size]), present, present]
+    past = types[3][1] if len(types) > 3 and types[3] else None
+    if isinstance(q[2], int):
+        head_size = q[2] // (heads + 2 * kv_heads if packed else heads)
+    else:
+        head_size = past[3] if past else f"({q[2]}) // {heads + 2 * kv_heads}"
+    width = heads * head_size if isinstance(head_size, int) else f"{heads} * {head_size}"
+    present = (dtype, [q[0], kv_heads, plus(past[2] if past else 0, q[1]), head_size])
+    return [(dtype, [q[0], q[1], width]), present, present]
 
 
 def _gqa_inputs(ctx, heads: int, kv_heads: int):
@@ -504,8 +514,6 @@ def group_query_attention(ctx):
         return [y, k, v][: len(ctx.node.outputs)]
     keys, values, _ = _with_past(ctx.x(3), ctx.x(4), k, v)
     allowed = _gqa_allowed(seq_len, past_len, past_rows)
-    if isinstance(allowed, np.ndarray):
-        allowed = ctx.const_tensor(allowed)
     y = _attend(ctx, q, keys, values, bias=bias, allowed=allowed)
     outputs = [y]
     if len(ctx.node.outputs) > 1:

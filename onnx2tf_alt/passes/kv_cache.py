@@ -18,6 +18,14 @@ the same shapes:
 The attention mask then spans `capacity + sequence` positions, and position ids are the
 caller's (the step's absolute positions). Pure ONNX: the rewritten model runs in
 onnxruntime as well.
+
+onnxruntime's model builder writes the cache differently: a com.microsoft
+GroupQueryAttention takes the past and returns the present, and reads each row's filled
+length from `seqlens_k` (the attention mask's sum - 1). Its present outputs are found
+there; the node's rotary embedding moves out into RotaryEmbedding nodes at the rows'
+positions (filled past + i), so that the rotated new keys are a tensor the present output
+can return, and the attention itself is unchanged: it reads the capacity-long past, of
+which the mask's filled prefix counts.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 from onnx import helper
 
@@ -46,7 +55,8 @@ class CacheEntry:
 
 def cache_entries(model: onnx.ModelProto) -> list[CacheEntry]:
     """The past/present pairs of `model`: a graph output made (directly or through Identity)
-    by a two-input Concat whose first input is a graph input."""
+    by a two-input Concat whose first input is a graph input, or a GroupQueryAttention's
+    present key / value whose past is a graph input."""
     graph = model.graph
     inputs = {i.name: i for i in graph.input}
     producer = {out: node for node in graph.node for out in node.output}
@@ -55,7 +65,16 @@ def cache_entries(model: onnx.ModelProto) -> list[CacheEntry]:
         node = producer.get(output.name)
         while node is not None and node.op_type == "Identity":
             node = producer.get(node.input[0])
-        if node is None or node.op_type != "Concat" or len(node.input) != 2:
+        if node is None:
+            continue
+        if _is_gqa(node) and node.output[1:3].count(_source(graph, output.name)):
+            k = list(node.output).index(_source(graph, output.name))
+            past = inputs.get(node.input[k + 2]) if len(node.input) > k + 2 else None
+            if past is not None:
+                dims = past.type.tensor_type.shape.dim
+                found.append(CacheEntry(past.name, output.name, 2, dims[2].dim_param))
+            continue
+        if node.op_type != "Concat" or len(node.input) != 2:
             continue
         past = inputs.get(node.input[0])
         if past is None:
@@ -65,6 +84,20 @@ def cache_entries(model: onnx.ModelProto) -> list[CacheEntry]:
         axis = axis + len(dims) if axis < 0 else axis
         found.append(CacheEntry(past.name, output.name, axis, dims[axis].dim_param))
     return found
+
+
+def _is_gqa(node: onnx.NodeProto) -> bool:
+    return node.op_type == "GroupQueryAttention" and node.domain == "com.microsoft"
+
+
+def _source(graph: onnx.GraphProto, name: str) -> str:
+    """The tensor a graph output copies through Identity nodes."""
+    producer = {out: node for node in graph.node for out in node.output}
+    node = producer.get(name)
+    while node is not None and node.op_type == "Identity":
+        name = node.input[0]
+        node = producer.get(name)
+    return name
 
 
 def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelProto,
@@ -81,12 +114,17 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
             f"{[i.name for i in model.graph.input]}). Export the decoder with past key/values "
             "(e.g. transformers / Optimum with use_cache), or drop the flag.")
     graph = model.graph
+    totals = _total_symbols(graph, entries)
     producer = {out: node for node in graph.node for out in node.output}
+    new_entries = {}
+    attentions = {_source(graph, e.present) for e in entries}
+    for node in [n for n in graph.node if _is_gqa(n) and attentions & set(n.output)]:
+        new_entries.update(_rotary_outside(graph, node))
     for entry in entries:
         node = producer[entry.present]
         while node.op_type == "Identity":
             node = producer[node.input[0]]
-        new = node.input[1]
+        new = new_entries[_source(graph, entry.present)] if _is_gqa(node) else node.input[1]
         _rename(graph, entry.present, entry.present + ALL_SUFFIX)
         graph.node.append(helper.make_node("Identity", [new], [entry.present],
                                            name=f"{entry.present}/new_entries"))
@@ -96,7 +134,162 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
         out = next(o for o in graph.output if o.name == entry.present)
         out.type.tensor_type.shape.dim[entry.axis].Clear()  # the step's length
     _substitute(graph, {e.symbol for e in entries if e.symbol}, capacity)
+    for total, sequence in totals.items():
+        _substitute_total(graph, total, f"{capacity} + {sequence}")
     return model, entries
+
+
+def _total_symbols(graph: onnx.GraphProto, entries: list[CacheEntry]) -> dict[str, str]:
+    """A present length named by its own symbol (the model builder's `total_sequence_length`,
+    which the attention mask shares) -> the step's sequence symbol: the one symbol that the
+    integer [batch, sequence] inputs (token and position ids) have on axis 1. Empty when
+    that is not clear; the caller then gives the mask's shape."""
+    outputs = {o.name: o for o in graph.output}
+    pasts = {e.symbol for e in entries}
+    totals = set()
+    for entry in entries:
+        dim = outputs[entry.present].type.tensor_type.shape.dim
+        name = dim[entry.axis].dim_param if len(dim) > entry.axis else ""
+        if name.isidentifier() and name not in pasts:
+            totals.add(name)
+    sequences = set()
+    for info in graph.input:
+        dims = info.type.tensor_type.shape.dim
+        if (len(dims) == 2 and info.type.tensor_type.elem_type in _INTEGERS
+                and dims[1].dim_param and dims[1].dim_param not in totals):
+            sequences.add(dims[1].dim_param)
+    return {t: next(iter(sequences)) for t in totals} if len(sequences) == 1 else {}
+
+
+_INTEGERS = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+
+
+def _substitute_total(graph: onnx.GraphProto, total: str, expression: str) -> None:
+    for info in graph.input:
+        for dim in info.type.tensor_type.shape.dim:
+            if dim.dim_param == total:
+                dim.dim_param = expression
+
+
+def _rotary_outside(graph: onnx.GraphProto, node: onnx.NodeProto) -> dict[str, str]:
+    """GroupQueryAttention `node` rewritten to take its query, key and value separate and
+    already rotated (RotaryEmbedding nodes at each row's positions: seqlens_k + 1 - S + i,
+    or the node's position_ids), with do_rotary off; returns {its present key / value
+    output: the new entries [B, Nkv, S, D] of this step}."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    heads, kv_heads = attrs["num_heads"], attrs["kv_num_heads"]
+    inputs = list(node.input) + [""] * (12 - len(node.input))
+    base = node.name or node.output[0]
+    added = []
+
+    def add(op, ins, attributes=None, domain="", outs=1):
+        names = [f"{base}/kv_cache/{op}_{len(added)}_{k}" for k in range(outs)]
+        added.append(helper.make_node(op, ins, names, name=names[0], domain=domain,
+                                      **(attributes or {})))
+        return names[0] if outs == 1 else names
+
+    def const(value, name):
+        full = f"{base}/kv_cache/{name}"
+        added.append(helper.make_node("Constant", [], [full], name=full,
+                                      value=onnx.numpy_helper.from_array(value)))
+        return full
+
+    head = _head_size(graph, node, heads, kv_heads)
+    q, k, v = inputs[0], inputs[1], inputs[2]
+    zero, one = (const(np.array([i], np.int64), f"i{i}") for i in (0, 1))
+    if not k:  # packed [B, S, (N + 2 Nkv) D]
+        sizes = const(np.array([heads * head, kv_heads * head, kv_heads * head], np.int64),
+                      "sizes")
+        q, k, v = add("Split", [inputs[0], sizes], {"axis": -1}, outs=3)
+    if attrs.get("do_rotary", 0):
+        cos, sin = inputs[7], inputs[8]
+        positions = inputs[9]
+        if not positions:  # each row's filled past + 0 .. S - 1
+            seq = add("Gather", [add("Shape", [inputs[0]]), one], {"axis": 0})
+            filled = add("Sub", [add("Add", [add("Cast", [inputs[5]], {"to": 7}), one]), seq])
+            steps = add("Range", [const(np.array(0, np.int64), "start"),
+                                  add("Squeeze", [seq, zero]),
+                                  const(np.array(1, np.int64), "step")])
+            positions = add("Add", [add("Unsqueeze", [filled, one]),
+                                    add("Unsqueeze", [steps, zero])])
+        rotary = {"interleaved": attrs.get("rotary_interleaved", 0)}
+        half = _dims(graph, cos)
+        if half:
+            rotary["rotary_embedding_dim"] = 2 * half[-1]
+        q = add("RotaryEmbedding", [q, positions, cos, sin], {**rotary, "num_heads": heads},
+                "com.microsoft")
+        k = add("RotaryEmbedding", [k, positions, cos, sin], {**rotary, "num_heads": kv_heads},
+                "com.microsoft")
+    new_entries = {}
+    split = const(np.array([0, 0, kv_heads, head], np.int64), "split")
+    for x, present in ((k, node.output[1] if len(node.output) > 1 else ""),
+                       (v, node.output[2] if len(node.output) > 2 else "")):
+        if present:
+            new_entries[present] = add("Transpose", [add("Reshape", [x, split])],
+                                       {"perm": [0, 2, 1, 3]})
+    inputs[:3] = [q, k, v]
+    inputs[7:10] = ["", "", ""]
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    del node.input[:]
+    node.input.extend(inputs)
+    for a in node.attribute:
+        if a.name == "do_rotary":
+            a.i = 0
+    position = list(graph.node).index(node)
+    for offset, extra in enumerate(added):
+        graph.node.insert(position + offset, extra)
+    return new_entries
+
+
+def _head_size(graph: onnx.GraphProto, node: onnx.NodeProto, heads: int, kv_heads: int) -> int:
+    """The attention's head size: the past's last dim when static (else fixed to it in the
+    inputs and outputs), or the width of the projection that makes the query (a MatMul or
+    Gemm of a stored weight, or a MatMulNBits, through Add / Identity / Cast) over the
+    heads it holds. InputError when neither tells."""
+    past = next((i for i in graph.input if i.name == node.input[3]), None)
+    dims = past.type.tensor_type.shape.dim if past is not None else []
+    if len(dims) == 4 and dims[3].HasField("dim_value"):
+        return dims[3].dim_value
+    packed = len(node.input) < 2 or not node.input[1]
+    parts = heads + 2 * kv_heads if packed else heads
+    producer = {out: n for n in graph.node for out in n.output}
+    width, name = None, node.input[0]
+    while width is None and name in producer:
+        made = producer[name]
+        if made.op_type == "MatMulNBits":
+            width = next(a.i for a in made.attribute if a.name == "N")
+        elif made.op_type in ("MatMul", "Gemm"):
+            weight = _dims(graph, made.input[1])
+            transposed = any(a.name == "transB" and a.i for a in made.attribute)
+            width = weight[0 if transposed else -1] if weight else None
+            break
+        elif made.op_type in ("Add", "Identity", "Cast"):
+            name = made.input[0]
+        else:
+            break
+    if width is None or width % parts:
+        raise InputError(
+            f"--kv_cache_capacity: the head size of GroupQueryAttention '{node.name}' is not "
+            f"known: its past input '{node.input[3]}' has a symbolic last dim and its query "
+            "does not come from a stored projection. Give the past's shape with -ois / "
+            "--signature (batch, kv heads, capacity, head size).")
+    head = width // parts
+    for info in (*graph.input, *graph.output):
+        shape = info.type.tensor_type.shape.dim
+        mine = info.name in node.input[3:5] or info.name in node.output[1:3]
+        if mine and len(shape) == 4 and not shape[3].HasField("dim_value"):
+            shape[3].Clear()
+            shape[3].dim_value = head
+    return head
+
+
+def _dims(graph: onnx.GraphProto, name: str) -> list[int]:
+    """An initializer's dims (its data need not be loaded), else []."""
+    for init in graph.initializer:
+        if init.name == name:
+            return list(init.dims)
+    return []
 
 
 def _substitute(graph: onnx.GraphProto, symbols: set[str], capacity: int) -> None:
