@@ -12,6 +12,8 @@ Two kinds of decoder, told apart by their inputs:
   decode input_ids:1,1`: the prompt (P = --prompt tokens) goes through `prefill`, each new
   token through `decode`, and every step's new keys/values are written into the cache at
   its position (names and shapes from the `<stem>_io_layout.json` beside the file);
+  onnxruntime's model builder writes the same form without position ids, and with
+  GroupQueryAttention inside (benchmarks/export_builder.py);
 - without: one input of token ids [1, sequence] (benchmarks/export_llama.py); every step
   runs the whole sequence again, on both sides alike.
 
@@ -46,7 +48,7 @@ def _session(path: str, threads: int):
 class OnnxDecoder:
     def __init__(self, path: str, threads: int, encoder: str | None = None,
                  features: np.ndarray | None = None):
-        self.session = _session(path, threads)
+        self.session, self.path = _session(path, threads), path
         self.inputs = {i.name: i for i in self.session.get_inputs()}
         self.outputs = [o.name for o in self.session.get_outputs()]
         self.cached = any(n.startswith("past") for n in self.inputs)
@@ -60,11 +62,19 @@ class OnnxDecoder:
         if not self.cached:
             self.ids = list(prompt)
             return self.step(None)
-        self.past = {name: np.zeros([1, *[d if isinstance(d, int) else 0 for d in i.shape[1:]]],
-                                    np.float32)
+        self.past = {name: np.zeros(self._empty_past(i.shape), np.float32)
                      for name, i in self.inputs.items() if name.startswith("past")}
         self.length = 0
         return self._run(prompt)
+
+    def _empty_past(self, shape: list) -> list[int]:
+        """[1, heads, 0, head size]: a symbolic head size (onnxruntime's model builder writes
+        `kv_cache_dim`) read from the genai_config.json beside the model."""
+        dims = [1, *[d if isinstance(d, int) else 0 for d in shape[1:]]]
+        if dims[3] == 0:
+            with open(os.path.join(os.path.dirname(self.path), "genai_config.json")) as f:
+                dims[3] = json.load(f)["model"]["decoder"]["head_size"]
+        return dims
 
     def step(self, token: int | None) -> np.ndarray:
         if not self.cached:
@@ -80,6 +90,7 @@ class OnnxDecoder:
                  "attention_mask": np.ones((1, total), np.int64),
                  "position_ids": np.arange(self.length, total, dtype=np.int64)[None], **self.past,
                  **self.extra}
+        feeds = {k: v for k, v in feeds.items() if k in self.inputs}  # builder: no position ids
         out = dict(zip(self.outputs, self.session.run(None, feeds)))
         self.past = {name: out["present" + name[name.index("."):]] for name in self.past}
         self.length = total
@@ -145,9 +156,9 @@ class TfliteDecoder:
         mask = np.zeros((1, self.capacity + len(ids)), np.int64)
         mask[0, :start] = 1
         mask[0, self.capacity:] = 1
-        out = signature.run({"input_ids": ids[None], "attention_mask": mask,
-                             "position_ids": np.arange(start, end)[None], **self.cache,
-                             **self.extra})
+        feeds = {"input_ids": ids[None], "attention_mask": mask,
+                 "position_ids": np.arange(start, end)[None], **self.cache, **self.extra}
+        out = signature.run({k: v for k, v in feeds.items() if k in signature.inputs})
         for name, axis in self.axis.items():
             where = [slice(None)] * self.cache[name].ndim
             where[axis] = slice(start, end)

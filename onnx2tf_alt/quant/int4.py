@@ -7,8 +7,9 @@ names [N, K / block] FLOAT16 scales. Both kernels read the scales as float16 wha
 type (float32 ones: XNNPACK "unsupported scale value", builtin NaN); XNNPACK rounds them to
 bfloat16, so they are rounded so here and both kernels agree. XNNPACK refuses negative scales
 and delegates blocks of multiples of 32 only; zero points are ignored. So: max|w| / 7, or / 8
-with code -8 where the extreme is negative (-8..7 decode exactly). Activations are quantized
-to int8 per row at run time regardless of asymmetricQuantizeInputs; the op keeps its float
+with code -8 where the extreme is negative (-8..7 decode exactly), or where the block is
+already on a grid of max|w| / 8 (4-bit codes kept, as far as positive scales allow).
+Activations are quantized to int8 per row at run time regardless of asymmetricQuantizeInputs; the op keeps its float
 version (TF's versioning has no rule for this; versions 1..14 run alike). The builtin kernel
 drops a fused activation, so that becomes its own op. Older runtimes are silently wrong
 (ai-edge-litert 1.0.1; 1.4.0 and 2.0.2 on XNNPACK; 2.1.0 on are right).
@@ -117,11 +118,21 @@ def _scales(value: np.ndarray, block_size: int) -> np.ndarray:
     for chunk in _row_chunks(rows, width):
         blocks = value[chunk].reshape(-1, scales.shape[1], block_size)
         peak, high = np.max(np.abs(blocks), axis=2), np.max(blocks, axis=2)
-        scales[chunk] = peak / np.where(high <= peak * (7.5 / 8), 8.0, 7.0)  # negative: -8
+        scales[chunk] = peak / np.where((high <= peak * (7.5 / 8)) | _on_grid(blocks, peak / 8),
+                                        8.0, 7.0)
     scales[scales == 0] = 1.0
     scales = np.maximum(_bfloat16_rounded(scales), np.finfo(np.float16).tiny)
     with np.errstate(over="ignore"):
         return scales.astype(np.float16)  # exact, or inf past float16's range
+
+
+def _on_grid(blocks: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Blocks [R, B, size] whose values are all whole multiples of their `step` [R, B]:
+    weights already 4-bit (onnxruntime's MatMulNBits, dequantized), whose codes the step
+    keeps exactly, bar the one +8 a negative onnxruntime scale makes (clipped to 7)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = blocks / step[..., None]
+    return np.all(np.abs(ratio - np.rint(ratio)) <= 1e-3, axis=2) & (step > 0)
 
 
 def _bfloat16_rounded(values: np.ndarray) -> np.ndarray:

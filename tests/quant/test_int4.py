@@ -203,3 +203,24 @@ def test_cli_flag_writes_the_int4_file_beside_the_others(tmp_path):
     assert cosine > 0.99
     manifest = json.loads((tmp_path / "out" / "mm_manifest.json").read_text())
     assert "mm_int4_weight_quant.tflite" in json.dumps(manifest)
+
+
+def test_weights_already_4_bit_keep_their_codes():
+    """Weights dequantized from onnxruntime's symmetric 4-bit blocks ((code - 8) x scale, the
+    largest magnitude at code 0): a positive scale's block comes back exactly; a negative
+    scale's (positive scales only here) exactly but for its +8 extreme, clipped to 7."""
+    k, n, block = 256, 96, 32
+    codes = rng.integers(1, 16, (n, k // block, block))
+    codes[..., 0] = 0  # the block's extreme: -8 x scale
+    signs = np.where(np.arange(n * k // block).reshape(n, -1) % 3 == 0, -1.0, 1.0)
+    scales = signs * 2.0 ** -6 * (1 + rng.integers(0, 8, signs.shape) / 8)  # bfloat16-exact
+    weight = ((codes - 8) * scales[..., None]).reshape(n, k).astype(np.float32)
+    x = rng.randn(2, 3, k)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x}, ["y"],
+                       {"w": np.ascontiguousarray(weight.T)})
+    bound = _bound(model)
+    assert int4_blockwise_model(bound.model) == 1
+    (decoded,) = _decoded_weights(bound.to_bytes()).values()
+    expected = weight.reshape(n, k // block, block).copy()
+    expected[..., 0] = np.where(signs < 0, 7 * -scales, expected[..., 0])
+    np.testing.assert_array_equal(decoded.reshape(expected.shape), expected)
