@@ -8,7 +8,7 @@ Needs torch, transformers and onnxruntime-genai (e.g. in a separate venv). Usage
 
     python benchmarks/export_builder.py OUT_DIR --family llama|qwen2 [--precision fp32|int4]
         [--accuracy-level 1..4] [--hidden 256] [--layers 2] [--heads 8] [--kv-heads 2]
-        [--intermediate 512] [--vocab 1000]
+        [--intermediate 512] [--vocab 1000] [--train-steps N]
 
 OUT_DIR/model.onnx (+ model.onnx.data, genai_config.json): inputs `input_ids`,
 `attention_mask` [batch, total_sequence_length], `past_key_values.{i}.key` / `.value`
@@ -39,14 +39,19 @@ FAMILIES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwe
 
 
 def save_checkpoint(folder: str, family: str, hidden: int, layers: int, heads: int,
-                    kv_heads: int, intermediate: int, vocab: int) -> None:
+                    kv_heads: int, intermediate: int, vocab: int, train_steps: int = 0) -> None:
     config_class, model_class = FAMILIES[family]
     config = config_class(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                           num_key_value_heads=kv_heads, intermediate_size=intermediate,
                           vocab_size=vocab, max_position_embeddings=2048,
                           tie_word_embeddings=False)
     torch.manual_seed(0)
-    model_class(config).eval().save_pretrained(folder)
+    model = model_class(config).eval()
+    if train_steps:
+        from train_tiny import train
+
+        print(f"trained {train_steps} steps: loss {train(model, train_steps):.3f}")
+    model.save_pretrained(folder)
     words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
     words.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=words, bos_token="t1", eos_token="t2",
@@ -60,13 +65,13 @@ def main() -> None:
     parser.add_argument("--precision", choices=["fp32", "int4"], default="fp32")
     parser.add_argument("--accuracy-level", type=int, default=None)
     for name, default in [("hidden", 256), ("layers", 2), ("heads", 8), ("kv-heads", 2),
-                          ("intermediate", 512), ("vocab", 1000)]:
+                          ("intermediate", 512), ("vocab", 1000), ("train-steps", 0)]:
         parser.add_argument(f"--{name}", type=int, default=default)
     a = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         checkpoint = os.path.join(work, "checkpoint")
         save_checkpoint(checkpoint, a.family, a.hidden, a.layers, a.heads, a.kv_heads,
-                        a.intermediate, a.vocab)
+                        a.intermediate, a.vocab, a.train_steps)
         command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", checkpoint,
                    "-o", a.out, "-p", a.precision, "-e", "cpu", "-c", os.path.join(work, "cache")]
         if a.accuracy_level is not None:

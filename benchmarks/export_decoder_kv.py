@@ -5,6 +5,10 @@ Needs torch, transformers, onnx and onnxscript (e.g. in a separate venv). Usage:
 
     python benchmarks/export_decoder_kv.py OUT.onnx --family llama|qwen2 [--hidden 256]
         [--layers 2] [--heads 8] [--kv-heads 2] [--intermediate 512] [--vocab 1000]
+        [--train-steps N]
+
+--train-steps trains the random weights first on a synthetic text (benchmarks/train_tiny.py)
+so that the logits are as peaked as a trained model's.
 
 Inputs: `input_ids`, `position_ids` [batch, sequence], `attention_mask` [batch,
 past_sequence + sequence] (int64), `past_key_values.{i}.key` / `.value` [batch, kv_heads,
@@ -107,9 +111,14 @@ def main() -> None:
     for name, default in [("hidden", 256), ("layers", 2), ("heads", 8), ("kv-heads", 2),
                           ("intermediate", 512), ("vocab", 1000)]:
         parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--train-steps", type=int, default=0)
     a = parser.parse_args()
-    export(a.out, build(a.family, a.hidden, a.layers, a.heads, a.kv_heads, a.intermediate,
-                        a.vocab))
+    model = build(a.family, a.hidden, a.layers, a.heads, a.kv_heads, a.intermediate, a.vocab)
+    if a.train_steps:
+        from train_tiny import train
+
+        print(f"trained {a.train_steps} steps: loss {train(model, a.train_steps):.3f}")
+    export(a.out, model)
     print("Concat check:", "passed" if check_concats(a.out) else "FAILED")
 
 
