@@ -4,7 +4,7 @@ an encoder and a decoder with self-attention past key/values, for testing KV-cac
 Needs torch, transformers, onnx and onnxscript (e.g. in a separate venv). Usage:
 
     python benchmarks/export_whisper_kv.py OUT_DIR [--d-model 256] [--layers 2] [--heads 4]
-        [--vocab 1000] [--mels 80] [--frames 200]
+        [--vocab 1000] [--mels 80] [--frames 200] [--train-steps N]
 
 OUT_DIR/encoder.onnx: `input_features` [batch, mels, frames] -> `encoder_hidden_states` [batch,
 frames / 2, d_model]. OUT_DIR/decoder_kv.onnx: inputs `input_ids`, `position_ids` [batch,
@@ -13,7 +13,8 @@ sequence], `attention_mask` [batch, past_sequence + sequence] (int64), `encoder_
 [batch, sequence, vocab], `present.{i}.key` / `.value` [batch, heads, past_sequence + sequence,
 head_dim], each the Concat (axis 2) of its past input and the new keys or values. Positions come
 from `position_ids`; cross-attention keys/values are recomputed from `encoder_hidden_states` on
-every call (there is no cross-attention cache).
+every call (there is no cross-attention cache). --train-steps trains the random weights first
+on a synthetic text (benchmarks/train_tiny.py).
 """
 
 from __future__ import annotations
@@ -129,8 +130,14 @@ def main() -> None:
     for name, default in [("d-model", 256), ("layers", 2), ("heads", 4), ("vocab", 1000),
                           ("mels", 80), ("frames", 200)]:
         parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--train-steps", type=int, default=0)
     a = parser.parse_args()
-    export(a.out_dir, build(a.d_model, a.layers, a.heads, a.vocab, a.mels, a.frames))
+    model = build(a.d_model, a.layers, a.heads, a.vocab, a.mels, a.frames)
+    if a.train_steps:
+        from train_tiny import train
+
+        print(f"trained {a.train_steps} steps: loss {train(model, a.train_steps):.3f}")
+    export(a.out_dir, model)
     ok = check_concats(os.path.join(a.out_dir, "decoder_kv.onnx"))
     print("Concat check:", "passed" if ok else "FAILED")
 
