@@ -30,9 +30,13 @@ def _nbits(weight: np.ndarray, block: int = 16) -> tuple[np.ndarray, np.ndarray]
     return packed, scales.reshape(-1).astype(np.float32)
 
 
-def builder_decoder(seed: int = 0) -> onnx.ModelProto:
+def builder_decoder(seed: int = 0, head: int = HEAD, rotary: int | None = None
+                    ) -> onnx.ModelProto:
+    """The decoder with heads of `head` features, of which the first `rotary` (all by
+    default) rotate (phi-style partial rotary: cos/sin caches of rotary / 2 columns)."""
     rng = np.random.default_rng(seed)
-    angles = np.arange(POSITIONS)[:, None] / 10000 ** (np.arange(0, HEAD, 2) / HEAD)
+    rotary = rotary or head
+    angles = np.arange(POSITIONS)[:, None] / 10000 ** (np.arange(0, rotary, 2) / rotary)
     weights = {"embed": rng.normal(0, 1, (VOCAB, WIDTH)),
                "lm_head": rng.normal(0, 0.3, (WIDTH, VOCAB)),
                "final_norm": rng.normal(1, 0.1, WIDTH),
@@ -59,17 +63,17 @@ def builder_decoder(seed: int = 0) -> onnx.ModelProto:
     for layer in range(LAYERS):
         p = f"l{layer}_"
         weights[p + "norm"] = rng.normal(1, 0.1, WIDTH)
-        weights[p + "qkv"] = rng.normal(0, WIDTH ** -0.5, (WIDTH, (HEADS + 2 * KV_HEADS) * HEAD))
-        codes, scales = _nbits(rng.normal(0, WIDTH ** -0.5, (HEADS * HEAD, WIDTH)))
+        weights[p + "qkv"] = rng.normal(0, WIDTH ** -0.5, (WIDTH, (HEADS + 2 * KV_HEADS) * head))
+        codes, scales = _nbits(rng.normal(0, WIDTH ** -0.5, (HEADS * head, WIDTH)))
         initializers += [numpy_helper.from_array(codes, p + "o_codes"),
                          numpy_helper.from_array(scales, p + "o_scales")]
         for kind in ("key", "value"):
             inputs.append(helper.make_tensor_value_info(
                 f"past_key_values.{layer}.{kind}", TensorProto.FLOAT,
-                ["batch_size", KV_HEADS, "past_sequence_length", HEAD]))
+                ["batch_size", KV_HEADS, "past_sequence_length", head]))
             outputs.append(helper.make_tensor_value_info(
                 f"present.{layer}.{kind}", TensorProto.FLOAT,
-                ["batch_size", KV_HEADS, "total_sequence_length", HEAD]))
+                ["batch_size", KV_HEADS, "total_sequence_length", head]))
         normed = p + "normed"
         if layer == 0:
             nodes.append(helper.make_node("SimplifiedLayerNormalization", [hidden, p + "norm"],
@@ -87,9 +91,9 @@ def builder_decoder(seed: int = 0) -> onnx.ModelProto:
                  "cos_cache", "sin_cache"],
                 [p + "attended", f"present.{layer}.key", f"present.{layer}.value"],
                 domain=MS, num_heads=HEADS, kv_num_heads=KV_HEADS, do_rotary=1,
-                scale=HEAD ** -0.5),
+                scale=head ** -0.5),
             helper.make_node("MatMulNBits", [p + "attended", p + "o_codes", p + "o_scales"],
-                             [f"l{layer + 1}_skip"], domain=MS, K=HEADS * HEAD, N=WIDTH,
+                             [f"l{layer + 1}_skip"], domain=MS, K=HEADS * head, N=WIDTH,
                              bits=4, block_size=16),
         ]
         hidden = "h0" if layer == 0 else p + "residual"  # the residual stream so far
@@ -114,12 +118,13 @@ def builder_decoder(seed: int = 0) -> onnx.ModelProto:
     return model
 
 
-def growing_steps(session, prompt: np.ndarray, new: int) -> tuple[list, list[np.ndarray]]:
+def growing_steps(session, prompt: np.ndarray, new: int, head: int = HEAD
+                  ) -> tuple[list, list[np.ndarray]]:
     """Greedy decoding with the original model in onnxruntime (the past grows with each
     step, as onnxruntime-genai runs it without a shared buffer): the tokens and each step's
     last logits [batch, vocab]."""
     batch = len(prompt)
-    past = {name: np.zeros((batch, KV_HEADS, 0, HEAD), np.float32) for name in PAST}
+    past = {name: np.zeros((batch, KV_HEADS, 0, head), np.float32) for name in PAST}
     ids, tokens, logits = prompt, [], []
     length = 0
     for _ in range(new):

@@ -22,11 +22,12 @@ from harness import assert_close
 CAPACITY, PROMPT, NEW, BATCH = 16, 5, 6, 2
 
 
-def cached_steps(run, prompt: np.ndarray, new: int, forced: list | None = None):
+def cached_steps(run, prompt: np.ndarray, new: int, forced: list | None = None,
+                 head: int = HEAD):
     """Greedy decoding with a fixed-capacity cache (filled slots a prefix, marked 1 in the
     mask, then the step's own positions): `run(signature, feeds)` returns the outputs."""
     batch = len(prompt)
-    cache = {name: np.zeros((batch, KV_HEADS, CAPACITY, HEAD), np.float32) for name in PAST}
+    cache = {name: np.zeros((batch, KV_HEADS, CAPACITY, head), np.float32) for name in PAST}
     ids, start, tokens, logits = prompt, 0, [], []
     for step in range(new):
         length = ids.shape[1]
@@ -78,17 +79,20 @@ def helper_attr(node, name):
     return next(onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name)
 
 
-def test_the_fixed_capacity_model_decodes_as_the_growing_one_in_onnxruntime(reference):
+@pytest.mark.parametrize("head, rotary", [(HEAD, None), (32, 16)], ids=["full", "partial"])
+def test_the_fixed_capacity_model_decodes_as_the_growing_one_in_onnxruntime(reference, head,
+                                                                            rotary):
     """One row (onnxruntime's GroupQueryAttention takes a prompt after a past for batch 1
-    only): the same tokens, and logits as the growing cache gives them."""
-    model, prompt, _ = reference
-    tokens, logits = growing_steps(_session(model), prompt[:1], NEW)
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    session = _session(fixed_capacity(copy, CAPACITY)[0])
+    only): the same tokens, and logits as the growing cache gives them; also with a rotary
+    embedding of part of each head (phi-style)."""
+    _, prompt, _ = reference
+    model = builder_decoder(head=head, rotary=rotary)
+    tokens, logits = growing_steps(_session(model), prompt[:1], NEW, head)
+    session = _session(fixed_capacity(builder_decoder(head=head, rotary=rotary), CAPACITY)[0])
     names = [o.name for o in session.get_outputs()]
     got_tokens, got_logits = cached_steps(
-        lambda _, feeds: dict(zip(names, session.run(None, feeds))), prompt[:1], NEW)
+        lambda _, feeds: dict(zip(names, session.run(None, feeds))), prompt[:1], NEW,
+        head=head)
     np.testing.assert_array_equal(np.array(got_tokens), np.array(tokens))
     for step, (got, want) in enumerate(zip(got_logits, logits)):
         assert_close(got, want, 1e-5, f"step {step}")

@@ -353,12 +353,14 @@ def test_rotary_embedding_start_offset():
 
 
 def _check_gqa(inputs, order, heads, kv_heads, head_size, rotary, constants=None, **attrs):
-    """GroupQueryAttention on `inputs` (in `order`), with cos/sin caches when `rotary`;
-    `constants` are initializers (e.g. a total_sequence_length known at conversion)."""
+    """GroupQueryAttention on `inputs` (in `order`), with cos/sin caches when `rotary` (True:
+    of the whole head; a number: of that many features); `constants` are initializers (e.g.
+    a total_sequence_length known at conversion)."""
     initializers = dict(constants or {})
     attrs = {"num_heads": heads, "kv_num_heads": kv_heads, **attrs}
     if rotary:
-        initializers["cos"], initializers["sin"] = _rotary_caches(16, head_size // 2)
+        rotated = head_size if rotary is True else rotary
+        initializers["cos"], initializers["sin"] = _rotary_caches(16, rotated // 2)
         order = [*order, "cos", "sin"]
         attrs["do_rotary"] = 1
     outputs = [("y", np.float32), ("present_key", np.float32), ("present_value", np.float32)]
@@ -399,6 +401,14 @@ def test_group_query_attention_decodes_rows_of_different_lengths(rotary, attrs):
     row attends its own filled prefix, rotates at its own position, and its present has the
     new entries right after that prefix (zeros beyond), as onnxruntime reads seqlens_k."""
     _check_gqa(_gqa_step(3, 1, 6, [6, 3, 0]), GQA_ORDER, 4, 2, 16, rotary, **attrs)
+
+
+def test_group_query_attention_rotates_part_of_each_head():
+    """A rotary embedding of the first 16 of 32 features (phi-style), rows of different
+    lengths."""
+    _check_gqa(_gqa_step(2, 1, 6, [6, 2], head_size=32), GQA_ORDER, 4, 2, 32, 16)
+    _check_gqa(_gqa_step(2, 1, 6, [4, 1], head_size=32), GQA_ORDER, 4, 2, 32, 16,
+               rotary_interleaved=1)
 
 
 def test_group_query_attention_with_a_known_total_length():
