@@ -110,7 +110,7 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
     if not entries:
         raise InputError(
             "--kv_cache_capacity: the model has no KV cache to fix: no output is a Concat of a "
-            "past input and new entries (inputs: "
+            "past input and new entries, nor a GroupQueryAttention's present (inputs: "
             f"{[i.name for i in model.graph.input]}). Export the decoder with past key/values "
             "(e.g. transformers / Optimum with use_cache), or drop the flag.")
     graph = model.graph
