@@ -125,6 +125,14 @@ def non_max_suppression(ctx):
 
 
 # --- RoiAlign --------------------------------------------------------------------------------
+def _divided(x, bins: int):
+    """x / bins rounded as onnxruntime rounds it: a ceil or floor of it (or of its multiples)
+    decides sampling grids and bin edges, where 6 / 3 is 2 but 6 * fl(1/3) is above 2. TF's
+    converter turns a division by a constant into a product with its reciprocal, so the
+    divisor is made at run time (x * 0 + bins; x is finite) and the DIV stays."""
+    return x / (x * 0.0 + float(bins))
+
+
 def _bilinear_taps(start, length, grid, bins: int, max_grid: int, extent: int):
     """Bilinear taps along one axis for every roi (R), output bin and sample (G).
 
@@ -132,7 +140,7 @@ def _bilinear_taps(start, length, grid, bins: int, max_grid: int, extent: int):
     each (R, bins, G), as onnxruntime computes them (a sample beyond [-1, extent] weighs
     nothing), and the (R, 1, G) mask of samples inside each roi's sampling grid.
     """
-    step = length / bins
+    step = _divided(length, bins)
     samples = np.arange(max_grid, dtype=np.float32)[None, None, :]
     pos = (start[:, None, None] + step[:, None, None] * np.arange(bins, dtype=np.float32)[:, None]
            + (step / grid)[:, None, None] * (samples + 0.5))
@@ -174,7 +182,8 @@ def _roi_align(ctx, half_pixel: bool):
     if ratio > 0:
         grid_y = grid_x = tf.fill(tf.shape(start_y), float(ratio))
     else:
-        grid_y, grid_x = tf.math.ceil(length_y / out_h), tf.math.ceil(length_x / out_w)
+        grid_y = tf.math.ceil(_divided(length_y, out_h))
+        grid_x = tf.math.ceil(_divided(length_x, out_w))
     taps_y = _bilinear_taps(start_y, length_y, grid_y, out_h,
                             _max_grid(ctx, 1, 1, out_h, height, scale, ratio), height)
     taps_x = _bilinear_taps(start_x, length_x, grid_x, out_w,
@@ -254,7 +263,7 @@ def _round_half_away(v):
 def _pool_windows(start, end, bins: int, extent: int):
     """(R, bins, extent) bool: positions inside each bin's window, as onnxruntime clips them."""
     length = tf.maximum(end - start + 1.0, 1.0)
-    step = (length / bins)[:, None]
+    step = _divided(length, bins)[:, None]
     index = np.arange(bins, dtype=np.float32)[None, :]
     low = tf.clip_by_value(tf.floor(step * index) + start[:, None], 0.0, float(extent))
     high = tf.clip_by_value(tf.math.ceil(step * (index + 1)) + start[:, None], 0.0, float(extent))

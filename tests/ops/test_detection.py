@@ -234,7 +234,29 @@ def test_roi_align_between_convs_has_no_transpose():
     assert census.get("TRANSPOSE", 0) == 0, census
 
 
+def test_roi_align_grid_of_an_exact_multiple():
+    """Adaptive sampling of rois whose size is a whole multiple of the output (14 / 7, 6 / 3,
+    12 / 3): the sample count is ceil(size / bins), which must be exactly the quotient, as in
+    onnxruntime (one more would sample another row or column)."""
+    x = np.random.default_rng(11).normal(size=(1, 2, 16, 16)).astype(np.float32)
+    rois = np.array([[0, 0, 14, 6], [1, 2, 15, 14], [0.5, 1, 6.5, 13]], np.float32)
+    nodes = [node("RoiAlign", ["x", "rois", "batch"], "y", output_height=3, output_width=7,
+                  sampling_ratio=0)]
+    check_nodes(nodes, {"x": x, "rois": rois, "batch": np.zeros(3, np.int64)})
+
+
 # --- MaxRoiPool ----------------------------------------------------------------------------
+def test_max_roi_pool_bin_edges_on_whole_numbers():
+    """Rois 1..17 columns wide in 3 and 13 bins: where (i + 1) * (width / bins) is a whole
+    number in onnxruntime's float arithmetic, the bin ends there (7 / 3 * 3 is 7); with the
+    reciprocal's rounding it reached one column further."""
+    x = np.random.default_rng(12).normal(size=(1, 2, 12, 20)).astype(np.float32)
+    rois = np.array([[0, 1, 1, width, 6] for width in range(1, 18)], np.float32)
+    nodes = [node("MaxRoiPool", ["x", "rois"], "a", pooled_shape=[3, 3]),
+             node("MaxRoiPool", ["x", "rois"], "b", pooled_shape=[2, 13])]
+    check_nodes(nodes, {"x": x, "rois": rois})
+
+
 def test_max_roi_pool():
     x = rng.randn(2, 3, 9, 11)
     rois = np.concatenate([np.array([[0], [1], [1], [0]], np.float32),
