@@ -443,18 +443,34 @@ def _gqa_past_rows(ctx, seq_len):
     return tf.where(first, tf.zeros_like(rows), rows)
 
 
-def _gqa_allowed(seq_len, past_len, past_rows):
+def _gqa_allowed(seq_len, past_len, past_rows, window: int = -1):
     """'May attend' [B or 1, 1, S, P + S] over the keys Concat(past, new): past slot j when
-    j < the row's past length, new key i' for query i when i' <= i. A numpy array when
-    everything is static."""
+    j < the row's past length, new key i' for query i when i' <= i; with a local `window`
+    (> 0) only the `window` latest positions, the query's own included (onnxruntime 1.32's
+    local_window_size, as Mistral's sliding window). A numpy array when everything is
+    static."""
     keys = _positions(past_len + seq_len, [1, 1, 1, -1])
     queries = _positions(seq_len, [1, 1, -1, 1])
-    if isinstance(past_rows, int) and isinstance(past_len, int) and isinstance(seq_len, int):
-        return ((keys >= past_len) & (keys - past_len <= queries)) | (keys < past_rows)
-    new = tf.logical_and(tf.greater_equal(keys, past_len),
-                         tf.less_equal(keys - past_len, queries))
-    limit = tf.reshape(tf.minimum(past_rows, past_len), [-1, 1, 1, 1])
-    return tf.logical_or(new, tf.less(keys, limit))
+    static = all(isinstance(v, int) for v in (past_rows, past_len, seq_len))
+    xp_and, xp_or = (np.logical_and, np.logical_or) if static else (tf.logical_and,
+                                                                     tf.logical_or)
+    new = xp_and(keys >= past_len, keys - past_len <= queries) if static else tf.logical_and(
+        tf.greater_equal(keys, past_len), tf.less_equal(keys - past_len, queries))
+    if window > 0:  # a new key i' is i - i' positions before query i
+        near = keys - past_len > queries - window
+        new = xp_and(new, near if static else tf.convert_to_tensor(near))
+    if isinstance(past_len, int) and past_len == 0:
+        return new
+    if static:
+        past = keys < min(past_rows, past_len)
+        if window > 0:  # past slot j is past_rows + i - j positions before query i
+            past = past & (keys > past_rows + queries - window)
+        return new | past
+    rows = tf.reshape(tf.convert_to_tensor(past_rows, tf.int32), [-1, 1, 1, 1])
+    past = tf.less(keys, tf.minimum(rows, past_len))
+    if window > 0:
+        past = tf.logical_and(past, tf.greater(keys, rows + queries - window))
+    return xp_or(new, past)
 
 
 def _gqa_present(past, new, past_rows, past_len, seq_len):
@@ -473,15 +489,35 @@ def _gqa_present(past, new, past_rows, past_len, seq_len):
     return gathered * filled[:, None, :, None]
 
 
+_GQA_INPUTS_UNSUPPORTED = {11: "head_sink", 12: "k_scale", 13: "v_scale", 14: "q_norm_weight",
+                           15: "k_norm_weight", 16: "query_seqlens"}
+
+
+def _gqa_supported(ctx) -> None:
+    """NotImplementedError naming what this GroupQueryAttention asks beyond the handler:
+    onnxruntime's newer inputs and attributes (attention sinks, a quantized or windowed ring
+    cache, per-head Q/K norms, non-causal attention, smooth softmax, the QK output)."""
+    asked = [name for i, name in _GQA_INPUTS_UNSUPPORTED.items() if ctx.has(i)]
+    flags = {"smooth_softmax": 0, "sliding_window_cache": 0, "kv_cache_bit_width": 0,
+             "qk_output": 0, "causal": 1}
+    asked += [f"{name}={ctx.attr(name)}" for name, default in flags.items()
+              if ctx.attr(name, default) != default]
+    asked += [f"{name}={ctx.attr(name)!r}" for name in ("k_quant_type", "v_quant_type")
+              if str(ctx.attr(name, "NONE")).upper() not in ("NONE", "B'NONE'")]
+    if asked:
+        raise NotImplementedError(f"GroupQueryAttention with {', '.join(asked)}")
+
+
 @handler("GroupQueryAttention", domain=MS, infer=_infer_gqa,
-         limits="past and present of past + new positions (no shared buffer); no local "
-         "window, no smooth softmax")
+         limits="past and present of past + new positions (no shared buffer or windowed "
+         "ring cache); no attention sink, quantized cache, Q/K norm inputs, non-causal or "
+         "smooth softmax")
 def group_query_attention(ctx):
     """Causal grouped-query attention after each row's filled past ([B, Nkv, P, D], rows
     told by seqlens_k as onnxruntime reads them), rotary embedding of the new positions with
     do_rotary; query, key and value separate or packed."""
-    if ctx.attr("local_window_size", -1) >= 0 or ctx.attr("smooth_softmax", 0):
-        raise NotImplementedError("GroupQueryAttention with local_window_size or smooth_softmax")
+    _gqa_supported(ctx)
+    window = ctx.attr("local_window_size", -1)
     heads, kv_heads = ctx.attr("num_heads"), ctx.attr("kv_num_heads")
     q, k, v = _gqa_inputs(ctx, heads, kv_heads)
     seq_len = dims_of(q)[1]
@@ -510,10 +546,11 @@ def group_query_attention(ctx):
     q, k, v = split_heads(q, heads), split_heads(k, kv_heads), split_heads(v, kv_heads)
     bias = ctx.x(10) if ctx.has(10) else None
     if no_past:
-        y = _attend(ctx, q, k, v, bias=bias)
+        allowed = _gqa_allowed(seq_len, 0, 0, window) if window > 0 else None
+        y = _attend(ctx, q, k, v, bias=bias, allowed=allowed)
         return [y, k, v][: len(ctx.node.outputs)]
     keys, values, _ = _with_past(ctx.x(3), ctx.x(4), k, v)
-    allowed = _gqa_allowed(seq_len, past_len, past_rows)
+    allowed = _gqa_allowed(seq_len, past_len, past_rows, window)
     y = _attend(ctx, q, keys, values, bias=bias, allowed=allowed)
     outputs = [y]
     if len(ctx.node.outputs) > 1:

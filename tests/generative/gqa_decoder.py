@@ -30,10 +30,11 @@ def _nbits(weight: np.ndarray, block: int = 16) -> tuple[np.ndarray, np.ndarray]
     return packed, scales.reshape(-1).astype(np.float32)
 
 
-def builder_decoder(seed: int = 0, head: int = HEAD, rotary: int | None = None
-                    ) -> onnx.ModelProto:
+def builder_decoder(seed: int = 0, head: int = HEAD, rotary: int | None = None,
+                    window: int = -1) -> onnx.ModelProto:
     """The decoder with heads of `head` features, of which the first `rotary` (all by
-    default) rotate (phi-style partial rotary: cos/sin caches of rotary / 2 columns)."""
+    default) rotate (phi-style partial rotary: cos/sin caches of rotary / 2 columns), and
+    attention over the `window` latest positions when > 0 (Mistral's sliding window)."""
     rng = np.random.default_rng(seed)
     rotary = rotary or head
     angles = np.arange(POSITIONS)[:, None] / 10000 ** (np.arange(0, rotary, 2) / rotary)
@@ -91,7 +92,7 @@ def builder_decoder(seed: int = 0, head: int = HEAD, rotary: int | None = None
                  "cos_cache", "sin_cache"],
                 [p + "attended", f"present.{layer}.key", f"present.{layer}.value"],
                 domain=MS, num_heads=HEADS, kv_num_heads=KV_HEADS, do_rotary=1,
-                scale=head ** -0.5),
+                scale=head ** -0.5, local_window_size=window),
             helper.make_node("MatMulNBits", [p + "attended", p + "o_codes", p + "o_scales"],
                              [f"l{layer + 1}_skip"], domain=MS, K=HEADS * head, N=WIDTH,
                              bits=4, block_size=16),

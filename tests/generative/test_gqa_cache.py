@@ -50,9 +50,11 @@ def _session(model: onnx.ModelProto):
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
-@pytest.fixture(scope="module")
-def reference():
-    model = builder_decoder()
+@pytest.fixture(scope="module", params=[-1, 3], ids=["full_attention", "window_3"])
+def reference(request):
+    """The decoder (with a sliding window of 3 in the second run), a prompt, and onnxruntime's
+    greedy steps on it."""
+    model = builder_decoder(window=request.param)
     prompt = np.random.default_rng(1).integers(0, VOCAB, (BATCH, PROMPT)).astype(np.int64)
     return model, prompt, growing_steps(_session(model), prompt, NEW)
 
@@ -79,16 +81,18 @@ def helper_attr(node, name):
     return next(onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name)
 
 
-@pytest.mark.parametrize("head, rotary", [(HEAD, None), (32, 16)], ids=["full", "partial"])
+@pytest.mark.parametrize("head, rotary, window", [(HEAD, None, -1), (32, 16, -1), (HEAD, None, 3)],
+                         ids=["full", "partial", "window"])
 def test_the_fixed_capacity_model_decodes_as_the_growing_one_in_onnxruntime(reference, head,
-                                                                            rotary):
+                                                                            rotary, window):
     """One row (onnxruntime's GroupQueryAttention takes a prompt after a past for batch 1
     only): the same tokens, and logits as the growing cache gives them; also with a rotary
-    embedding of part of each head (phi-style)."""
+    embedding of part of each head (phi-style), and with a sliding window of 3 (Mistral)."""
     _, prompt, _ = reference
-    model = builder_decoder(head=head, rotary=rotary)
+    model = builder_decoder(head=head, rotary=rotary, window=window)
     tokens, logits = growing_steps(_session(model), prompt[:1], NEW, head)
-    session = _session(fixed_capacity(builder_decoder(head=head, rotary=rotary), CAPACITY)[0])
+    session = _session(fixed_capacity(builder_decoder(head=head, rotary=rotary, window=window),
+                                      CAPACITY)[0])
     names = [o.name for o in session.get_outputs()]
     got_tokens, got_logits = cached_steps(
         lambda _, feeds: dict(zip(names, session.run(None, feeds))), prompt[:1], NEW,

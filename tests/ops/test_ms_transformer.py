@@ -411,6 +411,18 @@ def test_group_query_attention_rotates_part_of_each_head():
                rotary_interleaved=1)
 
 
+def test_group_query_attention_with_a_local_window():
+    """Sliding-window attention (Mistral, Gemma: local_window_size w attends the w latest
+    positions, its own included): a first prompt, rows of different lengths, a prompt after a past."""
+    inputs = _gqa_step(2, 6, 0, [0, 0])
+    for name in ("past_key", "past_value"):
+        del inputs[name]
+    _check_gqa(inputs, ["qkv", "", "", "", "", "seqlens_k", "total_sequence_length"],
+               4, 2, 16, True, local_window_size=2)
+    _check_gqa(_gqa_step(3, 1, 6, [6, 3, 1]), GQA_ORDER, 4, 2, 16, True, local_window_size=3)
+    _check_gqa(_gqa_step(1, 4, 8, [5]), GQA_ORDER, 4, 2, 16, False, local_window_size=2)
+
+
 def test_group_query_attention_with_a_known_total_length():
     """total_sequence_length a constant (the attention mask's static length)."""
     inputs = _gqa_step(2, 1, 5, [5, 2])
@@ -539,3 +551,29 @@ def test_group_query_attention_with_past(heads, kv_heads, rotary, batch, seq):
               "total_sequence_length": np.array(past_len + seq, np.int32)}
     _check_gqa(inputs, ["q", "k", "v", "past_key", "past_value", "seqlens_k",
                         "total_sequence_length"], heads, kv_heads, head_size, rotary)
+
+
+@pytest.mark.parametrize("attrs, extra, named", [
+    ({"smooth_softmax": 1}, {}, "smooth_softmax=1"),
+    ({"sliding_window_cache": 1, "local_window_size": 4}, {}, "sliding_window_cache=1"),
+    ({"k_quant_type": "PER_TENSOR"}, {}, "k_quant_type"),
+    ({}, {14: "q_norm", 15: "k_norm"}, "q_norm_weight, k_norm_weight"),
+])
+def test_group_query_attention_refuses_what_it_does_not_compute(attrs, extra, named):
+    """onnxruntime's newer GroupQueryAttention inputs and attributes are named in the error,
+    not silently dropped."""
+    order = ["qkv", "", "", "past_key", "past_value", "seqlens_k", "total_sequence_length"]
+    order += [""] * (max(extra, default=0) + 1 - len(order))
+    for index, name in extra.items():
+        order[index] = name
+    graph = helper.make_graph(
+        [helper.make_node("GroupQueryAttention", order, ["y", "pk", "pv"], domain=MS,
+                          num_heads=4, kv_num_heads=2, **attrs)], "gqa",
+        [tensor_info(n, a) for n, a in _gqa_step(1, 1, 4, [4]).items()],
+        [tensor_info("y", np.zeros((1, 1, 64), np.float32))],
+        [numpy_helper.from_array(np.ones(16, np.float32), n) for n in extra.values()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(MS, 1)])
+    model.ir_version = 10
+    with pytest.raises(ConversionError, match=named):
+        convert(model)
