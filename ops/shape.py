@@ -99,7 +99,29 @@ def _reshape(ctx, shape):
         return tf.where(tf.equal(wanted, 0), copies, wanted)
 
     shapes = _reshape_shapes(ctx.node, ctx.graph)
-    return reshape_to_output(ctx, target, shapes[1] if shapes else None)
+    known = _static_target(ctx, shape) if shapes is None else None
+    return reshape_to_output(ctx, target, known or (shapes[1] if shapes else None))
+
+
+def _static_target(ctx, shape) -> tuple | None:
+    """The logical output shape when the input's TF shape is fully known and the target is a
+    constant (0 copies, -1 is what is left), though the graph's inference left dims open
+    (after onnxruntime-only ops, whose shapes ONNX does not infer): a static RESHAPE instead
+    of one built at run time. None otherwise."""
+    x, wanted = ctx.x(0), ctx.const(1) if ctx.has(1) else None
+    if ctx.node.op_type != "Reshape" or wanted is None or not x.shape.is_fully_defined():
+        return None
+    del shape  # the constant is read directly
+    given = P.logical_shape(x.shape.as_list(), ctx.perm(0))
+    wanted = [int(w) for w in np.reshape(wanted, -1)]
+    out = [given[i] if w == 0 and not ctx.attr("allowzero", 0) and i < len(given) else w
+           for i, w in enumerate(wanted)]
+    if out.count(-1) == 1:
+        rest = int(np.prod([d for d in out if d != -1]))
+        if rest == 0 or int(np.prod(given)) % rest:
+            return None
+        out[out.index(-1)] = int(np.prod(given)) // rest
+    return tuple(out) if all(d >= 0 for d in out) and np.prod(out) == np.prod(given) else None
 
 
 @handler("Reshape", layout=reshaping(_reshape_shapes), limits="shape attribute before opset 5")

@@ -3,6 +3,7 @@ onnxruntime, through TF and the float32 TFLite: one-node models here; graphs wri
 onnxruntime's own tools in tests/ops/test_ms_tools.py."""
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper, numpy_helper
 
@@ -577,3 +578,39 @@ def test_group_query_attention_refuses_what_it_does_not_compute(attrs, extra, na
     model.ir_version = 10
     with pytest.raises(ConversionError, match=named):
         convert(model)
+
+
+def test_reshapes_around_an_onnxruntime_norm_are_static():
+    """Qwen3's per-head Q norm as onnxruntime's model builder writes it: Split, Reshape to
+    heads, SimplifiedLayerNormalization (which ONNX does not infer), Reshape back with
+    [0, -1, width], intermediate shapes declared with symbols nothing binds. (The builder's
+    own Qwen3 export failed here until a constant target resolved against the TF input's
+    static shape, ops/shape._static_target; this smaller graph converts either way.)"""
+    nodes = [helper.make_node("SimplifiedLayerNormalization", ["x", "gamma_in"], ["h"],
+                              axis=-1, epsilon=1e-6),  # from here on ONNX infers no shape
+             helper.make_node("MatMul", ["h", "w"], ["qkv"]),
+             helper.make_node("Split", ["qkv", "sizes"], ["q", "k", "v"], axis=-1),
+             helper.make_node("Reshape", ["q", "heads"], ["per_head"]),
+             helper.make_node("SimplifiedLayerNormalization", ["per_head", "gamma"], ["normed"],
+                              axis=-1, epsilon=1e-6),
+             helper.make_node("Reshape", ["normed", "merged"], ["y"]),
+             helper.make_node("Add", ["k", "v"], ["kv"])]
+    inputs = {"x": rng.randn(2, 5, 24)}
+    constants = {"gamma_in": rng.randn(24), "w": rng.randn(24, 96),
+                 "sizes": np.array([64, 16, 16], np.int64),
+                 "heads": np.array([0, -1, 16], np.int64), "gamma": rng.randn(16),
+                 "merged": np.array([0, -1, 64], np.int64)}
+    graph = helper.make_graph(nodes, "qk_norm", [helper.make_tensor_value_info(
+        "x", onnx.TensorProto.FLOAT, ["batch_size", "sequence_length", 24])],
+                              [tensor_info("y", np.float32), tensor_info("kv", np.float32)],
+                              [numpy_helper.from_array(a, n) for n, a in constants.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10  # SimplifiedLayerNormalization: onnxruntime's, in the ONNX domain
+    for name, width in (("per_head", 16), ("normed", 16), ("y", 64)):  # as the builder has
+        model.graph.value_info.append(helper.make_tensor_value_info(  # them: open symbols
+            name, onnx.TensorProto.FLOAT, ["batch_size", "sequence_length" + (
+                " * num_attention_heads" if width == 16 else ""), width]))
+    results = ort_run(model, inputs)  # typed outputs, as contrib_model makes them
+    del model.graph.output[:]
+    model.graph.output.extend(tensor_info(n, r) for n, r in zip(["y", "kv"], results))
+    check_model(model, inputs, overwrite_input_shape=["x:2,5,24"])
