@@ -452,25 +452,22 @@ def _gqa_allowed(seq_len, past_len, past_rows, window: int = -1):
     keys = _positions(past_len + seq_len, [1, 1, 1, -1])
     queries = _positions(seq_len, [1, 1, -1, 1])
     static = all(isinstance(v, int) for v in (past_rows, past_len, seq_len))
-    xp_and, xp_or = (np.logical_and, np.logical_or) if static else (tf.logical_and,
-                                                                     tf.logical_or)
-    new = xp_and(keys >= past_len, keys - past_len <= queries) if static else tf.logical_and(
-        tf.greater_equal(keys, past_len), tf.less_equal(keys - past_len, queries))
+    and_, or_ = (np.logical_and, np.logical_or) if static else (tf.logical_and, tf.logical_or)
+    new = and_(keys >= past_len, keys - past_len <= queries)
     if window > 0:  # a new key i' is i - i' positions before query i
-        near = keys - past_len > queries - window
-        new = xp_and(new, near if static else tf.convert_to_tensor(near))
+        new = and_(new, keys - past_len > queries - window)
     if isinstance(past_len, int) and past_len == 0:
         return new
     if static:
-        past = keys < min(past_rows, past_len)
-        if window > 0:  # past slot j is past_rows + i - j positions before query i
-            past = past & (keys > past_rows + queries - window)
-        return new | past
-    rows = tf.reshape(tf.convert_to_tensor(past_rows, tf.int32), [-1, 1, 1, 1])
-    past = tf.less(keys, tf.minimum(rows, past_len))
-    if window > 0:
-        past = tf.logical_and(past, tf.greater(keys, rows + queries - window))
-    return xp_or(new, past)
+        limit, rows = min(past_rows, past_len), past_rows
+        past = keys < limit
+    else:
+        rows = tf.reshape(tf.convert_to_tensor(past_rows, tf.int32), [-1, 1, 1, 1])
+        past = tf.less(keys, tf.minimum(rows, past_len))
+    if window > 0:  # past slot j is past_rows + i - j positions before query i
+        near = rows + queries - window
+        past = and_(past, keys > near if static else tf.greater(keys, near))
+    return or_(new, past)
 
 
 def _gqa_present(past, new, past_rows, past_len, seq_len):

@@ -99,19 +99,18 @@ def _reshape(ctx, shape):
         return tf.where(tf.equal(wanted, 0), copies, wanted)
 
     shapes = _reshape_shapes(ctx.node, ctx.graph)
-    known = _static_target(ctx, shape) if shapes is None else None
+    known = _static_target(ctx) if shapes is None else None
     return reshape_to_output(ctx, target, known or (shapes[1] if shapes else None))
 
 
-def _static_target(ctx, shape) -> tuple | None:
+def _static_target(ctx) -> tuple | None:
     """The logical output shape when the input's TF shape is fully known and the target is a
     constant (0 copies, -1 is what is left), though the graph's inference left dims open
     (after onnxruntime-only ops, whose shapes ONNX does not infer): a static RESHAPE instead
     of one built at run time. None otherwise."""
     x, wanted = ctx.x(0), ctx.const(1) if ctx.has(1) else None
-    if ctx.node.op_type != "Reshape" or wanted is None or not x.shape.is_fully_defined():
+    if wanted is None or not x.shape.is_fully_defined():
         return None
-    del shape  # the constant is read directly
     given = P.logical_shape(x.shape.as_list(), ctx.perm(0))
     wanted = [int(w) for w in np.reshape(wanted, -1)]
     out = [given[i] if w == 0 and not ctx.attr("allowzero", 0) and i < len(given) else w

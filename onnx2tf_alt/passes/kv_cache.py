@@ -67,8 +67,9 @@ def cache_entries(model: onnx.ModelProto) -> list[CacheEntry]:
             node = producer.get(node.input[0])
         if node is None:
             continue
-        if _is_gqa(node) and node.output[1:3].count(_source(graph, output.name)):
-            k = list(node.output).index(_source(graph, output.name))
+        source = _source(producer, output.name)
+        if _is_gqa(node) and source in node.output[1:3]:
+            k = list(node.output).index(source)
             past = inputs.get(node.input[k + 2]) if len(node.input) > k + 2 else None
             if past is not None:
                 dims = past.type.tensor_type.shape.dim
@@ -90,9 +91,8 @@ def _is_gqa(node: onnx.NodeProto) -> bool:
     return node.op_type == "GroupQueryAttention" and node.domain == "com.microsoft"
 
 
-def _source(graph: onnx.GraphProto, name: str) -> str:
+def _source(producer: dict[str, onnx.NodeProto], name: str) -> str:
     """The tensor a graph output copies through Identity nodes."""
-    producer = {out: node for node in graph.node for out in node.output}
     node = producer.get(name)
     while node is not None and node.op_type == "Identity":
         name = node.input[0]
@@ -117,14 +117,14 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
     totals = _total_symbols(graph, entries)
     producer = {out: node for node in graph.node for out in node.output}
     new_entries = {}
-    attentions = {_source(graph, e.present) for e in entries}
+    attentions = {_source(producer, e.present) for e in entries}
     for node in [n for n in graph.node if _is_gqa(n) and attentions & set(n.output)]:
         new_entries.update(_rotary_outside(graph, node))
     for entry in entries:
         node = producer[entry.present]
         while node.op_type == "Identity":
             node = producer[node.input[0]]
-        new = new_entries[_source(graph, entry.present)] if _is_gqa(node) else node.input[1]
+        new = new_entries[_source(producer, entry.present)] if _is_gqa(node) else node.input[1]
         _rename(graph, entry.present, entry.present + ALL_SUFFIX)
         graph.node.append(helper.make_node("Identity", [new], [entry.present],
                                            name=f"{entry.present}/new_entries"))
@@ -269,7 +269,7 @@ def _head_size(graph: onnx.GraphProto, node: onnx.NodeProto, heads: int, kv_head
             if made.op_type == "Split" and sizes is None:
                 sizes = next((list(a.ints) for a in made.attribute if a.name == "split"), None)
             at = -1 if made.op_type == "Reshape" else list(made.output).index(name)
-            if sizes is not None and len(sizes) > abs(at) - (at < 0) and sizes[at] > 0:
+            if sizes is not None and -len(sizes) <= at < len(sizes) and sizes[at] > 0:
                 width = int(sizes[at])
             break
         elif made.op_type in ("Add", "Identity", "Cast", "SimplifiedLayerNormalization",

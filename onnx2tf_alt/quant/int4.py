@@ -9,8 +9,8 @@ bfloat16, so they are rounded so here and both kernels agree. XNNPACK refuses ne
 and delegates blocks of multiples of 32 only; zero points are ignored. So: max|w| / 7, or / 8
 with code -8 where the extreme is negative (-8..7 decode exactly), or where the block is
 already on a grid of max|w| / 8 (4-bit codes kept, as far as positive scales allow).
-Activations are quantized to int8 per row at run time regardless of asymmetricQuantizeInputs; the op keeps its float
-version (TF's versioning has no rule for this; versions 1..14 run alike). The builtin kernel
+Activations are quantized to int8 per row at run time regardless of
+asymmetricQuantizeInputs; the op keeps its float version (TF's versioning has no rule for this; versions 1..14 run alike). The builtin kernel
 drops a fused activation, so that becomes its own op. Older runtimes are silently wrong
 (ai-edge-litert 1.0.1; 1.4.0 and 2.0.2 on XNNPACK; 2.1.0 on are right).
 
