@@ -103,7 +103,7 @@ def variants_row(path: str, flags: list[str], per_channel_only: bool, runs: int,
             row[f"{quant_type}/kept_float_nodes"] = sensitivity["kept_float_nodes"]
             row[f"{quant_type}/float_ops"] = sensitivity["float_ops"]
             row[f"{quant_type}/top_offenders"] = [
-                (r["nodes"], r["cosine_gain"]) for r in sensitivity["top_offenders"][:5]]
+                (r["nodes"], r["estimated_gain"]) for r in sensitivity["top_offenders"][:5]]
         if runs:
             for entry in [{"file": f"{stem}_float32.tflite"}, *report["files"]]:
                 file = os.path.join(out, entry["file"])

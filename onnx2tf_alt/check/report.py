@@ -374,12 +374,12 @@ def _quant_section(quant: dict) -> str:
         ranked = "".join(
             f"<tr><td class='num'>{k}</td><td>{esc(', '.join(r['nodes']))}</td>"
             f"<td>{esc(r['op'])}</td><td class='num'>{r['float_ops']}</td>"
-            f"<td class='num'>{r['cosine_gain']:+.5f}</td></tr>"
+            f"<td class='num'>{r['estimated_gain']:+.5f}</td></tr>"
             for k, r in enumerate(sensitivity["top_offenders"], 1))
         parts.append(
             f"<h2>Most sensitive INT8 nodes</h2><p>Ranking: {esc(sensitivity['method'])}. "
             f"INT8 output cosine {_cosine(sensitivity['cosine_int8'])}; kept in float: "
             f"{esc(kept)} ({sensitivity['float_ops']} TFLite ops).</p><table><thead><tr>"
-            "<th>#</th><th>ONNX nodes</th><th>op</th><th>float ops</th><th>cosine gain"
+            "<th>#</th><th>ONNX nodes</th><th>op</th><th>float ops</th><th>estimated gain"
             f"</th></tr></thead><tbody>{ranked}</tbody></table>")
     return "".join(parts)

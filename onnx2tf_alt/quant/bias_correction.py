@@ -24,6 +24,7 @@ from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, unpack_model
 from onnx2tf_alt.tflite.run import as_input
 
 BIAS_SAMPLES = 8  # calibration samples the mean errors are measured on
+BIAS_FOLD_BELOW = 8  # fewer unused calibration samples: the correction is judged in folds
 SIGNIFICANCE = 3.0  # standard errors a channel's mean error must exceed to be corrected
 CORRECTED_OPS = {3: "CONV_2D", 4: "DEPTHWISE_CONV_2D"}  # builtin operator codes
 NO_ACTIVATION = 0

@@ -359,18 +359,18 @@ def _bias_corrected(content: bytes, calibrated: bytes, converted,
                     calibration: list[dict[str, np.ndarray]], cache: dict,
                     notes: list[str]) -> bytes:
     """`content` with its conv biases corrected (quant/bias_correction.py) on the first
-    BIAS_SAMPLES calibration samples, unless that moves the INT8 output away from the float
-    model on the others (at most AUTO_SAMPLES of them; kept without that check when there
-    are none). A constant shift per channel is what the correction can take out; on models
-    whose error is not one it moves the output at random. `cache` carries the corrections and the decision to the next
-    file quantized from the same calibration; the note on what was done goes to `notes`.
-    The correction is dropped only when it loses beyond the noise of those samples (pooled
+    BIAS_SAMPLES calibration samples, unless corrections move the INT8 output away from the
+    float model on samples they were not measured on (_bias_judgement). A constant shift per
+    channel is what the correction can take out; on models whose error is not one it moves
+    the output at random. `cache` carries the corrections and the decision to the next file
+    quantized from the same calibration; the note on what was done goes to `notes`. The
+    correction is dropped only when it loses beyond the noise of those samples (pooled
     cosine, quant/measure.py): on PP-OCRv4's recognizer it gained 0.004 there, within the
     noise of 5 samples (0.005), and 0.013 on 8 unseen text lines (0.975 -> 0.987); on its
     DB detector the file without it held 0.837 against 0.944."""
     from onnx2tf_alt.quant.bias_correction import BIAS_SAMPLES, corrected_biases
 
-    fit, check = calibration[:BIAS_SAMPLES], calibration[BIAS_SAMPLES:][-AUTO_SAMPLES:]
+    fit = calibration[:BIAS_SAMPLES]
     fixed, count = corrected_biases(content, calibrated,
                                     [converted.result.to_physical(s) for s in fit],
                                     cache.setdefault("corrections", {}))
@@ -381,19 +381,50 @@ def _bias_corrected(content: bytes, calibrated: bytes, converted,
                 f"corrected for the mean error of their 8-bit output on {len(fit)} "
                 "calibration samples")
         cache["keep"] = True
-        if check:
-            reference = run_tflite(calibrated, converted, check)
-            before, after = (compare_outputs(reference, run_tflite(c, converted, check))
-                             for c in (content, fixed))
+        judged = _bias_judgement(content, fixed, calibrated, converted, calibration)
+        if judged is not None:
+            before, after, where = judged
             _, delta, noise = gain(after, before)
             cache["keep"] = delta > -noise
             note = (note if cache["keep"] else note.replace(" corrected for", " not corrected for")
-                    ) + (f" (INT8 output pooled cosine on {len(check)} other calibration "
-                         f"samples {figure(before):.6f} before, {figure(after):.6f} after; "
-                         f"dropped only for a loss beyond the noise, {noise:.6f})")
+                    ) + (f" (INT8 output pooled cosine {where} {figure(before):.6f} before, "
+                         f"{figure(after):.6f} after; dropped only for a loss beyond the "
+                         f"noise, {noise:.6f})")
         log.info("%s", note)
         notes.append(note)
     return fixed if cache["keep"] else content
+
+
+def _bias_judgement(content: bytes, fixed: bytes, calibrated: bytes, converted,
+                    calibration: list[dict[str, np.ndarray]]) -> tuple[dict, dict, str] | None:
+    """(INT8 output figures without, with bias correction, on which samples) on samples the
+    corrections did not see: the calibration samples after the first BIAS_SAMPLES (at most
+    AUTO_SAMPLES) when there are at least BIAS_FOLD_BELOW of them, else AUTO_FOLDS folds of
+    all of them, each corrected by biases measured on the others, pooled; None for one
+    sample."""
+    from onnx2tf_alt.quant.bias_correction import BIAS_FOLD_BELOW, BIAS_SAMPLES, corrected_biases
+
+    check = calibration[BIAS_SAMPLES:][-AUTO_SAMPLES:]
+    if len(check) >= BIAS_FOLD_BELOW:
+        reference = run_tflite(calibrated, converted, check)
+        before, after = (compare_outputs(reference, run_tflite(c, converted, check))
+                         for c in (content, fixed))
+        return before, after, f"on {len(check)} other calibration samples"
+    folds = min(AUTO_FOLDS, len(calibration))
+    if folds < 2:
+        return None
+    reference, without, with_ = [], [], []
+    for k in range(folds):
+        held = [s for i, s in enumerate(calibration) if i % folds == k]
+        fit = [s for i, s in enumerate(calibration) if i % folds != k][:BIAS_SAMPLES]
+        corrected, _ = corrected_biases(content, calibrated,
+                                        [converted.result.to_physical(s) for s in fit], {})
+        reference += run_tflite(calibrated, converted, held)
+        without += run_tflite(content, converted, held)
+        with_ += run_tflite(corrected, converted, held)
+    where = (f"on {len(calibration)} calibration samples in {folds} folds, each corrected by "
+             "biases measured on the others,")
+    return compare_outputs(reference, without), compare_outputs(reference, with_), where
 
 
 # --- running and measuring ------------------------------------------------------------------
@@ -474,8 +505,9 @@ def console_table(report: QuantReport) -> str:
                          f"{m['sqnr_db']:>8.2f} {m['cosine_min']:>8.5f} {top1:>7}")
     offenders = (report.sensitivity or {}).get("top_offenders", [])[:3]
     if offenders:
-        lines.append("most sensitive INT8 nodes (output cosine gained in float): " + "; ".join(
-            f"{', '.join(r['nodes'])} +{r['cosine_gain']:.4f}" for r in offenders))
+        lines.append("most sensitive INT8 nodes (estimated output cosine gained in float): "
+                     + "; ".join(f"{', '.join(r['nodes'])} +{r['estimated_gain']:.4f}"
+                                 for r in offenders))
     return "\n".join(lines)
 
 
@@ -658,19 +690,27 @@ def write_quantized(
 
 def _sample_roles(calibration: int, held_out: int) -> dict[str, str]:
     """Which samples each step of the INT8 files used (for the report)."""
-    from onnx2tf_alt.quant.bias_correction import BIAS_SAMPLES
+    from onnx2tf_alt.quant.bias_correction import BIAS_FOLD_BELOW, BIAS_SAMPLES
     from onnx2tf_alt.quant.sensitivity import SEARCH_SAMPLES
 
     scored = min(calibration // 4, AUTO_SAMPLES) if calibration >= 8 else calibration
+    checked = min(max(0, calibration - BIAS_SAMPLES), AUTO_SAMPLES)
     return {
         "ranges": f"the {calibration} calibration samples",
         "calibration_method auto": (f"ranges measured on {calibration - scored}, scored on the "
                                     f"last {scored}" if calibration >= 8 else
-                                    f"measured and scored on all {calibration} (fewer than 8)"),
+                                    f"{min(AUTO_FOLDS, calibration)} folds of all "
+                                    f"{calibration}, each scored with ranges measured on the "
+                                    "others"),
         "bias correction": (f"measured on the first {min(calibration, BIAS_SAMPLES)}, judged on "
-                            f"the {max(0, calibration - BIAS_SAMPLES)} after them"),
+                            f"the {checked} after them" if checked >= BIAS_FOLD_BELOW else
+                            f"measured on the first {min(calibration, BIAS_SAMPLES)}, judged "
+                            f"in {min(AUTO_FOLDS, calibration)} folds of all {calibration}, "
+                            "each with biases measured on the others"),
         "keep_float_auto": (f"searched on the last {min(calibration, SEARCH_SAMPLES)} "
-                            f"calibration samples, judged on the {held_out} held-out ones"),
+                            f"calibration samples, judged on the "
+                            f"{max(0, calibration - SEARCH_SAMPLES) + held_out} samples it "
+                            f"did not see ({held_out} held out)"),
         "figures": f"the {held_out} held-out samples, which no step used",
     }
 
@@ -747,23 +787,36 @@ def _judged(found: list[str], made, source, plan: QuantPlan, report: QuantReport
             float_tflite: bytes) -> list[str]:
     """The float nodes the search `found`, kept only when the file with them (`made(nodes)`,
     made as the written file is, bias correction included) beats the all-INT8 one
-    (--keep_float nodes only) on the held-out samples by more than the noise of the
-    comparison (quant/measure.py); else the --keep_float nodes, and the report says why."""
+    (--keep_float nodes only) beyond the noise of the comparison (quant/measure.py) on
+    every sample the search did not see: the held-out ones and the calibration samples
+    outside its selection set (a user's 16 samples leave 3 held out, too few to tell a
+    real gain from noise alone); else the --keep_float nodes, and the report says why.
+    The report's `held_out` figures are those of the held-out samples alone, the written
+    file's figures in `files`."""
+    from onnx2tf_alt.quant.sensitivity import SEARCH_SAMPLES
+
     keep = sorted(plan.options.keep_float)
     added = sorted(set(found) - set(keep))
     held = plan.samples.held_out
-    if not added or not held:
+    unseen = plan.samples.calibration[:-SEARCH_SAMPLES] + held
+    if not added or not unseen:
         return found
-    truth = run_tflite(float_tflite, source, held)
-    int8, mixed = (compare_outputs(truth, run_tflite(made(n).content, source, held))
-                   for n in (keep, found))
+    truth = run_tflite(float_tflite, source, unseen)
+    outputs = {name: run_tflite(made(n).content, source, unseen)
+               for name, n in (("int8", keep), ("mixed", found))}
+    int8, mixed = (compare_outputs(truth, outputs[name]) for name in ("int8", "mixed"))
     better, _, noise = gain(mixed, int8)
-    report.sensitivity["held_out"] = {"samples": len(held), "int8": figure(int8),
-                                      "mixed": figure(mixed), "noise": round(noise, 6),
-                                      "kept": better}
-    verdict = (f"INT8 files: the {len(added)} node(s) --keep_float_auto found move the held-out "
-               f"pooled cosine ({len(held)} samples the search did not see) from "
-               f"{figure(int8):.6f} to {figure(mixed):.6f}")
+    if held:
+        tail = len(unseen) - len(held)
+        report.sensitivity["held_out"] = {
+            "samples": len(held), **{name: figure(compare_outputs(truth[tail:], values[tail:]))
+                                     for name, values in outputs.items()}}
+    report.sensitivity["judged"] = {"samples": len(unseen), "held_out": len(held),
+                                    "int8": figure(int8), "mixed": figure(mixed),
+                                    "noise": round(noise, 6), "kept": better}
+    verdict = (f"INT8 files: the {len(added)} node(s) --keep_float_auto found move the pooled "
+               f"cosine on the {len(unseen)} samples the search did not see ({len(held)} "
+               f"held out) from {figure(int8):.6f} to {figure(mixed):.6f}")
     if better:
         report.notes.append(f"{verdict} (noise {noise:.6f}): kept")
         return found
@@ -778,7 +831,7 @@ def _choose_float_nodes(source, calibrated: bytes, plan: QuantPlan, report: Quan
     """--keep_float nodes, extended by --keep_float_auto; ranks the ops with -cotof.
 
     The search ranks and adds nodes on calibration samples (the last SEARCH_SAMPLES: the
-    selection set); `_judged` then decides on the held-out ones, which it never saw."""
+    selection set); `_judged` then decides on the samples it never saw."""
     from onnx2tf_alt.quant.sensitivity import SEARCH_SAMPLES, choose_float_ops
 
     options = plan.options
@@ -798,7 +851,7 @@ def _choose_float_nodes(source, calibrated: bytes, plan: QuantPlan, report: Quan
     per_tensor = options.quant_type == "per-tensor"
     try:
         mixed = choose_float_ops(calibrated, source, score, per_tensor, options.keep_float,
-                                 target, rank)
+                                 target, rank, search)
     except Exception as exc:  # e.g. an INT8 kernel the interpreter lacks: no ranking
         if not rank:
             raise

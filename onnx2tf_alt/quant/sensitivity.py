@@ -10,32 +10,37 @@ can be tried on one calibration.
 An op left in float alone gains almost nothing: its input is still dequantized from INT8
 and its output re-quantized for the next op. What loses accuracy is an activation tensor's
 8-bit resolution, so the unit kept in float is a segment: an op and every op that reads its
-output, which keeps that output in float. Sensitivity is measured directly: each segment in
-turn stays float and the model outputs are compared with the float32 TFLite on the last
-SEARCH_SAMPLES calibration samples, the selection set (one quantization and up to
-SEARCH_SAMPLES runs per op: minutes for a model of a few hundred ops). What the search
-finds is then judged on the held-out samples, which no choice saw (quantize.py keeps it only
-when it beats the all-INT8 file there beyond noise): ranked and stopped on the same 3
-held-out samples it was reported on, a trained text detector's mixed file came out worse on
-unseen data than the all-INT8 one (0.886 against 0.944). Cheaper proxies ranked badly on
-that detector: the cosine each op loses against its inputs (error growth) put the sigmoid
+output, which keeps that output in float.
+
+Segments are ranked in one pass, before any re-quantization (noise_scores): each tensor's
+real rounding error on the all-INT8 grid, taken through the outputs' gradient along the
+INT8 file's own output error (one backward pass of the TF model per sample), is its share
+of that error, which estimates the output cosine keeping it in float would win back. The ranking used to measure each segment kept in
+float directly (one re-quantization and SEARCH_SAMPLES runs per op): 12 minutes on a
+trained DB text detector of 300 ops. Cheaper proxies that look at one op at a time ranked
+badly there: the cosine each op loses against its inputs (error growth) put the sigmoid
 head first, which only amplifies earlier error, and missed the early backbone tensors that
-matter.
---keep_float_auto then keeps the best segments, in that order, until the outputs reach the
-target, re-quantizing and measuring after each.
+matter; the gradient weighs each tensor's error by what it does to the outputs.
+--keep_float_auto then tries the best segments in that order, re-quantizing and measuring
+the outputs on the selection set (the last SEARCH_SAMPLES calibration samples) after each,
+keeping a segment only when it gains, until the outputs reach the target. What the search
+finds is then judged on samples it did not see (quantize.py keeps it only when it beats the
+all-INT8 file there beyond noise): ranked and stopped on the same 3 held-out samples it was
+reported on, a trained text detector's mixed file once came out worse on unseen data than
+the all-INT8 one (0.886 against 0.944).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import tensorflow as tf
 
 from onnx2tf_alt.errors import InputError
 
-SEARCH_SAMPLES = 8  # calibration samples each re-quantization is measured on
-MAX_KEPT_SEGMENTS = 16  # --keep_float_auto tries this many of a ranking's best segments
-SEARCH_ROUNDS = 2  # --keep_float_auto: rankings at most (the first and one on top of it)
+SEARCH_SAMPLES = 8  # calibration samples the ranking and each re-quantization use
+MAX_TRIED_SEGMENTS = 32  # --keep_float_auto re-quantizes with at most this many segments
 TOP_OFFENDERS = 12  # segments listed in the quant report
 SKIPPED = {"QUANTIZE", "DEQUANTIZE"}
 
@@ -163,6 +168,97 @@ def quantize_calibrated(calibrated: bytes, per_tensor: bool, io_dtypes: tuple | 
 
 
 
+# --- one-pass ranking ------------------------------------------------------------------------
+def noise_scores(int8: bytes, infos: list[OpInfo], converted,
+                 samples: list[dict[str, np.ndarray]]) -> dict[str, float]:
+    """{op output tensor of `int8`: its share of the INT8 file's output error energy,
+    relative to the outputs' energy}, from one forward and backward pass of the TF model per
+    sample, before any re-quantization.
+
+    To first order, rounding a tensor t to its INT8 grid adds e = q(t) - t and moves the
+    outputs by c = J e (J: their Jacobian in t); the INT8 file's output error d is the sum of
+    all tensors' c. The share of t is d . c = (J^T d) . e: one backward pass of d gives it
+    for every tensor at once. Keeping t in float removes c and changes the error energy by
+    |d - c|^2 - |d|^2 = |c|^2 - 2 d . c, which is -d . c both when t's error is the
+    whole error (c = d) and when it is one of many independent ones (d . c = |c|^2): the
+    share estimates the energy won back, and half of it (relative to |y|^2) the output
+    cosine. e is the tensor's real rounding and clipping error, on the scale and zero point
+    `int8` gives it; it is taken at the output of the Keras layer the tensor's name starts
+    with. Tensors without such a layer (parts of a layer TFLite split into several ops)
+    score 0."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt.quant.quantize import _dequantize
+    from onnx2tf_alt.tflite.flatbuffer import SIGNATURE
+    from onnx2tf_alt.tflite.run import as_input, run_signature
+
+    result = converted.result
+    model = result.model
+    prefix = f"{model.name}/"
+    interpreter = Interpreter(model_content=int8)
+    params = {t["name"]: t["quantization"] for t in interpreter.get_tensor_details()}
+    layers = {layer.name: layer for layer in model.layers
+              if type(layer).__name__ != "InputLayer"}
+    grid: dict[str, tuple[float, int]] = {}  # layer name -> (scale, zero point)
+    owner: dict[str, str] = {}  # op output tensor -> layer name
+    for info in infos:
+        scale, zero = params.get(info.tensor, (0.0, 0))
+        first = info.tensor.split(";")[0]
+        name = first[len(prefix):].split("/")[0] if first.startswith(prefix) else None
+        if scale and name in layers and name not in grid:
+            grid[name], owner[info.tensor] = (float(scale), int(zero)), name
+    if not grid or not samples:
+        return {}
+    runner = interpreter.get_signature_runner(SIGNATURE)
+    details, out_details = runner.get_input_details(), runner.get_output_details()
+    physical = [result.to_physical(s) for s in samples]
+    quantized = []
+    for feeds in physical:
+        raw = run_signature(interpreter, {k: as_input(v, details[k]) for k, v in feeds.items()})
+        quantized.append({k: _dequantize(v, out_details[k]) for k, v in raw.items()})
+    inputs = [[tf.constant(feeds[result.input_names[n]]) for n in converted.graph.inputs]
+              for feeds in physical]
+    floats = [{k: v.numpy() for k, v in model(x, training=False).items()} for x in inputs]
+    energy = {k: sum(float(np.sum(np.square(f[k], dtype=np.float64))) for f in floats)
+              for k in floats[0]}
+    captured: dict[str, tf.Tensor] = {}
+    originals = {name: layers[name].call for name in grid}
+
+    def watched(name: str, call):
+        def run(*args, **kwargs):
+            out = call(*args, **kwargs)
+            if isinstance(out, tf.Tensor) and out.dtype.is_floating:
+                tape.watch(out)
+                captured[name] = out
+            return out
+        return run
+
+    share = dict.fromkeys(grid, 0.0)
+    try:
+        for name, call in originals.items():
+            layers[name].call = watched(name, call)
+        for x, found, expected in zip(inputs, quantized, floats):
+            captured.clear()
+            with tf.GradientTape() as tape:
+                outputs = model(x, training=False)
+                error = tf.add_n([tf.reduce_sum(value * (found[k] - expected[k]).astype(
+                    np.float32)) / np.float32(max(energy[k], 1e-30))
+                    for k, value in outputs.items() if k in found and value.dtype.is_floating])
+            names = list(captured)
+            grads = tape.gradient(error, [captured[n] for n in names])
+            for name, grad in zip(names, grads):
+                if grad is None:
+                    continue
+                scale, zero = grid[name]
+                value = captured[name].numpy()
+                codes = np.clip(np.round(value / scale) + zero, -128, 127)
+                share[name] += float(np.sum(grad.numpy() * ((codes - zero) * scale - value)))
+    finally:
+        for name, call in originals.items():
+            layers[name].call = call
+    return {tensor: share[name] for tensor, name in owner.items()}
+
+
 # --- ranking and --keep_float_auto ------------------------------------------------------------
 @dataclass
 class MixedPrecision:
@@ -177,8 +273,10 @@ class MixedPrecision:
 
     def report(self, target: float | None) -> dict:
         entry = {
-            "method": "each op and the ops reading its output kept in float in turn; the "
-                      "gain in pooled output cosine vs the float32 TFLite over up to "
+            "method": "each op's segment (the op and the ops reading its output) ranked by "
+                      "its share of the all-INT8 file's output error, in output cosine "
+                      "(rounding error x gradient along the output error; one forward and "
+                      "backward pass of the TF model per sample) over up to "
                       f"{SEARCH_SAMPLES} calibration samples (the selection set)",
             "cosine_int8": self.cosine_int8,
             "top_offenders": self.ranking[:TOP_OFFENDERS],
@@ -189,61 +287,55 @@ class MixedPrecision:
 
 
 def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
-                     keep: list[str], target: float | None, rank: bool) -> MixedPrecision:
+                     keep: list[str], target: float | None, rank: bool,
+                     samples: list[dict[str, np.ndarray]] = ()) -> MixedPrecision:
     """Float ops of `calibrated`: the segments of the ONNX nodes `keep`; with `rank` or a
-    `target`, each other op's segment is scored by `score(content)` (the outputs' lowest
-    mean cosine on the search samples) and, with `target`, the best ones are added until
-    the score reaches it (a node that adds nothing on top of those kept is skipped). When
-    the first ranking's best MAX_KEPT_SEGMENTS do not reach it, the other segments are
-    ranked again on top of the kept ones (SEARCH_ROUNDS rankings at most): gains that were
-    lost in the noise of the first ranking show once its largest errors are gone."""
+    `target`, the other segments ranked by noise_scores on `samples` (one pass, no
+    re-quantization) and, with `target`, tried best first (at most MAX_TRIED_SEGMENTS),
+    each re-quantized and measured by `score(content)` (the outputs' pooled cosine on the
+    search samples): a segment is added when it gains on top of those kept, until the
+    score reaches the target."""
     infos = op_infos(calibrated, converted)
     nodes, float_ops = set(keep), denylist(infos, set(keep))
     chosen = MixedPrecision([], sorted(nodes), float_ops)
     if not rank and target is None:
         return chosen
 
-    def measure(tensors) -> float:
-        return score(quantize_calibrated(calibrated, per_tensor, None, sorted(tensors)))
+    def quantized(tensors) -> bytes:
+        return quantize_calibrated(calibrated, per_tensor, None, sorted(tensors))
 
-    def ranked(kept_nodes: set[str], kept: set[str], base: float) -> list[dict]:
-        """Each op's segment not yet float, by the cosine it gains on top of `kept`."""
-        entries, seen = [], set()
-        for info in infos:
-            if info.op_type in SKIPPED or not info.nodes:
-                continue
-            segment = frozenset(denylist(infos, kept_nodes | set(info.nodes)))
-            if segment in seen or segment <= kept:
-                continue
-            seen.add(segment)
-            gain = measure(segment) - base
-            entries.append({"op": info.op_type, "tensor": info.tensor, "nodes": info.nodes,
-                            "float_ops": len(segment), "cosine_gain": round(gain, 6)})
-        return sorted(entries, key=lambda r: -r["cosine_gain"])
-
-    base = chosen.cosine_int8 = round(measure(float_ops), 6)
-    ranking = candidates = ranked(nodes, set(float_ops), base)
-    current, kept = base, set(float_ops)
+    base_file = quantized(float_ops)
+    base = chosen.cosine_int8 = round(score(base_file), 6)
+    noise = noise_scores(base_file, infos, converted, list(samples))
+    entries, seen, kept = [], set(), set(float_ops)
+    for info in infos:
+        if info.op_type in SKIPPED or not info.nodes:
+            continue
+        segment = frozenset(denylist(infos, nodes | set(info.nodes)))
+        if segment in seen or segment <= kept:
+            continue
+        seen.add(segment)
+        estimate = sum(noise.get(t, 0.0) for t in segment - kept) / 2
+        entries.append({"op": info.op_type, "tensor": info.tensor, "nodes": info.nodes,
+                        "float_ops": len(segment), "estimated_gain": float(f"{estimate:.3g}")})
+    chosen.ranking = sorted(entries, key=lambda r: -r["estimated_gain"])
     if target is not None:
+        current = base
         chosen.search.append({"float_ops": len(kept), "cosine": base})
-        for search_round in range(SEARCH_ROUNDS):
-            if search_round:
-                candidates = ranked(nodes, kept, current)
-                chosen.search.append({"ranked_again": len(candidates), "cosine": current})
-            for pick in candidates[:MAX_KEPT_SEGMENTS]:
-                if current >= target or pick["cosine_gain"] <= 0:
-                    break
-                trial = set(denylist(infos, nodes | set(pick["nodes"])))
-                cosine = round(measure(trial), 6)
-                if cosine <= current:  # no gain on top of the nodes kept so far
-                    continue
-                nodes |= set(pick["nodes"])
-                kept, current = trial, cosine
-                chosen.search.append({"added": pick["nodes"], "float_ops": len(kept),
-                                      "cosine": current})
-            if current >= target:
+        for pick in chosen.ranking[:MAX_TRIED_SEGMENTS]:
+            if current >= target or pick["estimated_gain"] <= 0:
                 break
+            trial = set(denylist(infos, nodes | set(pick["nodes"])))
+            if trial <= kept:
+                continue
+            cosine = round(score(quantized(trial)), 6)
+            pick["measured_gain"] = round(cosine - current, 6)
+            if cosine <= current:  # no gain on top of the nodes kept so far
+                continue
+            nodes |= set(pick["nodes"])
+            kept, current = trial, cosine
+            chosen.search.append({"added": pick["nodes"], "float_ops": len(kept),
+                                  "cosine": current})
         chosen.reached = current >= target
-    chosen.ranking = ranking
     chosen.kept_nodes, chosen.float_ops = sorted(nodes), sorted(kept)
     return chosen

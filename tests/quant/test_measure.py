@@ -135,3 +135,41 @@ def test_auto_with_few_samples_scores_each_fold_on_ranges_from_the_others(monkey
     assert sorted(x for fold in scored for x in fold) == list(range(5))
     assert all(not set(f) & set(s) for f, s in zip(fitted, scored))
     assert "each with ranges measured on the others (4 folds)" in notes[0]
+
+
+def test_bias_correction_with_few_samples_is_judged_in_folds(monkeypatch):
+    """With 6 calibration samples (none beyond the 8 the corrections are measured on), each
+    fold's INT8 outputs are corrected by biases measured on the other samples: every sample
+    judged once, never by corrections that saw it; the figures are pooled over the folds."""
+    from onnx2tf_alt.quant import bias_correction, quantize
+
+    samples = [{"x": np.full((1, 4), k, np.float32)} for k in range(6)]
+    fitted, scored = [], []
+
+    def corrected(content, calibrated, feeds, known):
+        fitted.append(sorted(int(f[0, 0]) for f in feeds))
+        return b"fixed", 2
+
+    def run(content, converted, held):
+        if content == b"float":
+            scored.append(sorted(int(h["x"][0, 0]) for h in held))
+        wobble = {b"float": 0.0, b"int8": 0.5, b"fixed": 0.1}[content]
+        return [{"y": h["x"] + np.arange(4, dtype=np.float32)
+                 + wobble * np.array([[1, -1, 1, -1]], np.float32)} for h in held]
+
+    class Result:
+        @staticmethod
+        def to_physical(sample):
+            return sample["x"]
+
+    class Converted:
+        result = Result()
+
+    monkeypatch.setattr(bias_correction, "corrected_biases", corrected)
+    monkeypatch.setattr(quantize, "run_tflite", run)
+    before, after, where = quantize._bias_judgement(b"int8", b"fixed", b"float", Converted(),
+                                                    samples)
+    assert sorted(x for fold in scored for x in fold) == list(range(6))
+    assert len(fitted) == 4 and all(not set(f) & set(s) for f, s in zip(fitted, scored))
+    assert figure(after) > figure(before)
+    assert "in 4 folds, each corrected by biases measured on the others" in where
