@@ -23,7 +23,8 @@ head first, which only amplifies earlier error, and missed the early backbone te
 matter; the gradient weighs each tensor's error by what it does to the outputs.
 --keep_float_auto then tries the best segments in that order, re-quantizing and measuring
 the outputs on the selection set (the last SEARCH_SAMPLES calibration samples) after each,
-keeping a segment only when it gains, until the outputs reach the target. What the search
+keeping a segment only when it gains and ranking the rest again on the new file, until the
+outputs reach the target. What the search
 finds is then judged on samples it did not see (quantize.py keeps it only when it beats the
 all-INT8 file there beyond noise): ranked and stopped on the same 3 held-out samples it was
 reported on, a trained text detector's mixed file once came out worse on unseen data than
@@ -40,7 +41,7 @@ import tensorflow as tf
 from onnx2tf_alt.errors import InputError
 
 SEARCH_SAMPLES = 8  # calibration samples the ranking and each re-quantization use
-MAX_TRIED_SEGMENTS = 32  # --keep_float_auto re-quantizes with at most this many segments
+MAX_TRIED_SEGMENTS = 32  # --keep_float_auto measures at most this many re-quantized files
 TOP_OFFENDERS = 12  # segments listed in the quant report
 SKIPPED = {"QUANTIZE", "DEQUANTIZE"}
 
@@ -291,10 +292,11 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
                      samples: list[dict[str, np.ndarray]] = ()) -> MixedPrecision:
     """Float ops of `calibrated`: the segments of the ONNX nodes `keep`; with `rank` or a
     `target`, the other segments ranked by noise_scores on `samples` (one pass, no
-    re-quantization) and, with `target`, tried best first (at most MAX_TRIED_SEGMENTS),
-    each re-quantized and measured by `score(content)` (the outputs' pooled cosine on the
-    search samples): a segment is added when it gains on top of those kept, until the
-    score reaches the target."""
+    re-quantization). With `target`, segments are tried best first, each re-quantized and
+    measured by `score(content)` (the outputs' pooled cosine on the search samples; a
+    file the denylist leaves unchanged is not run): a segment that gains on top of those
+    kept is added and the rest ranked again on the new file (its output error is another),
+    until the score reaches the target or MAX_TRIED_SEGMENTS were measured."""
     infos = op_infos(calibrated, converted)
     nodes, float_ops = set(keep), denylist(infos, set(keep))
     chosen = MixedPrecision([], sorted(nodes), float_ops)
@@ -304,38 +306,57 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
     def quantized(tensors) -> bytes:
         return quantize_calibrated(calibrated, per_tensor, None, sorted(tensors))
 
-    base_file = quantized(float_ops)
-    base = chosen.cosine_int8 = round(score(base_file), 6)
-    noise = noise_scores(base_file, infos, converted, list(samples))
-    entries, seen, kept = [], set(), set(float_ops)
-    for info in infos:
-        if info.op_type in SKIPPED or not info.nodes:
-            continue
-        segment = frozenset(denylist(infos, nodes | set(info.nodes)))
-        if segment in seen or segment <= kept:
-            continue
-        seen.add(segment)
-        estimate = sum(noise.get(t, 0.0) for t in segment - kept) / 2
-        entries.append({"op": info.op_type, "tensor": info.tensor, "nodes": info.nodes,
-                        "float_ops": len(segment), "estimated_gain": float(f"{estimate:.3g}")})
-    chosen.ranking = sorted(entries, key=lambda r: -r["estimated_gain"])
-    if target is not None:
-        current = base
-        chosen.search.append({"float_ops": len(kept), "cosine": base})
-        for pick in chosen.ranking[:MAX_TRIED_SEGMENTS]:
-            if current >= target or pick["estimated_gain"] <= 0:
+    def ranked(content: bytes, kept_nodes: set[str], kept: set[str]) -> list[dict]:
+        shares = noise_scores(content, infos, converted, list(samples))
+        entries, seen = [], set()
+        for info in infos:
+            if info.op_type in SKIPPED or not info.nodes:
+                continue
+            segment = frozenset(denylist(infos, kept_nodes | set(info.nodes)))
+            if segment in seen or segment <= kept:
+                continue
+            seen.add(segment)
+            estimate = sum(shares.get(t, 0.0) for t in segment - kept) / 2
+            entries.append({"op": info.op_type, "tensor": info.tensor, "nodes": info.nodes,
+                            "float_ops": len(segment),
+                            "estimated_gain": float(f"{estimate:.3g}")})
+        return sorted(entries, key=lambda r: -r["estimated_gain"])
+
+    content, kept = quantized(float_ops), set(float_ops)
+    current = chosen.cosine_int8 = round(score(content), 6)
+    chosen.ranking = candidates = ranked(content, nodes, kept)
+    if target is None:
+        return chosen
+    chosen.search.append({"float_ops": len(kept), "cosine": current})
+    tried: set[frozenset] = set()
+    measured = 0
+    while current < target and measured < MAX_TRIED_SEGMENTS:
+        for pick in candidates:
+            trial = frozenset(denylist(infos, nodes | set(pick["nodes"])))
+            if pick["estimated_gain"] <= 0 or measured >= MAX_TRIED_SEGMENTS:
+                candidates = []
                 break
-            trial = set(denylist(infos, nodes | set(pick["nodes"])))
-            if trial <= kept:
+            if trial in tried:
                 continue
-            cosine = round(score(quantized(trial)), 6)
+            tried.add(trial)
+            made = quantized(trial)
+            if made == content:  # the quantizer keeps these ops in 8 bits all the same
+                pick["measured_gain"] = 0.0
+                continue
+            measured += 1
+            cosine = round(score(made), 6)
             pick["measured_gain"] = round(cosine - current, 6)
-            if cosine <= current:  # no gain on top of the nodes kept so far
-                continue
-            nodes |= set(pick["nodes"])
-            kept, current = trial, cosine
-            chosen.search.append({"added": pick["nodes"], "float_ops": len(kept),
-                                  "cosine": current})
-        chosen.reached = current >= target
+            if cosine > current:  # a gain on top of the nodes kept so far
+                nodes |= set(pick["nodes"])
+                content, kept, current = made, set(trial), cosine
+                chosen.search.append({"added": pick["nodes"], "float_ops": len(kept),
+                                      "cosine": current, "measured": measured})
+                candidates = ranked(content, nodes, kept) if current < target else []
+                break
+        else:
+            break  # every candidate tried
+        if not candidates:
+            break
+    chosen.reached = current >= target
     chosen.kept_nodes, chosen.float_ops = sorted(nodes), sorted(kept)
     return chosen
