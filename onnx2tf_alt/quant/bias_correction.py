@@ -32,12 +32,15 @@ DEQUANTIZE = 6
 
 
 def corrected_biases(int8: bytes, calibrated: bytes, feeds: list[dict[str, np.ndarray]],
-                     known: dict | None = None) -> tuple[bytes, int]:
+                     known: dict | None = None, errors: dict | None = None
+                     ) -> tuple[bytes, int]:
     """(`int8` with the bias of each convolution without fused activation corrected for the
     mean error of its output against `calibrated` on `feeds` (signature inputs, physical
     layout, float), how many were corrected). `known` (filled here) holds the corrections
     by bias name and scales: a second file quantized from the same calibration with the
-    same float ops (the full-integer twin) takes them without running anything."""
+    same float ops (the full-integer twin) takes them without running anything. `errors`
+    (filled here when the corrections are measured) gets each convolution's per-sample
+    channel errors and bias steps, from which `refitted` makes the file of a subset."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
     model = unpack_model(int8)
     reference = Interpreter(
@@ -48,6 +51,7 @@ def corrected_biases(int8: bytes, calibrated: bytes, feeds: list[dict[str, np.nd
         return int8, 0
     graph = model.subgraphs[0]
     known = {} if known is None else known
+    record = errors
 
     def key(op_index: int) -> tuple:
         bias = graph.tensors[graph.operators[op_index].inputs[2]]
@@ -81,7 +85,22 @@ def corrected_biases(int8: bytes, calibrated: bytes, feeds: list[dict[str, np.nd
         steps = np.asarray(graph.tensors[op.inputs[2]].quantization.scale, np.float64)
         known[key(op_index)] = -np.round(_significant(np.array(errors)) / steps).astype(np.int64)
         _shift_bias(model, op, known[key(op_index)])
+        if record is not None:
+            record[op_index] = (np.array(errors), steps)
     return _packed(model), len(targets)
+
+
+def refitted(int8: bytes, errors: dict, rows: list[int]) -> bytes:
+    """`int8` corrected as corrected_biases would on the samples `rows` of the feeds whose
+    `errors` it recorded, without running anything: each convolution's errors were measured
+    after the earlier ones were corrected on all the feeds, so the file is that of the
+    subset to first order (what a fold of the correction's judgement needs)."""
+    model = unpack_model(int8)
+    graph = model.subgraphs[0]
+    for op_index, (per_sample, steps) in errors.items():
+        shift = -np.round(_significant(per_sample[rows]) / steps).astype(np.int64)
+        _shift_bias(model, graph.operators[op_index], shift)
+    return _packed(model)
 
 
 def _significant(errors: np.ndarray) -> np.ndarray:

@@ -371,9 +371,10 @@ def _bias_corrected(content: bytes, calibrated: bytes, converted,
     from onnx2tf_alt.quant.bias_correction import BIAS_SAMPLES, corrected_biases
 
     fit = calibration[:BIAS_SAMPLES]
+    errors: dict = {}
     fixed, count = corrected_biases(content, calibrated,
                                     [converted.result.to_physical(s) for s in fit],
-                                    cache.setdefault("corrections", {}))
+                                    cache.setdefault("corrections", {}), errors)
     if not count:
         return content
     if "keep" not in cache:
@@ -381,7 +382,7 @@ def _bias_corrected(content: bytes, calibrated: bytes, converted,
                 f"corrected for the mean error of their 8-bit output on {len(fit)} "
                 "calibration samples")
         cache["keep"] = True
-        judged = _bias_judgement(content, fixed, calibrated, converted, calibration)
+        judged = _bias_judgement(content, fixed, calibrated, converted, calibration, errors)
         if judged is not None:
             before, after, where = judged
             _, delta, noise = gain(after, before)
@@ -396,13 +397,15 @@ def _bias_corrected(content: bytes, calibrated: bytes, converted,
 
 
 def _bias_judgement(content: bytes, fixed: bytes, calibrated: bytes, converted,
-                    calibration: list[dict[str, np.ndarray]]) -> tuple[dict, dict, str] | None:
+                    calibration: list[dict[str, np.ndarray]], errors: dict
+                    ) -> tuple[dict, dict, str] | None:
     """(INT8 output figures without, with bias correction, on which samples) on samples the
     corrections did not see: the calibration samples after the first BIAS_SAMPLES (at most
-    AUTO_SAMPLES) when there are at least BIAS_FOLD_BELOW of them, else AUTO_FOLDS folds of
-    all of them, each corrected by biases measured on the others, pooled; None for one
-    sample."""
-    from onnx2tf_alt.quant.bias_correction import BIAS_FOLD_BELOW, BIAS_SAMPLES, corrected_biases
+    AUTO_SAMPLES) when there are at least BIAS_FOLD_BELOW of them; else every calibration
+    sample, those after the first BIAS_SAMPLES with `fixed` and each of AUTO_FOLDS folds of
+    the first ones with the correction refitted (bias_correction.refitted, from the per-sample
+    `errors` of `fixed`'s measurement) on the others, pooled. None for one sample."""
+    from onnx2tf_alt.quant.bias_correction import BIAS_FOLD_BELOW, BIAS_SAMPLES, refitted
 
     check = calibration[BIAS_SAMPLES:][-AUTO_SAMPLES:]
     if len(check) >= BIAS_FOLD_BELOW:
@@ -410,20 +413,22 @@ def _bias_judgement(content: bytes, fixed: bytes, calibrated: bytes, converted,
         before, after = (compare_outputs(reference, run_tflite(c, converted, check))
                          for c in (content, fixed))
         return before, after, f"on {len(check)} other calibration samples"
-    folds = min(AUTO_FOLDS, len(calibration))
+    fit = calibration[:BIAS_SAMPLES]
+    folds = min(AUTO_FOLDS, len(fit))
     if folds < 2:
         return None
-    reference, without, with_ = [], [], []
+    parts = [(fixed, check)] if check else []
     for k in range(folds):
-        held = [s for i, s in enumerate(calibration) if i % folds == k]
-        fit = [s for i, s in enumerate(calibration) if i % folds != k][:BIAS_SAMPLES]
-        corrected, _ = corrected_biases(content, calibrated,
-                                        [converted.result.to_physical(s) for s in fit], {})
-        reference += run_tflite(calibrated, converted, held)
-        without += run_tflite(content, converted, held)
-        with_ += run_tflite(corrected, converted, held)
-    where = (f"on {len(calibration)} calibration samples in {folds} folds, each corrected by "
-             "biases measured on the others,")
+        rows = [i for i in range(len(fit)) if i % folds != k]
+        parts.append((refitted(content, errors, rows),
+                      [s for i, s in enumerate(fit) if i % folds == k]))
+    reference, without, with_ = [], [], []
+    for corrected, samples in parts:
+        reference += run_tflite(calibrated, converted, samples)
+        without += run_tflite(content, converted, samples)
+        with_ += run_tflite(corrected, converted, samples)
+    where = (f"on {len(fit) + len(check)} calibration samples, each corrected by biases "
+             f"measured on others ({folds} folds of the first {len(fit)}),")
     return compare_outputs(reference, without), compare_outputs(reference, with_), where
 
 
@@ -705,8 +710,9 @@ def _sample_roles(calibration: int, held_out: int) -> dict[str, str]:
         "bias correction": (f"measured on the first {min(calibration, BIAS_SAMPLES)}, judged on "
                             f"the {checked} after them" if checked >= BIAS_FOLD_BELOW else
                             f"measured on the first {min(calibration, BIAS_SAMPLES)}, judged "
-                            f"in {min(AUTO_FOLDS, calibration)} folds of all {calibration}, "
-                            "each with biases measured on the others"),
+                            f"on all {calibration}, each corrected by biases measured on "
+                            f"others ({min(AUTO_FOLDS, calibration, BIAS_SAMPLES)} folds of "
+                            f"the first {min(calibration, BIAS_SAMPLES)})"),
         "keep_float_auto": (f"searched on the last {min(calibration, SEARCH_SAMPLES)} "
                             f"calibration samples, judged on the "
                             f"{max(0, calibration - SEARCH_SAMPLES) + held_out} samples it "

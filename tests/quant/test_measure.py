@@ -137,39 +137,39 @@ def test_auto_with_few_samples_scores_each_fold_on_ranges_from_the_others(monkey
     assert "each with ranges measured on the others (4 folds)" in notes[0]
 
 
-def test_bias_correction_with_few_samples_is_judged_in_folds(monkeypatch):
-    """With 6 calibration samples (none beyond the 8 the corrections are measured on), each
-    fold's INT8 outputs are corrected by biases measured on the other samples: every sample
-    judged once, never by corrections that saw it; the figures are pooled over the folds."""
+@pytest.mark.parametrize("count", [6, 11])
+def test_bias_correction_with_few_samples_is_judged_in_folds(monkeypatch, count):
+    """With fewer than 8 calibration samples beyond the first 8 (on which the corrections
+    are measured), every calibration sample is judged once, by a file whose corrections
+    did not see it: those after the first 8 by the corrected file, each fold of the first
+    ones by corrections refitted on the other first ones; the figures are pooled."""
     from onnx2tf_alt.quant import bias_correction, quantize
 
-    samples = [{"x": np.full((1, 4), k, np.float32)} for k in range(6)]
-    fitted, scored = [], []
+    samples = [{"x": np.full((1, 4), k, np.float32)} for k in range(count)]
+    judged: dict[int, bytes] = {}
 
-    def corrected(content, calibrated, feeds, known):
-        fitted.append(sorted(int(f[0, 0]) for f in feeds))
-        return b"fixed", 2
+    def refitted(content, errors, rows):
+        assert content == b"int8" and errors == {"recorded": True}
+        return b"fold:" + bytes(rows)
 
     def run(content, converted, held):
-        if content == b"float":
-            scored.append(sorted(int(h["x"][0, 0]) for h in held))
-        wobble = {b"float": 0.0, b"int8": 0.5, b"fixed": 0.1}[content]
+        ids = [int(h["x"][0, 0]) for h in held]
+        if content not in (b"float", b"int8"):
+            judged.update(dict.fromkeys(ids, content))
+        wobble = {b"float": 0.0, b"int8": 0.5}.get(content, 0.1)
         return [{"y": h["x"] + np.arange(4, dtype=np.float32)
                  + wobble * np.array([[1, -1, 1, -1]], np.float32)} for h in held]
 
-    class Result:
-        @staticmethod
-        def to_physical(sample):
-            return sample["x"]
-
-    class Converted:
-        result = Result()
-
-    monkeypatch.setattr(bias_correction, "corrected_biases", corrected)
+    monkeypatch.setattr(bias_correction, "refitted", refitted)
     monkeypatch.setattr(quantize, "run_tflite", run)
-    before, after, where = quantize._bias_judgement(b"int8", b"fixed", b"float", Converted(),
-                                                    samples)
-    assert sorted(x for fold in scored for x in fold) == list(range(6))
-    assert len(fitted) == 4 and all(not set(f) & set(s) for f, s in zip(fitted, scored))
+    before, after, where = quantize._bias_judgement(b"int8", b"fixed", b"float", None,
+                                                    samples, {"recorded": True})
+    assert sorted(judged) == list(range(count))
+    for sample, content in judged.items():
+        if sample >= 8:
+            assert content == b"fixed"
+        else:
+            assert content.startswith(b"fold:") and sample not in content[5:], (sample, content)
     assert figure(after) > figure(before)
-    assert "in 4 folds, each corrected by biases measured on the others" in where
+    assert f"on {count} calibration samples, each corrected by biases measured on others" in where
+    assert f"(4 folds of the first {min(count, 8)})" in where

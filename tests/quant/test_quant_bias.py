@@ -145,3 +145,26 @@ def test_correction_is_kept_only_if_other_calibration_samples_agree(tmp_path):
     kept = after > before
     assert (" not corrected for" not in note) == kept, note
     assert (contents[True, "integer_quant"] != contents[False, "integer_quant"]) == kept
+
+
+def test_refitted_on_every_sample_is_the_corrected_file(files):
+    """refitted (the correction of a subset of the samples, for the folds that judge it)
+    gives back the measured file when the subset is every sample, and a subset's file
+    differs only in bias buffers."""
+    from onnx2tf_alt.quant.bias_correction import refitted
+
+    model, converted, plain, _, _ = files
+    calibration = _samples(8, seed=1)
+    options = QuantOptions(integer=True, calibration_method="minmax")
+    calibrated, _ = calibrated_tflite(converted, options, calibration)
+    errors: dict = {}
+    feeds = [converted.result.to_physical(s) for s in calibration]
+    corrected, count = corrected_biases(plain, calibrated, feeds, errors=errors)
+    assert len(errors) == count == 2
+    assert all(e.shape[0] == 8 for e, _ in errors.values())
+    assert refitted(plain, errors, list(range(8))) == corrected
+    subset = refitted(plain, errors, [0, 2, 4, 6])
+    assert _buffers(subset)[0] == _buffers(plain)[0]
+    changed = [bias for (bias, a), (_, b) in zip(_buffers(subset)[1], _buffers(plain)[1])
+               if a != b]
+    assert changed and all(changed)
