@@ -310,12 +310,23 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
             calibrated, flex = calibrated_tflite(converted, options, calibration)
             if flex and variant.io_dtypes:
                 raise ValueError("integer-only files cannot fall back to Select TF ops")
-        from onnx2tf_alt.quant.sensitivity import denylist, op_infos, quantize_calibrated
+        from onnx2tf_alt.quant.sensitivity import (
+            denylist,
+            op_infos,
+            quantize_calibrated,
+            unsafe_divisions,
+        )
 
         nodes = set(options.keep_float if keep_nodes is None else keep_nodes)
         float_ops = denylist(op_infos(calibrated, converted), nodes) if nodes else []
         made = QuantizedTflite(quantize_calibrated(
             calibrated, options.quant_type == "per-tensor", variant.io_dtypes, float_ops), flex)
+        divisions = unsafe_divisions(calibrated)
+        if divisions:
+            made.notes.append(
+                f"INT8 files: {len(divisions)} DIV op(s) kept in float: their divisor comes "
+                "within half an 8-bit step of zero on the calibration samples, and TFLite's "
+                "int8 DIV stops on a divisor at its zero point")
         if options.bias_correction:
             made.content = _bias_corrected(made.content, calibrated, converted, calibration,
                                            {} if bias_cache is None else bias_cache, made.notes)

@@ -149,6 +149,42 @@ def check_keep_float(names: list[str] | None, converted) -> list[str]:
     return list(dict.fromkeys(keys[n] for n in names or []))
 
 
+# --- ops whose 8-bit kernel cannot run ---------------------------------------------------------
+DIV = 42  # builtin operator code
+
+
+def unsafe_divisions(calibrated: bytes) -> list[str]:
+    """Output tensors of the DIV ops of a calibrated flatbuffer whose divisor is computed
+    (not a constant) and came within half an 8-bit step of zero on the calibration
+    samples. TFLite's int8 DIV stops the whole invocation when a divisor rounds to its zero
+    point ("data[i] != zero_point"), which such a divisor does on some input: basic-pitch's
+    div_no_nan by the clip's peak, zero on a silent clip, made its INT8 files fail on every
+    input. These DIVs stay in float in the INT8 files."""
+    from onnx2tf_alt.tflite.flatbuffer import read_model
+
+    model = read_model(calibrated)
+    graph = model.Subgraphs(0)
+    codes = [max(model.OperatorCodes(i).BuiltinCode(),
+                 model.OperatorCodes(i).DeprecatedBuiltinCode())
+             for i in range(model.OperatorCodesLength())]
+    found = []
+    for k in range(graph.OperatorsLength()):
+        op = graph.Operators(k)
+        if codes[op.OpcodeIndex()] != DIV or op.InputsLength() < 2:
+            continue
+        divisor = graph.Tensors(op.Inputs(1))
+        if model.Buffers(divisor.Buffer()).DataLength():  # a constant divisor
+            continue
+        quantization = divisor.Quantization()
+        if quantization is None or not quantization.MinLength():
+            continue
+        low, high = float(quantization.Min(0)), float(quantization.Max(0))
+        half_step = (max(high, 0.0) - min(low, 0.0)) / 255 / 2
+        if low <= half_step and high >= -half_step:
+            found.append(graph.Tensors(op.Outputs(0)).Name().decode())
+    return found
+
+
 # --- calibrate once, quantize many times ----------------------------------------------------
 def calibrate_only(converter: tf.lite.TFLiteConverter) -> bytes:
     """The converter's calibrate-only result: a float flatbuffer holding every tensor's
@@ -159,12 +195,14 @@ def calibrate_only(converter: tf.lite.TFLiteConverter) -> bytes:
 
 def quantize_calibrated(calibrated: bytes, per_tensor: bool, io_dtypes: tuple | None,
                         float_tensors: list[str]) -> bytes:
-    """INT8 flatbuffer of a calibrated one; `float_tensors` (op output names) stay float."""
+    """INT8 flatbuffer of a calibrated one; `float_tensors` (op output names) stay float, and
+    so do the DIVs whose int8 kernel would stop on a zero divisor (unsafe_divisions)."""
     from tensorflow.lite.python.convert import mlir_quantize
 
     inputs, outputs = io_dtypes or (tf.float32, tf.float32)
+    denied = sorted({*float_tensors, *unsafe_divisions(calibrated)})
     return mlir_quantize(calibrated, per_tensor, input_data_type=inputs,
-                         output_data_type=outputs, denylisted_nodes=sorted(float_tensors) or None)
+                         output_data_type=outputs, denylisted_nodes=denied or None)
 
 
 

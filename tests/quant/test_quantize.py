@@ -738,3 +738,45 @@ def test_one_pass_ranking_finds_the_coarse_tensor_and_agrees_with_measurement():
     assert 0.5 < first["estimated_gain"] / first["measured_gain"] < 2.0, first
     others = [r for r in mixed.ranking[1:] if "measured_gain" in r]
     assert all(r["measured_gain"] < first["measured_gain"] for r in others), mixed.ranking
+
+
+def test_division_by_a_tensor_that_reaches_zero_stays_float(tmp_path):
+    """y = MatMul(x / (Relu(max(x)) + 0.001), w): on samples whose values are all negative
+    (and small) the divisor is 0.001, below half an 8-bit step of its range, where TFLite's
+    int8 DIV stops the invocation. The INT8 files keep that DIV in float (a note says so) and run
+    on every calibration and held-out sample, close to the float32 file."""
+    rng = np.random.default_rng(12)
+    init = {"eps": np.array(0.001, np.float32),
+            "w": (rng.standard_normal((16, 5)) * 0.3).astype(np.float32)}
+    nodes = [helper.make_node("ReduceMax", ["x"], ["m"], axes=[-1], keepdims=1),
+             helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("Add", ["r", "eps"], ["d"]),
+             helper.make_node("Div", ["x", "d"], ["q"]),
+             helper.make_node("MatMul", ["q", "w"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "div", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 16))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, 5))],
+        [numpy_helper.from_array(v, k) for k, v in init.items()])
+    path = str(tmp_path / "div.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    samples = rng.uniform(0.5, 4.0, (12, 2, 16)).astype(np.float32)
+    samples[::4] *= -0.001  # a quarter whose peak is negative: divisor 0.001
+    np.save(tmp_path / "x.npy", samples)
+    out = str(tmp_path / "out")
+    convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
+            output_integer_quantized_tflite=True,
+            custom_input_op_name_np_data_path=[["x", str(tmp_path / "x.npy")]])
+    with open(os.path.join(out, "div_quant_report.json")) as f:
+        report = json.load(f)
+    assert any("1 DIV op(s) kept in float" in n for n in report["notes"]), report["notes"]
+    converted = build(input_onnx_file_path=path)
+    feeds = [{"x": s} for s in samples]
+    reference = run_tflite(read(out, "div_float32.tflite"), converted, feeds)
+    for variant in ("integer_quant", "full_integer_quant"):
+        content = read(out, f"div_{variant}.tflite")
+        assert _op_dtypes(content, "DIV") == [["float32", "float32"]], variant
+        actual = run_tflite(content, converted, feeds)  # runs on every sample
+        assert all(np.isfinite(a["y"]).all() for a in actual), variant
+        ordinary = [k for k in range(len(feeds)) if k % 4]
+        assert figure(compare_outputs([reference[k] for k in ordinary],
+                                      [actual[k] for k in ordinary])) > 0.99, variant
