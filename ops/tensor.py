@@ -347,9 +347,19 @@ def _pad(ctx, pads, value, mode: str, axes=None):
     if mode == "reflect":
         x = tf.pad(x, grow, mode="REFLECT")
     else:
-        # an expanded function may hand a one-element constant_value rather than a scalar
-        x = tf.pad(x, grow, constant_values=tf.cast(tf.reshape(value, []), x.dtype))
+        x = _constant_padded(x, grow, value)
     return _crop(x, phys)
+
+
+def _constant_padded(x, grow, value):
+    """tf.pad of x by `grow` with `value`. A constant zero is left out, so that TFLite gets
+    a PAD: a PADV2 runs on the reference kernels (XNNPACK takes PAD only), and TFLite's 16x8
+    quantizer leaves its value in float, which breaks the INT16-activation files
+    (basic-pitch's 15 zero pads). An expanded function may hand a one-element value
+    rather than a scalar."""
+    if not tf.is_tensor(value) and not np.any(np.asarray(value)):
+        return tf.pad(x, grow)
+    return tf.pad(x, grow, constant_values=tf.cast(tf.reshape(value, []), x.dtype))
 
 
 @handler("Pad", layout=same_as_input(0), limits="pads attribute")
@@ -363,7 +373,7 @@ def pad_v1(ctx):
                 "edge/wrap; a SLICE that removes negative pads)")
 def pad(ctx):
     pads, axes = ctx.const(1), ctx.const(3)
-    value = scalar(ctx, 2) if ctx.has(2) else 0
+    value = (ctx.const(2) if ctx.const(2) is not None else scalar(ctx, 2)) if ctx.has(2) else 0
     mode = ctx.attr("mode", "constant")
     if pads is not None and (axes is not None or not ctx.has(3)):
         return _pad(ctx, pads, value, mode, axes)
@@ -400,7 +410,7 @@ def _runtime_pad(ctx, paddings, value, mode: str):
         if mode == "reflect":
             x = tf.pad(x, grow, mode="REFLECT")
         else:
-            x = tf.pad(x, grow, constant_values=tf.cast(tf.reshape(value, []), x.dtype))
+            x = _constant_padded(x, grow, value)
         crop = tf.maximum(-paddings, 0)
         x = tf.slice(x, crop[:, 0], tf.shape(x, out_type=tf.int32) - crop[:, 0] - crop[:, 1])
     return to_inferred_shape(ctx, x)

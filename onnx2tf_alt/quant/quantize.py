@@ -324,9 +324,9 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
         divisions = unsafe_divisions(calibrated)
         if divisions:
             made.notes.append(
-                f"INT8 files: {len(divisions)} DIV op(s) kept in float: their divisor comes "
-                "within half an 8-bit step of zero on the calibration samples, and TFLite's "
-                "int8 DIV stops on a divisor at its zero point")
+                f"INT8 files: {len(divisions)} DIV op(s) with a computed divisor kept in "
+                "float: TFLite's int8 DIV stops the invocation on a divisor at its zero "
+                "point, where 8-bit error upstream can take any computed divisor")
         if options.bias_correction:
             made.content = _bias_corrected(made.content, calibrated, converted, calibration,
                                            {} if bias_cache is None else bias_cache, made.notes)

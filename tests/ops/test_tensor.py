@@ -504,3 +504,22 @@ def test_unit_axes_relayout_is_a_reshape():
 )
 def test_eye_like(shape, attrs):
     check_node("EyeLike", {"x": rng.randn(*shape)}, attrs, opset=22)
+
+
+def test_zero_constant_pad_is_a_pad_not_a_padv2():
+    """A constant Pad with value 0 (omitted, given as an input, or opset 2's attribute) is
+    TFLite's PAD, which XNNPACK runs; a PADV2 would run on the reference kernels and breaks
+    TFLite's INT16-activation files (its value stays float). A non-zero value stays PADV2."""
+    x = rng.randn(2, 3, 5, 7)
+    nodes = [node("Pad", ["x", "p"], "omitted"), node("Pad", ["x", "q", "zero"], "given"),
+             node("Pad", ["x", "p", "half"], "halved")]
+    inits = {"p": ints(0, 1, 2, 0, 0, 2, 1, 3), "q": ints(1, 0, 0, 2, 0, 1, 3, 0),
+             "zero": np.array(0.0, np.float32),
+             "half": np.array(0.5, np.float32)}
+    model = make_model(nodes, {"x": x}, ["omitted", "given", "halved"], inits)
+    counts = count_tflite_ops(check_model(model, {"x": x}).tflite)
+    assert counts.get("PAD") == 2 and counts.get("PADV2") == 1, counts
+    model = make_model([node("Pad", ["x"], "y", pads=[0, 1, 2, 1, 0, 1, 0, 0], value=0.0)],
+                       {"x": x}, ["y"], opset=2)
+    counts = count_tflite_ops(check_model(model, {"x": x}).tflite)
+    assert counts.get("PAD") == 1 and "PADV2" not in counts, counts

@@ -153,7 +153,7 @@ def test_refitted_on_every_sample_is_the_corrected_file(files):
     differs only in bias buffers."""
     from onnx2tf_alt.quant.bias_correction import refitted
 
-    model, converted, plain, _, _ = files
+    _, converted, plain, _, _ = files
     calibration = _samples(8, seed=1)
     options = QuantOptions(integer=True, calibration_method="minmax")
     calibrated, _ = calibrated_tflite(converted, options, calibration)

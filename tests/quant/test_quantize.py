@@ -768,7 +768,8 @@ def test_division_by_a_tensor_that_reaches_zero_stays_float(tmp_path):
             custom_input_op_name_np_data_path=[["x", str(tmp_path / "x.npy")]])
     with open(os.path.join(out, "div_quant_report.json")) as f:
         report = json.load(f)
-    assert any("1 DIV op(s) kept in float" in n for n in report["notes"]), report["notes"]
+    assert any("1 DIV op(s) with a computed divisor kept in float" in n
+               for n in report["notes"]), report["notes"]
     converted = build(input_onnx_file_path=path)
     feeds = [{"x": s} for s in samples]
     reference = run_tflite(read(out, "div_float32.tflite"), converted, feeds)
