@@ -151,7 +151,7 @@ def main() -> None:
             report = json.load(f)
         reported = {e["file"]: e for e in report["files"]}
         for suffix in ("full_integer_quant", "integer_quant", "dynamic_range_quant",
-                       "full_integer_quant_with_int16_act"):
+                       "full_integer_quant_with_int16_act", "integer_quant_with_int16_act"):
             name = f"{stem}_{suffix}.tflite"
             path = os.path.join(folder, name)
             if not os.path.exists(path):
