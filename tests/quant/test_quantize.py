@@ -651,6 +651,20 @@ def test_cind_takes_onnx2tf_nested_per_channel_lists(tmp_path, cnn):
                    for c in samples.calibration)
 
 
+def _quantized_on(folder, graph, samples: np.ndarray) -> tuple[str, str, dict]:
+    """`graph` (one input x) saved as <graph name>.onnx in `folder` and converted with -oiqt
+    on `samples` as its calibration data: (model path, output folder, quant report)."""
+    path = str(folder / f"{graph.name}.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    np.save(folder / "x.npy", samples)
+    out = str(folder / "out")
+    convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
+            output_integer_quantized_tflite=True,
+            custom_input_op_name_np_data_path=[["x", str(folder / "x.npy")]])
+    with open(os.path.join(out, f"{graph.name}_quant_report.json")) as f:
+        return path, out, json.load(f)
+
+
 def test_decomposed_layer_norm_int16_files_run(tmp_path):
     """A LayerNorm exported as ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div (PaddleOCR's text
     recognizer): the square is a MUL of the SUB, not SQUARE(a - b), which TFLite fuses into
@@ -671,19 +685,13 @@ def test_decomposed_layer_norm_int16_files_run(tmp_path):
         nodes, "layer_norm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, 7, 10))],
         [numpy_helper.from_array(v, k) for k, v in init.items()])
-    path = str(tmp_path / "ln.onnx")
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
-    np.save(tmp_path / "x.npy", (rng.standard_normal((12, *shape[1:])) * 3 + 1).astype(np.float32))
-    out = str(tmp_path / "out")
-    convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
-            output_integer_quantized_tflite=True,
-            custom_input_op_name_np_data_path=[["x", str(tmp_path / "x.npy")]])
-    with open(os.path.join(out, "ln_quant_report.json")) as f:
-        report = json.load(f)
+    _, out, report = _quantized_on(tmp_path, graph, (rng.standard_normal(
+        (12, *shape[1:])) * 3 + 1).astype(np.float32))
     for entry in report["files"]:
         assert "error" not in entry and "not_measured" not in entry, entry
         assert entry["outputs"]["y"]["cosine"] >= 0.98, entry
-    for name in ("ln_float32.tflite", "ln_full_integer_quant_with_int16_act.tflite"):
+    for name in ("layer_norm_float32.tflite",
+                 "layer_norm_full_integer_quant_with_int16_act.tflite"):
         ops = count_tflite_ops(read(out, name))
         assert "SQUARED_DIFFERENCE" not in ops and "SQUARE" not in ops, (name, ops)
 
@@ -757,17 +765,9 @@ def test_division_by_a_tensor_that_reaches_zero_stays_float(tmp_path):
         nodes, "div", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 16))],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, 5))],
         [numpy_helper.from_array(v, k) for k, v in init.items()])
-    path = str(tmp_path / "div.onnx")
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
     samples = rng.uniform(0.5, 4.0, (12, 2, 16)).astype(np.float32)
     samples[::4] *= -0.001  # a quarter whose peak is negative: divisor 0.001
-    np.save(tmp_path / "x.npy", samples)
-    out = str(tmp_path / "out")
-    convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
-            output_integer_quantized_tflite=True,
-            custom_input_op_name_np_data_path=[["x", str(tmp_path / "x.npy")]])
-    with open(os.path.join(out, "div_quant_report.json")) as f:
-        report = json.load(f)
+    path, out, report = _quantized_on(tmp_path, graph, samples)
     assert any("1 DIV op(s) with a computed divisor kept in float" in n
                for n in report["notes"]), report["notes"]
     converted = build(input_onnx_file_path=path)
