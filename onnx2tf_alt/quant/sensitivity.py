@@ -10,7 +10,8 @@ can be tried on one calibration.
 An op left in float alone gains almost nothing: its input is still dequantized from INT8
 and its output re-quantized for the next op. What loses accuracy is an activation tensor's
 8-bit resolution, so the unit kept in float is a segment: an op and every op that reads its
-output, which keeps that output in float.
+output (through ops that only move values, up to the ones that compute with it), which
+keeps that output in float.
 
 Segments are ranked in one pass, before any re-quantization (noise_scores): each tensor's
 real rounding error on the all-INT8 grid, taken through the outputs' gradient along the
@@ -44,6 +45,9 @@ SEARCH_SAMPLES = 8  # calibration samples the ranking and each re-quantization u
 MAX_TRIED_SEGMENTS = 32  # --keep_float_auto measures at most this many re-quantized files
 TOP_OFFENDERS = 12  # segments listed in the quant report
 SKIPPED = {"QUANTIZE", "DEQUANTIZE"}
+MOVES_VALUES = {"RESHAPE", "TRANSPOSE", "PAD", "PADV2", "MIRROR_PAD", "SQUEEZE", "EXPAND_DIMS",
+                "SLICE", "STRIDED_SLICE", "GATHER", "CONCATENATION", "SPLIT", "SPLIT_V", "PACK",
+                "UNPACK", "TILE", "BROADCAST_TO", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH"}
 
 
 @dataclass
@@ -127,8 +131,20 @@ def denylist(infos: list[OpInfo], nodes: set[str]) -> list[str]:
 
 
 def _segment(infos: list[OpInfo], info: OpInfo) -> set[str]:
+    """`info`'s output tensor and those of the ops reading it, followed through ops that
+    only move values (RESHAPE, PAD, ...): the quantizer keeps such an op in 8 bits on its
+    input's grid even when denylisted, so the value stays float only up to the first op
+    that computes with it (basic-pitch's log spectrum reaches its LOG through RESHAPEs)."""
     by_index = {i.index: i for i in infos}
-    return {info.tensor, *(by_index[k].tensor for k in info.readers if k in by_index)}
+    found, pending = {info.tensor}, list(info.readers)
+    while pending:
+        reader = by_index.get(pending.pop())
+        if reader is None or reader.tensor in found:
+            continue
+        found.add(reader.tensor)
+        if reader.op_type in MOVES_VALUES:
+            pending += reader.readers
+    return found
 
 
 

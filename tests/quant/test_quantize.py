@@ -781,3 +781,19 @@ def test_division_by_a_tensor_that_reaches_zero_stays_float(tmp_path):
         ordinary = [k for k in range(len(feeds)) if k % 4]
         assert figure(compare_outputs([reference[k] for k in ordinary],
                                       [actual[k] for k in ordinary])) > 0.99, variant
+
+
+def test_float_segment_follows_readers_through_ops_that_only_move_values():
+    """A node's float segment reaches through RESHAPE / TRANSPOSE readers (the quantizer
+    keeps them on their input's grid even when denylisted) up to the ops that compute with
+    the value, and no further."""
+    from onnx2tf_alt.quant.sensitivity import OpInfo, denylist
+
+    infos = [OpInfo(0, "CONV_2D", "conv", ["a"], [1, 4]),
+             OpInfo(1, "RESHAPE", "reshape", ["b"], [2]),
+             OpInfo(2, "TRANSPOSE", "transpose", ["b"], [3]),
+             OpInfo(3, "LOG", "log", ["c"], [5]),
+             OpInfo(4, "MUL", "mul", ["d"], [5]),
+             OpInfo(5, "ADD", "add", ["e"], [])]
+    assert denylist(infos, {"a"}) == ["conv", "log", "mul", "reshape", "transpose"]
+    assert denylist(infos, {"c"}) == ["add", "log"]
