@@ -197,7 +197,7 @@ def convert(
         dynamic_range, output_integer_quantized_tflite, quant_type,
         input_quant_dtype, output_quant_dtype, calibration_method, list(keep_float or []),
         keep_float_auto, check_onnx_tf_outputs_elementwise_close_full, bias_correction,
-        int8_warn_below,
+        int8_warn_below, integer_kernels_only=micro,
     )
     spilled_before = set(ir_weights.SPILLED)
     try:

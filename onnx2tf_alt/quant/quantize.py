@@ -44,7 +44,7 @@ from onnx2tf_alt.ir.weights import to_array
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
 from onnx2tf_alt.quant.measure import compare_outputs, cosine, figure, gain  # noqa: F401
 from onnx2tf_alt.tflite.lowering import serving_function
-from onnx2tf_alt.tflite.run import as_input, run_signature
+from onnx2tf_alt.tflite.run import as_input, dequantized, run_signature
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -68,6 +68,7 @@ class QuantOptions:
     sensitivity: bool = False  # rank the INT8 files' ops (-cotof) even without a target
     bias_correction: bool = True  # the INT8 files' conv biases (quant/bias_correction.py)
     warn_below: float = 0.99  # held-out pooled cosine under which an INT8 file is flagged
+    integer_kernels_only: bool = False  # --target micro: no op of the INT8 files stays float
 
     @property
     def any(self) -> bool:
@@ -319,9 +320,10 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
 
         nodes = set(options.keep_float if keep_nodes is None else keep_nodes)
         float_ops = denylist(op_infos(calibrated, converted), nodes) if nodes else []
+        divisions = [] if options.integer_kernels_only else unsafe_divisions(calibrated)
         made = QuantizedTflite(quantize_calibrated(
-            calibrated, options.quant_type == "per-tensor", variant.io_dtypes, float_ops), flex)
-        divisions = unsafe_divisions(calibrated)
+            calibrated, options.quant_type == "per-tensor", variant.io_dtypes, float_ops,
+            safe_divisions=not options.integer_kernels_only), flex)
         if divisions:
             made.notes.append(
                 f"INT8 files: {len(divisions)} DIV op(s) with a computed divisor kept in "
@@ -469,15 +471,8 @@ def run_tflite(content: bytes | str, converted, samples: list[dict[str, np.ndarr
     for sample in samples:
         feeds = {k: as_input(v, inputs[k]) for k, v in result.to_physical(sample).items()}
         raw = run_signature(interpreter, feeds)
-        results.append(result.to_onnx({key: _dequantize(raw[key], outputs[key]) for key in raw}))
+        results.append(result.to_onnx({key: dequantized(raw[key], outputs[key]) for key in raw}))
     return results
-
-
-def _dequantize(value: np.ndarray, details: dict) -> np.ndarray:
-    scale, zero_point = details["quantization"]
-    if value.dtype.kind in "iu" and scale:
-        return (value.astype(np.float32) - zero_point) * np.float32(scale)
-    return value
 
 
 @dataclass

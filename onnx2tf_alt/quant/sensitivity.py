@@ -204,13 +204,15 @@ def calibrate_only(converter: tf.lite.TFLiteConverter) -> bytes:
 
 
 def quantize_calibrated(calibrated: bytes, per_tensor: bool, io_dtypes: tuple | None,
-                        float_tensors: list[str]) -> bytes:
+                        float_tensors: list[str], safe_divisions: bool = True) -> bytes:
     """INT8 flatbuffer of a calibrated one; `float_tensors` (op output names) stay float, and
-    so do the DIVs whose int8 kernel would stop on a zero divisor (unsafe_divisions)."""
+    with `safe_divisions` so do the DIVs whose int8 kernel can stop on a zero divisor
+    (unsafe_divisions; --target micro takes integer kernels only and keeps them)."""
     from tensorflow.lite.python.convert import mlir_quantize
 
     inputs, outputs = io_dtypes or (tf.float32, tf.float32)
-    denied = sorted({*float_tensors, *unsafe_divisions(calibrated)})
+    divisions = unsafe_divisions(calibrated) if safe_divisions else []
+    denied = sorted({*float_tensors, *divisions})
     return mlir_quantize(calibrated, per_tensor, input_data_type=inputs,
                          output_data_type=outputs, denylisted_nodes=denied or None)
 
@@ -237,9 +239,8 @@ def noise_scores(int8: bytes, infos: list[OpInfo], converted,
     score 0."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from onnx2tf_alt.quant.quantize import _dequantize
     from onnx2tf_alt.tflite.flatbuffer import SIGNATURE
-    from onnx2tf_alt.tflite.run import as_input, run_signature
+    from onnx2tf_alt.tflite.run import as_input, dequantized, run_signature
 
     result = converted.result
     model = result.model
@@ -264,7 +265,7 @@ def noise_scores(int8: bytes, infos: list[OpInfo], converted,
     quantized = []
     for feeds in physical:
         raw = run_signature(interpreter, {k: as_input(v, details[k]) for k, v in feeds.items()})
-        quantized.append({k: _dequantize(v, out_details[k]) for k, v in raw.items()})
+        quantized.append({k: dequantized(v, out_details[k]) for k, v in raw.items()})
     inputs = [[tf.constant(feeds[result.input_names[n]]) for n in converted.graph.inputs]
               for feeds in physical]
     floats = [{k: v.numpy() for k, v in model(x, training=False).items()} for x in inputs]

@@ -67,3 +67,12 @@ def as_input(value: np.ndarray, details: dict) -> np.ndarray:
         info = np.iinfo(dtype)
         return np.clip(np.round(value / scale) + zero_point, info.min, info.max).astype(dtype)
     return value.astype(dtype)
+
+
+def dequantized(value: np.ndarray, details: dict) -> np.ndarray:
+    """An output of a signature runner (`details`: its output details) as float: integer
+    values scaled by their quantization, float ones as they are."""
+    scale, zero_point = details["quantization"]
+    if value.dtype.kind in "iu" and scale:
+        return (value.astype(np.float32) - zero_point) * np.float32(scale)
+    return value
