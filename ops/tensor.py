@@ -358,8 +358,25 @@ def _constant_padded(x, grow, value):
     (basic-pitch's 15 zero pads). An expanded function may hand a one-element value
     rather than a scalar."""
     if not tf.is_tensor(value) and not np.any(np.asarray(value)):
-        return tf.pad(x, grow)
+        return _zero_padded(x, grow)
     return tf.pad(x, grow, constant_values=tf.cast(tf.reshape(value, []), x.dtype))
+
+
+def _zero_padded(x, grow):
+    """tf.pad of x by `grow` with zeros; trailing unpadded axes of size 1 are dropped around
+    the PAD. XNNPACK's PAD of a tensor whose last axis is 1 copies element by element: 518
+    µs for a 1x172x309x1 pad where the same pad on 1x172x309 takes 23 µs with its two
+    RESHAPEs (basic-pitch's harmonic stacking pads 15 such tensors)."""
+    shape = x.shape.as_list()
+    kept = len(shape)
+    while kept > 1 and shape[kept - 1] == 1 and not any(grow[kept - 1]):
+        kept -= 1
+    if kept == len(shape) or not any(any(g) for g in grow[:kept]):
+        return tf.pad(x, grow)
+    y = tf.pad(tf.squeeze(x, list(range(kept, len(shape)))), grow[:kept])
+    for _ in range(len(shape) - kept):
+        y = tf.expand_dims(y, -1)
+    return y
 
 
 @handler("Pad", layout=same_as_input(0), limits="pads attribute")

@@ -523,3 +523,19 @@ def test_zero_constant_pad_is_a_pad_not_a_padv2():
                        {"x": x}, ["y"], opset=2)
     counts = count_tflite_ops(check_model(model, {"x": x}).tflite)
     assert counts.get("PAD") == 1 and "PADV2" not in counts, counts
+
+
+def test_zero_pad_of_a_tensor_with_trailing_unit_axes_pads_without_them():
+    """A zero Pad whose channel-last tensor ends in unpadded axes of size 1 (a one-channel
+    spectrogram, NCHW (N, 1, H, W)) pads the tensor without them, between RESHAPEs (XNNPACK's
+    PAD of a last axis of 1 copies element by element); padding that axis itself, or a
+    dynamic batch, still work."""
+    x = rng.randn(2, 1, 6, 9)
+    nodes = [node("Pad", ["x", "p"], "width"), node("Pad", ["x", "q"], "channel")]
+    inits = {"p": ints(0, 0, 1, 2, 0, 0, 0, 3), "q": ints(0, 1, 0, 0, 0, 2, 0, 0)}
+    model = make_model(nodes, {"x": x}, ["width", "channel"], inits)
+    counts = count_tflite_ops(check_model(model, {"x": x}).tflite)
+    assert counts.get("PAD") == 2 and "PADV2" not in counts, counts
+    model = make_model(nodes[:1], {"x": x}, ["width"], inits,
+                       input_shapes={"x": ["N", 1, 6, 9]})
+    check_model(model, {"x": x})
