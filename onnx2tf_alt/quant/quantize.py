@@ -320,10 +320,11 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
 
         nodes = set(options.keep_float if keep_nodes is None else keep_nodes)
         float_ops = denylist(op_infos(calibrated, converted), nodes) if nodes else []
+        # DIVs with a computed divisor stay float (unsafe_divisions), but for --target micro
         divisions = [] if options.integer_kernels_only else unsafe_divisions(calibrated)
         made = QuantizedTflite(quantize_calibrated(
-            calibrated, options.quant_type == "per-tensor", variant.io_dtypes, float_ops,
-            safe_divisions=not options.integer_kernels_only), flex)
+            calibrated, options.quant_type == "per-tensor", variant.io_dtypes,
+            [*float_ops, *divisions]), flex)
         if divisions:
             made.notes.append(
                 f"INT8 files: {len(divisions)} DIV op(s) with a computed divisor kept in "
@@ -421,27 +422,25 @@ def _bias_judgement(content: bytes, fixed: bytes, calibrated: bytes, converted,
     from onnx2tf_alt.quant.bias_correction import BIAS_FOLD_BELOW, BIAS_SAMPLES, refitted
 
     check = calibration[BIAS_SAMPLES:][-AUTO_SAMPLES:]
-    if len(check) >= BIAS_FOLD_BELOW:
-        reference = run_tflite(calibrated, converted, check)
-        before, after = (compare_outputs(reference, run_tflite(c, converted, check))
-                         for c in (content, fixed))
-        return before, after, f"on {len(check)} other calibration samples"
+    parts = [(fixed, check)] if check else []  # (corrected file, samples it is judged on)
     fit = calibration[:BIAS_SAMPLES]
     folds = min(AUTO_FOLDS, len(fit))
-    if folds < 2:
+    if len(check) >= BIAS_FOLD_BELOW:
+        where = f"on {len(check)} other calibration samples"
+    elif folds < 2:
         return None
-    parts = [(fixed, check)] if check else []
-    for k in range(folds):
-        rows = [i for i in range(len(fit)) if i % folds != k]
-        parts.append((refitted(content, errors, rows),
-                      [s for i, s in enumerate(fit) if i % folds == k]))
+    else:
+        for k in range(folds):
+            rows = [i for i in range(len(fit)) if i % folds != k]
+            parts.append((refitted(content, errors, rows),
+                          [s for i, s in enumerate(fit) if i % folds == k]))
+        where = (f"on {len(fit) + len(check)} calibration samples, each corrected by biases "
+                 f"measured on others ({folds} folds of the first {len(fit)}),")
     reference, without, with_ = [], [], []
     for corrected, samples in parts:
         reference += run_tflite(calibrated, converted, samples)
         without += run_tflite(content, converted, samples)
         with_ += run_tflite(corrected, converted, samples)
-    where = (f"on {len(fit) + len(check)} calibration samples, each corrected by biases "
-             f"measured on others ({folds} folds of the first {len(fit)}),")
     return compare_outputs(reference, without), compare_outputs(reference, with_), where
 
 

@@ -204,17 +204,13 @@ def calibrate_only(converter: tf.lite.TFLiteConverter) -> bytes:
 
 
 def quantize_calibrated(calibrated: bytes, per_tensor: bool, io_dtypes: tuple | None,
-                        float_tensors: list[str], safe_divisions: bool = True) -> bytes:
-    """INT8 flatbuffer of a calibrated one; `float_tensors` (op output names) stay float, and
-    with `safe_divisions` so do the DIVs whose int8 kernel can stop on a zero divisor
-    (unsafe_divisions; --target micro takes integer kernels only and keeps them)."""
+                        float_tensors: list[str]) -> bytes:
+    """INT8 flatbuffer of a calibrated one; `float_tensors` (op output names) stay float."""
     from tensorflow.lite.python.convert import mlir_quantize
 
     inputs, outputs = io_dtypes or (tf.float32, tf.float32)
-    divisions = unsafe_divisions(calibrated) if safe_divisions else []
-    denied = sorted({*float_tensors, *divisions})
     return mlir_quantize(calibrated, per_tensor, input_data_type=inputs,
-                         output_data_type=outputs, denylisted_nodes=denied or None)
+                         output_data_type=outputs, denylisted_nodes=sorted(float_tensors) or None)
 
 
 
@@ -351,9 +347,10 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
     chosen = MixedPrecision([], sorted(nodes), float_ops)
     if not rank and target is None:
         return chosen
+    divisions = unsafe_divisions(calibrated)  # float in the written files too
 
     def quantized(tensors) -> bytes:
-        return quantize_calibrated(calibrated, per_tensor, None, sorted(tensors))
+        return quantize_calibrated(calibrated, per_tensor, None, sorted({*tensors, *divisions}))
 
     def ranked(content: bytes, kept_nodes: set[str], kept: set[str]) -> list[dict]:
         shares = noise_scores(content, infos, converted, list(samples))
