@@ -1,5 +1,3 @@
-import sys
+from onnx2tf_alt.cli.main import run_and_exit
 
-from onnx2tf_alt.cli.main import main
-
-sys.exit(main())
+run_and_exit()
