@@ -21,6 +21,7 @@ from onnx import helper, numpy_helper
 from onnx2tf_alt.ir.index import GraphIndex, dims_of
 
 MAX_UNROLL = 256  # iterations; longer loops stay loops
+EXPANDED = ("If", "Loop", "Scan")  # the ops `_expand` may replace
 
 
 def inline_control_flow(model: onnx.ModelProto) -> bool:
@@ -28,12 +29,19 @@ def inline_control_flow(model: onnx.ModelProto) -> bool:
 
     Works in place on `model`, in subgraphs too. Returns True if anything changed.
     """
+    if not _has_control_flow(model.graph):  # the scopes below index the whole graph
+        return False
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     namer = _Namer(_all_names(model.graph))
     changed = _inline_graph(model.graph, _Scope({}, {}), opset, namer)
     if changed and model.ir_version < 4:
         model.ir_version = 4  # the new initializers are not graph inputs
     return changed
+
+
+def _has_control_flow(graph: onnx.GraphProto) -> bool:
+    return any((node.op_type in EXPANDED and node.domain in ("", "ai.onnx"))
+               or any(_has_control_flow(sub) for sub in _subgraphs(node)) for node in graph.node)
 
 
 # --- names -------------------------------------------------------------------------------
@@ -151,6 +159,7 @@ def _expand(node: onnx.NodeProto, scope: _Scope, opset: int, namer: _Namer) -> _
     if node.domain not in ("", "ai.onnx"):
         return None
     expand = {"If": _inline_if, "Loop": _unroll_loop, "Scan": _unroll_scan}.get(node.op_type)
+    assert expand is None or node.op_type in EXPANDED
     if expand is None:
         return None
     return expand(node, scope, _Expansion(node, opset, namer))

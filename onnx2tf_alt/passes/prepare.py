@@ -404,24 +404,27 @@ def fold_constants(model: onnx.ModelProto) -> bool:
     (Shape -> Gather -> Concat -> Reshape) collapse into constant reshape targets.
     """
     graph = model.graph
-    known: dict[str, np.ndarray] = {i.name: to_array(i) for i in graph.initializer}
+    known = _KnownValues(graph.initializer)
     index = GraphIndex(graph)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    shapes = _NodeShapes(index, known, model.opset_import)
     folded_nodes = []
     for node in graph.node:
         if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC_OPS:
             continue
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
             continue
-        values = _try_fold(node, known, index, opset)
+        values = _try_fold(node, known, shapes, opset)
         if values is None:
+            shapes.infer(node)
             continue
         known.update(values)
         folded_nodes.append(node)
     if not folded_nodes:
         return False
     folded_outputs = {o for n in folded_nodes for o in n.output}
-    remaining = [n for n in graph.node if n not in folded_nodes]
+    folded_ids = {id(n) for n in folded_nodes}  # `in` on a list compares whole protos
+    remaining = [n for n in graph.node if id(n) not in folded_ids]
     used = {i for n in remaining for i in n.input} | {o.name for o in graph.output}
     used |= _subgraph_names(graph)
     new_inits = [
@@ -440,9 +443,89 @@ def fold_constants(model: onnx.ModelProto) -> bool:
     return True
 
 
-def _try_fold(node, known, index: GraphIndex, opset) -> dict[str, np.ndarray] | None:
+class _KnownValues(dict):
+    """Values known at conversion time by name: the initializers, decoded only when a fold
+    reads them (each round of `prepare_model` used to decode every weight of the model),
+    and the outputs folded so far."""
+
+    def __init__(self, initializers):
+        super().__init__()
+        self._tensors = {t.name: t for t in initializers}
+
+    def __contains__(self, name) -> bool:
+        return super().__contains__(name) or name in self._tensors
+
+    def __missing__(self, name):
+        value = self[name] = to_array(self._tensors[name])
+        return value
+
+
+class _NodeShapes:
+    """Static shapes during one `fold_constants` pass: those the graph declares, and those
+    of the outputs of nodes left unfolded, inferred node by node (ONNX's inference of the
+    op, given its inputs' types and the small constants among them) as the pass walks the
+    graph. A Shape downstream of a Reshape whose target was just folded then folds in the
+    same pass: swin_t's prepare needed 17 rounds of fold + whole-graph shape inference."""
+
+    def __init__(self, index: GraphIndex, known: _KnownValues, opset_import):
+        self.index, self.known, self.opset_import = index, known, list(opset_import)
+        self.types: dict[str, onnx.TypeProto] = {}  # inferred here, all dims known
+
+    def static_shape(self, name: str) -> list[int] | None:
+        found = self.types.get(name)
+        if found is not None:
+            return [d.dim_value for d in found.tensor_type.shape.dim]
+        return self.index.static_shape(name)
+
+    def infer(self, node: onnx.NodeProto) -> None:
+        outputs = [o for o in node.output if o]
+        if not outputs or all(self.static_shape(o) is not None for o in outputs):
+            return
+        types, data = {}, {}
+        for name in node.input:
+            if not name:
+                continue
+            declared = self.types.get(name) or self._declared(name)
+            if declared is None:
+                return
+            types[name] = declared
+            if name in self.known and int(np.prod(dims_of_type(declared))) <= SHAPE_LIKE_ELEMENTS:
+                data[name] = numpy_helper.from_array(np.asarray(self.known[name]), name)
+        try:
+            schema = onnx.defs.get_schema(node.op_type, _opset(self.opset_import), node.domain)
+            inferred = shape_inference.infer_node_outputs(schema, node, types, data,
+                                                          opset_imports=self.opset_import)
+        except Exception as exc:  # noqa: BLE001 - whole-graph inference runs after the pass
+            log.debug("no node inference for %s (%s): %s", node.name, node.op_type, exc)
+            return
+        for name, found in inferred.items():
+            tensor = found.tensor_type
+            if (found.HasField("tensor_type") and tensor.elem_type and tensor.HasField("shape")
+                    and all(d.HasField("dim_value") for d in tensor.shape.dim)):
+                self.types[name] = found
+
+    def _declared(self, name: str) -> onnx.TypeProto | None:
+        info = self.index.info(name)
+        if info is None or not info.type.HasField("tensor_type"):
+            return None
+        return info.type
+
+
+SHAPE_LIKE_ELEMENTS = 1024  # constants up to this size are given to node inference
+
+
+def dims_of_type(found: onnx.TypeProto) -> list[int]:
+    """The known dims of a tensor type (unknown ones count as 1)."""
+    return [d.dim_value if d.HasField("dim_value") else 1 for d in found.tensor_type.shape.dim]
+
+
+def _opset(opset_import) -> int:
+    return next((o.version for o in opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
+def _try_fold(node, known, shapes: _NodeShapes, opset) -> dict[str, np.ndarray] | None:
     if node.op_type in ("Shape", "Size") and node.input[0] not in known:
-        shape = index.static_shape(node.input[0])
+        shape = shapes.static_shape(node.input[0])
         if shape is None:
             return None
         if node.op_type == "Size":

@@ -9,7 +9,12 @@ from onnx import helper, numpy_helper
 
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.ir.loader import load_model
-from onnx2tf_alt.passes.prepare import parse_shape_overrides, prepare_model
+from onnx2tf_alt.passes.prepare import (
+    fold_constants,
+    infer_shapes,
+    parse_shape_overrides,
+    prepare_model,
+)
 
 
 def shape_subgraph_model(batch="N"):
@@ -134,10 +139,23 @@ def shape_chain_model(levels: int):
 
 
 def test_deep_shape_chains_fold_completely():
-    """Each fold round reaches one Reshape further down such a chain (swin_t's window
-    attention needs 16 rounds): 20 levels fold to Relu + Reshape with constant shapes and
-    every value's shape known."""
+    """20 levels fold to Relu + Reshape with constant shapes and every value's shape
+    known."""
     model = prepare_model(shape_chain_model(20))
     assert {n.op_type for n in model.graph.node} == {"Relu", "Reshape"}
     infos = [*model.graph.value_info, *model.graph.output]
     assert all(d.HasField("dim_value") for v in infos for d in v.type.tensor_type.shape.dim)
+
+
+@pytest.mark.parametrize("levels", [1, 20])
+def test_shape_chain_folds_in_one_pass(levels):
+    """One pass of folding infers each unfolded node's output shape as it goes, so the
+    Shape below a Reshape whose target it just folded folds too (whole-graph inference
+    between passes reached one Reshape further per pass: swin_t took 17 passes)."""
+    model = infer_shapes(shape_chain_model(levels))
+    assert fold_constants(model)
+    assert [n.op_type for n in model.graph.node] == ["Relu", "Reshape"] * levels
+    reshape_targets = {n.input[1] for n in model.graph.node if n.op_type == "Reshape"}
+    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert all(values[t].tolist() == [2, 3, 4] for t in reshape_targets)
+    assert not fold_constants(infer_shapes(model))
