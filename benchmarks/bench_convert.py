@@ -164,7 +164,24 @@ def ours_command(python: str, model: Path, flags: list[str]) -> Callable[[str], 
 
 
 def peer_command(python: str, model: Path, flags: list[str]) -> Callable[[str], list[str]]:
-    return lambda out: [python, "-m", "onnx2tf", "-i", str(model), "-o", out, *flags]
+    return lambda out: [python, "-m", "onnx2tf", "-i", str(linked_model(model, Path(out).parent)),
+                        "-o", out, *flags]
+
+
+def linked_model(model: Path, folder: Path) -> Path:
+    """`model` and its external-data files as links in `folder`: onnx2tf writes its
+    simplified copy beside the input (`.NAME.onnx2tf_onnxsim_*.onnx`), and a run that is
+    stopped leaves it there."""
+    onnx_model = onnx.load(str(model), load_external_data=False)
+    names = {model.name} | {entry.value for tensor in onnx_model.graph.initializer
+                            if tensor.data_location == onnx.TensorProto.EXTERNAL
+                            for entry in tensor.external_data if entry.key == "location"}
+    for name in names:
+        target = folder / "model" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            target.symlink_to((model.parent / name).resolve())
+    return folder / "model" / model.name
 
 
 def median_wall(runs: list[Run]) -> float | None:
