@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import onnx
+from onnx2tf_alt.ir.loader import external_data_paths
 
 PHASE = re.compile(r"phase (.+?): ([0-9.]+) s, peak ([0-9]+) MB")
 TIME_FIELDS = {"wall": "Elapsed (wall clock) time (h:mm:ss or m:ss): ",
@@ -72,13 +72,14 @@ class Run:
         return self.code == 0
 
 
-def weight_bytes(path: Path) -> int:
-    """The ONNX file's size plus the external data files its initializers point to."""
-    model = onnx.load(str(path), load_external_data=False)
-    locations = {entry.value for tensor in model.graph.initializer
-                 if tensor.data_location == onnx.TensorProto.EXTERNAL
-                 for entry in tensor.external_data if entry.key == "location"}
-    return path.stat().st_size + sum((path.parent / loc).stat().st_size for loc in locations)
+def data_files(model: Path) -> list[Path]:
+    """The external-data files the model's initializers point to."""
+    return [Path(path) for path in external_data_paths(str(model))]
+
+
+def weight_bytes(model: Path, data: list[Path]) -> int:
+    """The ONNX file's size plus its external data files' sizes."""
+    return model.stat().st_size + sum(path.stat().st_size for path in data)
 
 
 def parse_clock(text: str) -> float:
@@ -163,24 +164,21 @@ def ours_command(python: str, model: Path, flags: list[str]) -> Callable[[str], 
                         "-v", "debug", *flags]
 
 
-def peer_command(python: str, model: Path, flags: list[str]) -> Callable[[str], list[str]]:
-    return lambda out: [python, "-m", "onnx2tf", "-i", str(linked_model(model, Path(out).parent)),
-                        "-o", out, *flags]
+def peer_command(python: str, model: Path, data: list[Path],
+                 flags: list[str]) -> Callable[[str], list[str]]:
+    return lambda out: [python, "-m", "onnx2tf", "-i",
+                        str(linked_model(model, data, Path(out).parent)), "-o", out, *flags]
 
 
-def linked_model(model: Path, folder: Path) -> Path:
-    """`model` and its external-data files as links in `folder`: onnx2tf writes its
+def linked_model(model: Path, data: list[Path], folder: Path) -> Path:
+    """`model` and its external-data files `data` as links in `folder`: onnx2tf writes its
     simplified copy beside the input (`.NAME.onnx2tf_onnxsim_*.onnx`), and a run that is
     stopped leaves it there."""
-    onnx_model = onnx.load(str(model), load_external_data=False)
-    names = {model.name} | {entry.value for tensor in onnx_model.graph.initializer
-                            if tensor.data_location == onnx.TensorProto.EXTERNAL
-                            for entry in tensor.external_data if entry.key == "location"}
-    for name in names:
-        target = folder / "model" / name
+    base = model.resolve().parent
+    for source in [model.resolve(), *data]:
+        target = folder / "model" / source.relative_to(base)
         target.parent.mkdir(parents=True, exist_ok=True)
-        if not target.exists():
-            target.symlink_to((model.parent / name).resolve())
+        target.symlink_to(source)
     return folder / "model" / model.name
 
 
@@ -226,10 +224,11 @@ def model_row(model: Path, weights: int, ours: list[Run], theirs: list[Run]) -> 
 
 
 def bench_model(model: Path, args: argparse.Namespace) -> dict:
+    data = data_files(model)
     ours = ours_command(args.ours_python, model, args.ours_flags)
-    theirs = peer_command(args.peer_python, model, args.peer_flags)
+    theirs = peer_command(args.peer_python, model, data, args.peer_flags)
     ours_env, theirs_env = child_env(args.ours_python), child_env(args.peer_python)
-    weights = weight_bytes(model)
+    weights = weight_bytes(model, data)
     ours_runs: list[Run] = []
     theirs_runs: list[Run] = []
     for index in range(args.runs):

@@ -158,10 +158,9 @@ def _inline_graph(graph: onnx.GraphProto, outer: _Scope, opset: int, namer: _Nam
 def _expand(node: onnx.NodeProto, scope: _Scope, opset: int, namer: _Namer) -> _Expansion | None:
     if node.domain not in ("", "ai.onnx"):
         return None
-    expand = {"If": _inline_if, "Loop": _unroll_loop, "Scan": _unroll_scan}.get(node.op_type)
-    assert expand is None or node.op_type in EXPANDED
-    if expand is None:
+    if node.op_type not in EXPANDED:
         return None
+    expand = {"If": _inline_if, "Loop": _unroll_loop, "Scan": _unroll_scan}[node.op_type]
     return expand(node, scope, _Expansion(node, opset, namer))
 
 

@@ -407,7 +407,7 @@ def fold_constants(model: onnx.ModelProto) -> bool:
     known = _KnownValues(graph.initializer)
     index = GraphIndex(graph)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
-    shapes = _NodeShapes(index, known, model.opset_import)
+    shapes = _NodeShapes(index, known, opset, model.opset_import)
     folded_nodes = []
     for node in graph.node:
         if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC_OPS:
@@ -467,8 +467,9 @@ class _NodeShapes:
     graph. A Shape downstream of a Reshape whose target was just folded then folds in the
     same pass: swin_t's prepare needed 17 rounds of fold + whole-graph shape inference."""
 
-    def __init__(self, index: GraphIndex, known: _KnownValues, opset_import):
-        self.index, self.known, self.opset_import = index, known, list(opset_import)
+    def __init__(self, index: GraphIndex, known: _KnownValues, opset: int, opset_import):
+        self.index, self.known = index, known
+        self.opset, self.opset_import = opset, list(opset_import)
         self.types: dict[str, onnx.TypeProto] = {}  # inferred here, all dims known
 
     def static_shape(self, name: str) -> list[int] | None:
@@ -485,14 +486,16 @@ class _NodeShapes:
         for name in node.input:
             if not name:
                 continue
-            declared = self.types.get(name) or self._declared(name)
+            declared = self.types.get(name)
+            if declared is None:
+                declared = self._declared(name)
             if declared is None:
                 return
             types[name] = declared
-            if name in self.known and int(np.prod(dims_of_type(declared))) <= SHAPE_LIKE_ELEMENTS:
+            if name in self.known and _elements(declared) <= SHAPE_LIKE_ELEMENTS:
                 data[name] = numpy_helper.from_array(np.asarray(self.known[name]), name)
         try:
-            schema = onnx.defs.get_schema(node.op_type, _opset(self.opset_import), node.domain)
+            schema = onnx.defs.get_schema(node.op_type, self.opset, node.domain)
             inferred = shape_inference.infer_node_outputs(schema, node, types, data,
                                                           opset_imports=self.opset_import)
         except Exception as exc:  # noqa: BLE001 - whole-graph inference runs after the pass
@@ -514,13 +517,10 @@ class _NodeShapes:
 SHAPE_LIKE_ELEMENTS = 1024  # constants up to this size are given to node inference
 
 
-def dims_of_type(found: onnx.TypeProto) -> list[int]:
-    """The known dims of a tensor type (unknown ones count as 1)."""
-    return [d.dim_value if d.HasField("dim_value") else 1 for d in found.tensor_type.shape.dim]
-
-
-def _opset(opset_import) -> int:
-    return next((o.version for o in opset_import if o.domain in ("", "ai.onnx")), 1)
+def _elements(found: onnx.TypeProto) -> int:
+    """The element count of a tensor type, its unknown dims counted as 1."""
+    return int(np.prod([d.dim_value if d.HasField("dim_value") else 1
+                        for d in found.tensor_type.shape.dim], dtype=np.int64))
 
 
 def _try_fold(node, known, shapes: _NodeShapes, opset) -> dict[str, np.ndarray] | None:
