@@ -1,3 +1,3 @@
-from onnx2tf_alt.cli.main import run_and_exit
+from onnx2tf_alt.cli.entry import run_and_exit
 
 run_and_exit()

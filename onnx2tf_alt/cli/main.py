@@ -16,24 +16,6 @@ from onnx2tf_alt.cli.args import parser
 from onnx2tf_alt.cli.compat_flags import NOTES_DEST
 
 
-def run_and_exit() -> None:
-    """The console entry point: `main()`, then the process ends without Python's
-    interpreter teardown once every output is published and the streams are flushed.
-
-    Unwinding TensorFlow's modules, thread pools and atexit hooks took 0.7 s of a 4.1 s
-    conversion of tests/data/mobilenet_block.onnx, after the last file was written. The
-    run's own cleanup (its temporary folder, the signal handlers) is done inside `main`.
-    `onnx2tf-alt batch` exits normally: its parent imports no TensorFlow."""
-    code = main()
-    if "tensorflow" not in sys.modules:
-        sys.exit(code)
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
-
-
 def main(argv: list[str] | None = None) -> int:
     command = ["onnx2tf-alt", *(sys.argv[1:] if argv is None else argv)]
     if command[1:2] == ["batch"]:  # `onnx2tf-alt batch ...`: many models, see batching/

@@ -111,3 +111,50 @@ def test_main_in_process_puts_the_signal_handlers_back(tmp_path):
     code = cli.main(["-i", str(tmp_path / "missing.onnx"), "-o", str(tmp_path / "out"), "-n"])
     assert code != 0
     assert {s: signal.getsignal(s) for s in interrupts.SIGNALS} == before
+
+
+# Runs the CLI with a SIGINT raised while module `argv[1]` is being imported (exactly then,
+# not at a guessed moment), through `python -m onnx2tf_alt` or the console script's function.
+_INTERRUPTED_LOAD = """
+import importlib.abc, os, runpy, signal, sys
+
+interrupt_at, entry = sys.argv[1:3]
+
+class InterruptAt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == interrupt_at:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, InterruptAt())
+sys.argv = ["onnx2tf-alt", *sys.argv[3:]]
+if entry == "module":
+    runpy.run_module("onnx2tf_alt", run_name="__main__", alter_sys=True)
+else:
+    from onnx2tf_alt.cli.entry import run_and_exit
+    run_and_exit()
+"""
+
+
+@pytest.mark.parametrize("entry", ["module", "console_script"])
+@pytest.mark.parametrize(
+    "module", ["onnx2tf_alt.cli.main", "onnx2tf_alt.cli.args", "calibration.methods",
+               "onnx2tf_alt.conversion"])
+def test_a_signal_while_the_cli_loads_ends_quietly(tmp_path, entry, module):
+    """A Ctrl-C while the CLI's modules load (before the run's own handlers exist) ends the
+    run with 130 and one line, never a traceback, and writes nothing. The timed test above
+    found this window once conversions got faster: its first moment fell into the imports.
+    `onnx2tf_alt.conversion` loads after the handlers are installed (the run's own path)."""
+    source = tmp_path / "cnn.onnx"
+    onnx.save(tiny_cnn()[0], source)
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_LOAD, module, entry, "-i", str(source),
+         "-o", str(out), "-n"],
+        env=cli_env(), capture_output=True, text=True, timeout=300, check=False)
+    output = proc.stdout + proc.stderr
+    assert "Traceback" not in output, output
+    assert proc.returncode == 130, (proc.returncode, output)
+    assert "interrupted (SIGINT)" in output, output
+    assert not out.exists() or os.listdir(out) == [], os.listdir(out)
