@@ -18,8 +18,10 @@ def custom_objects() -> dict:
     """
     from onnx2tf_alt.ops.control import ControlFlow
     from onnx2tf_alt.translate.keras_layers import ConstantWeights
+    from onnx2tf_alt.translate.node_layer import NodeLayer
 
-    return {"ConstantWeights": ConstantWeights, "ControlFlow": ControlFlow}
+    return {"ConstantWeights": ConstantWeights, "ControlFlow": ControlFlow,
+            "NodeLayer": NodeLayer}
 
 
 __all__ = ["batch", "check", "convert", "custom_objects", "deep_graphs"]

@@ -13,8 +13,6 @@ In a Keras model such a node is one `ControlFlow` layer; its config holds the ON
 
 from __future__ import annotations
 
-import base64
-
 import numpy as np
 import onnx
 import tensorflow as tf
@@ -29,6 +27,7 @@ from onnx2tf_alt.passes.prepare import prepare_model
 from onnx2tf_alt.pipeline import run_subgraph_model
 from onnx2tf_alt.translate.builder import INLINE_CONSTANT_LIMIT
 from onnx2tf_alt.translate.late_shapes import IR_VERSION  # one IR version for made-up models
+from onnx2tf_alt.translate.node_layer import decode_proto, encode_proto
 from onnx2tf_alt.translate.registry import foreign_inference, handler
 
 
@@ -384,14 +383,6 @@ def _value_info(name: str, tensor) -> onnx.ValueInfoProto:
 
 
 # --- the Keras layer ---------------------------------------------------------------------
-def _encode(message) -> str:
-    return base64.b64encode(message.SerializeToString()).decode("ascii")
-
-
-def _decode(cls, text: str):
-    return cls.FromString(base64.b64decode(text))
-
-
 def _lift_initializers(graph: onnx.GraphProto, lifted: dict[str, np.ndarray]) -> None:
     """Move large subgraph initializers out of the subgraph (they become layer weights)."""
     kept = []
@@ -447,10 +438,10 @@ class ControlFlow(tf_keras.layers.Layer):
         small = [numpy_helper.from_array(a, n) for n, a in arrays.items() if n not in large]
         tensors = {n: v for n, v in values.items() if n not in arrays}
         layer = cls(
-            node=_encode(node_copy),
+            node=encode_proto(node_copy),
             opsets=opsets,
             tensor_names=list(tensors),
-            constants=_encode(helper.make_graph([], "constants", [], [], small)),
+            constants=encode_proto(helper.make_graph([], "constants", [], [], small)),
             weight_specs=[(n, a.shape, a.dtype.name) for n, a in large.items()],
         )
         layer.set_weights(list(large.values()))
@@ -468,11 +459,11 @@ class ControlFlow(tf_keras.layers.Layer):
     @tf.autograph.experimental.do_not_convert  # plain Python that builds TF ops
     def _run(self, inputs: list):
         values = dict(zip(self.tensor_names, inputs))
-        for init in _decode(onnx.GraphProto, self.constants).initializer:
+        for init in decode_proto(onnx.GraphProto, self.constants).initializer:
             values[init.name] = to_array(init)
         for (name, _, _), weight in zip(self.weight_specs, self.const_weights):
             values[name] = tf.convert_to_tensor(weight)
-        return run_control_node(_decode(onnx.NodeProto, self.node), values, self.opsets)
+        return run_control_node(decode_proto(onnx.NodeProto, self.node), values, self.opsets)
 
     def get_config(self):
         config = super().get_config()

@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from onnx2tf_alt.layout.policies import Decision, custom_policy, logical
 from onnx2tf_alt.translate.context import reshape
+from onnx2tf_alt.translate.node_layer import is_read, own_layer
 from onnx2tf_alt.translate.registry import handler
 
 from ._shapes import delegated_split
@@ -286,7 +287,10 @@ def _masked(new: tuple, old: tuple, mask) -> tuple:
 @handler("RNN", since=7, layout=sequence_as_arrived, limits=LIMITS)
 def rnn(ctx):
     """Ht = f(Xt W^T + Ht-1 R^T + Wb + Rb)."""
-    rec = Recurrence(ctx, 1, ["Tanh"])
+    rec = Recurrence(ctx, 1, ["Tanh"])  # first: it raises on what cannot be converted
+    layered = own_layer(ctx)
+    if layered is not None:
+        return layered
 
     def cell(d):
         (f,), r = rec.acts[d], rec.recurrence(rec.r[d])
@@ -307,8 +311,14 @@ def lstm(ctx, recurrence: type | None = None):
     (f = 1 - i); clip bounds every gate's pre-activation. `recurrence`: a Recurrence
     subclass, for LSTM variants that read their weights otherwise (DynamicQuantizeLSTM)."""
     rec = (recurrence or Recurrence)(ctx, 4, ["Sigmoid", "Tanh", "Tanh"])
-    if recurrence is None and _fits_fused_lstm(ctx, rec) and not _unrolls_faster(rec):
+    if ctx.in_layer:  # the unrolled recurrence, in its own layer (chosen below)
+        pass
+    elif recurrence is None and _fits_fused_lstm(ctx, rec) and not _unrolls_faster(rec):
         return _fused_lstm(ctx, rec)
+    else:
+        layered = own_layer(ctx)
+        if layered is not None:
+            return layered
     peepholes = rec.weight(7) if ctx.has(7) else None
     couple = bool(ctx.attr("input_forget", 0))
     clip = rec.clip
@@ -351,19 +361,6 @@ def lstm(ctx, recurrence: type | None = None):
 _KERAS_GATES = [0, 2, 3, 1]  # Keras i, f, c, o from ONNX i, o, f, c
 
 
-def _is_read(graph, name: str) -> bool:
-    """Whether any node (also inside control-flow bodies) or the graph outputs read name."""
-    def reads(nodes) -> bool:
-        for node in nodes:
-            if name in node.input:
-                return True
-            if any(a.type == a.GRAPH and reads(a.g.node) for a in node.attribute):
-                return True
-        return False
-
-    return name in graph.outputs or reads(n.proto for n in graph.nodes if n.proto is not None)
-
-
 # One sequence of at most this many steps x directions runs faster unrolled than in
 # TFLite's UNIDIRECTIONAL_SEQUENCE_LSTM, measured interleaved with onnxruntime at 1 thread
 # (TFLite / onnxruntime, H=128, T=100): one direction 1.66 against 2.06, a 2-layer
@@ -399,7 +396,7 @@ def _fits_fused_lstm(ctx, rec: Recurrence) -> bool:
         # with an unknown batch TF's converter cannot fuse the layer: it writes TensorList
         # ops, which need Flex
         and ctx.shape(0)[1 if rec.layout == 0 else 0] is not None
-        and not (len(outputs) > 2 and outputs[2] and _is_read(ctx.graph, outputs[2]))
+        and not (len(outputs) > 2 and outputs[2] and is_read(ctx.graph, outputs[2]))
     )
 
 
@@ -453,7 +450,10 @@ def _fused_lstm(ctx, rec: Recurrence) -> list:
 def gru(ctx):
     """Gates z, r, h (ONNX order); linear_before_reset applies R_h (and its bias) before
     the reset gate instead of after."""
-    rec = Recurrence(ctx, 3, ["Sigmoid", "Tanh"])
+    rec = Recurrence(ctx, 3, ["Sigmoid", "Tanh"])  # first: it raises on what cannot be converted
+    layered = own_layer(ctx)
+    if layered is not None:
+        return layered
     before_reset = bool(ctx.attr("linear_before_reset", 0))
     hidden, clip = rec.hidden, rec.clip
     # With linear_before_reset R_h's bias is multiplied by the reset gate: it stays in the

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from onnx2tf_alt.tflite.lowering import serving_module
 from onnx2tf_alt.translate.builder import BuildResult
+from onnx2tf_alt.translate.node_layer import serving_weights
 
 
 def save_saved_model(result: BuildResult, folder: str) -> None:
@@ -29,7 +30,7 @@ def save_signatures_saved_model(results: dict[str, BuildResult], folder: str) ->
     holder = tf.Module()
     weights = {}
     for result in results.values():
-        weights.update({w.ref(): w for w in result.model.weights})
+        weights.update({w.ref(): w for w in serving_weights(result.model)})
     holder.weights = list(weights.values())
     signatures = {}
     for key, result in results.items():

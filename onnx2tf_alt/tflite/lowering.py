@@ -13,6 +13,7 @@ from onnx2tf_alt.tflite.late_weights import Bound, Unbindable, bind
 from onnx2tf_alt.tflite.shared_weights import fold_runtime_biases, fold_runtime_biases_model
 from onnx2tf_alt.translate.builder import BuildResult
 from onnx2tf_alt.translate.keras_layers import LATE_VALUES, ConstantWeights, weight_view
+from onnx2tf_alt.translate.node_layer import serving_weights
 
 # ConstantWeights of at least this many elements are bound after conversion
 # (tflite/late_weights.py); smaller ones the converter sees as constants, as before.
@@ -58,7 +59,7 @@ def serving_module(result: BuildResult) -> tf.Module:
     it skips serializing every Keras layer (the cost of passing the Keras model itself: a
     minute for ViT-B/16); the signature and the variables are the same."""
     holder = tf.Module()
-    holder.weights = list(result.model.weights)
+    holder.weights = serving_weights(result.model)
     holder.serve = serving_function(result)
     return holder
 
@@ -96,7 +97,7 @@ def late_bound_signatures(results: dict[str, BuildResult],
             name = _shared_name(layer, sources, by_content, set(late) | set(inputs))
             late[name] = layer
         late_refs = {layer.value.ref() for layer in layers}
-        kept_weights += [w for w in result.model.weights if w.ref() not in late_refs]
+        kept_weights += [w for w in serving_weights(result.model) if w.ref() not in late_refs]
         serve = signature_function(result.model, inputs, late, name=key)
         setattr(holder, f"signature_{len(functions)}", serve)
         functions.append(serve.get_concrete_function())
@@ -154,7 +155,7 @@ def signatures_bytes(results: dict[str, BuildResult], select_tf_ops: bool = True
     the weights in it (each signature its own copy): for models with no weight large
     enough to bind (late_bound_signatures)."""
     holder = tf.Module()
-    holder.weights = [w for result in results.values() for w in result.model.weights]
+    holder.weights = [w for result in results.values() for w in serving_weights(result.model)]
     functions = []
     for key, result in results.items():
         serve = signature_function(result.model, list(result.input_names.values()), name=key)

@@ -120,12 +120,7 @@ class ModelBuilder:
         """Value `name` as a tensor in `perm`, rank-aligned (leading 1s) when perm is longer."""
         value = self.values[name]
         if value.const is not None:
-            array = value.const
-            if perm is not None:
-                if array.ndim < len(perm):
-                    array = array.reshape((1,) * (len(perm) - array.ndim) + array.shape)
-                array = np.transpose(array, perm)
-            return self.materialize(np.ascontiguousarray(array).reshape(array.shape))
+            return self.materialize(constant_in_perm(value.const, perm))
         if perm is None:
             return value.tensor
         key = (name, tuple(perm), 0)
@@ -276,6 +271,16 @@ class ModelBuilder:
                 if late_shapes.learn(graph, name, out.shape, out.dtype.as_numpy_dtype, perm):
                     self._learned.add(name)
                 self.values[name] = Value(perm=perm, tensor=_as_dtype(out, graph.dtypes.get(name)))
+
+
+def constant_in_perm(array: np.ndarray, perm: Perm | None) -> np.ndarray:
+    """An ONNX-order constant as a handler reads it in `perm`: rank-aligned with leading 1s
+    when perm is longer, transposed, contiguous."""
+    if perm is not None:
+        if array.ndim < len(perm):
+            array = array.reshape((1,) * (len(perm) - array.ndim) + array.shape)
+        array = np.transpose(array, perm)
+    return np.ascontiguousarray(array).reshape(array.shape)
 
 
 def _tf_dtype(dtype: np.dtype) -> tf.DType:

@@ -406,3 +406,28 @@ def test_torch_rnn_with_a_dynamic_batch(kind, tmp_path):
     report = analyze(converted.tflite, converted.tflite_result(), converted.graph)
     off = [o.op for o in report.reference_ops]
     assert off.count("FULLY_CONNECTED") == 2 * 2 * SEQ, report.summary()  # layers, directions
+
+
+def test_each_recurrent_node_is_one_keras_layer(monkeypatch):
+    """An unrolled recurrence runs in one NodeLayer (translate/node_layer.py) instead of a
+    Keras layer per TF op: the float32 TFLite file has the same ops and outputs as the
+    op-by-op route's, and the saved_model's variables do not repeat the weights."""
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
+    from onnx2tf_alt.translate import node_layer
+
+    specs = [_spec("LSTM", direction="bidirectional", lens=(UNEQUAL, "const"), peepholes=True),
+             _spec("GRU", direction="reverse", initial="input", linear_before_reset=1),
+             _spec("RNN", direction="forward", runtime="r")]
+    model, feeds = _model(specs)
+    layered = check_model(model, feeds)
+    kinds = [type(layer).__name__ for layer in layered.result.model.layers]
+    assert kinds.count("NodeLayer") == 3, kinds
+    assert len(kinds) < 20, kinds  # inputs, the three layers, a few transposes and weights
+    assert node_layer.serving_weights(layered.result.model) == []  # weights are constants
+    monkeypatch.setattr(node_layer, "ENABLED", False)
+    op_by_op = convert(model)
+    assert "NodeLayer" not in [type(layer).__name__ for layer in op_by_op.result.model.layers]
+    reference = tflite_bytes(op_by_op.tflite_result())
+    assert count_tflite_ops(layered.tflite) == count_tflite_ops(reference)
+    for a, b in zip(tflite_run(layered, feeds), tflite_run(op_by_op, feeds, reference)):
+        np.testing.assert_array_equal(a, b)
