@@ -20,6 +20,7 @@ MODELS = {
     "gru1": (torch.nn.GRU, 64, 128, 1, False, False),
     "gru2": (torch.nn.GRU, 64, 128, 2, True, False),
     "gru_big": (torch.nn.GRU, 80, 256, 2, False, False),
+    "lstm_big": (torch.nn.LSTM, 512, 1024, 2, False, False),  # 50 MB of weights
     "lstm1": (torch.nn.LSTM, 64, 128, 1, False, False),
     "lstm2": (torch.nn.LSTM, 64, 128, 2, True, False),
     "gru1_dyn": (torch.nn.GRU, 64, 128, 1, False, True),

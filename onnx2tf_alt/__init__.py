@@ -3,21 +3,9 @@
 The public functions are those of onnx2tf_alt/api.py; they load their modules when called.
 """
 
+from onnx2tf_alt.check import check  # import-light; loads the checker when called
+from onnx2tf_alt.translate.recursion import deep_graphs  # import-light (sys, contextlib)
 from onnx2tf_alt.version import __version__
-
-# Imported on first use (PEP 562): the CLI's entry point loads this package before it can
-# catch a Ctrl-C, so the package itself imports nothing else.
-_LAZY = {"check": "onnx2tf_alt.check", "deep_graphs": "onnx2tf_alt.translate.recursion"}
-
-
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'onnx2tf_alt' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
 
 
 def convert(*args, **kwargs):
