@@ -13,7 +13,7 @@ from onnx2tf_alt.tflite.late_weights import Bound, Unbindable, bind
 from onnx2tf_alt.tflite.shared_weights import fold_runtime_biases, fold_runtime_biases_model
 from onnx2tf_alt.translate.builder import BuildResult
 from onnx2tf_alt.translate.keras_layers import LATE_VALUES, ConstantWeights, weight_view
-from onnx2tf_alt.translate.node_layer import serving_weights
+from onnx2tf_alt.translate.node_layer import derived_weights, serving_weights
 
 # ConstantWeights of at least this many elements are bound after conversion
 # (tflite/late_weights.py); smaller ones the converter sees as constants, as before.
@@ -66,8 +66,9 @@ def serving_module(result: BuildResult) -> tf.Module:
 
 def late_layers(model) -> list:
     """The ConstantWeights layers of `model` bound after conversion."""
-    return [layer for layer in model.layers if isinstance(layer, ConstantWeights)
-            and layer.value_dtype != "bool"
+    layers = [layer for layer in model.layers if isinstance(layer, ConstantWeights)]
+    return [layer for layer in layers + derived_weights(model)
+            if layer.value_dtype != "bool"
             and int(np.prod(layer.value_shape, dtype=np.int64)) >= LATE_ELEMENTS]
 
 

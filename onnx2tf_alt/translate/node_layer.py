@@ -12,6 +12,13 @@ its inputs and outputs, their shapes and dtypes, which outputs the model reads, 
 and the lowering options. Constant inputs are small tensors in the config or the layer's
 weights; the handler reads them as numpy arrays, as when it runs outside a layer.
 Importing onnx2tf_alt registers the class for `tf_keras.models.load_model`.
+
+The large constants the handler makes from those (a transposed weight, a gate's slice), when
+they add up to HELD_BYTES, are held while converting as `ConstantWeights` of the layer's own
+(`derived`): the
+saved_model stores them as variables and the float32 .tflite binds them after TF's
+converter (tflite/late_weights.py), as for a node converted op by op. The Keras files do not
+store them: a reloaded layer computes them again from its constant inputs.
 """
 
 from __future__ import annotations
@@ -25,8 +32,10 @@ import tf_keras
 from onnx import helper, numpy_helper
 
 from onnx2tf_alt.ir.graph import Graph, Node, decode_attribute
+from onnx2tf_alt.ir.weights import release
 from onnx2tf_alt.translate.builder import INLINE_CONSTANT_LIMIT, constant_in_perm
 from onnx2tf_alt.translate.context import NodeContext
+from onnx2tf_alt.translate.keras_layers import LATE_VALUES, ConstantWeights
 from onnx2tf_alt.translate.options import ConversionOptions
 from onnx2tf_alt.translate.registry import find_handler
 
@@ -39,6 +48,13 @@ def encode_proto(message) -> str:
 def decode_proto(cls, text: str):
     return cls.FromString(base64.b64decode(text))
 
+
+# Made constants of at least this many bytes in all are held as weights; fewer stay graph
+# constants, which TF's converter folds faster than the .tflite binds them after it
+# (tflite/late_weights.py walks every op): an unrolled 2-layer bidirectional LSTM, 2.4 MB,
+# converts in 12.6 s against 16.1 s; one of 50 MB in 11.0 s and 1.3 GB against 15.2 s and
+# 2.3 GB (the converter's peak) when they are constants.
+HELD_BYTES = 8 << 20
 
 ENABLED = True  # False: handlers write their ops one by one (the tests compare both)
 
@@ -81,7 +97,10 @@ class NodeLayer(tf_keras.layers.Layer):
             for i, (_, shape, dtype) in enumerate(self.weight_specs)
         ]
         self._arrays: dict[str, np.ndarray] | None = None  # the constants, while converting
+        self._made: list | None = None
         self._decoded = None
+        # Set by `of` past Keras' attribute tracking, so that the Keras files leave it out.
+        object.__setattr__(self, "derived", [])
 
     @classmethod
     def of(cls, ctx: NodeContext, tensor_inputs: list[int], tensors: list) -> list:
@@ -110,8 +129,18 @@ class NodeLayer(tf_keras.layers.Layer):
                      "pseudo_operators": sorted(ctx.options.pseudo_operators)},
         )
         layer.set_weights(list(large.values()))
+        for array in large.values():
+            release(array)  # the layer holds its own copy (an array kept on disk pages out)
         layer._arrays = arrays
-        outputs = layer(tensors)
+        made: list[np.ndarray] = []
+        layer._made = made
+        outputs = layer(tensors)  # Keras' symbolic call: the constants the handler made
+        layer._made = None
+        held = sum(a.nbytes for a in made) >= HELD_BYTES
+        while held and made:
+            array = made.pop(0)
+            layer.derived.append(ConstantWeights(array.shape, array.dtype.name, initial=array))
+            del array
         outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
         present = iter(outputs)
         return [next(present) if n in layer._returned else None for n in node.outputs]
@@ -135,7 +164,8 @@ class NodeLayer(tf_keras.layers.Layer):
         for i, tensor in zip(self.tensor_inputs, inputs):
             perm = self.in_perms[i]
             tensors[(node.inputs[i], None if perm is None else tuple(perm))] = tensor
-        ctx = NodeContext(_LayerValues(arrays, tensors), node, graph,
+        values = _LayerValues(arrays, tensors, self._made, self.derived)
+        ctx = NodeContext(values, node, graph,
                           [None if p is None else tuple(p) for p in self.in_perms],
                           [tuple(p) for p in self.out_perms], graph.opset_of(node.domain),
                           options)
@@ -188,15 +218,36 @@ class NodeLayer(tf_keras.layers.Layer):
 
 class _LayerValues:
     """What NodeContext asks its builder for, inside a NodeLayer: constants as arrays (and
-    as tf constants in the perm asked for), and the layer's input tensors."""
+    as tensors in the perm asked for), and the layer's input tensors.
 
-    def __init__(self, arrays: dict[str, np.ndarray], tensors: dict[tuple, object]):
+    A large constant the handler makes is, in order: recorded in `made` (the first call,
+    in NodeLayer.of), read from the layer's k-th derived weight (or the input that stands
+    for it while the .tflite is converted: LATE_VALUES), or a tf constant (a reloaded
+    layer, which has no derived weights)."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], tensors: dict[tuple, object],
+                 made: list | None, derived: list):
         self.arrays, self.tensors, self.values = arrays, tensors, {}
+        self.made, self.derived, self.large = made, derived, 0
 
     def constant_value(self, name: str) -> np.ndarray | None:
         return self.arrays.get(name)
 
     def materialize(self, array: np.ndarray):
+        array = np.asarray(array)
+        if array.size <= INLINE_CONSTANT_LIMIT or array.dtype == bool:
+            return tf.constant(array)
+        k, self.large = self.large, self.large + 1
+        if self.made is not None:  # Keras' symbolic call, for shapes only
+            self.made.append(array)
+            return tf.zeros(array.shape, array.dtype)
+        if k < len(self.derived):
+            weight = self.derived[k]
+            if weight.value_shape != array.shape or weight.value_dtype != array.dtype.name:
+                raise ValueError(f"derived constant {k}: {array.shape} {array.dtype} made, "
+                                 f"{weight.value_shape} {weight.value_dtype} held")
+            late = LATE_VALUES.get(id(weight))
+            return tf.identity(weight.value if late is None else late)
         return tf.constant(array)
 
     def input_tensor(self, name: str, perm, align_rank: int):
@@ -222,6 +273,13 @@ def serving_weights(model) -> list:
     """The weights a traced call of `model` reads: all but the NodeLayers', whose handlers
     read their constants as arrays (the traced graph holds them as constants). The
     saved_model and TF's converter get these; the Keras files get all of `model.weights`."""
-    own = {w.ref() for layer in model.layers if isinstance(layer, NodeLayer)
-           for w in layer.weights}
-    return [w for w in model.weights if w.ref() not in own]
+    layers = [layer for layer in model.layers if isinstance(layer, NodeLayer)]
+    own = {w.ref() for layer in layers for w in layer.weights}
+    derived = [held.value for layer in layers for held in layer.derived]
+    return [w for w in model.weights if w.ref() not in own] + derived
+
+
+def derived_weights(model) -> list[ConstantWeights]:
+    """The large constants NodeLayers made while converting (see the module's docstring)."""
+    return [held for layer in model.layers if isinstance(layer, NodeLayer)
+            for held in layer.derived]

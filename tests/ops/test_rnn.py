@@ -408,22 +408,36 @@ def test_torch_rnn_with_a_dynamic_batch(kind, tmp_path):
     assert off.count("FULLY_CONNECTED") == 2 * 2 * SEQ, report.summary()  # layers, directions
 
 
-def test_each_recurrent_node_is_one_keras_layer(monkeypatch):
+@pytest.mark.parametrize("held", [False, True], ids=["constants", "held_weights"])
+def test_each_recurrent_node_is_one_keras_layer(monkeypatch, tmp_path, held):
     """An unrolled recurrence runs in one NodeLayer (translate/node_layer.py) instead of a
     Keras layer per TF op: the float32 TFLite file has the same ops and outputs as the
-    op-by-op route's, and the saved_model's variables do not repeat the weights."""
-    from onnx2tf_alt.tflite.lowering import tflite_bytes
+    op-by-op route's. The constants the handler makes are graph constants, or (`held`,
+    as for large weights) weights of the layer's own that the .tflite binds after TF's
+    converter; the Keras files store neither and reload."""
+    from onnx2tf_alt.tflite.lowering import late_layers, tflite_bytes
     from onnx2tf_alt.translate import node_layer
 
+    if held:
+        monkeypatch.setattr(node_layer, "HELD_BYTES", 0)
+        # weights rather than config constants, in both routes
+        monkeypatch.setattr(node_layer, "INLINE_CONSTANT_LIMIT", 8)
+        monkeypatch.setattr("onnx2tf_alt.translate.builder.INLINE_CONSTANT_LIMIT", 8)
+        monkeypatch.setattr("onnx2tf_alt.tflite.lowering.LATE_ELEMENTS", 1)  # bound late
     specs = [_spec("LSTM", direction="bidirectional", lens=(UNEQUAL, "const"), peepholes=True),
              _spec("GRU", direction="reverse", initial="input", linear_before_reset=1),
              _spec("RNN", direction="forward", runtime="r")]
     model, feeds = _model(specs)
     layered = check_model(model, feeds)
-    kinds = [type(layer).__name__ for layer in layered.result.model.layers]
+    keras_model = layered.result.model
+    kinds = [type(layer).__name__ for layer in keras_model.layers]
     assert kinds.count("NodeLayer") == 3, kinds
     assert len(kinds) < 20, kinds  # inputs, the three layers, a few transposes and weights
-    assert node_layer.serving_weights(layered.result.model) == []  # weights are constants
+    derived = node_layer.derived_weights(keras_model)
+    assert bool(derived) == held
+    assert late_layers(keras_model) == derived
+    assert node_layer.serving_weights(keras_model) == [d.value for d in derived]
+    assert_keras_reloads(layered, feeds, tmp_path)
     monkeypatch.setattr(node_layer, "ENABLED", False)
     op_by_op = convert(model)
     assert "NodeLayer" not in [type(layer).__name__ for layer in op_by_op.result.model.layers]
