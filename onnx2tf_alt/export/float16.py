@@ -55,14 +55,25 @@ def float16_model(model) -> bool:
     halves: dict[int, int] = {}  # float32 buffer -> its float16 copy
     for subgraph in model.subgraphs:
         readers = {i for op in subgraph.operators for i in op.inputs if i >= 0}
-        entry = set(subgraph.inputs)
+        entry, exits = set(subgraph.inputs), set(subgraph.outputs)
         front = []
+        # Tensors of one buffer and shape (a weight every step of an unrolled recurrence
+        # reads, bound after TF's converter) share one DEQUANTIZE: one per tensor would
+        # dequantize the weight again for every reader at every invocation.
+        first: dict[tuple, int] = {}
+        same: dict[int, int] = {}
         for index in range(len(subgraph.tensors)):
             tensor = subgraph.tensors[index]
             buffer = model.buffers[tensor.buffer]
             if (tensor.type != schema.TensorType.FLOAT32 or not _inline_or_lazy(buffer)
                     or tensor.isVariable or index in entry or index not in readers):
                 continue
+            key = (tensor.buffer, tuple(tensor.shape if tensor.shape is not None else ()))
+            if key in first and index not in exits:
+                same[index] = first[key]
+                tensor.buffer = empty
+                continue
+            first.setdefault(key, index)
             if tensor.buffer not in halves:
                 model.buffers.append(_half(buffer))
                 halves[tensor.buffer] = len(model.buffers) - 1
@@ -77,6 +88,9 @@ def float16_model(model) -> bool:
             op.opcodeIndex = dequantize
             op.inputs, op.outputs = [len(subgraph.tensors) - 1], [index]
             front.append(op)
+        for op in subgraph.operators or []:
+            if any(i in same for i in op.inputs):
+                op.inputs = [same.get(i, i) for i in op.inputs]
         subgraph.operators = front + list(subgraph.operators or [])
     if not halves:
         return False

@@ -438,6 +438,8 @@ def test_each_recurrent_node_is_one_keras_layer(monkeypatch, tmp_path, held):
     assert late_layers(keras_model) == derived
     assert node_layer.serving_weights(keras_model) == [d.value for d in derived]
     assert_keras_reloads(layered, feeds, tmp_path)
+    if held:  # every step reads the bound weights: one DEQUANTIZE each in the float16 file
+        _assert_one_dequantize_per_weight(layered, feeds)
     monkeypatch.setattr(node_layer, "ENABLED", False)
     op_by_op = convert(model)
     assert "NodeLayer" not in [type(layer).__name__ for layer in op_by_op.result.model.layers]
@@ -445,3 +447,20 @@ def test_each_recurrent_node_is_one_keras_layer(monkeypatch, tmp_path, held):
     assert count_tflite_ops(layered.tflite) == count_tflite_ops(reference)
     for a, b in zip(tflite_run(layered, feeds), tflite_run(op_by_op, feeds, reference)):
         np.testing.assert_array_equal(a, b)
+
+
+def _assert_one_dequantize_per_weight(converted, feeds):
+    """The float16 file derived from `converted`'s float32 one dequantizes each float16
+    buffer once, however many tensors of the float32 file shared it, and computes what the
+    float32 file computes up to float16 rounding."""
+    from onnx2tf_alt.export.float16 import float16_from_float32
+    from onnx2tf_alt.tflite.flatbuffer import op_name, schema, unpack_model
+
+    half = float16_from_float32(converted.tflite)
+    model = unpack_model(half)
+    ops = [op_name(model, op) for op in model.subgraphs[0].operators]
+    tensors = model.subgraphs[0].tensors
+    buffers = {t.buffer for t in tensors if t.type == schema.TensorType.FLOAT16}
+    assert ops.count("DEQUANTIZE") == len(buffers) > 0, (ops.count("DEQUANTIZE"), len(buffers))
+    for a, b in zip(tflite_run(converted, feeds, half), tflite_run(converted, feeds)):
+        assert_close(a, b, 2e-2, "float16 against float32")
