@@ -41,7 +41,7 @@ from onnx2tf_alt.tflite.bound_rewrites import (
 )
 from onnx2tf_alt.tflite.flatbuffer import FILE_IDENTIFIER, op_name, schema, unpack_model
 
-__all__ = ["Bound", "LazyBuffer", "Recipe", "Unbindable", "bind", "drop_unused", "is_constant",
+__all__ = ["Bound", "LazyBuffer", "Recipe", "Signature", "Unbindable", "bind", "drop_unused", "is_constant",
            "mapped"]
 
 ALIGN = 16  # the alignment TF's converter gives buffer data
@@ -205,13 +205,70 @@ class Bound:
         return inline + lazy + (1 << 20)
 
 
-def bind(content: bytes, sources: dict[str, tuple[tuple, str, Callable[[], np.ndarray]]]
-         ) -> Bound:
+@dataclass(frozen=True)
+class Signature:
+    """The signature TF's saved_model route would write for one converted function, for a
+    file converted from the function's frozen graph (which has none): `inputs`, the
+    function's argument names (user inputs, then weights); `outputs`, {graph op name of an
+    output: its key}; `order`, the keys in the model's output order."""
+
+    key: str
+    inputs: tuple[str, ...]
+    outputs: dict
+    order: tuple[str, ...]
+    call: str  # the name TF gives the outputs: StatefulPartitionedCall when it reads variables
+
+    @classmethod
+    def of(cls, concrete, key: str, inputs: list[str], order: list[str]) -> Signature:
+        outputs = {tensor.name.split(":")[0]: name
+                   for name, tensor in concrete.structured_outputs.items()}
+        call = "StatefulPartitionedCall" if concrete.variables else "PartitionedCall"
+        return cls(key, tuple(inputs), outputs, tuple(order), call)
+
+    def write(self, model) -> None:
+        """Names, orders and signs model's main subgraph as TF's saved_model route does:
+        inputs `serving_default_<name>:0` in name order, outputs `<call>:<i>` (i: the key's
+        place in key order) in the model's output order."""
+        if model.signatureDefs:
+            raise Unbindable("the frozen-graph file has signatures already")
+        subgraph = model.subgraphs[0]  # the main graph; control-flow bodies follow it
+        by_name = {subgraph.tensors[i].name.decode(): int(i) for i in subgraph.inputs}
+        by_op = {subgraph.tensors[i].name.decode(): int(i) for i in subgraph.outputs}
+        if set(by_name) != set(self.inputs) or set(by_op) != set(self.outputs):
+            raise Unbindable(f"the frozen-graph file's inputs {sorted(by_name)} and outputs "
+                             f"{sorted(by_op)} are not the function's {sorted(self.inputs)} and "
+                             f"{sorted(self.outputs)}")
+        keys = sorted(self.outputs.values())
+        outputs = {key: by_op[op] for op, key in self.outputs.items()}
+        for name, index in by_name.items():
+            subgraph.tensors[index].name = f"{self.key}_{name}:0".encode()
+        for key, index in outputs.items():
+            subgraph.tensors[index].name = f"{self.call}:{keys.index(key)}".encode()
+        subgraph.inputs = [by_name[name] for name in sorted(by_name)]
+        subgraph.outputs = [outputs[key] for key in self.order]
+        signature = schema.SignatureDefT()
+        signature.signatureKey, signature.subgraphIndex = self.key.encode(), 0
+        signature.inputs = [_tensor_map(name, by_name[name]) for name in sorted(by_name)]
+        signature.outputs = [_tensor_map(key, outputs[key]) for key in keys]
+        model.signatureDefs = [signature]
+
+
+def _tensor_map(name: str, index: int):
+    entry = schema.TensorMapT()
+    entry.name, entry.tensorIndex = name.encode(), index
+    return entry
+
+
+def bind(content: bytes, sources: dict[str, tuple[tuple, str, Callable[[], np.ndarray]]],
+         frozen: Signature | None = None) -> Bound:
     """The converter's flatbuffer `content`, whose signature inputs named by `sources`
     ({name: (shape, dtype name, maker)}) are weights, with those weights bound (see the
     module docstring); `maker()` returns a weight's array, read-only (best a view of where
-    the weight already is). Raises Unbindable."""
+    the weight already is). `frozen`: the signature to write first, into a file converted
+    from a frozen graph. Raises Unbindable."""
     model = unpack_model(content)
+    if frozen is not None:
+        frozen.write(model)
     bound = Bound(model, {name: make for name, (_, _, make) in sources.items()})
     for index, subgraph in enumerate(model.subgraphs):
         signatures = [s for s in model.signatureDefs or [] if s.subgraphIndex == index]

@@ -281,3 +281,42 @@ def test_disable_model_save_writes_the_tflite_files_only(tmp_path):
     runner = Interpreter(model_path=str(out / "decoder_float32.tflite")).get_signature_runner()
     (value,) = runner(ids=feeds["ids"]).values()
     assert_close(value, expected, 1e-4, "float32")
+
+
+def _io(content: bytes):
+    """The signatures, and the main subgraph's input and output tensor names in order."""
+    model = unpack_model(content)
+    graph = model.subgraphs[0]
+    signatures = [(s.signatureKey, [(m.name, graph.tensors[m.tensorIndex].name) for m in s.inputs],
+                   [(m.name, graph.tensors[m.tensorIndex].name) for m in s.outputs])
+                  for s in model.signatureDefs]
+    return (signatures, [graph.tensors[i].name for i in graph.inputs],
+            [graph.tensors[i].name for i in graph.outputs])
+
+
+@pytest.mark.parametrize("make", [decoder_like, conv_like], ids=["decoder", "conv"])
+def test_one_output_converts_from_the_frozen_graph_as_through_a_saved_model(make, monkeypatch):
+    """A model of one output is converted from its frozen graph: the bound file has the
+    signature, I/O tensor names and order, ops and outputs of TF's saved_model route."""
+    from onnx2tf_alt.tflite import lowering
+
+    model, feeds = make()
+    converted = check_model(model, feeds)
+    routes = []
+    real = lowering._converted
+
+    def converted_and_recorded(*args, frozen=False, **kwargs):
+        routes.append(frozen)
+        return real(*args, frozen=frozen, **kwargs)
+
+    monkeypatch.setattr(lowering, "_converted", converted_and_recorded)
+    frozen = late_bound(converted.tflite_result()).to_bytes()
+    monkeypatch.setattr(lowering, "_converted",
+                        lambda *args, frozen=False, **kwargs: real(*args, **kwargs))
+    through_saved_model = late_bound(converted.tflite_result()).to_bytes()
+    assert routes == [True]
+    assert _io(frozen) == _io(through_saved_model)
+    assert _ops(frozen) == _ops(through_saved_model)
+    for a, b in zip(_run(converted, frozen, feeds=feeds),
+                    _run(converted, through_saved_model, feeds=feeds)):
+        np.testing.assert_array_equal(a, b)
