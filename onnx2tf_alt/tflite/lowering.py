@@ -8,7 +8,7 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.tflite.flatbuffer import SIGNATURE
+from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, unpack_model
 from onnx2tf_alt.tflite.late_weights import Bound, Signature, Unbindable, bind
 from onnx2tf_alt.tflite.shared_weights import fold_runtime_biases, fold_runtime_biases_model
 from onnx2tf_alt.translate.builder import BuildResult
@@ -237,7 +237,23 @@ def _tflite_bytes(result: BuildResult, float16: bool, select_tf_ops: bool,
         return fold_runtime_biases(_converted(saved_model, None, float16, select_tf_ops))
     holder = serving_module(result)
     concrete = holder.serve.get_concrete_function()
+    signature = Signature.of(concrete, SIGNATURE, list(result.input_names.values()),
+                             result.output_keys)
+    if not float16 and len(signature.outputs) == 1:  # see late_bound_signatures
+        content = _converted(concrete, holder, False, select_tf_ops, frozen=True)
+        try:
+            return fold_runtime_biases(_signed(content, signature))
+        except Unbindable as exc:
+            log.info("the frozen graph's .tflite could not be signed (%s); converting "
+                     "through a saved_model", exc)
     return fold_runtime_biases(_converted(concrete, holder, float16, select_tf_ops))
+
+
+def _signed(content: bytes, signature: Signature) -> bytes:
+    """A frozen-graph .tflite with the signature TF's saved_model route would give it."""
+    model = unpack_model(content)
+    signature.write(model)
+    return pack_model(model, len(content) + 4096)
 
 
 def _converted(source, holder, float16: bool, select_tf_ops: bool,

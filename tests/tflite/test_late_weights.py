@@ -19,6 +19,7 @@ from onnx2tf_alt.tflite.late_weights import Unbindable, bind
 from onnx2tf_alt.tflite.lowering import LATE_ELEMENTS, _tflite_bytes, late_bound
 
 from harness import assert_close, check_model, make_model, ort_run, to_logical, to_physical
+from models import tiny_cnn
 
 rng = np.random.default_rng(11)
 VOCAB, WIDTH, HIDDEN = 300, 64, 320
@@ -294,14 +295,23 @@ def _io(content: bytes):
             [graph.tensors[i].name for i in graph.outputs])
 
 
-@pytest.mark.parametrize("make", [decoder_like, conv_like], ids=["decoder", "conv"])
+@pytest.mark.parametrize("make", [decoder_like, conv_like, tiny_cnn],
+                         ids=["decoder", "conv", "no_large_weight"])
 def test_one_output_converts_from_the_frozen_graph_as_through_a_saved_model(make, monkeypatch):
-    """A model of one output is converted from its frozen graph: the bound file has the
-    signature, I/O tensor names and order, ops and outputs of TF's saved_model route."""
+    """A model of one output is converted from its frozen graph: the file (bound, or with
+    its weights where none is large enough to bind) has the signature, I/O tensor names and
+    order, ops and outputs of TF's saved_model route."""
     from onnx2tf_alt.tflite import lowering
 
     model, feeds = make()
     converted = check_model(model, feeds)
+    result = converted.tflite_result()
+    bound = late_bound(result) is not None
+    assert bound == (make is not tiny_cnn)
+
+    def file():
+        return late_bound(result).to_bytes() if bound else _tflite_bytes(result, False, True, None)
+
     routes = []
     real = lowering._converted
 
@@ -310,10 +320,10 @@ def test_one_output_converts_from_the_frozen_graph_as_through_a_saved_model(make
         return real(*args, frozen=frozen, **kwargs)
 
     monkeypatch.setattr(lowering, "_converted", converted_and_recorded)
-    frozen = late_bound(converted.tflite_result()).to_bytes()
+    frozen = file()
     monkeypatch.setattr(lowering, "_converted",
                         lambda *args, frozen=False, **kwargs: real(*args, **kwargs))
-    through_saved_model = late_bound(converted.tflite_result()).to_bytes()
+    through_saved_model = file()
     assert routes == [True]
     assert _io(frozen) == _io(through_saved_model)
     assert _ops(frozen) == _ops(through_saved_model)
