@@ -19,6 +19,7 @@ from onnx2tf_alt.translate.node_layer import derived_weights, serving_weights
 # (tflite/late_weights.py); smaller ones the converter sees as constants, as before.
 LATE_ELEMENTS = 1 << 14
 LATE_PREFIX = "onnx2tf_alt_weight_"
+FROZEN_BYTES = 64 << 20  # bound weights up to which the frozen route is taken
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -113,7 +114,11 @@ def late_bound_signatures(results: dict[str, BuildResult],
     # writes a signature for each; so do several outputs, whose order in the subgraph that
     # route decides (not the keys' order, nor the model's: ssdlite's is labels, boxes,
     # scores), as does its RESHAPE clean-up (ssdlite: 226 RESHAPE against 136 frozen).
-    frozen = len(functions) == 1 and len(signature.outputs) == 1
+    # TF's frozen route also holds about the weights' size once more (vgg19: 3446 MB peak
+    # against 2963), so it is taken for models of up to FROZEN_BYTES of bound weights.
+    weights = sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+                  for shape, dtype, _ in sources.values())
+    frozen = len(functions) == 1 and len(signature.outputs) == 1 and weights <= FROZEN_BYTES
     try:
         bound = bind(_converted(functions, holder, False, select_tf_ops, frozen=frozen),
                      sources, signature if frozen else None)
