@@ -41,8 +41,8 @@ from onnx2tf_alt.tflite.bound_rewrites import (
 )
 from onnx2tf_alt.tflite.flatbuffer import FILE_IDENTIFIER, op_name, schema, unpack_model
 
-__all__ = ["Bound", "LazyBuffer", "Recipe", "Signature", "Unbindable", "bind", "drop_unused", "is_constant",
-           "mapped"]
+__all__ = ["Bound", "LazyBuffer", "Recipe", "Signature", "Unbindable", "bind", "drop_unused",
+           "is_constant", "mapped"]
 
 ALIGN = 16  # the alignment TF's converter gives buffer data
 PIECE_ELEMENTS = 1 << 22  # a transposed weight is written this many elements at a time

@@ -247,17 +247,19 @@ def _tflite_bytes(result: BuildResult, float16: bool, select_tf_ops: bool,
     if not float16 and len(signature.outputs) == 1:  # see late_bound_signatures
         content = _converted(concrete, holder, False, select_tf_ops, frozen=True)
         try:
-            return fold_runtime_biases(_signed(content, signature))
+            return _signed_and_folded(content, signature)
         except Unbindable as exc:
             log.info("the frozen graph's .tflite could not be signed (%s); converting "
                      "through a saved_model", exc)
     return fold_runtime_biases(_converted(concrete, holder, float16, select_tf_ops))
 
 
-def _signed(content: bytes, signature: Signature) -> bytes:
-    """A frozen-graph .tflite with the signature TF's saved_model route would give it."""
+def _signed_and_folded(content: bytes, signature: Signature) -> bytes:
+    """A frozen-graph .tflite with the signature TF's saved_model route would give it and
+    its run-time biases folded (fold_runtime_biases), in one unpacking of the model."""
     model = unpack_model(content)
     signature.write(model)
+    fold_runtime_biases_model(model)
     return pack_model(model, len(content) + 4096)
 
 
