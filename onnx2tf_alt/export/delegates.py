@@ -278,14 +278,15 @@ def onnx_origins(model, result, graph) -> list[list[dict]]:
 
 # --- the report -----------------------------------------------------------------------------
 def analyze(content: bytes, result=None, graph=None, path: str | None = None,
-            unavailable: str | None = None) -> DelegateReport:
+            unavailable: str | None = None, model=None) -> DelegateReport:
     """The delegate report of a .tflite flatbuffer; with the BuildResult and the Graph it
     was converted from, each op names its ONNX nodes. A file over XNNPACK_ANALYSIS_BYTES
     is not loaded (XNNPACK would pack a second copy of its weights in memory): its report
     gives the GPU check and says why XNNPACK's coverage is unknown. `path`: the file
     `content` was read from (the interpreter then maps it instead of copying `content`).
-    `unavailable`: why XNNPACK is not tried on it (the report's error)."""
-    model = unpack_model(content)
+    `unavailable`: why XNNPACK is not tried on it (the report's error). `model`: `content`
+    already unpacked (schema.ModelT), only read here."""
+    model = unpack_model(content) if model is None else model
     subgraph = model.subgraphs[0]
     issues = gpu_issues(model)
     origins = (onnx_origins(model, result, graph) if result is not None
@@ -316,11 +317,13 @@ def analyze(content: bytes, result=None, graph=None, path: str | None = None,
                           error=error)
 
 
-def write_delegate_report(converted, folder: str, stem: str) -> str:
-    """Analyze `<stem>_float32.tflite` in `folder`, write `<stem>_delegates.json` beside it,
-    log the one-line summary; returns the file name."""
+def write_delegate_report(converted, folder: str, stem: str, model=None) -> str:
+    """Analyze `<stem>_float32.tflite` in `folder` (`model`: that file unpacked, if at
+    hand), write `<stem>_delegates.json` beside it, log the one-line summary; returns the
+    file name."""
     path = os.path.join(folder, f"{stem}_float32.tflite")
-    report = analyze(mapped(path), converted.tflite_result(), converted.graph, path)
+    report = analyze(mapped(path), converted.tflite_result(), converted.graph, path,
+                     model=model)
     name = f"{stem}_delegates.json"
     with open(os.path.join(folder, name), "w") as f:
         json.dump(report.to_json(), f, indent=1, default=_plain)

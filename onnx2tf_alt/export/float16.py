@@ -33,10 +33,11 @@ REDUCED_PRECISION = b"fp16accfp32"  # what TF's float16 files declare
 PTQ_FLOAT16 = 1001  # ConversionMetadata's ModelOptimizationMode for float16 weights
 
 
-def float16_from_float32(content: bytes) -> bytes | None:
+def float16_from_float32(content: bytes, model=None) -> bytes | None:
     """The float16-weights flatbuffer of the float32 .tflite `content`, or None where
-    TF's converter should write it (see the module docstring)."""
-    model = unpack_model(content)
+    TF's converter should write it (see the module docstring). `model`: `content` already
+    unpacked (schema.ModelT), which this changes."""
+    model = unpack_model(content) if model is None else model
     if not _read_stored_buffers(model, content) or not float16_model(model):
         return None
     return pack_model(model, len(content) // 2 + 4096)

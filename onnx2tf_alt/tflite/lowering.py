@@ -4,13 +4,18 @@ what export/ writes into files and check/ runs."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
 
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, unpack_model
 from onnx2tf_alt.tflite.late_weights import Bound, Signature, Unbindable, bind
-from onnx2tf_alt.tflite.shared_weights import fold_runtime_biases, fold_runtime_biases_model
+from onnx2tf_alt.tflite.shared_weights import (
+    fold_runtime_biases,
+    fold_runtime_biases_model,
+    fold_runtime_biases_unpacked,
+)
 from onnx2tf_alt.translate.builder import BuildResult
 from onnx2tf_alt.translate.keras_layers import LATE_VALUES, ConstantWeights, weight_view
 from onnx2tf_alt.translate.node_layer import derived_weights, serving_weights
@@ -208,6 +213,14 @@ def _reader(variable):
     return lambda: weight_view(variable)
 
 
+@dataclass
+class Flat:
+    """A .tflite flatbuffer and, where its making unpacked it, its unpacked model
+    (schema.ModelT, the same content), for readers that would unpack it again."""
+    content: bytes
+    model: object | None = None
+
+
 def tflite_bytes(result: BuildResult, float16: bool = False, select_tf_ops: bool = True,
                  saved_model: str | None = None, late: bool = True) -> bytes:
     """The model as a .tflite flatbuffer with a `serving_default` signature.
@@ -222,24 +235,31 @@ def tflite_bytes(result: BuildResult, float16: bool = False, select_tf_ops: bool
     that fail, the serving function is converted as before. A float32 file has its large
     weights bound after conversion (late_bound) unless `late` is False.
     """
+    return tflite_flat(result, float16, select_tf_ops, saved_model, late).content
+
+
+def tflite_flat(result: BuildResult, float16: bool = False, select_tf_ops: bool = True,
+                saved_model: str | None = None, late: bool = True) -> Flat:
+    """tflite_bytes, with the unpacked model where one was made on the way."""
     if late and not float16:
         bound = late_bound(result, select_tf_ops)
         if bound is not None:
-            return bound.to_bytes()
+            return Flat(bound.to_bytes())
     if saved_model is not None:
         try:
-            return _tflite_bytes(result, float16, select_tf_ops, saved_model)
+            return _tflite_flat(result, float16, select_tf_ops, saved_model)
         except Exception as exc:  # noqa: BLE001 - the traced function is the reference path
             message = str(exc).strip().splitlines()
             log.info("converting the saved_model to .tflite failed (%s); converting the "
                      "serving function instead", message[-1] if message else type(exc).__name__)
-    return _tflite_bytes(result, float16, select_tf_ops, None)
+    return _tflite_flat(result, float16, select_tf_ops, None)
 
 
-def _tflite_bytes(result: BuildResult, float16: bool, select_tf_ops: bool,
-                  saved_model: str | None) -> bytes:
+def _tflite_flat(result: BuildResult, float16: bool, select_tf_ops: bool,
+                 saved_model: str | None) -> Flat:
     if saved_model is not None:
-        return fold_runtime_biases(_converted(saved_model, None, float16, select_tf_ops))
+        return Flat(*fold_runtime_biases_unpacked(
+            _converted(saved_model, None, float16, select_tf_ops)))
     holder = serving_module(result)
     concrete = holder.serve.get_concrete_function()
     signature = Signature.of(concrete, SIGNATURE, list(result.input_names.values()),
@@ -251,16 +271,17 @@ def _tflite_bytes(result: BuildResult, float16: bool, select_tf_ops: bool,
         except Unbindable as exc:
             log.info("the frozen graph's .tflite could not be signed (%s); converting "
                      "through a saved_model", exc)
-    return fold_runtime_biases(_converted(concrete, holder, float16, select_tf_ops))
+    return Flat(*fold_runtime_biases_unpacked(
+        _converted(concrete, holder, float16, select_tf_ops)))
 
 
-def _signed_and_folded(content: bytes, signature: Signature) -> bytes:
+def _signed_and_folded(content: bytes, signature: Signature) -> Flat:
     """A frozen-graph .tflite with the signature TF's saved_model route would give it and
     its run-time biases folded (fold_runtime_biases), in one unpacking of the model."""
     model = unpack_model(content)
     signature.write(model)
     fold_runtime_biases_model(model)
-    return pack_model(model, len(content) + 4096)
+    return Flat(pack_model(model, len(content) + 4096), model)
 
 
 def _converted(source, holder, float16: bool, select_tf_ops: bool,

@@ -16,7 +16,7 @@ from onnx import helper
 from onnx2tf_alt.tflite import late_weights
 from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
 from onnx2tf_alt.tflite.late_weights import Unbindable, bind
-from onnx2tf_alt.tflite.lowering import LATE_ELEMENTS, _tflite_bytes, late_bound
+from onnx2tf_alt.tflite.lowering import LATE_ELEMENTS, _tflite_flat, late_bound
 
 from harness import assert_close, check_model, make_model, ort_run, to_logical, to_physical
 from models import tiny_cnn
@@ -129,7 +129,7 @@ def test_bound_file_equals_the_converters_file(make):
     result = converted.tflite_result()
     bound = late_bound(result)
     assert bound is not None and bound.recipes
-    reference = _tflite_bytes(result, False, True, None)
+    reference = _tflite_flat(result, False, True, None).content
     assert _ops(converted.tflite) == _ops(reference)
     for late, ref in zip(_run(converted, converted.tflite, feeds=feeds),
                          _run(converted, reference, feeds=feeds)):
@@ -310,7 +310,7 @@ def test_one_output_converts_from_the_frozen_graph_as_through_a_saved_model(make
     assert bound == (make is not tiny_cnn)
 
     def file():
-        return late_bound(result).to_bytes() if bound else _tflite_bytes(result, False, True, None)
+        return late_bound(result).to_bytes() if bound else _tflite_flat(result, False, True, None).content
 
     routes = []
     real = lowering._converted
