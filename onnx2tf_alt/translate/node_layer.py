@@ -56,6 +56,14 @@ def decode_proto(cls, text: str):
 # 2.3 GB (the converter's peak) when they are constants.
 HELD_BYTES = 8 << 20
 
+# Keras learns a layer's outputs by tracing its `call` once, which runs the handler (an
+# unrolled recurrence: all its steps). That trace is skipped where it cannot matter: the
+# graph knows every output's shape and dtype, and the constants the handler makes cannot
+# reach HELD_BYTES. They are the node's constant inputs transposed, sliced or summed:
+# 0.99-1.16x their bytes on the RNNs of benchmarks/export_rnn.py; MADE_PER_INPUT bounds it.
+MADE_PER_INPUT = 4
+SIGNATURE_FROM_GRAPH = True  # False: always traced (the tests compare both)
+
 ENABLED = True  # False: handlers write their ops one by one (the tests compare both)
 
 
@@ -98,6 +106,7 @@ class NodeLayer(tf_keras.layers.Layer):
         ]
         self._arrays: dict[str, np.ndarray] | None = None  # the constants, while converting
         self._made: list | None = None
+        self._known: list | None = None  # output specs for Keras' symbolic call, in `of`
         self._decoded = None
         # Set by `of` past Keras' attribute tracking, so that the Keras files leave it out.
         object.__setattr__(self, "derived", [])
@@ -133,9 +142,16 @@ class NodeLayer(tf_keras.layers.Layer):
             release(array)  # the layer holds its own copy (an array kept on disk pages out)
         layer._arrays = arrays
         made: list[np.ndarray] = []
-        layer._made = made
-        outputs = layer(tensors)  # Keras' symbolic call: the constants the handler made
-        layer._made = None
+        known = layer._graph_signature(tensors)
+        if known is not None and (
+                MADE_PER_INPUT * sum(a.nbytes for a in arrays.values()) < HELD_BYTES):
+            layer._known = known
+            outputs = layer(tensors)  # no trace: the outputs the graph gives
+            layer._known = None
+        else:
+            layer._made = made
+            outputs = layer(tensors)  # Keras' symbolic call: the constants the handler made
+            layer._made = None
         held = sum(a.nbytes for a in made) >= HELD_BYTES
         while held and made:
             array = made.pop(0)
@@ -151,6 +167,32 @@ class NodeLayer(tf_keras.layers.Layer):
         ones of a node nothing reads, which has to return something)."""
         return self.read_outputs or [n for n in decode_proto(onnx.NodeProto, self.node).output
                                      if n]
+
+    def _graph_signature(self, tensors: list) -> list | None:
+        """The returned outputs as TensorSpecs from the graph's shapes and dtypes (in the
+        outputs' perms), or None: some dim or dtype unknown, an input tensor whose dtype is
+        not the graph's (a model computed in another precision), or SIGNATURE_FROM_GRAPH
+        off."""
+        if not SIGNATURE_FROM_GRAPH:
+            return None
+        proto = decode_proto(onnx.NodeProto, self.node)
+        for i, tensor in zip(self.tensor_inputs, tensors):
+            dtype = self.values[proto.input[i]][1]
+            if dtype is None or tf.as_dtype(tensor.dtype).name != dtype:
+                return None
+        specs = []
+        for name in self._returned:
+            shape, dtype = self.values[name]
+            if shape is None or dtype is None or any(d is None for d in shape):
+                return None
+            perm = self.out_perms[list(proto.output).index(name)]
+            specs.append(tf.TensorSpec([shape[a] for a in perm], tf.as_dtype(dtype)))
+        return specs
+
+    def _keras_tensor_symbolic_call(self, inputs, input_masks, args, kwargs):
+        if self._known is None:
+            return super()._keras_tensor_symbolic_call(inputs, input_masks, args, kwargs)
+        return [tf_keras.__internal__.KerasTensor(spec) for spec in self._known]
 
     def call(self, inputs):
         return self._run(list(inputs) if isinstance(inputs, (list, tuple)) else [inputs])

@@ -449,6 +449,55 @@ def test_each_recurrent_node_is_one_keras_layer(monkeypatch, tmp_path, held):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("layout,swapped", [(0, False), (0, True), (1, False)],
+                         ids=["time_major", "batch_first_input", "layout_1"])
+def test_a_node_layer_takes_its_outputs_from_the_graph_without_a_trace(monkeypatch, layout,
+                                                                      swapped):
+    """Keras learns a NodeLayer's outputs from the graph's shapes and dtypes (in the plan's
+    perms) instead of running the handler once more to trace them (node_layer.py,
+    SIGNATURE_FROM_GRAPH): building runs no handler, and every layer's outputs, the TFLite
+    ops and outputs are those of the traced route."""
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
+    from onnx2tf_alt.translate import node_layer
+
+    specs = [_spec("LSTM", direction="bidirectional", initial="input", peepholes=True),
+             _spec("GRU", direction="reverse", lens=(UNEQUAL, "const")),
+             _spec("RNN", direction="forward", initial="const")]
+    model, feeds = _model(specs, layout=layout, swapped_input=swapped)
+    runs, run = [], node_layer.NodeLayer._run
+
+    def counted(self, inputs):
+        runs.append(self.name)
+        return run(self, inputs)
+
+    monkeypatch.setattr(node_layer.NodeLayer, "_run", counted)
+    routes = {}
+    for from_graph in (True, False):
+        monkeypatch.setattr(node_layer, "SIGNATURE_FROM_GRAPH", from_graph)
+        runs.clear()
+        routes[from_graph] = convert(model)
+        layers = [layer for layer in routes[from_graph].result.model.layers
+                  if isinstance(layer, node_layer.NodeLayer)]
+        assert len(layers) == 3
+        assert len(runs) == (0 if from_graph else 3), runs
+
+    def signatures(converted):
+        return [[(tuple(t.shape), t.dtype) for t in _as_list(layer.output)]
+                for layer in converted.result.model.layers
+                if isinstance(layer, node_layer.NodeLayer)]
+
+    assert signatures(routes[True]) == signatures(routes[False])
+    files = {k: tflite_bytes(c.tflite_result()) for k, c in routes.items()}
+    assert count_tflite_ops(files[True]) == count_tflite_ops(files[False])
+    for a, b in zip(tflite_run(routes[True], feeds, files[True]),
+                    tflite_run(routes[False], feeds, files[False])):
+        np.testing.assert_array_equal(a, b)
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 def _assert_one_dequantize_per_weight(converted, feeds):
     """The float16 file derived from `converted`'s float32 one dequantizes each float16
     buffer once, however many tensors of the float32 file shared it, and computes what the
