@@ -24,7 +24,7 @@ from onnx2tf_alt.translate.node_layer import derived_weights, serving_weights
 # (tflite/late_weights.py); smaller ones the converter sees as constants, as before.
 LATE_ELEMENTS = 1 << 14
 LATE_PREFIX = "onnx2tf_alt_weight_"
-FROZEN_BYTES = 64 << 20  # bound weights up to which the frozen route is taken
+FROZEN_BYTES = 128 << 20  # bound weights up to which the frozen route is taken
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -119,8 +119,11 @@ def late_bound_signatures(results: dict[str, BuildResult],
     # writes a signature for each; so do several outputs, whose order in the subgraph that
     # route decides (not the keys' order, nor the model's: ssdlite's is labels, boxes,
     # scores), as does its RESHAPE clean-up (ssdlite: 226 RESHAPE against 136 frozen).
-    # TF's frozen route also holds about the weights' size once more (vgg19: 3446 MB peak
-    # against 2963), so it is taken for models of up to FROZEN_BYTES of bound weights.
+    # TF's frozen route is faster (its tflite float32 phase: efficientnet_v2_s 4.1 -> 2.2 s,
+    # convnext_tiny 3.6 -> 2.4 s, vit_b_16 4.4 -> 3.2 s) but some models keep memory about
+    # their weights' size past it in TF's own allocations (after the phase: alexnet +245 MB,
+    # vit_b_16 +246 MB, vgg19 +548 MB, 3509 MB peak against 2955; efficientnet_v2_s and
+    # convnext_tiny none), so it is taken for models of up to FROZEN_BYTES of bound weights.
     weights = sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
                   for shape, dtype, _ in sources.values())
     frozen = len(functions) == 1 and len(signature.outputs) == 1 and weights <= FROZEN_BYTES
