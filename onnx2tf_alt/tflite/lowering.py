@@ -9,13 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, unpack_model
+from onnx2tf_alt.tflite.finish import Finish
+from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model
 from onnx2tf_alt.tflite.late_weights import Bound, Signature, Unbindable, bind
-from onnx2tf_alt.tflite.shared_weights import (
-    fold_runtime_biases,
-    fold_runtime_biases_model,
-    fold_runtime_biases_unpacked,
-)
+from onnx2tf_alt.tflite.shared_weights import fold_runtime_biases, fold_runtime_biases_model
 from onnx2tf_alt.translate.builder import BuildResult
 from onnx2tf_alt.translate.keras_layers import LATE_VALUES, ConstantWeights, weight_view
 from onnx2tf_alt.translate.node_layer import derived_weights, serving_weights
@@ -261,40 +258,49 @@ def tflite_flat(result: BuildResult, float16: bool = False, select_tf_ops: bool 
 def _tflite_flat(result: BuildResult, float16: bool, select_tf_ops: bool,
                  saved_model: str | None) -> Flat:
     if saved_model is not None:
-        return Flat(*fold_runtime_biases_unpacked(
-            _converted(saved_model, None, float16, select_tf_ops)))
+        if float16:
+            return Flat(fold_runtime_biases(_converted(saved_model, None, True, select_tf_ops)))
+        finish = Finish()
+        content = _converted(saved_model, None, False, select_tf_ops, finish=finish)
+        return _folded(finish.model(content), len(content))
     holder = serving_module(result)
     concrete = holder.serve.get_concrete_function()
     signature = Signature.of(concrete, SIGNATURE, list(result.input_names.values()),
                              result.output_keys)
-    if not float16 and len(signature.outputs) == 1:  # see late_bound_signatures
-        content = _converted(concrete, holder, False, select_tf_ops, frozen=True)
+    if float16:
+        return Flat(fold_runtime_biases(_converted(concrete, holder, True, select_tf_ops)))
+    if len(signature.outputs) == 1:  # see late_bound_signatures
+        finish = Finish()
+        content = _converted(concrete, holder, False, select_tf_ops, frozen=True,
+                             finish=finish)
         try:
-            return _signed_and_folded(content, signature)
+            model = finish.model(content)
+            signature.write(model)  # the signature TF's saved_model route would give it
+            return _folded(model, len(content))
         except Unbindable as exc:
             log.info("the frozen graph's .tflite could not be signed (%s); converting "
                      "through a saved_model", exc)
-    return Flat(*fold_runtime_biases_unpacked(
-        _converted(concrete, holder, float16, select_tf_ops)))
+    finish = Finish()
+    content = _converted(concrete, holder, False, select_tf_ops, finish=finish)
+    return _folded(finish.model(content), len(content))
 
 
-def _signed_and_folded(content: bytes, signature: Signature) -> Flat:
-    """A frozen-graph .tflite with the signature TF's saved_model route would give it and
-    its run-time biases folded (fold_runtime_biases), in one unpacking of the model."""
-    model = unpack_model(content)
-    signature.write(model)
+def _folded(model, size: int) -> Flat:
+    """The unpacked float32 `model` with its run-time biases folded (fold_runtime_biases),
+    packed; `size`: about its bytes."""
     fold_runtime_biases_model(model)
-    return Flat(pack_model(model, len(content) + 4096), model)
+    return Flat(pack_model(model, size + 4096), model)
 
 
 def _converted(source, holder, float16: bool, select_tf_ops: bool,
-               frozen: bool = False) -> bytes:
+               frozen: bool = False, finish: Finish | None = None) -> bytes:
     """TF's converter on a saved_model folder (`source`, `holder` None) or concrete
     functions of `holder` (one, or a list: a signature each): builtins only, else with
     Select TF ops (a warning) unless `select_tf_ops` is False. `frozen` (one function):
     from its frozen graph, a file with no signature, instead of from the temporary
     saved_model TF otherwise saves and reads back (efficientnet_b0's weightless function:
-    0.50 s against 1.36 s; mobilenet_v2 0.26 against 0.82)."""
+    0.50 s against 1.36 s; mobilenet_v2 0.26 against 0.82). `finish`: TF's last passes
+    are left to it (tflite/finish.py); the caller unpacks the result with `finish.model`."""
     def converter(select_tf_ops: bool):
         if holder is None:
             conv = tf.lite.TFLiteConverter.from_saved_model(source, [SIGNATURE])
@@ -309,6 +315,8 @@ def _converted(source, holder, float16: bool, select_tf_ops: bool,
         if float16:
             conv.optimizations = [tf.lite.Optimize.DEFAULT]
             conv.target_spec.supported_types = [tf.float16]
+        if finish is not None:
+            finish.prepare(conv)
         return conv
 
     try:

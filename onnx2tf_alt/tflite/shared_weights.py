@@ -28,19 +28,12 @@ def fold_runtime_biases(content: bytes) -> bytes:
     its weight tensor with another FULLY_CONNECTED op, and whose output only feeds an ADD
     of a 1-D run-time vector [units], computing that ADD as its bias (the ADD removed). The
     flatbuffer is returned unchanged (the same object) when no op qualifies."""
-    return fold_runtime_biases_unpacked(content)[0]
-
-
-def fold_runtime_biases_unpacked(content: bytes) -> tuple[bytes, object | None]:
-    """fold_runtime_biases, with the unpacked model of the flatbuffer it returns where it
-    unpacked one (None where no op could qualify), for readers that would unpack it again
-    (an unrolled 2-layer LSTM's takes 0.45 s)."""
     if not _has_candidates(read_model(content), schema):
-        return content, None
+        return content
     model = unpack_model(content)
     if not fold_runtime_biases_model(model):
-        return content, model
-    return pack_model(model, len(content) + 4096), model
+        return content
+    return pack_model(model, len(content) + 4096)
 
 
 def fold_runtime_biases_model(model) -> int:
