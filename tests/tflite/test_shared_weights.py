@@ -131,9 +131,9 @@ def test_several_sequences_get_a_run_time_bias_of_their_own():
 def test_a_converted_file_is_unpacked_once_for_its_report_and_float16(tmp_path, monkeypatch):
     """The float32 file of a model without bound weights is unpacked once on its way out of
     TF's converter (tflite/finish.py, then its run-time biases folded); the delegate report
-    reads that unpacked
-    model and the float16 derivation changes it, instead of unpacking the file again each
-    (0.45 s each for an unrolled 2-layer LSTM). Both come out as from the file itself."""
+    reads that unpacked model and the float16 derivation changes it, instead of unpacking
+    the file again each (0.45 s each for an unrolled 2-layer LSTM). Both come out as from
+    the file itself."""
     import json
 
     import onnx
