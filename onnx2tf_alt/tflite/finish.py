@@ -25,11 +25,11 @@ class Finish:
     """Given to lowering._converted: `prepare` switches TF's last passes off on a
     converter, `model` unpacks the converted file and makes them."""
 
-    def __init__(self):
-        self.converter = None
+    def __init__(self, enabled: bool = True):
+        self.enabled, self.converter = enabled, None
 
     def prepare(self, converter) -> None:
-        if (hasattr(converter, "_experimental_use_buffer_offset")
+        if (self.enabled and hasattr(converter, "_experimental_use_buffer_offset")
                 and getattr(converter, "_metadata", None) is not None):
             converter._experimental_use_buffer_offset = True
             self.converter = converter

@@ -22,6 +22,7 @@ from onnx2tf_alt.translate.node_layer import derived_weights, serving_weights
 LATE_ELEMENTS = 1 << 14
 LATE_PREFIX = "onnx2tf_alt_weight_"
 FROZEN_BYTES = 128 << 20  # bound weights up to which the frozen route is taken
+FINISH_BYTES = 1 << 30  # weights up to which TF's last passes are ours (_finish_for)
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -260,7 +261,7 @@ def _tflite_flat(result: BuildResult, float16: bool, select_tf_ops: bool,
     if saved_model is not None:
         if float16:
             return Flat(fold_runtime_biases(_converted(saved_model, None, True, select_tf_ops)))
-        finish = Finish()
+        finish = _finish_for(result)
         content = _converted(saved_model, None, False, select_tf_ops, finish=finish)
         return _folded(finish.model(content), len(content))
     holder = serving_module(result)
@@ -270,7 +271,7 @@ def _tflite_flat(result: BuildResult, float16: bool, select_tf_ops: bool,
     if float16:
         return Flat(fold_runtime_biases(_converted(concrete, holder, True, select_tf_ops)))
     if len(signature.outputs) == 1:  # see late_bound_signatures
-        finish = Finish()
+        finish = _finish_for(result)
         content = _converted(concrete, holder, False, select_tf_ops, frozen=True,
                              finish=finish)
         try:
@@ -280,9 +281,18 @@ def _tflite_flat(result: BuildResult, float16: bool, select_tf_ops: bool,
         except Unbindable as exc:
             log.info("the frozen graph's .tflite could not be signed (%s); converting "
                      "through a saved_model", exc)
-    finish = Finish()
+    finish = _finish_for(result)
     content = _converted(concrete, holder, False, select_tf_ops, finish=finish)
     return _folded(finish.model(content), len(content))
+
+
+def _finish_for(result: BuildResult) -> Finish:
+    """TF's last passes done on our unpacked model (tflite/finish.py) for a model of up to
+    FINISH_BYTES of weights; a larger one keeps TF's own: its file may pass flatbuffers'
+    2 GB, which TF then writes with its buffers after the flatbuffer, as before."""
+    weights = sum(int(np.prod(w.shape, dtype=np.int64)) * w.dtype.size
+                  for w in serving_weights(result.model))
+    return Finish() if weights <= FINISH_BYTES else Finish(enabled=False)
 
 
 def _folded(model, size: int) -> Flat:

@@ -107,3 +107,24 @@ def test_a_tf_without_the_switch_finishes_its_own_file():
     converter, finish = Converter(), Finish()
     finish.prepare(converter)
     assert finish.converter is None and vars(converter) == {}
+
+
+def test_a_model_past_finish_bytes_keeps_tf_s_own_passes(monkeypatch):
+    """A model of more than FINISH_BYTES of weights (its file may pass flatbuffers' 2 GB,
+    which TF then writes with its buffers after the flatbuffer) is finished by TF itself;
+    the file is the same."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    result = convert(tiny_cnn(batch=2)[0]).tflite_result()
+    unpacked, unpack = [], flatbuffer_utils.convert_bytearray_to_object
+
+    def counted(content):
+        unpacked.append(len(content))
+        return unpack(content)
+
+    monkeypatch.setattr(lowering, "FINISH_BYTES", 0)
+    monkeypatch.setattr(flatbuffer_utils, "convert_bytearray_to_object", counted)
+    flat = lowering._tflite_flat(result, False, True, None)
+    assert len(unpacked) == 3, unpacked  # TF's buffer sharing (2) and metadata (1)
+    monkeypatch.undo()
+    assert flat.content == _tf_finished(result, "frozen")
