@@ -22,7 +22,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnx2tf_alt.tflite.flatbuffer import opcode_index, pack_model, pack_table, schema, unpack_model
+from onnx2tf_alt.tflite.flatbuffer import (
+    inline_stored_buffers,
+    opcode_index,
+    pack_model,
+    pack_table,
+    put_metadata,
+    schema,
+    unpack_model,
+)
 from onnx2tf_alt.tflite.late_weights import LazyBuffer
 
 DEQUANTIZE_VERSION = 3  # the version that reads float16
@@ -134,9 +142,7 @@ def _read_stored_buffers(model, content: bytes) -> bool:
     halved = sum(b.size for i, b in enumerate(model.buffers) if b.offset > 1 and i in float32)
     if len(content) - halved // 2 + FLATBUFFER_MARGIN > MAX_FLATBUFFER:
         return False
-    for buffer in stored:
-        buffer.data = np.frombuffer(content, np.uint8, buffer.size, buffer.offset)
-        buffer.offset = buffer.size = 0
+    inline_stored_buffers(model, content)
     return True
 
 
@@ -155,24 +161,13 @@ def record_optimization(model, runtime: str, mode: int, reduced_precision: bytes
     from tensorflow.lite.python import conversion_metadata_schema_py_generated as conversion
 
     entries = {m.name: m for m in model.metadata or []}
-
-    def put(name: bytes, data: bytes) -> None:
-        entry = entries.get(name)
-        if entry is None:
-            model.buffers.append(schema.BufferT())
-            entry = schema.MetadataT()
-            entry.name, entry.buffer = name, len(model.buffers) - 1
-            model.metadata = [*(model.metadata or []), entry]
-            entries[name] = entry
-        model.buffers[entry.buffer].data = np.frombuffer(data, np.uint8)
-
     current = entries.get(b"min_runtime_version")
     old = (bytes(model.buffers[current.buffer].data).rstrip(b"\0").decode()
            if current is not None else "0")
     newest = max(old, runtime, key=lambda v: tuple(int(p) for p in v.split(".")))
-    put(b"min_runtime_version", newest.encode().ljust(16, b"\0"))
+    put_metadata(model, b"min_runtime_version", newest.encode().ljust(16, b"\0"))
     if reduced_precision:
-        put(b"reduced_precision_support", reduced_precision)
+        put_metadata(model, b"reduced_precision_support", reduced_precision)
     recorded = entries.get(b"CONVERSION_METADATA")
     if recorded is not None:
         data = bytes(model.buffers[recorded.buffer].data)
@@ -183,4 +178,4 @@ def record_optimization(model, runtime: str, mode: int, reduced_precision: bytes
         modes = [int(m) for m in (meta.options.modelOptimizationModes
                                   if meta.options.modelOptimizationModes is not None else [])]
         meta.options.modelOptimizationModes = sorted({*modes, mode})
-        put(b"CONVERSION_METADATA", pack_table(meta, len(data) + 64))
+        put_metadata(model, b"CONVERSION_METADATA", pack_table(meta, len(data) + 64))

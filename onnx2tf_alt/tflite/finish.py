@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnx2tf_alt.tflite.flatbuffer import schema, unpack_model
+from onnx2tf_alt.tflite.flatbuffer import (
+    inline_stored_buffers,
+    pack_table,
+    put_metadata,
+    schema,
+    unpack_model,
+)
 
 BUFFER_LOCATION = b"buffer_location"  # the metadata entry of a file with stored buffers
 CONVERSION_METADATA = b"CONVERSION_METADATA"
@@ -50,10 +56,7 @@ class Finish:
 def read_stored_buffers(model, content) -> None:
     """Buffers stored after the flatbuffer (offset > 1) become views of `content`, and the
     entry that says they are stored goes."""
-    for buffer in model.buffers:
-        if buffer.offset > 1:
-            buffer.data = np.frombuffer(content, np.uint8, buffer.size, buffer.offset)
-            buffer.offset = buffer.size = 0
+    inline_stored_buffers(model, content)
     if model.metadata:
         kept = [m for m in model.metadata if m.name != BUFFER_LOCATION]
         for entry in model.metadata:
@@ -119,14 +122,7 @@ def _size(model, index: int) -> int:
 def _record_metadata(model, metadata) -> None:
     """The CONVERSION_METADATA entry TF writes: its converter's record of the conversion,
     with the model's structural hash."""
-    import flatbuffers
     from tensorflow.lite.python.util import get_model_hash
 
     metadata.environment.modelHash = get_model_hash(model)
-    builder = flatbuffers.Builder(0)
-    builder.Finish(metadata.Pack(builder))
-    model.buffers.append(schema.BufferT())
-    model.buffers[-1].data = np.frombuffer(bytes(builder.Output()), np.uint8)
-    entry = schema.MetadataT()
-    entry.name, entry.buffer = CONVERSION_METADATA, len(model.buffers) - 1
-    model.metadata = [*(model.metadata or []), entry]
+    put_metadata(model, CONVERSION_METADATA, pack_table(metadata))

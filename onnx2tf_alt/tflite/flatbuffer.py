@@ -12,6 +12,7 @@ TensorFlow.
 from __future__ import annotations
 
 import flatbuffers
+import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 FILE_IDENTIFIER = b"TFL3"
@@ -39,6 +40,27 @@ def pack_table(table, size_hint: int = 1024, file_identifier: bytes | None = Non
     builder = flatbuffers.Builder(size_hint)
     builder.Finish(table.Pack(builder), file_identifier=file_identifier)
     return bytes(builder.Output())
+
+
+def inline_stored_buffers(model, content) -> None:
+    """The buffers of `model` stored after the flatbuffer `content` (offset > 1: files past
+    2 GB, or asked for) become views of `content`, kept inside when packed again."""
+    for buffer in model.buffers:
+        if buffer.offset > 1:
+            buffer.data = np.frombuffer(content, np.uint8, buffer.size, buffer.offset)
+            buffer.offset = buffer.size = 0
+
+
+def put_metadata(model, name: bytes, data: bytes) -> None:
+    """`model`'s metadata entry `name` holds `data`: its buffer refilled, or a new buffer
+    and entry added."""
+    entry = next((m for m in model.metadata or [] if m.name == name), None)
+    if entry is None:
+        model.buffers.append(schema.BufferT())
+        entry = schema.MetadataT()
+        entry.name, entry.buffer = name, len(model.buffers) - 1
+        model.metadata = [*(model.metadata or []), entry]
+    model.buffers[entry.buffer].data = np.frombuffer(data, np.uint8)
 
 
 def op_name(model, op) -> str:
