@@ -4,6 +4,7 @@ what export/ writes into files and check/ runs."""
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,6 +13,7 @@ import tensorflow as tf
 from onnx2tf_alt.tflite.finish import Finish
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model
 from onnx2tf_alt.tflite.late_weights import Bound, Signature, Unbindable, bind
+from onnx2tf_alt.tflite.saved_model_reader import saved_functions, saved_model_converter
 from onnx2tf_alt.tflite.shared_weights import fold_runtime_biases, fold_runtime_biases_model
 from onnx2tf_alt.translate.builder import BuildResult
 from onnx2tf_alt.translate.keras_layers import LATE_VALUES, ConstantWeights, weight_view
@@ -311,34 +313,39 @@ def _converted(source, holder, float16: bool, select_tf_ops: bool,
     saved_model TF otherwise saves and reads back (efficientnet_b0's weightless function:
     0.50 s against 1.36 s; mobilenet_v2 0.26 against 0.82). `finish`: TF's last passes
     are left to it (tflite/finish.py); the caller unpacks the result with `finish.model`."""
-    def converter(select_tf_ops: bool):
-        if holder is None:
-            conv = tf.lite.TFLiteConverter.from_saved_model(source, [SIGNATURE])
-        else:
-            functions = source if isinstance(source, list) else [source]
-            conv = tf.lite.TFLiteConverter.from_concrete_functions(functions, holder)
-            conv.experimental_lower_to_saved_model = not frozen
-        ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-        if select_tf_ops:
-            ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
-        conv.target_spec.supported_ops = ops
-        if float16:
-            conv.optimizations = [tf.lite.Optimize.DEFAULT]
-            conv.target_spec.supported_types = [tf.float16]
-        if finish is not None:
-            finish.prepare(conv)
-        return conv
+    functions = source if isinstance(source, list) else [source]
+    with ExitStack() as stack:
+        keys = [SIGNATURE]
+        if holder is not None and not frozen:  # what TF's converter would save first
+            source, keys = stack.enter_context(saved_functions(functions, holder))
 
-    try:
-        content = converter(select_tf_ops=False).convert()
-    except Exception as exc:  # retried with TF ops (unless not allowed), then reported
-        if not select_tf_ops:
-            raise
-        message = str(exc).strip().splitlines()
-        log.warning(
-            "TFLite builtins cannot express this model (%s); using Select TF ops, which need "
-            "the Flex delegate at run time",
-            message[-1] if message else type(exc).__name__,
-        )
-        content = converter(select_tf_ops=True).convert()
+        def converter(select_tf_ops: bool):
+            if holder is None or not frozen:
+                conv = saved_model_converter(source, keys, functions=holder is not None)
+            else:
+                conv = tf.lite.TFLiteConverter.from_concrete_functions(functions, holder)
+                conv.experimental_lower_to_saved_model = False
+            ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+            if select_tf_ops:
+                ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
+            conv.target_spec.supported_ops = ops
+            if float16:
+                conv.optimizations = [tf.lite.Optimize.DEFAULT]
+                conv.target_spec.supported_types = [tf.float16]
+            if finish is not None:
+                finish.prepare(conv)
+            return conv
+
+        try:
+            content = converter(select_tf_ops=False).convert()
+        except Exception as exc:  # retried with TF ops (unless not allowed), then reported
+            if not select_tf_ops:
+                raise
+            message = str(exc).strip().splitlines()
+            log.warning(
+                "TFLite builtins cannot express this model (%s); using Select TF ops, which "
+                "need the Flex delegate at run time",
+                message[-1] if message else type(exc).__name__,
+            )
+            content = converter(select_tf_ops=True).convert()
     return content
