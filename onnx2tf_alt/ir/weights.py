@@ -34,6 +34,7 @@ FILESYSTEM_ROOT = os.path.abspath(os.sep)
 
 # Inline weights of at least this many bytes in all are moved to a temporary file (`spill`).
 SPILL_BYTES = 64 << 20
+SPILL_ONE = 16 << 20  # a weight a pass makes goes to a temporary file from this size (add_spilled)
 SPILLED: list[str] = []  # the files `spill` wrote, removed by remove_spilled
 
 # Element types whose external bytes are the little-endian array itself (memory-mappable);
@@ -89,31 +90,58 @@ def spill(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     total = sum(_nbytes(t) for t in large)
     if total < SPILL_BYTES:
         return model, 0
+    _write_spilled(large, [numpy_helper.to_array] * len(large))
+    fresh = onnx.ModelProto()
+    fresh.ParseFromString(model.SerializeToString())
+    return fresh, total
+
+
+def add_spilled(container, name: str, array: np.ndarray,
+                data_type: int | None = None) -> onnx.TensorProto:
+    """A new initializer `name` in `container` (a GraphProto's `initializer` field) holding
+    `array` (its bytes, of `data_type`: by default the array's type): kept in a temporary file as `spill` keeps weights when it comes to SPILL_ONE
+    bytes, else in the proto. A pass that makes a large weight (dense_flatten.py: a VGG's
+    400 MB permuted FC weight) puts it there directly: in the proto it would stay in the
+    model's memory for the whole conversion, as protobuf frees a message's memory only with
+    the message, which the callers of the passes hold."""
+    tensor = container.add()
+    tensor.name = name
+    tensor.data_type = (helper.np_dtype_to_tensor_dtype(array.dtype) if data_type is None
+                        else data_type)
+    tensor.dims.extend(array.shape)
+    if array.nbytes >= SPILL_ONE and tensor.data_type in _RAW_TYPES:
+        _write_spilled([tensor], [lambda _: array])
+    else:
+        tensor.raw_data = np.ascontiguousarray(array, array.dtype.newbyteorder("<")).tobytes()
+    return tensor
+
+
+def _write_spilled(tensors: list, values: list) -> None:
+    """Each of `tensors` with its value (`values[i](tensors[i])`) moved into one new
+    temporary file and pointed at it as external data."""
     handle, path = tempfile.mkstemp(prefix=".onnx2tf_alt_weights_", suffix=".bin")
     SPILLED.append(path)
     location = os.path.relpath(path, FILESYSTEM_ROOT)
     try:
         with os.fdopen(handle, "wb") as f:
-            for tensor in large:
-                data = numpy_helper.to_array(tensor)
+            for tensor, value in zip(tensors, values):
+                data = value(tensor)
                 offset = -(-f.tell() // 64) * 64
                 f.seek(offset)
-                f.write(np.ascontiguousarray(data, data.dtype.newbyteorder("<")).tobytes())
+                f.write(memoryview(np.ascontiguousarray(
+                    data, data.dtype.newbyteorder("<"))).cast("B"))
                 for field in ("raw_data", "float_data", "int32_data", "int64_data",
                               "double_data", "uint64_data"):
                     tensor.ClearField(field)
                 tensor.data_location = onnx.TensorProto.EXTERNAL
                 del tensor.external_data[:]
-                for key, value in (("location", location), ("offset", str(offset)),
-                                   ("length", str(data.nbytes))):
+                for key, value_ in (("location", location), ("offset", str(offset)),
+                                    ("length", str(data.nbytes))):
                     entry = tensor.external_data.add()
-                    entry.key, entry.value = key, value
+                    entry.key, entry.value = key, value_
     except OSError:
         remove_spilled_file(path)
         raise
-    fresh = onnx.ModelProto()
-    fresh.ParseFromString(model.SerializeToString())
-    return fresh, total
 
 
 def remove_spilled() -> None:

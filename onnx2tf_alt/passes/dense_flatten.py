@@ -18,7 +18,7 @@ import onnx
 from onnx import helper
 
 from onnx2tf_alt.ir.index import GraphIndex
-from onnx2tf_alt.ir.weights import to_array
+from onnx2tf_alt.ir.weights import add_spilled, to_array
 
 # Producers whose output the plan keeps channel-last, and ops that pass that layout along.
 CHANNEL_LAST_PRODUCERS = {
@@ -92,12 +92,10 @@ def flatten_channel_last(model: onnx.ModelProto) -> bool:
         for consumer, weights, axis in dense:
             permuted = np.take(to_array(inits[weights]), order, axis=axis)
             new_name = f"{weights}__rows_for_{node.output[0]}"
-            added = graph.initializer.add()  # built in place: a 400 MB FC weight, copied once
-            added.name, added.data_type = new_name, inits[weights].data_type
-            added.dims.extend(permuted.shape)
-            added.raw_data = np.ascontiguousarray(permuted).astype(
-                permuted.dtype.newbyteorder("<"), copy=False).tobytes()
-            inits[new_name] = added
+            # a 400 MB FC weight: into a temporary file, not the proto (add_spilled)
+            inits[new_name] = add_spilled(graph.initializer, new_name, permuted,
+                                          inits[weights].data_type)
+            del permuted
             consumer.input[1] = new_name
         moved = f"{x}__channel_last_for_{node.name or node.output[0]}"
         perm = [0, *range(2, len(shape)), 1]

@@ -53,3 +53,35 @@ def test_rewrite_keeps_values_and_drops_transposes(flatten, trans_b):
 def test_not_applied_without_a_channel_last_producer():
     model, _ = classifier("Flatten", 1, source="Slice")
     assert not flatten_channel_last(onnx.shape_inference.infer_shapes(model))
+
+
+@pytest.mark.parametrize("spill_one", [0, 1 << 30])
+def test_a_large_permuted_weight_is_made_in_a_temporary_file(tmp_path, monkeypatch, spill_one):
+    """From SPILL_ONE bytes the permuted weight goes to a temporary file (protobuf would
+    keep it in the model's memory for the whole conversion: VGG-19's 392 MB), below it
+    into the proto; the same values either way, and a conversion removes its file."""
+    import onnxruntime as ort
+
+    import onnx2tf_alt
+    from onnx2tf_alt.ir import weights
+
+    monkeypatch.setattr(weights, "SPILL_ONE", spill_one)
+    weights.remove_spilled()
+    model, feeds = classifier("Flatten", 1)
+    rewritten = onnx.shape_inference.infer_shapes(model)
+    assert flatten_channel_last(rewritten)
+    permuted = next(t for t in rewritten.graph.initializer if "__rows_for_" in t.name)
+    assert weights.is_external(permuted) == (spill_one == 0)
+    assert len(weights.SPILLED) == (spill_one == 0)
+    session = ort.InferenceSession(rewritten.SerializeToString(), weights.ort_options(),
+                                   providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, feeds)[0], ort_run(model, feeds)[0],
+                               rtol=1e-5, atol=1e-5)
+    weights.remove_spilled()
+
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    result = onnx2tf_alt.convert(input_onnx_file_path=str(tmp_path / "m.onnx"),
+                                 output_folder_path=str(tmp_path / "out"),
+                                 check_onnx_tf_outputs_elementwise_close=True, non_verbose=True)
+    assert result.onnx2tf_alt_report.passed  # TF and float32 TFLite against onnxruntime
+    assert not weights.SPILLED
