@@ -99,12 +99,17 @@ def spill(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
 def add_spilled(container, name: str, array: np.ndarray,
                 data_type: int | None = None) -> onnx.TensorProto:
     """A new initializer `name` in `container` (a GraphProto's `initializer` field) holding
-    `array` (its bytes, of `data_type`: by default the array's type): kept in a temporary file as `spill` keeps weights when it comes to SPILL_ONE
-    bytes, else in the proto. A pass that makes a large weight (dense_flatten.py: a VGG's
-    400 MB permuted FC weight) puts it there directly: in the proto it would stay in the
-    model's memory for the whole conversion, as protobuf frees a message's memory only with
-    the message, which the callers of the passes hold."""
+    `array` (its bytes, of `data_type` when given): kept in a temporary file as `spill`
+    keeps weights when it comes to SPILL_ONE bytes, else in the proto. A pass that makes a
+    large weight (dense_flatten.py: a VGG's 400 MB permuted FC weight; a folded constant)
+    puts it there directly: in the proto it would stay in the model's memory for the whole
+    conversion, as protobuf frees a message's memory only with the message, which the
+    callers of the passes hold."""
     tensor = container.add()
+    raw = data_type is not None or array.dtype.kind in "biufc"
+    if (array.nbytes < SPILL_ONE or not raw) and data_type is None:
+        tensor.CopyFrom(numpy_helper.from_array(array, name))
+        return tensor
     tensor.name = name
     tensor.data_type = (helper.np_dtype_to_tensor_dtype(array.dtype) if data_type is None
                         else data_type)

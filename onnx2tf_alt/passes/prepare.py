@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.ir.index import GraphIndex, dims_of
-from onnx2tf_alt.ir.weights import to_array, weight_free_copy
+from onnx2tf_alt.ir.weights import add_spilled, to_array, weight_free_copy
 from onnx2tf_alt.passes.control_flow import inline_control_flow
 from onnx2tf_alt.passes.conv_taps import cut_dead_taps
 from onnx2tf_alt.passes.dense_flatten import flatten_channel_last
@@ -427,16 +427,14 @@ def fold_constants(model: onnx.ModelProto) -> bool:
     remaining = [n for n in graph.node if id(n) not in folded_ids]
     used = {i for n in remaining for i in n.input} | {o.name for o in graph.output}
     used |= _subgraph_names(graph)
-    new_inits = [
-        numpy_helper.from_array(known[name], name)
-        for name in sorted(folded_outputs & used)
-    ]
     keep_inits = [i for i in graph.initializer if i.name in used]
     del graph.node[:]
     graph.node.extend(remaining)
     del graph.initializer[:]
-    graph.initializer.extend(keep_inits + new_inits)
-    folded_names = {i.name for i in new_inits}
+    graph.initializer.extend(keep_inits)
+    folded_names = folded_outputs & used
+    for name in sorted(folded_names):  # a large one into a temporary file (add_spilled)
+        add_spilled(graph.initializer, name, np.asarray(known[name]))
     kept_vi = [v for v in graph.value_info if v.name not in folded_names]
     del graph.value_info[:]
     graph.value_info.extend(kept_vi)

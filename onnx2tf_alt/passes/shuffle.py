@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from onnx2tf_alt.ir.index import GraphIndex
-from onnx2tf_alt.ir.weights import to_array
+from onnx2tf_alt.ir.weights import add_spilled, to_array
 
 MAX_ELEMENTS = 1 << 24  # index tensors above this size are not evaluated
 
@@ -103,9 +102,7 @@ def _reorder(graph, inits, node: onnx.NodeProto, index: int, order, axis: int) -
         return name
     new_name = f"{name}_{node.name or node.output[0]}_shuffled"
     array = np.take(to_array(inits[name]), order, axis=axis)
-    tensor = numpy_helper.from_array(array, new_name)
-    graph.initializer.append(tensor)
-    inits[new_name] = tensor
+    inits[new_name] = add_spilled(graph.initializer, new_name, array)
     node.input[index] = new_name
     return name
 

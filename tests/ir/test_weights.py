@@ -103,3 +103,38 @@ def test_inline_weights_move_to_a_temporary_file_for_the_conversion(tmp_path, mo
     assert result.onnx2tf_alt_report.passed  # TF and float32 TFLite against onnxruntime
     assert not weights.SPILLED  # the conversion removed its file
     assert sorted(os.listdir(tmp_path / "model")) == ["m.onnx"]  # the user's folder untouched
+
+
+def test_a_large_folded_constant_is_made_in_a_temporary_file(monkeypatch):
+    """Constant folding (Transpose of a weight, a Cast of it) makes its large results in a
+    temporary file from SPILL_ONE bytes (ir/weights.add_spilled) and its small ones in the
+    proto; onnxruntime computes the same from either."""
+    import onnxruntime as ort
+
+    from onnx2tf_alt.passes.prepare import fold_constants
+
+    w = rng.randn(80, 96)
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+         helper.make_node("MatMul", ["x", "wt"], ["m"]),
+         helper.make_node("Cast", ["k"], ["kf"], to=onnx.TensorProto.FLOAT),
+         helper.make_node("Add", ["m", "kf"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 96])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3, 80])],
+        [numpy_helper.from_array(w, "w"),
+         numpy_helper.from_array(np.arange(80, dtype=np.int32), "k")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.randn(3, 96)
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    monkeypatch.setattr(weights, "SPILL_ONE", 80 * 4 + 1)  # the Cast's 320 bytes stay inline
+    weights.remove_spilled()
+    assert fold_constants(model)
+    tensors = {t.name: t for t in model.graph.initializer}
+    assert weights.is_external(tensors["wt"]) and len(weights.SPILLED) == 1
+    assert not weights.is_external(tensors["kf"])
+    np.testing.assert_array_equal(weights.to_array(tensors["wt"]), w.T)
+    session = ort.InferenceSession(model.SerializeToString(), weights.ort_options(),
+                                   providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], expected[0],
+                               rtol=1e-6, atol=1e-6)
+    weights.remove_spilled()
