@@ -57,3 +57,73 @@ def test_a_conversion_loads_keras_3_only_when_the_user_asks(tmp_path, user_value
         assert loaded == []
     else:
         assert "keras.src.optimizers" in loaded, loaded
+
+
+# Converts with the CLI's main in a fresh process, with or without the shared TFLite schema
+# (cli/entry.py), and prints whether TensorFlow's schema module is ai_edge_litert's.
+_CONVERTING = """
+import sys
+from onnx2tf_alt.cli import entry
+if sys.argv[1] == "shared":
+    entry.share_tflite_schema()
+from onnx2tf_alt.cli.main import main
+code = main(sys.argv[2:])
+print("code", code, "shared", sys.modules[entry.TF_SCHEMA] is sys.modules[entry.LITERT_SCHEMA])
+"""
+
+# Imports both generated schema modules as they are and prints what TensorFlow's has that
+# ai_edge_litert's lacks or holds otherwise: functions, classes, constants, object-API fields.
+_COMPARING_SCHEMAS = """
+import importlib, inspect
+tf_schema = importlib.import_module("tensorflow.lite.python.schema_py_generated")
+litert = importlib.import_module("ai_edge_litert.schema_py_generated")
+problems = []
+for name, value in vars(tf_schema).items():
+    if inspect.isfunction(value) and not callable(getattr(litert, name, None)):
+        problems.append(f"no function {name}")
+    if not inspect.isclass(value) or value.__module__ != tf_schema.__name__:
+        continue
+    other = getattr(litert, name, None)
+    if other is None:
+        problems.append(f"no class {name}")
+        continue
+    for key, constant in vars(value).items():
+        if isinstance(constant, int) and getattr(other, key, None) != constant:
+            problems.append(f"{name}.{key}")
+    if name.endswith("T"):
+        missing = set(vars(value())) - set(vars(other()))
+        problems += [f"{name}.{field}" for field in sorted(missing)]
+    methods = {k for k, v in vars(value).items() if callable(v)}
+    problems += [f"{name}.{k}()" for k in sorted(methods - set(vars(other)))]
+print(len(problems), problems[:20])
+"""
+
+
+def test_ai_edge_litert_s_schema_holds_all_of_tensorflow_s():
+    """The CLI gives TensorFlow ai_edge_litert's generated TFLite schema for its own: every
+    function, class, enum value, object-API field and method of TensorFlow's is in it, the
+    same."""
+    proc = subprocess.run([sys.executable, "-c", _COMPARING_SCHEMAS], env=cli_env(),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[0] == "0", proc.stdout
+
+
+def test_the_shared_schema_gives_the_same_files(tmp_path):
+    """A conversion with TensorFlow on ai_edge_litert's schema module (one import of the
+    two, 0.18 s) writes the files it writes on its own, byte for byte."""
+    source = tmp_path / "cnn.onnx"
+    onnx.save(tiny_cnn()[0], source)
+    files = {}
+    for mode in ("shared", "own"):
+        out = tmp_path / mode
+        proc = subprocess.run(
+            [sys.executable, "-c", _CONVERTING, mode, "-i", str(source), "-o", str(out),
+             "-dms"], env=cli_env(), capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"code 0 shared {mode == 'shared'}" in proc.stdout, proc.stdout
+        files[mode] = {name: (out / name).read_bytes() for name in sorted(os.listdir(out))
+                       if name.endswith((".tflite", ".json")) and "manifest" not in name}
+    assert list(files["shared"]) == ["cnn_delegates.json", "cnn_float16.tflite",
+                                     "cnn_float32.tflite", "cnn_io_layout.json"]
+    assert files["shared"] == files["own"]
