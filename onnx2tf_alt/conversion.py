@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 
 from calibration.samples import parse_custom_data
+from onnx2tf_alt import startup
 from onnx2tf_alt.check.inputs import first_sample, load_custom_inputs
 from onnx2tf_alt.check.repro import REPORTS_FOLDER, write_failure_reports
 from onnx2tf_alt.errors import ConversionError, InputError
@@ -192,6 +193,8 @@ def convert(
     custom_data = parse_custom_data(custom_input_op_name_np_data_path)
     custom_inputs = load_custom_inputs([e[:2] for e in custom_input_op_name_np_data_path or []])
     from onnx2tf_alt.quant.quantize import QuantOptions, plan_quantization
+
+    startup.resume()  # TensorFlow is loaded: collection back on (onnx2tf_alt/startup.py)
 
     quant_options = QuantOptions(
         dynamic_range, output_integer_quantized_tflite, quant_type,

@@ -11,6 +11,8 @@ import os
 import signal
 import sys
 
+from onnx2tf_alt import startup
+
 # TensorFlow's __init__ imports an optimizers module eagerly: Keras 3's (`keras.src`, 0.25 s
 # and 17 MB of mobilenet_block's 2.8 s -dms run) unless this is set, then tf_keras's, which
 # the conversion imports anyway. tf.keras is then tf_keras in this process, which is what
@@ -58,6 +60,7 @@ def run_and_exit() -> None:
     `onnx2tf-alt batch` exits normally: its parent imports no TensorFlow."""
     os.environ.setdefault(*LEGACY_KERAS)
     share_tflite_schema()
+    startup.pause()  # until the conversion has loaded TensorFlow (onnx2tf_alt/startup.py)
     try:
         from onnx2tf_alt.cli.main import main
 

@@ -11,7 +11,7 @@ import signal
 import sys
 import tempfile
 
-from onnx2tf_alt import interrupts
+from onnx2tf_alt import interrupts, startup
 from onnx2tf_alt.cli.args import parser
 from onnx2tf_alt.cli.compat_flags import NOTES_DEST
 
@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     command = ["onnx2tf-alt", *(sys.argv[1:] if argv is None else argv)]
     if command[1:2] == ["batch"]:  # `onnx2tf-alt batch ...`: many models, see batching/
         from onnx2tf_alt.batching.cli import main as batch_main
+
+        startup.resume()  # a long run that loads no TensorFlow (onnx2tf_alt/startup.py)
 
         return batch_main(command[2:])
     args = parser().parse_args(argv)
