@@ -90,7 +90,7 @@ def spill(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     total = sum(_nbytes(t) for t in large)
     if total < SPILL_BYTES:
         return model, 0
-    _write_spilled(large, [numpy_helper.to_array] * len(large))
+    _write_spilled((tensor, numpy_helper.to_array(tensor)) for tensor in large)
     fresh = onnx.ModelProto()
     fresh.ParseFromString(model.SerializeToString())
     return fresh, total
@@ -106,8 +106,7 @@ def add_spilled(container, name: str, array: np.ndarray,
     conversion, as protobuf frees a message's memory only with the message, which the
     callers of the passes hold."""
     tensor = container.add()
-    raw = data_type is not None or array.dtype.kind in "biufc"
-    if (array.nbytes < SPILL_ONE or not raw) and data_type is None:
+    if data_type is None and (array.nbytes < SPILL_ONE or array.dtype.kind not in "biufc"):
         tensor.CopyFrom(numpy_helper.from_array(array, name))
         return tensor
     tensor.name = name
@@ -115,22 +114,21 @@ def add_spilled(container, name: str, array: np.ndarray,
                         else data_type)
     tensor.dims.extend(array.shape)
     if array.nbytes >= SPILL_ONE and tensor.data_type in _RAW_TYPES:
-        _write_spilled([tensor], [lambda _: array])
+        _write_spilled([(tensor, array)])
     else:
         tensor.raw_data = np.ascontiguousarray(array, array.dtype.newbyteorder("<")).tobytes()
     return tensor
 
 
-def _write_spilled(tensors: list, values: list) -> None:
-    """Each of `tensors` with its value (`values[i](tensors[i])`) moved into one new
-    temporary file and pointed at it as external data."""
+def _write_spilled(pairs) -> None:
+    """Each (tensor, its value) of `pairs` (an iterable, read one at a time) moved into one
+    new temporary file and pointed at it as external data."""
     handle, path = tempfile.mkstemp(prefix=".onnx2tf_alt_weights_", suffix=".bin")
     SPILLED.append(path)
     location = os.path.relpath(path, FILESYSTEM_ROOT)
     try:
         with os.fdopen(handle, "wb") as f:
-            for tensor, value in zip(tensors, values):
-                data = value(tensor)
+            for tensor, data in pairs:
                 offset = -(-f.tell() // 64) * 64
                 f.seek(offset)
                 f.write(memoryview(np.ascontiguousarray(
@@ -140,10 +138,10 @@ def _write_spilled(tensors: list, values: list) -> None:
                     tensor.ClearField(field)
                 tensor.data_location = onnx.TensorProto.EXTERNAL
                 del tensor.external_data[:]
-                for key, value_ in (("location", location), ("offset", str(offset)),
-                                    ("length", str(data.nbytes))):
+                for key, value in (("location", location), ("offset", str(offset)),
+                                   ("length", str(data.nbytes))):
                     entry = tensor.external_data.add()
-                    entry.key, entry.value = key, value_
+                    entry.key, entry.value = key, value
     except OSError:
         remove_spilled_file(path)
         raise
