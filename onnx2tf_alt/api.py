@@ -16,11 +16,11 @@ def custom_objects() -> dict:
 
     `tf_keras.models.load_model("model.keras", custom_objects=onnx2tf_alt.custom_objects())`
     """
-    from onnx2tf_alt.ops.control import ControlFlow
+    from onnx2tf_alt.ops.control import control_flow_layer
     from onnx2tf_alt.translate.keras_layers import ConstantWeights
     from onnx2tf_alt.translate.node_layer import NodeLayer
 
-    return {"ConstantWeights": ConstantWeights, "ControlFlow": ControlFlow,
+    return {"ConstantWeights": ConstantWeights, "ControlFlow": control_flow_layer(),
             "NodeLayer": NodeLayer}
 
 

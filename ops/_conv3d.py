@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import tensorflow as tf
+from onnx2tf_alt.translate.lazy import tf
 
 from ._conv_common import array_module, depthwise_conv2d, kernel_tensor, per_group
 from ._spatial import dilate_kernel, is_tf_same, pad_spatial

@@ -9,7 +9,8 @@ TF ops, picked by `array_module`).
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
+
+from onnx2tf_alt.translate.lazy import tf
 
 from ._shapes import phase_slice
 from ._spatial import dilate_kernel, pad_spatial, same_pads

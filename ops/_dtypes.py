@@ -6,16 +6,16 @@ are widened to one they cover; the builder casts each result back to its ONNX dt
 
 from __future__ import annotations
 
-import tensorflow as tf
+from onnx2tf_alt.translate.lazy import tf
 
 _WIDER = {
-    tf.int8: tf.int32,
-    tf.int16: tf.int32,
-    tf.uint8: tf.int32,
-    tf.uint16: tf.int32,
-    tf.uint32: tf.int64,
-    tf.float16: tf.float32,
-    tf.bfloat16: tf.float32,
+    "int8": "int32",
+    "int16": "int32",
+    "uint8": "int32",
+    "uint16": "int32",
+    "uint32": "int64",
+    "float16": "float32",
+    "bfloat16": "float32",
 }
 
 INT64_MIN = -(2**63)
@@ -24,7 +24,7 @@ INT64_MIN = -(2**63)
 def widen(x):
     """x in the nearest dtype TFLite arithmetic supports (small ints -> int32, uint32 ->
     int64, half floats -> float32); other dtypes unchanged."""
-    wider = _WIDER.get(x.dtype)
+    wider = _WIDER.get(x.dtype.name)
     return x if wider is None else tf.cast(x, wider)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import tensorflow as tf
+from onnx2tf_alt.translate.lazy import tf
 
 # erf(x) ~ x P(x^2) / Q(x^2) on [-4, 4] (|erf| rounds to 1 in float32 beyond): a rational
 # least-squares/minimax fit made for this converter; max |error| 3.7e-7 evaluated in float32.

@@ -4,7 +4,8 @@ and uint64 division and remainders (uint64 runs on its bits as int64)."""
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
+
+from onnx2tf_alt.translate.lazy import tf
 
 from ._dtypes import INT64_MIN, ordered
 

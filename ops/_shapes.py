@@ -3,12 +3,11 @@ inputs in any layout, and the physical axes that hold logical ones."""
 
 from __future__ import annotations
 
-import tensorflow as tf
-
 from onnx2tf_alt.layout import perms as P
+from onnx2tf_alt.translate.lazy import tf
 
 
-def shape_tensor(ctx, i: int = 0, dtype=tf.int32):
+def shape_tensor(ctx, i: int = 0, dtype="int32"):
     """Logical (ONNX-order) shape of input i at run time, whatever its physical perm."""
     return tf.gather(tf.shape(ctx.x(i), out_type=dtype), P.inverse(ctx.perm(i)))
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import tensorflow as tf
+
+from onnx2tf_alt.translate.lazy import tf
 
 
 def kernel_attrs(ctx, kernel_shape):

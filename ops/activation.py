@@ -11,12 +11,12 @@ Swish and SwiGLU are x * sigmoid(alpha * x) forms (SwiGLU times a second input).
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 from onnx2tf_alt.ops._dtypes import widen
 from onnx2tf_alt.ops._elementwise_common import unary
 from onnx2tf_alt.ops._erf import erf
 
 from onnx2tf_alt.layout.policies import agnostic
+from onnx2tf_alt.translate.lazy import call, tf
 from onnx2tf_alt.translate.registry import handler
 
 
@@ -43,10 +43,10 @@ def _elu(x, alpha: float):
 
 
 unary("Relu", relu)
-unary("Sigmoid", tf.sigmoid)
-unary("Tanh", tf.tanh)
+unary("Sigmoid", call("sigmoid"))
+unary("Tanh", call("tanh"))
 unary("Softplus", softplus)
-unary("Softsign", tf.nn.softsign)
+unary("Softsign", call("nn.softsign"))
 unary("Mish", lambda x: x * tf.tanh(softplus(x)))
 
 

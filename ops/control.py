@@ -6,17 +6,17 @@ with the project's own handlers, on plain TF tensors, each time the node is trac
 subgraph becomes a small ONNX model whose inputs carry the static shapes of the tensors fed
 to it, is prepared (shape inference, folding, inlining) and built node by node.
 
-In a Keras model such a node is one `ControlFlow` layer; its config holds the ONNX node
-(subgraphs included) and the small constants it reads, larger ones are its weights. Import
-`onnx2tf_alt.ops.control` before reloading such a model from .h5 / .keras.
+In a Keras model such a node is one `ControlFlow` layer (`control_flow_layer()`); its config
+holds the ONNX node (subgraphs included) and the small constants it reads, larger ones are
+its weights. Reload such a model from .h5 / .keras with `onnx2tf_alt.custom_objects()`.
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import onnx
-import tensorflow as tf
-import tf_keras
 from onnx import helper, numpy_helper
 
 from onnx2tf_alt.ir.graph import graph_from_model
@@ -25,9 +25,9 @@ from onnx2tf_alt.layout.policies import logical
 from onnx2tf_alt.passes.control_flow import free_names
 from onnx2tf_alt.passes.prepare import prepare_model
 from onnx2tf_alt.pipeline import run_subgraph_model
-from onnx2tf_alt.translate.builder import INLINE_CONSTANT_LIMIT
 from onnx2tf_alt.translate.late_shapes import IR_VERSION  # one IR version for made-up models
-from onnx2tf_alt.translate.node_layer import decode_proto, encode_proto
+from onnx2tf_alt.translate.lazy import tf, tf_keras
+from onnx2tf_alt.translate.options import INLINE_CONSTANT_LIMIT
 from onnx2tf_alt.translate.registry import foreign_inference, handler
 
 
@@ -62,7 +62,7 @@ def _control_node(ctx):
         return [np.asarray(t) for t in run_control_node(node, values, opsets)]
     if not any(tf_keras.backend.is_keras_tensor(t) for t in tensors):
         return run_control_node(node, values, opsets)
-    return ControlFlow.of(node, values, opsets)
+    return control_flow_layer().of(node, values, opsets)
 
 
 def free_names_of_node(node: onnx.NodeProto) -> list[str]:
@@ -400,74 +400,81 @@ def _lift_initializers(graph: onnx.GraphProto, lifted: dict[str, np.ndarray]) ->
                 _lift_initializers(sub, lifted)
 
 
-@tf_keras.saving.register_keras_serializable(package="onnx2tf_alt")
-class ControlFlow(tf_keras.layers.Layer):
-    """One ONNX If, Loop or Scan node, converted each time the layer is traced.
+@functools.cache
+def control_flow_layer() -> type:
+    """The Keras layer class of one run-time If / Loop / Scan node, defined (and registered
+    with Keras) at its first use: importing the handlers does not load Keras."""
+    from onnx2tf_alt.translate.node_layer import decode_proto, encode_proto
 
-    Its inputs are the model tensors the node reads (`tensor_names`); small constants travel
-    in the config, larger ones are non-trainable weights.
-    """
+    @tf_keras.saving.register_keras_serializable(package="onnx2tf_alt")
+    class ControlFlow(tf_keras.layers.Layer):
+        """One ONNX If, Loop or Scan node, converted each time the layer is traced.
 
-    def __init__(self, node: str, opsets: dict, tensor_names: list, constants: str,
-                 weight_specs: list, **kwargs):
-        kwargs["autocast"] = False  # float64 and float16 values keep their dtype
-        super().__init__(**kwargs)
-        self.node, self.opsets = node, {k: int(v) for k, v in opsets.items()}
-        self.tensor_names, self.constants = list(tensor_names), constants
-        self.weight_specs = [(str(n), [int(d) for d in s], str(t)) for n, s, t in weight_specs]
-        self.const_weights = [
-            self.add_weight(name=f"const_{i}", shape=shape, dtype=dtype, trainable=False,
-                            initializer="zeros")
-            for i, (_, shape, dtype) in enumerate(self.weight_specs)
-        ]
-        self._traced = None
+        Its inputs are the model tensors the node reads (`tensor_names`); small constants travel
+        in the config, larger ones are non-trainable weights.
+        """
 
-    @classmethod
-    def of(cls, node: onnx.NodeProto, values: dict, opsets: dict) -> list:
-        """The layer for `node`, called on the model tensors it reads."""
-        node_copy = onnx.NodeProto()
-        node_copy.CopyFrom(node)
-        lifted: dict[str, np.ndarray] = {}
-        for attr in node_copy.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                _lift_initializers(attr.g, lifted)
-        values = {**values, **lifted}
-        arrays = {n: v for n, v in values.items() if isinstance(v, np.ndarray)}
-        large = {n: a for n, a in arrays.items()
-                 if a.size > INLINE_CONSTANT_LIMIT and a.dtype != bool}
-        small = [numpy_helper.from_array(a, n) for n, a in arrays.items() if n not in large]
-        tensors = {n: v for n, v in values.items() if n not in arrays}
-        layer = cls(
-            node=encode_proto(node_copy),
-            opsets=opsets,
-            tensor_names=list(tensors),
-            constants=encode_proto(helper.make_graph([], "constants", [], [], small)),
-            weight_specs=[(n, a.shape, a.dtype.name) for n, a in large.items()],
-        )
-        layer.set_weights(list(large.values()))
-        outputs = layer(list(tensors.values()))
-        return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        def __init__(self, node: str, opsets: dict, tensor_names: list, constants: str,
+                     weight_specs: list, **kwargs):
+            kwargs["autocast"] = False  # float64 and float16 values keep their dtype
+            super().__init__(**kwargs)
+            self.node, self.opsets = node, {k: int(v) for k, v in opsets.items()}
+            self.tensor_names, self.constants = list(tensor_names), constants
+            self.weight_specs = [(str(n), [int(d) for d in s], str(t)) for n, s, t in weight_specs]
+            self.const_weights = [
+                self.add_weight(name=f"const_{i}", shape=shape, dtype=dtype, trainable=False,
+                                initializer="zeros")
+                for i, (_, shape, dtype) in enumerate(self.weight_specs)
+            ]
+            self._traced = None
 
-    def call(self, inputs):
-        inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
-        if tf.executing_eagerly():  # convert the subgraphs once per input signature
-            if self._traced is None:
-                self._traced = tf.function(self._run, autograph=False)
-            return self._traced(inputs)
-        return self._run(inputs)
+        @classmethod
+        def of(cls, node: onnx.NodeProto, values: dict, opsets: dict) -> list:
+            """The layer for `node`, called on the model tensors it reads."""
+            node_copy = onnx.NodeProto()
+            node_copy.CopyFrom(node)
+            lifted: dict[str, np.ndarray] = {}
+            for attr in node_copy.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    _lift_initializers(attr.g, lifted)
+            values = {**values, **lifted}
+            arrays = {n: v for n, v in values.items() if isinstance(v, np.ndarray)}
+            large = {n: a for n, a in arrays.items()
+                     if a.size > INLINE_CONSTANT_LIMIT and a.dtype != bool}
+            small = [numpy_helper.from_array(a, n) for n, a in arrays.items() if n not in large]
+            tensors = {n: v for n, v in values.items() if n not in arrays}
+            layer = cls(
+                node=encode_proto(node_copy),
+                opsets=opsets,
+                tensor_names=list(tensors),
+                constants=encode_proto(helper.make_graph([], "constants", [], [], small)),
+                weight_specs=[(n, a.shape, a.dtype.name) for n, a in large.items()],
+            )
+            layer.set_weights(list(large.values()))
+            outputs = layer(list(tensors.values()))
+            return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
-    @tf.autograph.experimental.do_not_convert  # plain Python that builds TF ops
-    def _run(self, inputs: list):
-        values = dict(zip(self.tensor_names, inputs))
-        for init in decode_proto(onnx.GraphProto, self.constants).initializer:
-            values[init.name] = to_array(init)
-        for (name, _, _), weight in zip(self.weight_specs, self.const_weights):
-            values[name] = tf.convert_to_tensor(weight)
-        return run_control_node(decode_proto(onnx.NodeProto, self.node), values, self.opsets)
+        def call(self, inputs):
+            inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+            if tf.executing_eagerly():  # convert the subgraphs once per input signature
+                if self._traced is None:
+                    self._traced = tf.function(self._run, autograph=False)
+                return self._traced(inputs)
+            return self._run(inputs)
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(node=self.node, opsets=self.opsets, tensor_names=self.tensor_names,
-                      constants=self.constants, weight_specs=self.weight_specs)
-        return config
+        @tf.autograph.experimental.do_not_convert  # plain Python that builds TF ops
+        def _run(self, inputs: list):
+            values = dict(zip(self.tensor_names, inputs))
+            for init in decode_proto(onnx.GraphProto, self.constants).initializer:
+                values[init.name] = to_array(init)
+            for (name, _, _), weight in zip(self.weight_specs, self.const_weights):
+                values[name] = tf.convert_to_tensor(weight)
+            return run_control_node(decode_proto(onnx.NodeProto, self.node), values, self.opsets)
 
+        def get_config(self):
+            config = super().get_config()
+            config.update(node=self.node, opsets=self.opsets, tensor_names=self.tensor_names,
+                          constants=self.constants, weight_specs=self.weight_specs)
+            return config
+
+    return ControlFlow

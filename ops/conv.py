@@ -11,7 +11,6 @@ graph input, or computed) take the same path with the same numpy-style steps don
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 from onnx2tf_alt.ops._conv3d import conv3d_by_frames, lowers_to_2d
 from onnx2tf_alt.ops._conv_common import (
     depthwise_conv,
@@ -26,6 +25,7 @@ from onnx2tf_alt.ops._spatial import dilate_kernel, kernel_attrs, pad_spatial, t
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import Decision, channel_last, custom_policy
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 

@@ -14,11 +14,11 @@ import itertools
 import math
 
 import numpy as np
-import tensorflow as tf
 from onnx2tf_alt.ops._conv_common import array_module, kernel_tensor
 
 from onnx2tf_alt.layout.policies import channel_last
 from onnx2tf_alt.translate.context import reshape
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import tensorflow as tf
 
 from onnx2tf_alt.layout.policies import channel_last
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 INT32_MAX = 2**31 - 1

@@ -18,11 +18,11 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-import tensorflow as tf
 from onnx import helper
 
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import Decision, agnostic, custom_policy
+from onnx2tf_alt.translate.lazy import call, tf
 from onnx2tf_alt.translate.registry import handler
 
 from ._dtypes import from_ordered, ordered, widen
@@ -102,18 +102,18 @@ def _sqrt_one_minus_square(x):
 
 
 _UNARY = {
-    "Exp": tf.exp,
-    "Log": tf.math.log,
-    "Sqrt": tf.sqrt,
-    "Reciprocal": tf.math.reciprocal,
-    "Neg": tf.negative,
+    "Exp": call("exp"),
+    "Log": call("math.log"),
+    "Sqrt": call("sqrt"),
+    "Reciprocal": call("math.reciprocal"),
+    "Neg": call("negative"),
     "Abs": abs_,
-    "Floor": tf.floor,
-    "Ceil": tf.math.ceil,
-    "Round": tf.round,  # half to even, as ONNX and TFLite ROUND
+    "Floor": call("floor"),
+    "Ceil": call("math.ceil"),
+    "Round": call("round"),  # half to even, as ONNX and TFLite ROUND
     "Sign": sign,
-    "Sin": tf.sin,
-    "Cos": tf.cos,
+    "Sin": call("sin"),
+    "Cos": call("cos"),
     "Tan": lambda x: tf.sin(x) / tf.cos(x),
     "Asin": lambda x: tf.math.atan2(x, _sqrt_one_minus_square(x)),
     "Acos": lambda x: tf.math.atan2(_sqrt_one_minus_square(x), x),
@@ -125,7 +125,7 @@ _UNARY = {
     "Atanh": lambda x: tf.math.log((x + 1) / -(x - 1)) * 0.5,
     "Erf": erf,
     "IsNaN": lambda x: tf.not_equal(x, x),
-    "Identity": tf.identity,
+    "Identity": call("identity"),
 }
 _UNARY_LIMITS = {
     "Sinh": "overflows to inf from |x| > 88.7 (exact: 89.4)",
@@ -165,18 +165,18 @@ def _infinite_constant_kept(fn):
 
 
 _INF_LIMIT = "a constant infinity meeting a run-time infinity gives an infinity, not NaN"
-handler("Add", layout=agnostic, limits=_INF_LIMIT)(_infinite_constant_kept(modular(tf.add)))
-handler("Sub", layout=agnostic, limits=_INF_LIMIT)(_infinite_constant_kept(modular(tf.subtract)))
-binary("Mul", modular(tf.multiply))
+handler("Add", layout=agnostic, limits=_INF_LIMIT)(_infinite_constant_kept(modular(call("add"))))
+handler("Sub", layout=agnostic, limits=_INF_LIMIT)(_infinite_constant_kept(modular(call("subtract"))))
+binary("Mul", modular(call("multiply")))
 binary(
     "Div",
     lambda a, b: int_div(a, b) if a.dtype.is_integer else tf.divide(a, b),
     limits="integers round toward zero (C semantics, as onnxruntime)",
 )
-variadic("Sum", tf.add)
-extremum("Max", tf.maximum)
-extremum("Min", tf.minimum)
-handler("Mean", layout=agnostic)(lambda ctx: _fold(ctx, tf.add) / ctx.num_inputs)
+variadic("Sum", call("add"))
+extremum("Max", call("maximum"))
+extremum("Min", call("minimum"))
+handler("Mean", layout=agnostic)(lambda ctx: _fold(ctx, call("add")) / ctx.num_inputs)
 
 
 @handler("Mod", layout=agnostic)
@@ -191,8 +191,8 @@ def mod(ctx):
 # x ** 2 as MUL, not SQUARE: TFLite's converter fuses SQUARE(a - b) into SQUARED_DIFFERENCE,
 # whose kernel has no INT16-activation variant (a decomposed LayerNorm's INT16 file cannot
 # run); MUL(d, d) reuses the SUB the normalization computes anyway: same op count
-_POW_SHORTCUTS = {1.0: tf.identity, 2.0: lambda x: x * x, 0.5: tf.sqrt,
-                  -1.0: tf.math.reciprocal}
+_POW_SHORTCUTS = {1.0: call("identity"), 2.0: lambda x: x * x, 0.5: call("sqrt"),
+                  -1.0: call("math.reciprocal")}
 _POW_MUL_LIMIT = 64  # -rtpo: |integer exponents| up to this become MULs (at most 11)
 
 
@@ -252,7 +252,7 @@ def is_inf(ctx):
 
 # --- casts and pass-through ------------------------------------------------------------------
 # 4-bit integers: TF casts them only from and to their 8-bit counterparts.
-_FOUR_BIT = {"int4": tf.int8, "uint4": tf.uint8}
+_FOUR_BIT = {"int4": "int8", "uint4": "uint8"}
 
 
 def cast_to(x, dtype: np.dtype):

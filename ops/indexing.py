@@ -10,11 +10,11 @@ computed at conversion time when the indices are constant.
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import Decision, custom_policy, derived, same_as_input
+from onnx2tf_alt.translate.lazy import call, tf
 from onnx2tf_alt.translate.registry import handler
 
 from ._dtypes import from_ordered, ordered, widen
@@ -129,9 +129,9 @@ def _shaped(x, dims: list):
 
 
 _SEGMENT_COMBINE = {
-    "mul": (tf.math.unsorted_segment_prod, tf.multiply),
-    "max": (tf.math.unsorted_segment_max, tf.maximum),
-    "min": (tf.math.unsorted_segment_min, tf.minimum),
+    "mul": (call("math.unsorted_segment_prod"), call("multiply")),
+    "max": (call("math.unsorted_segment_max"), call("maximum")),
+    "min": (call("math.unsorted_segment_min"), call("minimum")),
 }
 
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import itertools
 
-import tensorflow as tf
-
 from onnx2tf_alt.translate.context import reshape
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 COFACTOR_MAX = 4  # larger matrices are eliminated instead

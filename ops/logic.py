@@ -6,22 +6,22 @@ built from XOR, shifts and integer arithmetic on 32-bit lanes.
 
 from __future__ import annotations
 
-import tensorflow as tf
 from onnx2tf_alt.ops._dtypes import ordered, widen
 from onnx2tf_alt.ops._elementwise_common import binary
 from onnx2tf_alt.ops._integers import int64_floordiv, uint64_halve
 
 from onnx2tf_alt.layout.policies import agnostic
+from onnx2tf_alt.translate.lazy import call, tf
 from onnx2tf_alt.translate.registry import handler
 
-binary("Equal", tf.equal, prepare=ordered)
-binary("Less", tf.less, prepare=ordered)
-binary("LessOrEqual", tf.less_equal, prepare=ordered)
-binary("Greater", tf.greater, prepare=ordered)
-binary("GreaterOrEqual", tf.greater_equal, prepare=ordered)
-binary("And", tf.logical_and)
-binary("Or", tf.logical_or)
-binary("Xor", tf.not_equal)
+binary("Equal", call("equal"), prepare=ordered)
+binary("Less", call("less"), prepare=ordered)
+binary("LessOrEqual", call("less_equal"), prepare=ordered)
+binary("Greater", call("greater"), prepare=ordered)
+binary("GreaterOrEqual", call("greater_equal"), prepare=ordered)
+binary("And", call("logical_and"))
+binary("Or", call("logical_or"))
+binary("Xor", call("not_equal"))
 handler("Not", layout=agnostic)(lambda ctx: tf.logical_not(ctx.x(0)))
 
 
@@ -64,7 +64,7 @@ def _bitwise(op_type: str, fn) -> None:
 
 _bitwise("BitwiseAnd", _and)
 _bitwise("BitwiseOr", _or)
-_bitwise("BitwiseXor", tf.bitwise.bitwise_xor)
+_bitwise("BitwiseXor", call("bitwise.bitwise_xor"))
 _bitwise("BitwiseNot", lambda x: tf.bitwise.bitwise_xor(x, -1))
 
 

@@ -3,8 +3,7 @@ logical (ONNX) layout."""
 
 from __future__ import annotations
 
-import tensorflow as tf
-
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 from .softmax import softmax

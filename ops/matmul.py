@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import tensorflow as tf
 
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import CUSTOM, Decision, LayoutPolicy, custom_policy
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 from ._dtypes import rounded_matmul

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import tensorflow as tf
 from onnx2tf_alt.ops import pool, rnn
 from onnx2tf_alt.ops._infer import dtype_of, infer_as, infer_attention
 from onnx2tf_alt.ops._shapes import physical_axes
@@ -48,6 +47,7 @@ from onnx2tf_alt.ops.quant import (
 from onnx2tf_alt.ops.softmax import softmax
 
 from onnx2tf_alt.layout.policies import agnostic, channel_last, same_as_input
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 MS = "com.microsoft"

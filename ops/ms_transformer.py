@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import tensorflow as tf
 
 from onnx2tf_alt.layout.policies import channel_last
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 from ._dtypes import compute_dtype

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import tensorflow as tf
 
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 from ._infer import attrs_of

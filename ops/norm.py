@@ -8,12 +8,12 @@ in their input's perm with the normalized axes mapped through it.
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.perms import Perm
 from onnx2tf_alt.layout.policies import Decision, channel_last, custom_policy, same_as_input
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 

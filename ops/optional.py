@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
 from onnx2tf_alt.layout.policies import agnostic
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 

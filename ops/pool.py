@@ -15,7 +15,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import tensorflow as tf
 from onnx2tf_alt.ops._spatial import (
     is_tf_same,
     kernel_attrs,
@@ -29,6 +28,7 @@ from onnx2tf_alt.ops._spatial import (
 
 from onnx2tf_alt.layout.policies import channel_last, same_as_input
 from onnx2tf_alt.translate.context import reshape
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 

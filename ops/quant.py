@@ -20,11 +20,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import tensorflow as tf
 from onnx2tf_alt.ops._conv_common import depthwise_conv, grouped_conv
 from onnx2tf_alt.ops._spatial import kernel_attrs, tf_padding
 
 from onnx2tf_alt.layout.policies import agnostic, channel_last, same_as_input
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 FAKE_QUANT_DOMAIN = "onnx2tf_alt"

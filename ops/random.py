@@ -8,8 +8,8 @@ another runtime's generator; shape and dtype do.
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 

@@ -8,10 +8,10 @@ keepdims=0 it is the input's perm with the reduced axes dropped.
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import custom_policy, derived
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 

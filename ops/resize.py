@@ -15,7 +15,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import tensorflow as tf
 from onnx2tf_alt.ops._resize_math import (
     Axis,
     Sampling,
@@ -30,6 +29,7 @@ from onnx2tf_alt.ops._resize_math import (
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import channel_last, custom_policy, logical
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 from ._shapes import reshape_to_dims

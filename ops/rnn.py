@@ -21,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import tensorflow as tf
 
+from onnx2tf_alt.ir.graph import is_read
 from onnx2tf_alt.layout.policies import Decision, custom_policy, logical
 from onnx2tf_alt.translate.context import reshape
-from onnx2tf_alt.translate.node_layer import is_read, own_layer
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 from ._shapes import delegated_split
@@ -288,6 +288,8 @@ def _masked(new: tuple, old: tuple, mask) -> tuple:
 def rnn(ctx):
     """Ht = f(Xt W^T + Ht-1 R^T + Wb + Rb)."""
     rec = Recurrence(ctx, 1, ["Tanh"])  # first: it raises on what cannot be converted
+    from onnx2tf_alt.translate.node_layer import own_layer  # Keras, when used
+
     layered = own_layer(ctx)
     if layered is not None:
         return layered
@@ -316,6 +318,8 @@ def lstm(ctx, recurrence: type | None = None):
     elif recurrence is None and _fits_fused_lstm(ctx, rec) and not _unrolls_faster(rec):
         return _fused_lstm(ctx, rec)
     else:
+        from onnx2tf_alt.translate.node_layer import own_layer  # Keras, when used
+
         layered = own_layer(ctx)
         if layered is not None:
             return layered
@@ -451,6 +455,8 @@ def gru(ctx):
     """Gates z, r, h (ONNX order); linear_before_reset applies R_h (and its bias) before
     the reset gate instead of after."""
     rec = Recurrence(ctx, 3, ["Sigmoid", "Tanh"])  # first: it raises on what cannot be converted
+    from onnx2tf_alt.translate.node_layer import own_layer  # Keras, when used
+
     layered = own_layer(ctx)
     if layered is not None:
         return layered

@@ -14,10 +14,10 @@ import itertools
 import math
 
 import numpy as np
-import tensorflow as tf
 
 from onnx2tf_alt.layout.policies import channel_last, same_as_input
 from onnx2tf_alt.translate.context import reshape
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 from ._shapes import scalar, shape_tensor, to_inferred_shape

@@ -8,12 +8,12 @@ emits no op at all). Shape and Size read the logical shape of a value in any lay
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import Decision, custom_policy, derived, reshaping, same_as_input
 from onnx2tf_alt.translate.context import reshape as reshape_dims
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 from ._shapes import scalar, shape_tensor

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import tensorflow as tf
 
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 from ._shapes import scalar

@@ -12,13 +12,13 @@ float16 in float16 and bfloat16 in float32, where numpy does the opposite.
 
 from __future__ import annotations
 
-import tensorflow as tf
 from onnx2tf_alt.ops._shapes import physical_axes
 
 from onnx2tf_alt.layout.policies import custom_policy, logical, same_as_input
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
-HALF = (tf.float16, tf.bfloat16)
+HALF = ("float16", "bfloat16")
 
 
 def _flatten_tail(x, start: int):
@@ -41,7 +41,7 @@ def _is_tail(axes: list[int], rank: int) -> bool:
 def softmax(x, axes: list[int], log: bool = False):
     """(Log)softmax of x over the physical `axes` (sorted)."""
     rank = x.shape.rank
-    if _is_tail(axes, rank) and x.dtype not in HALF:
+    if _is_tail(axes, rank) and x.dtype.name not in HALF:
         fn = tf.nn.log_softmax if log else tf.nn.softmax
         if len(axes) == 1:
             return fn(x)

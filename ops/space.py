@@ -8,9 +8,9 @@ with one gather, so no transpose is needed.
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
 from onnx2tf_alt.layout.policies import channel_last
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 

@@ -8,11 +8,11 @@ input's static shape, in the logical layout.
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import derived, same_as_input
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 from ._shapes import (

@@ -11,8 +11,8 @@ pool's n-grams to output columns.
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 

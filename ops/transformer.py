@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import tensorflow as tf
 
 from onnx2tf_alt.passes.control_flow import free_names
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
 from ._dtypes import compute_dtype, rounded_matmul
@@ -306,7 +306,7 @@ def linear_attention(ctx):
 
 
 # --- FlexAttention -----------------------------------------------------------------------
-_SOFTMAX_DTYPES = {1: tf.float32, 10: tf.float16, 16: tf.bfloat16, 11: tf.float64}
+_SOFTMAX_DTYPES = {1: "float32", 10: "float16", 16: "bfloat16", 11: "float64"}
 
 
 @handler("FlexAttention", since=1, domain="ai.onnx.preview",
@@ -315,7 +315,7 @@ _SOFTMAX_DTYPES = {1: tf.float32, 10: tf.float16, 16: tf.bfloat16, 11: tf.float6
 def flex_attention(ctx):
     q, k, v = (ctx.x(i) for i in range(3))
     precision = ctx.attr("softmax_precision")
-    dtype = _SOFTMAX_DTYPES[precision] if precision else compute_dtype(q)
+    dtype = tf.as_dtype(_SOFTMAX_DTYPES[precision]) if precision else compute_dtype(q)
     b, q_heads, q_len, head_size = dims_of(q)
     kv_heads, kv_len = k.shape[1], k.shape[2]
     if not isinstance(q_len, int) or kv_len is None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import subprocess
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FRONT = {"onnx2tf_alt", "onnx2tf_alt.__main__", "onnx2tf_alt.api", "onnx2tf_alt.conversion"}
@@ -167,6 +169,21 @@ def test_graph_passes_and_layout_never_import_tensorflow():
                 continue
             found += [f"{name}: {t}" for t in targets if t.split(".")[0] in heavy]
     assert found == []
+
+
+def test_the_handlers_and_the_plan_load_without_tensorflow():
+    """Registering every handler, planning a model and writing it directly import no
+    TensorFlow (translate/lazy.py): a process of its own, since this one has it loaded."""
+    script = (
+        "import sys\n"
+        "from onnx2tf_alt.translate.registry import all_handlers\n"
+        "import onnx2tf_alt.pipeline, onnx2tf_alt.tflite.direct\n"
+        "assert len(all_handlers()) > 200\n"
+        "print(sorted(m for m in ('tensorflow', 'tf_keras', 'keras') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_the_package_root_holds_few_modules():

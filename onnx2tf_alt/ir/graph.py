@@ -136,3 +136,16 @@ def graph_from_model(model: onnx.ModelProto) -> Graph:
         opsets=opsets,
         symbols=symbols,
     )
+
+
+def is_read(graph: Graph, name: str) -> bool:
+    """Whether a graph output or any node (also inside control-flow bodies) reads name."""
+    def reads(nodes) -> bool:
+        for node in nodes:
+            if name in node.input:
+                return True
+            if any(a.type == a.GRAPH and reads(a.g.node) for a in node.attribute):
+                return True
+        return False
+
+    return name in graph.outputs or reads(n.proto for n in graph.nodes if n.proto is not None)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import keyword
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,12 +15,15 @@ from onnx2tf_alt.layout.perms import Perm
 from onnx2tf_alt.layout.plan import Plan
 from onnx2tf_alt.translate import late_shapes
 from onnx2tf_alt.translate.context import NodeContext, reshape
+from onnx2tf_alt.translate.io_layout import keras_name
 from onnx2tf_alt.translate.keras_layers import constant_weights
-from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
+from onnx2tf_alt.translate.options import (
+    DEFAULT_OPTIONS,
+    INLINE_CONSTANT_LIMIT,
+    ConversionOptions,
+)
 from onnx2tf_alt.translate.progress import Progress
 from onnx2tf_alt.translate.registry import find_handler
-
-INLINE_CONSTANT_LIMIT = 1024  # elements; larger constants become layer weights
 
 
 @dataclass
@@ -55,20 +56,6 @@ class BuildResult:
         (those `outputs` holds)."""
         return {name: P.to_onnx_order(outputs[key], self.output_perms[name])
                 for name, key in self.output_names.items() if key in outputs}
-
-
-def keras_name(onnx_name: str, taken: set[str]) -> str:
-    """A valid, unique TF name for an ONNX value name."""
-    name = re.sub(r"[^A-Za-z0-9_]", "_", onnx_name) or "value"
-    if not name[0].isalpha():
-        name = "v_" + name
-    if keyword.iskeyword(name):  # signature keys become Python keyword arguments
-        name += "_"
-    base, k = name, 1
-    while name in taken:
-        name, k = f"{base}_{k}", k + 1
-    taken.add(name)
-    return name
 
 
 def failure_for(node: Node, graph: Graph, reason: str) -> NodeFailure:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import tensorflow as tf
 
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.perms import Perm
+from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
 
 

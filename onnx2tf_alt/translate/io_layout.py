@@ -1,17 +1,36 @@
-"""`<stem>_io_layout.json`: how each model input and output relates to its ONNX original."""
+"""`<stem>_io_layout.json`: how each model input and output relates to its ONNX original.
+
+A `result` here is the builder's BuildResult or the direct writer's DirectResult
+(tflite/direct.py, whose `model` is None): their names and perms.
+"""
 
 from __future__ import annotations
 
 import json
+import keyword
+import re
 
 import numpy as np
 
 from onnx2tf_alt.ir.graph import Graph
 from onnx2tf_alt.layout import perms as P
-from onnx2tf_alt.translate.builder import BuildResult
 
 
-def tflite_keys(result: BuildResult, graph: Graph, onnx_names: bool) -> tuple[dict, list]:
+def keras_name(onnx_name: str, taken: set[str]) -> str:
+    """A valid, unique TF name for an ONNX value name."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", onnx_name) or "value"
+    if not name[0].isalpha():
+        name = "v_" + name
+    if keyword.iskeyword(name):  # signature keys become Python keyword arguments
+        name += "_"
+    base, k = name, 1
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    taken.add(name)
+    return name
+
+
+def tflite_keys(result, graph: Graph, onnx_names: bool) -> tuple[dict, list]:
     """The .tflite signature keys: ({ONNX input name: key}, [key per graph output, in
     order]). With `onnx_names` a key is the ONNX name itself, except for an output listed
     twice, whose repeats keep their TF key (signature keys must be unique)."""
@@ -23,7 +42,7 @@ def tflite_keys(result: BuildResult, graph: Graph, onnx_names: bool) -> tuple[di
     return inputs, outputs
 
 
-def io_layout(result: BuildResult, graph: Graph, onnx_names_in_tflite: bool = False) -> dict:
+def io_layout(result, graph: Graph, onnx_names_in_tflite: bool = False) -> dict:
     """`tf_name` is the saved_model's signature key, `tflite_name` the .tflite files' (the
     ONNX name with -coion, see tflite/names.py)."""
     tflite_inputs, tflite_outputs = tflite_keys(result, graph, onnx_names_in_tflite)
@@ -55,11 +74,13 @@ def io_layout(result: BuildResult, graph: Graph, onnx_names_in_tflite: bool = Fa
     }
 
 
-def _known_shape(onnx_shape, result: BuildResult, tf_name: str, perm) -> tuple:
+def _known_shape(onnx_shape, result, tf_name: str, perm) -> tuple:
     """The ONNX shape, with the dims inference left unknown taken from the static shape the
     TF model computes (declared shapes are only hints; see prepare.py)."""
     shape = tuple(onnx_shape or ())
     if onnx_shape is not None and None not in shape:
+        return shape
+    if result.model is None:
         return shape
     outputs = result.model.output
     tensor = outputs.get(tf_name) if isinstance(outputs, dict) else None
@@ -71,7 +92,7 @@ def _known_shape(onnx_shape, result: BuildResult, tf_name: str, perm) -> tuple:
     return tuple(c if d is None else d for d, c in zip(shape, computed))
 
 
-def save_io_layout(result: BuildResult, graph: Graph, path: str,
+def save_io_layout(result, graph: Graph, path: str,
                    onnx_names_in_tflite: bool = False) -> None:
     with open(path, "w") as f:
         json.dump(io_layout(result, graph, onnx_names_in_tflite), f, indent=2)

@@ -31,7 +31,7 @@ import tensorflow as tf
 import tf_keras
 from onnx import helper, numpy_helper
 
-from onnx2tf_alt.ir.graph import Graph, Node, decode_attribute
+from onnx2tf_alt.ir.graph import Graph, Node, decode_attribute, is_read
 from onnx2tf_alt.ir.weights import release
 from onnx2tf_alt.translate.builder import INLINE_CONSTANT_LIMIT, constant_in_perm
 from onnx2tf_alt.translate.context import NodeContext
@@ -297,18 +297,6 @@ class _LayerValues:
             return self.materialize(constant_in_perm(self.arrays[name], perm))
         return self.tensors[(name, None if perm is None else tuple(perm))]
 
-
-def is_read(graph: Graph, name: str) -> bool:
-    """Whether a graph output or any node (also inside control-flow bodies) reads name."""
-    def reads(nodes) -> bool:
-        for node in nodes:
-            if name in node.input:
-                return True
-            if any(a.type == a.GRAPH and reads(a.g.node) for a in node.attribute):
-                return True
-        return False
-
-    return name in graph.outputs or reads(n.proto for n in graph.nodes if n.proto is not None)
 
 
 def serving_weights(model) -> list:

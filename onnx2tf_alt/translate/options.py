@@ -15,6 +15,8 @@ from onnx2tf_alt.errors import InputError
 
 log = logging.getLogger("onnx2tf_alt")
 
+INLINE_CONSTANT_LIMIT = 1024  # elements; larger constants become layer weights
+
 # -rtpo names, as onnx2tf spells them (matched case-insensitively), -> the ONNX op whose
 # delegate-friendly lowering they select. The replacement is in the op's handler.
 PSEUDO_OPERATORS: dict[str, str] = {

@@ -59,6 +59,27 @@ def handler(
     return register
 
 
+_DIRECT: dict[tuple[str, str, int], Callable] = {}
+
+
+def direct(op_type: str, *, since: int = 1, domain: str = "") -> Callable:
+    """Register `fn(ctx)` as the direct TFLite writer (tflite/direct.py) of the handler of
+    `op_type` registered with the same `since`: it applies where that handler does, and
+    lives in the handler's module, sharing its decisions."""
+
+    def register(fn: Callable) -> Callable:
+        _DIRECT[(_domain_key(domain), op_type, since)] = fn
+        return fn
+
+    return register
+
+
+def find_direct(op_type: str, domain: str, opset: int) -> Callable | None:
+    """The direct writer of the handler version for this opset, or None."""
+    found = find_handler(op_type, domain, opset)
+    return None if found is None else _DIRECT.get((found.domain, op_type, found.since))
+
+
 def find_handler(op_type: str, domain: str, opset: int) -> Handler | None:
     """The handler version for this opset, or None when the op is not supported."""
     _load_ops()

@@ -1,0 +1,46 @@
+"""TensorFlow and tf_keras for the handlers, imported when first used.
+
+Every handler module is imported to register its handlers (translate/registry.py), and the
+stages before the build (prepare, the unsupported-op check, the layout plan, the direct
+TFLite writer of tflite/direct.py) read only the registrations. So that those stages run
+without TensorFlow's 3 s and 550 MB, the handler modules name `tf` and `tf_keras` through
+these stand-ins: the real module is imported at the first attribute read (a handler
+converting a node), and each attribute is then kept on the stand-in. Module-level code of a
+handler module must not read an attribute (tests/test_architecture.py imports every handler
+module and checks that TensorFlow was not loaded).
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+
+class LazyModule(types.ModuleType):
+    """A module imported at the first read of one of its attributes."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+
+    def __getattr__(self, attribute: str):
+        value = getattr(importlib.import_module(self.__name__), attribute)
+        setattr(self, attribute, value)  # read directly from now on
+        return value
+
+
+tf = LazyModule("tensorflow")
+tf_keras = LazyModule("tf_keras")
+
+
+def call(path: str):
+    """`tf.<path>(...)` as a function that finds it when called: what a handler table made
+    at import time holds (`call("math.log")`)."""
+
+    def run(*args, **kwargs):
+        target = tf
+        for part in path.split("."):
+            target = getattr(target, part)
+        return target(*args, **kwargs)
+
+    run.__name__ = run.__qualname__ = f"tf.{path}"
+    return run
