@@ -25,7 +25,14 @@ from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.ir import weights as ir_weights
 from onnx2tf_alt.ir.loader import external_data_paths, load_model
 from onnx2tf_alt.logs import configure_logging, phase
-from onnx2tf_alt.pipeline import Converted, build_loaded, check_batch_size, stem_of
+from onnx2tf_alt.pipeline import (
+    Converted,
+    build_loaded,
+    check_batch_size,
+    plan_loaded,
+    stem_of,
+    translate,
+)
 from onnx2tf_alt.translate.options import ConversionOptions, pseudo_operators
 from onnx2tf_alt.translate.recursion import deep_graphs
 
@@ -83,6 +90,7 @@ def convert(
     signatures: list[list[str]] | None = None,
     kv_cache_capacity: int | None = None,
     output_int4_weight_quantized_tflite: bool = False,
+    tflite_writer: str = "tf",
     command_line: list[str] | None = None,
 ):
     """Convert an ONNX model (path or ModelProto) and write its outputs; returns the Keras model.
@@ -145,6 +153,14 @@ def convert(
     flash size, largest tensors, ops and outputs against ai-edge-litert
     (export/micro.py, docs/micro.md).
 
+    `tflite_writer` (--tflite_writer) picks what writes the float32 .tflite when only
+    .tflite files are asked for (`disable_model_save`, no Keras, quantized, int4, micro or
+    checked files, no --signature): "tf" (the default here) TF's converter from the Keras
+    model; "auto" (the CLI's default) the direct writer (tflite/direct.py: no TensorFlow,
+    no Keras model, None returned) when it covers every node, else TF's converter, said at
+    info level; "direct" the direct writer or a ConversionError naming the first node it
+    does not cover.
+
     `signatures` ([[name, ('model.onnx',) 'input:D1,D2', ...], ...], --signature) writes
     .tflite files with one signature per entry, built for those input shapes (from that
     model, default the -i one) and sharing one copy of the weights, and a saved_model with
@@ -192,16 +208,19 @@ def convert(
     command = list(command_line) if command_line is not None else ["onnx2tf_alt.convert", call]
     custom_data = parse_custom_data(custom_input_op_name_np_data_path)
     custom_inputs = load_custom_inputs([e[:2] for e in custom_input_op_name_np_data_path or []])
-    from onnx2tf_alt.quant.quantize import QuantOptions, plan_quantization
+    direct = _direct_asked(tflite_writer, output_tflite and disable_model_save and not any((
+        output_h5, output_keras_v3, dynamic_range, int4, check, micro, signature_specs)))
+    quant_options = None
+    if not direct:
+        from onnx2tf_alt.quant.quantize import QuantOptions
 
-    startup.resume()  # TensorFlow is loaded: collection back on (onnx2tf_alt/startup.py)
-
-    quant_options = QuantOptions(
-        dynamic_range, output_integer_quantized_tflite, quant_type,
-        input_quant_dtype, output_quant_dtype, calibration_method, list(keep_float or []),
-        keep_float_auto, check_onnx_tf_outputs_elementwise_close_full, bias_correction,
-        int8_warn_below, integer_kernels_only=micro,
-    )
+        quant_options = QuantOptions(
+            dynamic_range, output_integer_quantized_tflite, quant_type,
+            input_quant_dtype, output_quant_dtype, calibration_method,
+            list(keep_float or []), keep_float_auto, check_onnx_tf_outputs_elementwise_close_full,
+            bias_correction, int8_warn_below, integer_kernels_only=micro,
+        )
+    startup.resume()  # the modules are loaded: collection back on (onnx2tf_alt/startup.py)
     spilled_before = set(ir_weights.SPILLED)
     try:
         try:
@@ -231,6 +250,17 @@ def convert(
                 built = build_signatures(
                     loaded, signature_specs, overwrite_input_shape, kv_cache_capacity,
                     lambda path: load_model(path, None, allow_newer_opset), build)
+            elif direct:
+                planned = plan_loaded(
+                    loaded, batch_size, overwrite_input_shape,
+                    keep_ncw_or_nchw_or_ncdhw_input_names, keep_nwc_or_nhwc_or_ndhwc_input_names,
+                    input_names_to_interrupt_model_conversion,
+                    output_names_to_interrupt_model_conversion, options)
+                written = _write_direct(planned, folder, stem, tflite_writer, sources, command,
+                                        copy_onnx_input_output_names_to_tflite)
+                if written is not None:
+                    return None
+                converted = translate(planned, show_progress=not non_verbose)
             else:
                 converted = build(loaded, overwrite_input_shape)
         except ConversionError as error:
@@ -251,7 +281,9 @@ def convert(
 
             refuse_dynamic_inputs(converted.graph, f"{stem}_full_integer_quant.tflite")
         quant_plan = None
-        if quant_options.any:
+        if quant_options is not None and quant_options.any:
+            from onnx2tf_alt.quant.quantize import plan_quantization
+
             quant_plan = plan_quantization(
                 converted, quant_options, custom_data, quant_norm_mean, quant_norm_std
             )
@@ -300,6 +332,65 @@ def convert(
     finally:  # the temporary weight files of this conversion (ir/weights.spill)
         for path in set(ir_weights.SPILLED) - spilled_before:
             ir_weights.remove_spilled_file(path)
+
+
+TFLITE_WRITERS = ("tf", "auto", "direct")
+
+
+def _direct_asked(tflite_writer: str, tflite_only: bool) -> bool:
+    """Whether to try the direct writer; InputError for an unknown writer, or "direct"
+    with outputs it does not write."""
+    if tflite_writer not in TFLITE_WRITERS:
+        raise InputError(f"--tflite_writer must be one of {list(TFLITE_WRITERS)}, "
+                         f"got '{tflite_writer}'.")
+    if tflite_writer == "direct" and not tflite_only:
+        raise InputError(
+            "--tflite_writer direct writes the float32 and float16 .tflite files only: add "
+            "-dms, and leave out -oh5, -okv3, -odrqt, -oiqt, -oi4, -coto/-cotof, --target and "
+            "--signature (or use --tflite_writer auto).")
+    return tflite_writer != "tf" and tflite_only
+
+
+def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
+                  sources: list[str], command, onnx_names: bool) -> list[str] | None:
+    """The float32 and float16 .tflite, delegate report and io_layout of the direct writer
+    (tflite/direct.py), published; None when it does not cover the model ("auto": the
+    caller converts with TF; "direct": a ConversionError naming the node)."""
+    from onnx2tf_alt.export.delegates import write_delegate_report
+    from onnx2tf_alt.export.float16 import float16_from_float32
+    from onnx2tf_alt.tflite.direct import DirectResult, write_direct
+    from onnx2tf_alt.tflite.flatbuffer import unpack_model
+    from onnx2tf_alt.translate.io_layout import save_io_layout
+
+    with phase("tflite float32 (direct)"):
+        result = write_direct(planned.graph, planned.plan, planned.options)
+    if not isinstance(result, DirectResult):
+        if tflite_writer == "direct":
+            raise ConversionError([], headline=f"--tflite_writer direct: {result}; use "
+                                  "--tflite_writer auto (TF's converter) for this model.")
+        log.info("direct TFLite writer: %s: converting with TF", result)
+        return None
+    converted = Converted(result=result, graph=planned.graph, plan=planned.plan,
+                          model=planned.model, options=planned.options, _tflite_result=result)
+    names = [f"{stem}_float32.tflite", f"{stem}_float16.tflite"]
+    with folder.staging() as stage:
+        _write_bytes(os.path.join(stage, names[0]), result.content)
+        model = unpack_model(result.content)
+        with phase("delegate report"):
+            report = write_delegate_report(converted, stage, stem, model)
+        with phase("tflite float16"):
+            _write_bytes(os.path.join(stage, names[1]), float16_from_float32(result.content, model))
+        save_io_layout(result, planned.graph, os.path.join(stage, f"{stem}_io_layout.json"),
+                       onnx_names)
+        written = [*names, report, f"{stem}_io_layout.json"]
+        if onnx_names:
+            from onnx2tf_alt.tflite.names import copy_onnx_names_in_files
+
+            copy_onnx_names_in_files([os.path.join(stage, n) for n in names], result,
+                                     planned.graph)
+        folder.publish(stage, Manifest.for_conversion(stem, sources, command))
+    log.info("wrote %s to %s (direct TFLite writer)", ", ".join(written), folder.path)
+    return written
 
 
 def _write_int4(results: dict, stage: str, stem: str) -> str:

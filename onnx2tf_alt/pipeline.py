@@ -24,6 +24,7 @@ from onnx2tf_alt.layout.plan import Plan, plan_layouts
 from onnx2tf_alt.layout.policies import LayoutPolicy
 from onnx2tf_alt.logs import phase
 from onnx2tf_alt.passes.prepare import prepare_model
+from onnx2tf_alt.translate.failures import failure_for
 from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
 from onnx2tf_alt.translate.progress import Progress
 from onnx2tf_alt.translate.recursion import deep_graphs
@@ -80,8 +81,6 @@ def check_batch_size(batch_size: int | None) -> None:
 
 def unsupported_nodes(graph: Graph) -> list[NodeFailure]:
     """A failure for each node no handler converts at the graph's opset."""
-    from onnx2tf_alt.translate.builder import failure_for
-
     return [
         failure_for(node, graph, "unsupported op: no handler for this op type and opset")
         for node in graph.nodes
@@ -146,8 +145,36 @@ def build_loaded(
     """`build` for a model `load_model` returned (which this takes over and modifies).
     With -inimc / -onimc names, only the prepared graph's part between those tensors is
     converted (ir/subgraph.py)."""
+    planned = plan_loaded(
+        model, batch_size, overwrite_input_shape, keep_ncw_or_nchw_or_ncdhw_input_names,
+        keep_nwc_or_nhwc_or_ndhwc_input_names, input_names_to_interrupt_model_conversion,
+        output_names_to_interrupt_model_conversion, options)
+    return translate(planned, show_progress)
+
+
+@dataclass
+class Planned:
+    """A prepared model, its graph view and its layout plan: what the TF build and the
+    direct TFLite writer (tflite/direct.py) start from."""
+
+    graph: Graph
+    plan: Plan
+    model: onnx.ModelProto
+    options: ConversionOptions = DEFAULT_OPTIONS
+
+
+def plan_loaded(
+    model: onnx.ModelProto,
+    batch_size: int | None = None,
+    overwrite_input_shape: list[str] | None = None,
+    keep_ncw_or_nchw_or_ncdhw_input_names: list[str] | None = None,
+    keep_nwc_or_nhwc_or_ndhwc_input_names: list[str] | None = None,
+    input_names_to_interrupt_model_conversion: list[str] | None = None,
+    output_names_to_interrupt_model_conversion: list[str] | None = None,
+    options: ConversionOptions | None = None,
+) -> Planned:
+    """Prepare and plan a loaded model (the stages before the build; no TensorFlow)."""
     from onnx2tf_alt.ir.subgraph import extract_subgraph
-    from onnx2tf_alt.translate.builder import ModelBuilder
 
     check_batch_size(batch_size)
     options = options or DEFAULT_OPTIONS
@@ -173,14 +200,24 @@ def build_loaded(
     if log.isEnabledFor(logging.DEBUG):
         for line in describe(graph, plan):
             log.debug("layout plan: %s", line)
+    return Planned(graph, plan, model, options)
+
+
+@deep_graphs()
+def translate(planned: Planned, show_progress: bool = False) -> Converted:
+    """Build the Keras model of a planned model, node by node."""
+    from onnx2tf_alt.translate.builder import ModelBuilder
+
+    graph, plan, model = planned.graph, planned.plan, planned.model
     progress = Progress(len(graph.nodes), enabled=show_progress)
     try:
         with phase("translate"):
-            result = ModelBuilder(graph, plan, progress, options).build()
+            result = ModelBuilder(graph, plan, progress, planned.options).build()
     except ConversionError as error:
         error.prepared_model = model
         raise
-    return Converted(result=result, graph=graph, plan=plan, model=model, options=options)
+    return Converted(result=result, graph=graph, plan=plan, model=model,
+                     options=planned.options)
 
 
 def _known_inputs(graph: Graph, flag: str, names: list[str] | None) -> frozenset[str]:

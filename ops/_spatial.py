@@ -83,13 +83,20 @@ def replicate_edges(x, pads):
     return x
 
 
+def padding_plan(pads, kernel, strides, dilations, spatial):
+    """('SAME'|'VALID', the pads to add explicitly first, or None): explicit pads only
+    when TF's SAME does not match."""
+    if all(p == (0, 0) for p in pads):
+        return "VALID", None
+    if is_tf_same(pads, kernel, strides, dilations, spatial):
+        return "SAME", None
+    return "VALID", pads
+
+
 def tf_padding(x, pads, kernel, strides, dilations, spatial, pad_value=0.0):
     """Return (x, 'SAME'|'VALID'): x padded explicitly only when TF's SAME does not match."""
-    if all(p == (0, 0) for p in pads):
-        return x, "VALID"
-    if is_tf_same(pads, kernel, strides, dilations, spatial):
-        return x, "SAME"
-    return pad_spatial(x, pads, pad_value), "VALID"
+    padding, explicit = padding_plan(pads, kernel, strides, dilations, spatial)
+    return (x if explicit is None else pad_spatial(x, explicit, pad_value)), padding
 
 
 def dilate_kernel(w, dilations):

@@ -10,14 +10,17 @@ Swish and SwiGLU are x * sigmoid(alpha * x) forms (SwiGLU times a second input).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from onnx2tf_alt.ops._dtypes import widen
 from onnx2tf_alt.ops._elementwise_common import unary
 from onnx2tf_alt.ops._erf import erf
 
 from onnx2tf_alt.layout.policies import agnostic
+from onnx2tf_alt.tflite import direct as direct_writer
 from onnx2tf_alt.translate.lazy import call, tf
-from onnx2tf_alt.translate.registry import handler
+from onnx2tf_alt.translate.registry import direct, handler
 
 
 def relu(x):
@@ -48,6 +51,8 @@ unary("Tanh", call("tanh"))
 unary("Softplus", softplus)
 unary("Softsign", call("nn.softsign"))
 unary("Mish", lambda x: x * tf.tanh(softplus(x)))
+for _op, _builtin in (("Relu", "RELU"), ("Sigmoid", "LOGISTIC"), ("Tanh", "TANH")):
+    direct(_op)(functools.partial(direct_writer.unary, name=_builtin))
 
 
 @handler("HardSwish", layout=agnostic)
@@ -174,13 +179,21 @@ def prelu(ctx):
     return tf.nn.relu(x) + tf.nn.relu(-x) * ctx.const_tensor(-slope)
 
 
+def _relu_form(low, high, is_float: bool) -> str | None:
+    """The one builtin a clip with these constant bounds is: RELU6 for (0, 6), RELU for
+    (0, none) (float only), else None."""
+    if is_float and _equals(low, 0) and (high is None or _equals(high, 6)):
+        return "RELU" if high is None else "RELU6"
+    return None
+
+
 def _clip(x, low, high):
     """min(max(x, low), high) (low > high gives high, as onnxruntime); None: no bound.
 
     Constant bounds (0, 6) and (0, none) become RELU6 and RELU."""
-    is_float = x.dtype.is_floating
-    if is_float and _equals(low, 0) and (high is None or _equals(high, 6)):
-        return tf.nn.relu(x) if high is None else tf.nn.relu6(x)
+    form = _relu_form(low, high, x.dtype.is_floating)
+    if form is not None:
+        return tf.nn.relu(x) if form == "RELU" else tf.nn.relu6(x)
     if low is not None:
         x = tf.maximum(x, tf.cast(low, x.dtype))
     if high is not None:
@@ -190,6 +203,23 @@ def _clip(x, low, high):
 
 def _equals(bound, value) -> bool:
     return isinstance(bound, np.ndarray) and bound.size == 1 and float(bound.reshape(-1)[0]) == value
+
+
+def _clip_direct(ctx, low, high) -> int:
+    """_clip in the direct writer: RELU / RELU6, else MAXIMUM and MINIMUM with scalars."""
+    form = _relu_form(low, high, True)
+    if form is not None:
+        return direct_writer.unary(ctx, form)
+    x = ctx.x(0)
+    for name, bound in (("MAXIMUM", low), ("MINIMUM", high)):
+        if bound is None:
+            continue
+        if not isinstance(bound, np.ndarray) or bound.size != 1:
+            raise direct_writer.NotCovered("run-time bounds")
+        y = ctx.temp(ctx.out_phys_shape(), name.lower())
+        ctx.op(name, [x, ctx.weight(np.float32(bound.reshape(())), name.lower())], y)
+        x = y
+    return x
 
 
 @handler("Clip", since=1, layout=agnostic)
@@ -214,6 +244,20 @@ def clip(ctx):
         return value if value is not None else ctx.x(i)
 
     return _clip(widen(ctx.x(0)), bound(1), bound(2))
+
+
+@direct("Clip", since=1)
+def clip_attributes_direct(ctx):
+    low, high = ctx.attr("min"), ctx.attr("max")
+    return _clip_direct(ctx, None if low is None else np.array(low),
+                        None if high is None else np.array(high))
+
+
+@direct("Clip", since=11)
+def clip_direct(ctx):
+    if (ctx.has(1) and ctx.const(1) is None) or (ctx.has(2) and ctx.const(2) is None):
+        raise direct_writer.NotCovered("run-time bounds")
+    return _clip_direct(ctx, ctx.const(1), ctx.const(2))
 
 
 # --- Swish and SwiGLU ----------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from onnx2tf_alt.ops._conv3d import conv3d_by_frames, lowers_to_2d
 from onnx2tf_alt.ops._conv_common import (
+    MAX_DEPTHWISE_TAPS,
     depthwise_conv,
     grouped_conv,
     lift_1d,
@@ -20,13 +21,21 @@ from onnx2tf_alt.ops._conv_common import (
     tf_kernel,
 )
 from onnx2tf_alt.ops._dtypes import compute_dtype
-from onnx2tf_alt.ops._spatial import dilate_kernel, kernel_attrs, pad_spatial, tf_padding
+from onnx2tf_alt.ops._spatial import (
+    dilate_kernel,
+    kernel_attrs,
+    pad_spatial,
+    padding_plan,
+    tf_padding,
+)
 
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import Decision, channel_last, custom_policy
+from onnx2tf_alt.tflite import direct as direct_writer
+from onnx2tf_alt.tflite.direct import NotCovered, options
 from onnx2tf_alt.translate.lazy import tf
-from onnx2tf_alt.translate.registry import handler
+from onnx2tf_alt.translate.registry import direct, handler
 
 
 def _weights(ctx):
@@ -96,6 +105,51 @@ def conv(ctx):
         return _channel_concat([y if b is None else tf.nn.bias_add(y, ctx.const_tensor(b))
                                 for y, b in zip(parts, biases)])
     return _bias(ctx, grouped_conv(ctx, x, w, groups, strides, dilations, padding))
+
+
+@direct("Conv")
+def conv_direct(ctx):
+    """The 2-D Conv of `conv` with constant weights: one CONV_2D (groups in its filter) or
+    DEPTHWISE_CONV_2D, after a PAD where TF's SAME does not match the pads."""
+    w, bias = ctx.const(1), ctx.const(2) if ctx.has(2) else None
+    if w is None or (ctx.has(2) and bias is None):
+        raise NotCovered("run-time weights")
+    if w.ndim != 4:
+        raise NotCovered("1-D and 3-D convolutions")
+    w = w.astype(np.float32)
+    kernel, groups = list(w.shape[2:]), ctx.attr("group", 1)
+    strides, dilations, pads = kernel_attrs(ctx, kernel)
+    if _cache_pieces(ctx, w, groups, 2) > 1:
+        raise NotCovered("weights split for the CPU cache")
+    padding, explicit = padding_plan(pads, kernel, strides, dilations, ctx.shape(0)[2:])
+    if any(p is None for p in explicit or ()):
+        raise NotCovered("SAME_LOWER pads known at run time")
+    x = ctx.x(0)
+    if explicit is not None:
+        x = direct_writer.pad_spatial(ctx, x, explicit)
+    out_channels = w.shape[0]
+    bias = np.zeros(out_channels, np.float32) if bias is None else bias.astype(np.float32)
+    common = {"padding": direct_writer.PADDING[padding], "strideH": strides[0],
+              "strideW": strides[1], "dilationHFactor": dilations[0],
+              "dilationWFactor": dilations[1], "fusedActivationFunction": 0}
+    out = ctx.output()
+    if groups > 1 and groups == ctx.shape(0)[1]:
+        if max(strides) > 1 and max(dilations) > 1:
+            raise NotCovered("a strided, dilated depthwise convolution")
+        if strides[0] != strides[1] or kernel[0] * kernel[1] > MAX_DEPTHWISE_TAPS:
+            raise NotCovered("a depthwise convolution written in pieces")
+        # ONNX (C * m, 1, kh, kw) -> TFLite (1, kh, kw, C * m): output channel c * m + k
+        filt = np.transpose(w.reshape(out_channels, *kernel), [1, 2, 0])[None]
+        ctx.op("DEPTHWISE_CONV_2D", [x, ctx.weight(filt), ctx.weight(bias, "bias")], out,
+               options("DepthwiseConv2DOptions", depthMultiplier=out_channels // groups,
+                       **common))
+        return out
+    if groups > 1 and ctx.options.disable_group_convolution:
+        raise NotCovered("-dgc: convolutions per group")
+    filt = np.transpose(w, [0, 2, 3, 1])  # ONNX (O, I / g, kh, kw) -> TFLite (O, kh, kw, I / g)
+    ctx.op("CONV_2D", [x, ctx.weight(filt), ctx.weight(bias, "bias")], out,
+           options("Conv2DOptions", **common))
+    return out
 
 
 # A 2-D conv whose weights exceed SPLIT_ABOVE runs as convolutions over slices of its

@@ -22,8 +22,9 @@ from onnx import helper
 
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import Decision, agnostic, custom_policy
+from onnx2tf_alt.tflite import direct as direct_writer
 from onnx2tf_alt.translate.lazy import call, tf
-from onnx2tf_alt.translate.registry import handler
+from onnx2tf_alt.translate.registry import direct, handler
 
 from ._dtypes import from_ordered, ordered, widen
 from ._elementwise_common import binary, unary
@@ -173,6 +174,9 @@ binary(
     lambda a, b: int_div(a, b) if a.dtype.is_integer else tf.divide(a, b),
     limits="integers round toward zero (C semantics, as onnxruntime)",
 )
+# The direct writer keeps a constant's infinities as they are (TF's converter does not).
+for _op, _builtin in (("Add", "ADD"), ("Sub", "SUB"), ("Mul", "MUL"), ("Div", "DIV")):
+    direct(_op)(functools.partial(direct_writer.binary, name=_builtin))
 variadic("Sum", call("add"))
 extremum("Max", call("maximum"))
 extremum("Min", call("minimum"))

@@ -15,8 +15,9 @@ import numpy as np
 
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import CUSTOM, Decision, LayoutPolicy, custom_policy
+from onnx2tf_alt.tflite.direct import NotCovered, options
 from onnx2tf_alt.translate.lazy import tf
-from onnx2tf_alt.translate.registry import handler
+from onnx2tf_alt.translate.registry import direct, handler
 
 from ._dtypes import rounded_matmul
 from ._matmul_common import operand, swaps_last_two
@@ -69,6 +70,44 @@ def matmul(ctx):
     if b_vector:
         y = tf.squeeze(y, -1)
     return y
+
+
+def _dense_direct(ctx, weights: np.ndarray, bias: np.ndarray | None) -> int:
+    """FULLY_CONNECTED of input 0 (as it arrived, its last two axes not swapped) with
+    `weights` (K, N) and `bias` (N), keeping input 0's leading axes."""
+    if swaps_last_two(ctx.perm(0)):
+        raise NotCovered("an operand with its last two axes swapped")
+    out = ctx.output()
+    inputs = [ctx.x(0), ctx.weight(np.ascontiguousarray(weights.T, np.float32))]
+    if bias is not None:
+        inputs.append(ctx.weight(np.asarray(bias, np.float32), "bias"))
+    ctx.op("FULLY_CONNECTED", inputs, out, options(
+        "FullyConnectedOptions", fusedActivationFunction=0, keepNumDims=ctx.rank(0) > 2))
+    return out
+
+
+@direct("MatMul", since=1)
+def matmul_direct(ctx):
+    w = ctx.const(1)
+    if w is None or w.ndim != 2 or ctx.rank(0) < 2:
+        raise NotCovered("a product with run-time or batched weights, or of a vector")
+    return _dense_direct(ctx, w, None)
+
+
+@direct("Gemm", since=1)
+def gemm_direct(ctx):
+    """gemm with a constant B and C of one row (or a scalar), A not transposed."""
+    alpha, beta = ctx.attr("alpha", 1.0), ctx.attr("beta", 1.0)
+    w, c = ctx.const(1), ctx.const(2) if ctx.has(2) else None
+    if w is None or ctx.attr("transA", 0) or (ctx.has(2) and c is None):
+        raise NotCovered("transA, or run-time B or C")
+    w = (w.T if ctx.attr("transB", 0) else w) * np.float32(alpha)
+    bias = None
+    if c is not None and beta != 0:
+        if c.size not in (1, w.shape[1]) or (c.ndim == 2 and c.shape[0] != 1):
+            raise NotCovered("a C of several rows")
+        bias = np.broadcast_to(c.reshape(-1) * np.float32(beta), (w.shape[1],))
+    return _dense_direct(ctx, w, bias)
 
 
 @handler("Gemm", since=1, layout=matmul_operands(0, 1))

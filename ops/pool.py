@@ -27,9 +27,10 @@ from onnx2tf_alt.ops._spatial import (
 )
 
 from onnx2tf_alt.layout.policies import channel_last, same_as_input
+from onnx2tf_alt.tflite.direct import PADDING, NotCovered, options
 from onnx2tf_alt.translate.context import reshape
 from onnx2tf_alt.translate.lazy import tf
-from onnx2tf_alt.translate.registry import handler
+from onnx2tf_alt.translate.registry import direct, handler
 
 
 @dataclass
@@ -227,10 +228,40 @@ def max_pool(ctx):
     return _pool_nd(x, "MAX", win.kernel, win.strides, "VALID")
 
 
+def _pool_direct(ctx, builtin: str, padding: str) -> int:
+    """MAX_POOL_2D / AVERAGE_POOL_2D of a 2-D window with TF's `padding` (_pool_nd's 2-D
+    case)."""
+    win = _window(ctx)
+    if len(win.kernel) != 2:
+        raise NotCovered("1-D and 3-D pools")
+    out = ctx.output()
+    ctx.op(builtin, [ctx.x(0)], out, options(
+        "Pool2DOptions", padding=PADDING[padding], strideH=win.strides[0],
+        strideW=win.strides[1], filterHeight=win.kernel[0], filterWidth=win.kernel[1],
+        fusedActivationFunction=0))
+    return out
+
+
+@direct("MaxPool")
+def max_pool_direct(ctx):
+    padding = _window(ctx).tf_padding()
+    if padding is None or (len(ctx.node.outputs) > 1 and ctx.node.outputs[1]):
+        raise NotCovered("explicit pads or Indices")
+    return _pool_direct(ctx, "MAX_POOL_2D", padding)
+
+
 @handler("AveragePool", layout=channel_last(0),
          limits="static spatial dims unless the padding is VALID or TF SAME")
 def average_pool(ctx):
     return average(ctx, ctx.x(0))
+
+
+@direct("AveragePool")
+def average_pool_direct(ctx):
+    padding = _window(ctx).tf_padding()
+    if not (padding == "VALID" or (padding == "SAME" and not ctx.attr("count_include_pad", 0))):
+        raise NotCovered("pads TF's pools do not take")
+    return _pool_direct(ctx, "AVERAGE_POOL_2D", padding)
 
 
 def average(ctx, x):
@@ -266,6 +297,23 @@ def _spatial_axes(ctx) -> list[int]:
 @handler("GlobalAveragePool", layout=same_as_input(0))
 def global_average_pool(ctx):
     return tf.reduce_mean(ctx.x(0), _spatial_axes(ctx), keepdims=True)
+
+
+def _reduce_direct(ctx, builtin: str) -> int:
+    out = ctx.output()
+    axes = ctx.ints(_spatial_axes(ctx), "axes")
+    ctx.op(builtin, [ctx.x(0), axes], out, options("ReducerOptions", keepDims=True))
+    return out
+
+
+@direct("GlobalAveragePool")
+def global_average_pool_direct(ctx):
+    return _reduce_direct(ctx, "MEAN")
+
+
+@direct("GlobalMaxPool")
+def global_max_pool_direct(ctx):
+    return _reduce_direct(ctx, "REDUCE_MAX")
 
 
 @handler("GlobalMaxPool", layout=same_as_input(0))

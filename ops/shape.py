@@ -12,9 +12,10 @@ import numpy as np
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import Decision, custom_policy, derived, reshaping, same_as_input
+from onnx2tf_alt.tflite import direct as direct_writer
 from onnx2tf_alt.translate.context import reshape as reshape_dims
 from onnx2tf_alt.translate.lazy import tf
-from onnx2tf_alt.translate.registry import handler
+from onnx2tf_alt.translate.registry import direct, handler
 
 from ._shapes import scalar, shape_tensor
 
@@ -48,6 +49,11 @@ def _transpose_perm(node: Node, graph: Graph, in_perm):
 @handler("Transpose", layout=derived(_transpose_perm))
 def transpose(ctx):
     return ctx.x(0)  # the plan already gave the output the composed perm: no data moves
+
+
+@direct("Transpose")
+def transpose_direct(ctx):
+    return ctx.x(0)
 
 
 # --- Reshape and Flatten -----------------------------------------------------------------
@@ -133,6 +139,13 @@ def reshape(ctx):
     return _reshape(ctx, lambda: ctx.x(1))
 
 
+@direct("Reshape", since=5)
+def reshape_direct(ctx):
+    if ctx.const(1) is None:
+        raise direct_writer.NotCovered("a run-time target shape")
+    return direct_writer.reshape_to_output(ctx)
+
+
 @handler("Flatten", layout=reshaping(_flatten_shapes))
 def flatten(ctx):
     axis = ctx.attr("axis", 1)
@@ -143,6 +156,9 @@ def flatten(ctx):
         return tf.stack([tf.reduce_prod(shape[:axis]), tf.reduce_prod(shape[axis:])])
 
     return reshape_to_output(ctx, target)
+
+
+direct("Flatten")(direct_writer.reshape_to_output)
 
 
 # --- Squeeze and Unsqueeze ---------------------------------------------------------------

@@ -15,8 +15,9 @@ from __future__ import annotations
 from onnx2tf_alt.ops._shapes import physical_axes
 
 from onnx2tf_alt.layout.policies import custom_policy, logical, same_as_input
+from onnx2tf_alt.tflite.direct import NotCovered, options
 from onnx2tf_alt.translate.lazy import tf
-from onnx2tf_alt.translate.registry import handler
+from onnx2tf_alt.translate.registry import direct, handler
 
 HALF = ("float16", "bfloat16")
 
@@ -104,6 +105,18 @@ def _register(op_type: str, fn, v1_layout) -> None:
     )
 
 
+def _softmax_direct(ctx, axes: list[int]) -> int:
+    """softmax's TFLite case: one SOFTMAX over the physical last axis."""
+    if axes != [ctx.rank(0) - 1]:
+        raise NotCovered("a softmax not over the one physical last axis")
+    out = ctx.output()
+    ctx.op("SOFTMAX", [ctx.x(0)], out, options("SoftmaxOptions", beta=1.0))
+    return out
+
+
 _register("Softmax", softmax, same_as_input(0))
+direct("Softmax", since=1)(lambda ctx: _softmax_direct(ctx, physical_axes(ctx, _flattened_tail(ctx))))
+direct("Softmax", since=13)(
+    lambda ctx: _softmax_direct(ctx, physical_axes(ctx, [ctx.attr("axis", -1) % ctx.rank(0)])))
 _register("LogSoftmax", lambda x, axes: softmax(x, axes, log=True), same_as_input(0))
 _register("Hardmax", hardmax, _one_wide_tail)

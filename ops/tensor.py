@@ -12,8 +12,9 @@ import numpy as np
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import derived, same_as_input
+from onnx2tf_alt.tflite.direct import NotCovered, options
 from onnx2tf_alt.translate.lazy import tf
-from onnx2tf_alt.translate.registry import handler
+from onnx2tf_alt.translate.registry import direct, handler
 
 from ._shapes import (
     delegated_split,
@@ -38,10 +39,37 @@ def concat(ctx):
     """One CONCATENATION, or a tree of them of at most MAX_CONCAT_INPUTS inputs each."""
     axis = ctx.axis(ctx.attr("axis", 1))
     parts = [ctx.x(i) for i in range(ctx.num_inputs)]
-    while len(parts) > MAX_CONCAT_INPUTS and parts[0].dtype == tf.float32:
-        groups = [parts[i:i + MAX_CONCAT_INPUTS] for i in range(0, len(parts), MAX_CONCAT_INPUTS)]
-        parts = [tf.concat(g, axis=axis) if len(g) > 1 else g[0] for g in groups]
+    if parts[0].dtype == tf.float32:
+        parts = _concat_tree(parts, lambda group: tf.concat(group, axis=axis))
     return tf.concat(parts, axis=axis)
+
+
+def _concat_tree(parts: list, join) -> list:
+    """At most MAX_CONCAT_INPUTS parts, each group of that many joined by `join`."""
+    while len(parts) > MAX_CONCAT_INPUTS:
+        groups = [parts[i:i + MAX_CONCAT_INPUTS] for i in range(0, len(parts), MAX_CONCAT_INPUTS)]
+        parts = [join(g) if len(g) > 1 else g[0] for g in groups]
+    return parts
+
+
+@direct("Concat")
+def concat_direct(ctx):
+    axis = ctx.axis(ctx.attr("axis", 1))
+    shape = list(ctx.out_phys_shape())
+
+    def join(group: list, out: int | None = None) -> int:
+        if out is None:
+            sizes = [ctx.flat.shape(t)[axis] for t in group]
+            shape[axis] = None if None in sizes else sum(sizes)
+            out = ctx.temp(tuple(shape), "part")
+        ctx.op("CONCATENATION", group, out,
+               options("ConcatenationOptions", axis=axis, fusedActivationFunction=0))
+        return out
+
+    if ctx.num_inputs < 2:
+        raise NotCovered("a concatenation of one input")
+    parts = _concat_tree([ctx.x(i) for i in range(ctx.num_inputs)], join)
+    return join(parts, ctx.output())
 
 
 # --- Split -------------------------------------------------------------------------------

@@ -46,6 +46,12 @@ def _file_flags(p: argparse.ArgumentParser) -> None:
         "-dms", "--disable_model_save", action="store_true",
         help="write no saved_model (the .tflite and the other requested files still)")
     p.add_argument(
+        "--tflite_writer", choices=("auto", "tf", "direct"), default="auto",
+        help="what writes the float32 .tflite when only .tflite files are asked for (-dms, "
+        "no -oh5/-okv3/quantized/checked files): auto (default) our own writer, without "
+        "TensorFlow, when it covers every node, else TF's converter; tf always TF's; direct "
+        "ours or exit 1 naming the node it does not cover (docs/direct_writer.md)")
+    p.add_argument(
         "-okv3", "--output_keras_v3", action="store_true", help="also write <stem>.keras"
     )
     p.add_argument(

@@ -269,6 +269,8 @@ def onnx_origins(model, result, graph) -> list[list[dict]]:
                 names.update(owners[p] for p in part.split("/") if p in owners)
                 if part.split(":")[0] in producer:  # tensors named like ONNX values (-coion)
                     names.add(producer[part.split(":")[0]])
+                elif part.split("/")[0] in order:  # the direct writer's "<node>/<what>"
+                    names.add(part.split("/")[0])
             if not names and by_output.get(t):
                 names.add(by_output[t])
         origins.append([{"name": n, "op_type": op_types[n]}

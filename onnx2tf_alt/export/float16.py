@@ -158,8 +158,6 @@ def record_optimization(model, runtime: str, mode: int, reduced_precision: bytes
     """The metadata TF writes for a post-training optimization: min_runtime_version raised
     to `runtime` (float16 files: for DEQUANTIZE version 3), reduced_precision_support set
     (float16 files), and `mode` recorded among the conversion's optimization modes."""
-    from tensorflow.lite.python import conversion_metadata_schema_py_generated as conversion
-
     entries = {m.name: m for m in model.metadata or []}
     current = entries.get(b"min_runtime_version")
     old = (bytes(model.buffers[current.buffer].data).rstrip(b"\0").decode()
@@ -169,7 +167,9 @@ def record_optimization(model, runtime: str, mode: int, reduced_precision: bytes
     if reduced_precision:
         put_metadata(model, b"reduced_precision_support", reduced_precision)
     recorded = entries.get(b"CONVERSION_METADATA")
-    if recorded is not None:
+    if recorded is not None:  # TF's converter wrote it (the direct writer does not)
+        from tensorflow.lite.python import conversion_metadata_schema_py_generated as conversion
+
         data = bytes(model.buffers[recorded.buffer].data)
         meta = conversion.ConversionMetadataT.InitFromObj(
             conversion.ConversionMetadata.GetRootAsConversionMetadata(data, 0))

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from onnx2tf_alt.errors import ConversionError
 from onnx2tf_alt.tflite.flatbuffer import read_model
-from onnx2tf_alt.translate.builder import BuildResult
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -48,9 +47,10 @@ def flex_ops(content: bytes) -> list[FlexOp]:
     return found
 
 
-def layer_owners(result: BuildResult, graph) -> dict[str, object]:
+def layer_owners(result, graph) -> dict[str, object]:
     """{Keras layer name: the ONNX node whose handler created it}: from each node's output
-    tensors back to the converted values it read (relayouts go to their consumer)."""
+    tensors back to the converted values it read (relayouts go to their consumer); `result`
+    is a translate/builder.BuildResult (a direct writer's has no Keras layers)."""
     values = {id(v.tensor) for v in result.values.values() if v.tensor is not None}
     owners: dict[str, object] = {}
     for node in graph.nodes:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 
@@ -176,6 +177,9 @@ class DirectContext:
 
     def axis(self, logical_axis: int, i: int = 0) -> int:
         return P.to_physical_axis(self.in_perms[i], logical_axis)
+
+    def axes(self, logical_axes, i: int = 0) -> list[int]:
+        return sorted(self.axis(a, i) for a in logical_axes)
 
     def out_shape(self, j: int = 0) -> tuple | None:
         return self.graph.shapes.get(self.node.outputs[j])
@@ -345,6 +349,7 @@ class DirectResult:
     output_perms: dict[str, Perm]
     output_keys: list[str]
     model = None  # no Keras model
+    values = MappingProxyType({})  # nor Keras tensors (export/tflite.layer_owners)
 
     def to_physical(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {key: P.to_physical_order(feeds[name], self.input_perms[name])
@@ -460,3 +465,56 @@ def _tensor_map(key: str, index: int):
     entry = schema.TensorMapT()
     entry.name, entry.tensorIndex = key.encode(), index
     return entry
+
+
+# --- helpers the ops modules' direct writers share ------------------------------------------
+def unary(ctx: DirectContext, name: str) -> int:
+    """A one-input, option-free builtin (RELU, LOGISTIC, TANH, ...) on input 0."""
+    out = ctx.output()
+    ctx.op(name, [ctx.x(0)], out)
+    return out
+
+
+_ARITHMETIC = {"ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions",
+               "DIV": "DivOptions", "MAXIMUM": None, "MINIMUM": None}
+
+
+def binary(ctx: DirectContext, name: str) -> int:
+    """A broadcasting two-input builtin on inputs 0 and 1 (ADD, SUB, MUL, DIV, MAXIMUM,
+    MINIMUM): constants become weights in the perm the layout policy gave them."""
+    if len(ctx.out_perm()) > 6:
+        raise NotCovered("broadcasting above rank 6")
+    out = ctx.output()
+    kind = _ARITHMETIC[name]
+    ctx.op(name, [ctx.x(0), ctx.x(1)], out,
+           None if kind is None else options(kind, fusedActivationFunction=0))
+    return out
+
+
+def reshape_to_output(ctx: DirectContext) -> int:
+    """Input 0, as it lies physically, reshaped to output 0's physical shape (at most one
+    unknown dim), as ops/shape.py's reshape_to_output."""
+    dims = ctx.out_phys_shape()
+    if dims is None or sum(d is None for d in dims) > 1:
+        raise NotCovered("a reshape to a shape known only at run time")
+    out = ctx.output()
+    ctx._writer.reshape(ctx.x(0), dims, out)
+    return out
+
+
+PADDING = {"SAME": schema.Padding.SAME, "VALID": schema.Padding.VALID}
+
+
+def pad_spatial(ctx: DirectContext, x: int, pads, value: float = 0.0) -> int:
+    """PAD (or PADV2 with `value`) of the spatial axes of channel-last tensor `x` by
+    [(begin, end)] per axis, as ops/_spatial.pad_spatial."""
+    shape = ctx.flat.shape(x)
+    widths = [(0, 0), *[tuple(p) for p in pads], (0, 0)]
+    padded = tuple(None if d is None else d + b + e for d, (b, e) in zip(shape, widths))
+    out = ctx.temp(padded, "pad")
+    paddings = ctx.ints(np.array(widths, np.int32), "paddings")
+    if value == 0.0:
+        ctx.op("PAD", [x, paddings], out)
+    else:
+        ctx.op("PADV2", [x, paddings, ctx.weight(np.float32(value), "pad_value")], out)
+    return out

@@ -8,13 +8,14 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from onnx2tf_alt.errors import ConversionError, NodeFailure
+from onnx2tf_alt.errors import ConversionError
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.perms import Perm
 from onnx2tf_alt.layout.plan import Plan
 from onnx2tf_alt.translate import late_shapes
 from onnx2tf_alt.translate.context import NodeContext, reshape
+from onnx2tf_alt.translate.failures import failure_for
 from onnx2tf_alt.translate.io_layout import keras_name
 from onnx2tf_alt.translate.keras_layers import constant_weights
 from onnx2tf_alt.translate.options import (
@@ -56,27 +57,6 @@ class BuildResult:
         (those `outputs` holds)."""
         return {name: P.to_onnx_order(outputs[key], self.output_perms[name])
                 for name, key in self.output_names.items() if key in outputs}
-
-
-def failure_for(node: Node, graph: Graph, reason: str) -> NodeFailure:
-    return NodeFailure(
-        node_name=node.name,
-        op_type=node.op_type,
-        domain=node.domain,
-        opset=graph.opset_of(node.domain),
-        reason=reason,
-        input_shapes=[graph.shapes.get(n) if n else None for n in node.inputs],
-        input_dtypes=[str(graph.dtypes.get(n)) if n else None for n in node.inputs],
-        attributes={k: _printable(v) for k, v in node.attrs.items()},
-    )
-
-
-def _printable(value):
-    if isinstance(value, np.ndarray):
-        return value.tolist() if value.size <= 16 else f"array{list(value.shape)}"
-    if isinstance(value, (list, tuple, int, float, str)):
-        return value
-    return type(value).__name__
 
 
 class ModelBuilder:
