@@ -312,6 +312,7 @@ class DirectWriter:
             outputs.append(index)
         _fuse_activations(flat, outputs)
         _merge_reshapes(flat, outputs)
+        _flatten_into_dense(flat, outputs)
         content = _pack(flat, inputs, outputs, list(input_names.values()), output_keys)
         return DirectResult(content, input_names, output_names,
                             {n: plan.perms[n] for n in graph.inputs}, dict(plan.output_perms),
@@ -412,6 +413,29 @@ def _merge_reshapes(flat: FlatGraph, outputs: list[int]) -> None:
                 and len(readers.get(op.inputs[0], [])) == 1):
             op.inputs[0] = inner.inputs[0]
             gone.append(inner)
+    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def _flatten_into_dense(flat: FlatGraph, outputs: list[int]) -> None:
+    """A RESHAPE to 2-D read only as the input of FULLY_CONNECTED ops (keepNumDims false) is
+    dropped: the kernel takes any input as (elements / K, K) rows, in the same order (TF's
+    converter drops it too)."""
+    producers = {o: op for op in flat.operators for o in op.outputs}
+    readers = _consumers(flat)
+    gone = []
+    for op in flat.operators:
+        if op.name != "FULLY_CONNECTED" or op.options[1].keepNumDims:
+            continue
+        source = producers.get(op.inputs[0])
+        users = readers.get(op.inputs[0], [])
+        if (source is not None and source.name == "RESHAPE" and op.inputs[0] not in outputs
+                and len(flat.shape(op.inputs[0])) == 2
+                and all(u.name == "FULLY_CONNECTED" and u.inputs[0] == op.inputs[0]
+                        and u.inputs[1:].count(op.inputs[0]) == 0
+                        and not u.options[1].keepNumDims for u in users)):
+            op.inputs[0] = source.inputs[0]
+            if all(u.inputs[0] != source.outputs[0] for u in users):
+                gone.append(source)
     flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
 
 

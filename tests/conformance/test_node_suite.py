@@ -1,5 +1,6 @@
-"""ONNX backend node tests through the converter: the TF model and the float32 TFLite are
-each compared with the suite's expected outputs (its own rtol/atol).
+"""ONNX backend node tests through the converter: the TF model, the float32 TFLite and the
+direct writer's float32 TFLite (tflite/direct.py, where it covers the case) are each
+compared with the suite's expected outputs (its own rtol/atol).
 
 Outcomes per backend are 'pass', 'xfail' (listed in expectations.txt with a reason),
 'excluded' (a category the suite rules exclude, see `exclusion`) or 'fail'. A listed test
@@ -18,7 +19,8 @@ import pytest
 from conformance.node_cases import NodeCase, load_cases
 
 HERE = os.path.dirname(__file__)
-BACKENDS = ("tf", "tflite")
+BACKENDS = ("tf", "tflite", "direct")
+BOTH = ("tf", "tflite")  # what `both` names in expectations.txt
 TRAINING_OPS = {"Gradient", "Adagrad", "Adam", "Momentum"}
 RANDOM_OPS = {
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli",
@@ -46,7 +48,7 @@ def read_expectations() -> dict[tuple[str, str], str]:
             if not line or line.startswith("#"):
                 continue
             name, scope, reason = line.split(maxsplit=2)
-            for backend in BACKENDS if scope == "both" else (scope,):
+            for backend in BOTH if scope == "both" else (scope,):
                 expected[(name, backend)] = reason
     return expected
 
@@ -89,7 +91,7 @@ def exclusion(case: NodeCase, model: onnx.ModelProto, backend: str) -> str | Non
         return "training-only op"
     if ops & STRING_OPS:
         return "string op"
-    if backend == "tflite" and _elem_types(model) & NO_TFLITE_TYPE:
+    if backend != "tf" and _elem_types(model) & NO_TFLITE_TYPE:
         return "dtype with no TFLite tensor type"
     return None
 
@@ -142,12 +144,34 @@ def draws_random_values(case: NodeCase, model: onnx.ModelProto) -> bool:
     return False
 
 
+class NotDirect(Exception):
+    """The direct writer does not cover the case (it goes through TF's converter)."""
+
+
 def run_backend(converted, case: NodeCase, model: onnx.ModelProto, backend: str) -> None:
     from harness import tf_run, tflite_run
 
     feeds = {name: np.asarray(value) for name, value in zip(converted.graph.inputs, case.inputs)}
-    actual = tf_run(converted, feeds) if backend == "tf" else tflite_run(converted, feeds)
+    if backend == "direct":
+        actual = direct_run(converted, feeds)
+    else:
+        actual = tf_run(converted, feeds) if backend == "tf" else tflite_run(converted, feeds)
     compare(case, model, actual, draws_random_values(case, model))
+
+
+def direct_run(converted, feeds: dict) -> list:
+    """The direct writer's file of the case's plan, run like the TF route's file."""
+    from dataclasses import replace
+
+    from harness import tflite_run
+
+    from onnx2tf_alt.tflite.direct import DirectResult, write_direct
+
+    result = write_direct(converted.graph, converted.plan, converted.options)
+    if not isinstance(result, DirectResult):
+        raise NotDirect(str(result))
+    direct = replace(converted, result=result, _tflite_result=result)
+    return tflite_run(direct, feeds, result.content)
 
 
 def short_reason(exc: Exception) -> str:
@@ -183,9 +207,15 @@ def test_node(case: NodeCase, record_property):
                 except Exception as exc:  # noqa: BLE001 - a failing case, reported below
                     conversion_error = exc
             if conversion_error is not None:
+                if backend == "direct":  # its plan is the build's: counted under TF's lines
+                    raise NotDirect("the conversion failed")
                 raise conversion_error
             run_backend(converted, case, model, backend)
             ok, message = True, ""
+        except NotDirect as why:
+            outcomes[backend] = "excluded"
+            record_property(f"{backend}_excluded", f"not covered: {why}"[:160])
+            continue
         except Exception as exc:  # noqa: BLE001 - outcome decided against expectations
             ok, message = False, f"{type(exc).__name__}: {str(exc)[:400]}"
             record_property(f"{backend}_reason", short_reason(exc))
@@ -205,7 +235,7 @@ def test_node(case: NodeCase, record_property):
         record_property(backend, outcome)
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
-    if set(outcomes.values()) == {"excluded"}:
+    if {outcomes.get(b) for b in BOTH} <= {"excluded", None}:
         pytest.skip(f"excluded: {exclusion(case, model, 'tf')}")
     if "xfail" in outcomes.values():
         pytest.xfail("; ".join(f"{b}: {EXPECTED[(case.name, b)]}" for b in outcomes

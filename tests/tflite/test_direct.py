@@ -1,0 +1,221 @@
+"""The direct TFLite writer (onnx2tf_alt/tflite/direct.py) against onnxruntime and against
+the TF route's file of the same plan: same outputs, same ops; what it does not cover goes
+through TF's converter (auto) or stops with the node named (direct); a -dms CLI run it
+covers imports no TensorFlow."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from cli_runner import cli_env, manifest_files, run_cli, tree
+from harness import assert_close, count_tflite_ops, make_model, node, ort_run, tflite_run
+
+from onnx2tf_alt.ir.loader import load_model
+from onnx2tf_alt.pipeline import plan_loaded, translate
+from onnx2tf_alt.tflite.direct import DirectResult, NotCovered, write_direct
+
+RNG = np.random.default_rng(7)
+MOBILENET = os.path.join(os.path.dirname(__file__), "..", "data", "mobilenet_block.onnx")
+
+
+def rand(*shape) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def both_routes(model, feeds: dict[str, np.ndarray], tol: float = 1e-5):
+    """The direct file checked against onnxruntime and against the TF route's file of the
+    same plan (outputs within 1e-6 relative, no more ops or transposes: TF's converter writes
+a dilated depthwise conv as SPACE_TO_BATCH_ND, the conv, BATCH_TO_SPACE_ND and an ADD of
+the bias, the direct writer one DEPTHWISE_CONV_2D); returns the direct result."""
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
+
+    expected = ort_run(model, feeds)
+    planned = plan_loaded(load_model(None, model))
+    result = write_direct(planned.graph, planned.plan, planned.options)
+    assert isinstance(result, DirectResult), str(result)
+    converted = translate(planned)
+    direct = replace(converted, result=result, _tflite_result=result)
+    got = tflite_run(direct, feeds, result.content)
+    for i, (a, e) in enumerate(zip(got, expected)):
+        assert_close(a, e, tol, f"direct output {i}")
+    content = tflite_bytes(converted.tflite_result())
+    for i, (a, e) in enumerate(zip(got, tflite_run(converted, feeds, content))):
+        assert_close(a, e, 1e-6, f"direct against TF route, output {i}")
+    ours, theirs = count_tflite_ops(result.content), count_tflite_ops(content)
+    assert sum(ours.values()) <= sum(theirs.values()), (ours, theirs)
+    assert ours.get("TRANSPOSE", 0) <= theirs.get("TRANSPOSE", 0)
+    return result
+
+
+CONVS = [
+    ({"pads": [1, 1, 1, 1]}, (8, 3, 3, 3)),  # TF SAME
+    ({"pads": [1, 1, 1, 1], "strides": [2, 2]}, (8, 3, 3, 3)),  # explicit PAD
+    ({"group": 2, "pads": [0, 1, 2, 1]}, (6, 2, 3, 2)),  # grouped filter, odd pads
+    ({"group": 4, "dilations": [2, 2], "pads": [2, 2, 2, 2]}, (8, 1, 3, 3)),  # depthwise x2
+    ({"auto_pad": "SAME_UPPER", "strides": [2, 1]}, (5, 4, 3, 5)),
+    ({"kernel_shape": [1, 1]}, (7, 4, 1, 1)),
+]
+
+
+@pytest.mark.parametrize(("attrs", "w_shape"), CONVS, ids=[str(a) for a, _ in CONVS])
+@pytest.mark.parametrize("activation", ["Relu", "Clip6", "Clip"])
+def test_conv_with_activation(attrs, w_shape, activation):
+    channels = w_shape[1] * attrs.get("group", 1)
+    x = rand(3, channels, 9, 11)
+    inits = {"w": rand(*w_shape), "b": rand(w_shape[0])}
+    nodes = [node("Conv", ["x", "w", "b"], "c", **attrs)]
+    if activation == "Relu":
+        nodes.append(node("Relu", ["c"], "y"))
+    else:
+        bounds = (0.0, 6.0) if activation == "Clip6" else (-0.5, 1.5)
+        inits.update(low=np.float32(bounds[0]), high=np.float32(bounds[1]))
+        nodes.append(node("Clip", ["c", "low", "high"], "y"))
+    model = make_model(nodes, {"x": x}, ["y"], inits, input_shapes={"x": ["N", channels, 9, 11]})
+    result = both_routes(model, {"x": x})
+    census = count_tflite_ops(result.content)
+    assert "RELU" not in census and "RELU6" not in census  # fused into the conv
+
+
+def test_dense_pools_softmax():
+    x = rand(2, 4, 12, 10)
+    inits = {"w": rand(6, 4), "c": rand(6), "shape": np.array([2, -1], np.int64)}
+    nodes = [
+        node("MaxPool", ["x"], "m", kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1]),
+        node("AveragePool", ["m"], "a", kernel_shape=[2, 2], strides=[1, 1]),
+        node("GlobalAveragePool", ["a"], "g"),
+        node("Flatten", ["g"], "f"),
+        node("Gemm", ["f", "w", "c"], "d", transB=1, alpha=0.5, beta=2.0),
+        node("Softmax", ["d"], "y", axis=-1),
+        node("GlobalMaxPool", ["x"], "gm"),
+        node("Reshape", ["gm", "shape"], "r"),
+    ]
+    model = make_model(nodes, {"x": x}, ["y", "r"], inits)
+    both_routes(model, {"x": x})
+
+
+def test_matmul_keeps_leading_axes():
+    x = rand(2, 5, 7)
+    model = make_model([node("MatMul", ["x", "w"], "m"), node("Tanh", ["m"], "t"),
+                        node("Sigmoid", ["t"], "y")], {"x": x}, ["y"], {"w": rand(7, 3)})
+    both_routes(model, {"x": x})
+
+
+def test_arithmetic_broadcasts_and_concatenates_in_a_tree():
+    x, z = rand(2, 3, 5, 4), rand(2, 3, 5, 4)
+    inits = {"per_channel": rand(1, 3, 1, 1), "row": rand(4), "half": np.float32(0.5)}
+    nodes = [
+        node("Conv", ["x", "w"], "c", pads=[1, 1, 1, 1]),
+        node("Add", ["c", "per_channel"], "a"),
+        node("Sub", ["row", "a"], "s"),
+        node("Mul", ["s", "z"], "m"),
+        node("Div", ["m", "half"], "d"),
+        node("Concat", ["d", "c", "a", "s", "m", "d", "c"], "cat", axis=1),
+        node("Transpose", ["cat"], "y", perm=[0, 2, 3, 1]),
+    ]
+    inits["w"] = rand(3, 3, 3, 3)
+    model = make_model(nodes, {"x": x, "z": z}, ["y"], inits)
+    both_routes(model, {"x": x, "z": z})
+
+
+def test_a_constant_infinity_is_kept():
+    """TF's converter stores an infinite constant as the largest float (the TF route's
+    handler works around it); the direct file holds the infinity itself."""
+    x = rand(2, 6)
+    mask = np.where(np.arange(6) % 2, -np.inf, 0).astype(np.float32)
+    model = make_model([node("Add", ["x", "mask"], "y")], {"x": x}, ["y"], {"mask": mask})
+    planned = plan_loaded(load_model(None, model))
+    result = write_direct(planned.graph, planned.plan)
+    got = tflite_run(replace(translate(planned), result=result, _tflite_result=result),
+                     {"x": x}, result.content)[0]
+    np.testing.assert_array_equal(got, ort_run(model, {"x": x})[0])
+
+
+def test_what_is_not_covered_is_named():
+    x = rand(2, 3)
+    model = make_model([node("Relu", ["x"], "r"), node("Erf", ["r"], "y")], {"x": x}, ["y"])
+    planned = plan_loaded(load_model(None, model))
+    result = write_direct(planned.graph, planned.plan)
+    assert isinstance(result, NotCovered)
+    assert "(Erf): no direct writer" in str(result)
+    grouped = make_model([node("Conv", ["x4", "w"], "y", group=2)], {"x4": rand(1, 4, 5, 5)},
+                         ["y"], {"w": rand(4, 2, 3, 3)})
+    planned = plan_loaded(load_model(None, grouped))
+    assert isinstance(write_direct(planned.graph, planned.plan), DirectResult)
+
+
+@pytest.fixture(scope="module")
+def erf_model(tmp_path_factory):
+    import onnx
+
+    folder = tmp_path_factory.mktemp("erf")
+    x = rand(2, 3)
+    model = make_model([node("Relu", ["x"], "r"), node("Erf", ["r"], "y")], {"x": x}, ["y"])
+    path = folder / "erf.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_cli_auto_falls_back_to_tf_and_says_so(erf_model, tmp_path):
+    code, out = run_cli("-i", erf_model, "-o", tmp_path / "out", "-dms", "-v", "info")
+    assert code == 0, out
+    assert "direct TFLite writer: node" in out and "converting with TF" in out
+    assert {"erf_float32.tflite", "erf_float16.tflite"} <= set(tree(tmp_path / "out"))
+
+
+def test_cli_direct_refuses_what_it_does_not_cover(erf_model, tmp_path):
+    code, out = run_cli("-i", erf_model, "-o", tmp_path / "out", "-dms",
+                        "--tflite_writer", "direct")
+    assert code == 1, out
+    assert "(Erf): no direct writer" in out
+    assert not os.path.exists(tmp_path / "out" / "erf_float32.tflite")
+    code, out = run_cli("-i", erf_model, "-o", tmp_path / "out2", "--tflite_writer", "direct")
+    assert code == 2 and "add -dms" in out, out
+
+
+def test_cli_run_imports_no_tensorflow_and_matches_the_tf_route(tmp_path):
+    """mobilenet_block with -dms: the direct files, in a process that never loads TF; the
+    float32 file runs like the TF route's, its io_layout and signature are the same."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt.tflite.run import run_signature
+
+    script = (
+        "import sys\n"
+        "from onnx2tf_alt.cli.main import main\n"
+        f"code = main(['-i', {MOBILENET!r}, '-o', {str(tmp_path / 'direct')!r}, '-dms', '-n'])\n"
+        "assert 'tensorflow' not in sys.modules and 'tf_keras' not in sys.modules\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=cli_env(), timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    code, out = run_cli("-i", MOBILENET, "-o", tmp_path / "tf", "-dms", "--tflite_writer", "tf",
+                        "-n")
+    assert code == 0, out
+    stem = "mobilenet_block"
+    assert manifest_files(tmp_path / "direct", stem) == manifest_files(tmp_path / "tf", stem)
+    layouts = [json.loads((tmp_path / f / f"{stem}_io_layout.json").read_text())
+               for f in ("direct", "tf")]
+    assert layouts[0] == layouts[1]
+    feeds = {"image": rand(3, 64, 64, 3)}
+    for suffix, tol in (("float32", 1e-6), ("float16", 1e-2)):
+        runs = [run_signature(Interpreter(model_path=str(tmp_path / f / f"{stem}_{suffix}.tflite")),
+                              feeds)["logits"] for f in ("direct", "tf")]
+        assert_close(runs[0], runs[1], tol, suffix)
+
+
+def test_cli_direct_with_onnx_names(tmp_path):
+    code, out = run_cli("-i", MOBILENET, "-o", tmp_path, "-dms", "-coion", "--tflite_writer",
+                        "direct", "-n")
+    assert code == 0, out
+    from ai_edge_litert.interpreter import Interpreter
+
+    runner = Interpreter(model_path=str(tmp_path / "mobilenet_block_float32.tflite"))
+    details = runner.get_signature_runner().get_input_details()
+    assert list(details) == ["image"]
