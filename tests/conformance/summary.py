@@ -29,8 +29,8 @@ def summarize(results: list[dict]) -> list[str]:
             if outcome:
                 per_op[props["op_type"]][backend][outcome] += 1
                 totals[backend][outcome] += 1
-    lines = ["op type | TF pass/xfail/excluded/fail | TFLite pass/xfail/excluded/fail | "
-             "direct TFLite pass/xfail/not covered/fail"]
+    lines = [("op type | TF pass/xfail/excluded/fail | TFLite pass/xfail/excluded/fail | "
+              "direct TFLite pass/xfail/not covered/fail")]
     for op in sorted(per_op):
         cells = ["/".join(str(per_op[op][b][o]) for o in OUTCOMES) for b in BACKENDS]
         lines.append(f"{op} | " + " | ".join(cells))

@@ -163,9 +163,9 @@ def direct_run(converted, feeds: dict) -> list:
     """The direct writer's file of the case's plan, run like the TF route's file."""
     from dataclasses import replace
 
-    from harness import tflite_run
-
     from onnx2tf_alt.tflite.direct import DirectResult, write_direct
+
+    from harness import tflite_run
 
     result = write_direct(converted.graph, converted.plan, converted.options)
     if not isinstance(result, DirectResult):
