@@ -28,7 +28,13 @@ from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.perms import Perm
 from onnx2tf_alt.layout.plan import Plan
-from onnx2tf_alt.tflite.flatbuffer import FILE_IDENTIFIER, SIGNATURE, pack_table, schema
+from onnx2tf_alt.tflite.flatbuffer import (
+    FILE_IDENTIFIER,
+    SIGNATURE,
+    RawBufferT,
+    pack_table,
+    schema,
+)
 from onnx2tf_alt.translate.io_layout import keras_name
 from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
 from onnx2tf_alt.translate.registry import find_direct
@@ -98,7 +104,7 @@ class FlatGraph:
         t.shape = np.array([1 if d is None else d for d in shape], np.int32)
         if any(d is None for d in shape):
             t.shapeSignature = np.array([-1 if d is None else d for d in shape], np.int32)
-        buffer = schema.BufferT()
+        buffer = RawBufferT()
         if data is not None:
             data = np.ascontiguousarray(data, dtype)
             buffer.data = data.reshape(-1).view(np.uint8)
@@ -482,7 +488,8 @@ def _pack(flat: FlatGraph, inputs: list[int], outputs: list[int], input_keys: li
     signature.inputs = [_tensor_map(k, renumber[i]) for k, i in zip(input_keys, inputs)]
     signature.outputs = [_tensor_map(k, renumber[o]) for k, o in zip(output_keys, outputs)]
     model.signatureDefs = [signature]
-    return pack_table(model, 1 << 16, FILE_IDENTIFIER)
+    return pack_table(model, flat.weight_bytes + 16 * len(model.buffers) + (1 << 20),
+                      FILE_IDENTIFIER)
 
 
 def _tensor_map(key: str, index: int):

@@ -1,0 +1,142 @@
+"""The direct TFLite writer (tflite/direct.py) against TF's converter, per model, in one run.
+
+Each model is converted twice by the CLI with only .tflite files asked for (-dms), once
+with `--tflite_writer tf` and once with `--tflite_writer direct`, alternating for --runs
+rounds; every conversion is a child process under /usr/bin/time -v (wall time, peak RSS).
+A model the direct writer does not cover is reported with the node it names. For the
+others the two float32 files (and the two float16 files) are compared on the same random
+inputs (three seeds): max |difference| relative to max(1, |TF route's value|); then op
+counts by type, TRANSPOSE counts and, with --latency, each file's median latency at one
+thread (XNNPACK), measured alternately, best of three rounds.
+
+    python benchmarks/compare_direct_writer.py MODEL.onnx [...] [--runs 3] [--latency]
+        [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from bench_convert import last_lines, parse_time_report  # noqa: E402
+from compare_tflite_routes import latency, op_counts, run  # noqa: E402
+
+WRITERS = ("tf", "direct")
+
+
+def convert(model: Path, writer: str, out: Path) -> dict:
+    report = out.parent / f"{out.name}.time"
+    argv = ["/usr/bin/time", "-v", "-o", str(report), sys.executable, "-m", "onnx2tf_alt",
+            "-i", str(model), "-o", str(out), "-dms", "--tflite_writer", writer, "-n"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    wall, peak = parse_time_report(report)
+    return {"code": done.returncode, "wall_s": wall, "peak_mb": peak,
+            "tail": "" if done.returncode == 0 else last_lines(done.stdout + done.stderr, 2)}
+
+
+def max_rel(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+    return max((float(np.max(np.abs(x.astype(np.float64) - y) / np.maximum(1, np.abs(x))))
+                if x.size else 0.0 for x, y in zip(a, b)), default=0.0)
+
+
+def compare_model(model: Path, runs: int, with_latency: bool) -> dict:
+    row: dict = {"model": model.name}
+    work = Path(tempfile.mkdtemp(prefix="compare_direct_"))
+    try:
+        timings = {w: [] for w in WRITERS}
+        for k in range(runs):
+            for writer in WRITERS:
+                out = work / f"{writer}{k}"
+                result = convert(model, writer, out)
+                timings[writer].append(result)
+                if result["code"] != 0:
+                    row[f"{writer}_error"] = result["tail"]
+                if k:
+                    shutil.rmtree(out, ignore_errors=True)
+            if "direct_error" in row or "tf_error" in row:
+                break
+        for writer in WRITERS:
+            good = [t for t in timings[writer] if t["code"] == 0]
+            row[f"{writer}_wall_s"] = statistics.median(t["wall_s"] for t in good) if good else None
+            row[f"{writer}_peak_mb"] = max(t["peak_mb"] for t in good) if good else None
+        if "direct_error" in row or "tf_error" in row:
+            return row
+        stem = model.stem
+        files = {w: {p: (work / f"{w}0" / f"{stem}_{p}.tflite").read_bytes()
+                     for p in ("float32", "float16")} for w in WRITERS}
+        for precision in ("float32", "float16"):
+            tf_file, direct_file = files["tf"][precision], files["direct"][precision]
+            row[f"{precision}_max_rel"] = max(max_rel(run(tf_file, s), run(direct_file, s))
+                                              for s in range(3))
+        counts = {w: op_counts(files[w]["float32"]) for w in WRITERS}
+        row["ops"] = {w: sum(counts[w].values()) for w in WRITERS}
+        row["transposes"] = {w: counts[w]["TRANSPOSE"] for w in WRITERS}
+        row["op_diff"] = {name: (counts["tf"][name], counts["direct"][name])
+                          for name in sorted(set(counts["tf"]) | set(counts["direct"]))
+                          if counts["tf"][name] != counts["direct"][name]}
+        row["sizes_mb"] = {w: len(files[w]["float32"]) / 1e6 for w in WRITERS}
+        if with_latency:
+            rounds = [[latency(files[w]["float32"]) for w in WRITERS] for _ in range(3)]
+            best = [min(r[i] for r in rounds) * 1e3 for i in range(2)]
+            row["latency_ms"] = dict(zip(WRITERS, best))
+            row["latency_ratio"] = best[1] / best[0]
+        return row
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def line(row: dict) -> str:
+    name = row["model"]
+    if "direct_error" in row or "tf_error" in row:
+        return f"{name}: not compared: {row.get('direct_error') or row.get('tf_error')}"
+    text = (f"{name}: wall tf {row['tf_wall_s']:.2f} s / direct {row['direct_wall_s']:.2f} s, "
+            f"peak {row['tf_peak_mb']:.0f} / {row['direct_peak_mb']:.0f} MB; float32 max rel "
+            f"{row['float32_max_rel']:.2e}, float16 {row['float16_max_rel']:.2e}; ops "
+            f"{row['ops']['tf']} / {row['ops']['direct']}, transposes "
+            f"{row['transposes']['tf']} / {row['transposes']['direct']}")
+    if row["op_diff"]:
+        text += f"; op diff {row['op_diff']}"
+    if "latency_ms" in row:
+        text += (f"; latency {row['latency_ms']['tf']:.2f} / {row['latency_ms']['direct']:.2f} "
+                 f"ms ({row['latency_ratio']:.3f})")
+    return text
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("models", nargs="+", type=Path)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--latency", action="store_true")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    rows = []
+    for model in args.models:
+        rows.append(compare_model(model, args.runs, args.latency))
+        print(line(rows[-1]), flush=True)
+    covered = [r for r in rows if "direct_error" not in r and "tf_error" not in r]
+    if covered:
+        ratios = [r["direct_wall_s"] / r["tf_wall_s"] for r in covered]
+        worst = max(covered, key=lambda r: r["float32_max_rel"])
+        print(f"summary: {len(covered)} of {len(rows)} models written directly; median wall "
+              f"direct/tf {statistics.median(ratios):.2f}; worst float32 max rel "
+              f"{worst['float32_max_rel']:.2e} ({worst['model']})"
+              + (f"; median latency direct/tf "
+                 f"{statistics.median(r['latency_ratio'] for r in covered):.3f}"
+                 if args.latency else ""))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
