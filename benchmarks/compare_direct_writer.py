@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_convert import last_lines, parse_time_report  # noqa: E402
-from compare_tflite_routes import latency, op_counts, run  # noqa: E402
+from bench_convert import last_lines, parse_time_report
+from compare_tflite_routes import latency, op_counts, run
 
 WRITERS = ("tf", "direct")
 

@@ -47,7 +47,7 @@ class RawBufferT(schema.BufferT):
     16-byte aligned as TF's converter aligns them: the object API's BufferT copies a numpy
     array three times (byteswap, tobytes, the builder), 0.25 s for each 100 MB."""
 
-    def Pack(self, builder):  # noqa: N802 - the object API's name
+    def Pack(self, builder):
         if self.data is None or not len(self.data):
             return super().Pack(builder)
         size = len(self.data)
