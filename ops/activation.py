@@ -63,6 +63,13 @@ def hard_swish(ctx):
     return x * tf.nn.relu6(x + 3) * (1 / 6)
 
 
+@direct("HardSwish")
+def hard_swish_direct(ctx):
+    if ctx.options.replaces("HardSwish"):
+        raise direct_writer.NotCovered("-rtpo HardSwish")
+    return direct_writer.unary(ctx, "HARD_SWISH")
+
+
 def _pseudo_leaky_relu(x, alpha: float):
     """max(x, alpha x) where that is exact (0 <= alpha <= 1), else relu(x) + alpha min(x, 0)."""
     if 0 <= alpha <= 1:
@@ -102,6 +109,21 @@ def hard_sigmoid(ctx):
     return tf.minimum(tf.nn.relu(x * ctx.attr("alpha", 0.2) + ctx.attr("beta", 0.5)), 1.0)
 
 
+@direct("HardSigmoid")
+def hard_sigmoid_direct(ctx):
+    """min(relu(x * alpha + beta), 1) as MUL, ADD (RELU fused) and MINIMUM."""
+    shape, x = ctx.out_phys_shape(), ctx.x(0)
+    scaled, shifted, rectified = (ctx.temp(shape, s) for s in ("scaled", "shifted", "relu"))
+    ctx.op("MUL", [x, ctx.weight(np.float32(ctx.attr("alpha", 0.2)), "alpha")], scaled,
+           direct_writer.options("MulOptions", fusedActivationFunction=0))
+    ctx.op("ADD", [scaled, ctx.weight(np.float32(ctx.attr("beta", 0.5)), "beta")], shifted,
+           direct_writer.options("AddOptions", fusedActivationFunction=0))
+    ctx.op("RELU", [shifted], rectified)
+    out = ctx.output()
+    ctx.op("MINIMUM", [rectified, ctx.weight(np.float32(1.0), "one")], out)
+    return out
+
+
 def _pseudo_gelu(x, approximate: bool):
     """Gelu by its definition, with erf as the builtin polynomial (elementwise.erf); the
     tanh form is ordered so that the converter does not match it as GELU."""
@@ -115,6 +137,18 @@ def _gelu(ctx, approximate: bool):
     if ctx.options.replaces("Gelu"):
         return _pseudo_gelu(x, approximate)
     return tf.nn.gelu(x, approximate=approximate)
+
+
+def _gelu_direct(ctx, approximate: bool) -> int:
+    if ctx.options.replaces("Gelu"):
+        raise direct_writer.NotCovered("-rtpo Gelu")
+    out = ctx.output()
+    ctx.op("GELU", [ctx.x(0)], out, direct_writer.options("GeluOptions", approximate=approximate))
+    return out
+
+
+direct("Gelu", since=1)(lambda ctx: _gelu_direct(ctx, ctx.attr("approximate", "none") == "tanh"))
+direct("Gelu", domain="com.microsoft")(lambda ctx: _gelu_direct(ctx, False))
 
 
 @handler("Gelu", since=1, layout=agnostic)

@@ -88,10 +88,18 @@ def _dense_direct(ctx, weights: np.ndarray, bias: np.ndarray | None) -> int:
 
 @direct("MatMul", since=1)
 def matmul_direct(ctx):
+    """FULLY_CONNECTED with constant 2-D weights, else BATCH_MATMUL of operands as they
+    arrived (their swapped last two axes as adjoint flags), both of rank 2 or more."""
     w = ctx.const(1)
-    if w is None or w.ndim != 2 or ctx.rank(0) < 2:
-        raise NotCovered("a product with run-time or batched weights, or of a vector")
-    return _dense_direct(ctx, w, None)
+    if ctx.rank(0) < 2 or ctx.rank(1) < 2:
+        raise NotCovered("a product with a vector")
+    if w is not None and w.ndim == 2 and not swaps_last_two(ctx.perm(0)):
+        return _dense_direct(ctx, w, None)
+    out = ctx.output()
+    ctx.op("BATCH_MATMUL", [ctx.x(0), ctx.x(1)], out, options(
+        "BatchMatMulOptions", adjX=swaps_last_two(ctx.perm(0)),
+        adjY=swaps_last_two(ctx.perm(1))))
+    return out
 
 
 @direct("Gemm", since=1)

@@ -13,8 +13,9 @@ from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.perms import Perm
 from onnx2tf_alt.layout.policies import Decision, channel_last, custom_policy, same_as_input
+from onnx2tf_alt.tflite.direct import NotCovered, options
 from onnx2tf_alt.translate.lazy import tf
-from onnx2tf_alt.translate.registry import handler
+from onnx2tf_alt.translate.registry import direct, handler
 
 
 @custom_policy
@@ -72,6 +73,30 @@ def _channel_param(ctx, i: int, dtype):
     return tensor if rank == 1 else tf.transpose(tensor, [*range(1, rank), 0])
 
 
+def _folded(ctx) -> tuple[np.ndarray, np.ndarray] | None:
+    """(mul, add) of an inference BatchNormalization with constant parameters, computed at
+    conversion time in float64, in the input's dtype and physical layout; None otherwise."""
+    if any(ctx.const(i) is None for i in range(1, 5)):
+        return None
+    scale, bias, mean, var = (_channel_param(ctx, i, None) for i in range(1, 5))
+    mul = scale / np.sqrt(var + ctx.attr("epsilon", 1e-5))
+    dtype = ctx.dtype(0)
+    return mul.astype(dtype), (bias - mean * mul).astype(dtype)
+
+
+@direct("BatchNormalization", since=7)
+def batch_normalization_direct(ctx):
+    folded = None if ctx.attr("training_mode", 0) or any(ctx.node.outputs[1:]) else _folded(ctx)
+    if folded is None:
+        raise NotCovered("training mode or run-time parameters")
+    scaled, out = ctx.temp(ctx.out_phys_shape(), "scaled"), ctx.output()
+    arithmetic = options("MulOptions", fusedActivationFunction=0)
+    ctx.op("MUL", [ctx.x(0), ctx.weight(folded[0], "mul")], scaled, arithmetic)
+    ctx.op("ADD", [scaled, ctx.weight(folded[1], "add")], out,
+           options("AddOptions", fusedActivationFunction=0))
+    return out
+
+
 @handler(
     "BatchNormalization",
     since=7,
@@ -88,14 +113,11 @@ def batch_normalization(ctx):
             "not supported; export the model in inference mode"
         )
     x = ctx.x(0)
+    folded = _folded(ctx)
+    if folded is not None:  # one MUL and one ADD, which TFLite fuses into a conv
+        return x * ctx.const_tensor(folded[0]) + ctx.const_tensor(folded[1])
     epsilon = ctx.attr("epsilon", 1e-5)
     scale, bias, mean, var = (_channel_param(ctx, i, x.dtype) for i in range(1, 5))
-    if all(isinstance(p, np.ndarray) for p in (scale, bias, mean, var)):
-        # Folded at conversion time: one MUL and one ADD, which TFLite fuses into a conv.
-        mul = scale / np.sqrt(var + epsilon)
-        add = bias - mean * mul
-        dtype = ctx.dtype(0)
-        return x * ctx.const_tensor(mul.astype(dtype)) + ctx.const_tensor(add.astype(dtype))
     scale, bias, mean, var = (
         ctx.const_tensor(p.astype(ctx.dtype(0))) if isinstance(p, np.ndarray) else p
         for p in (scale, bias, mean, var)
@@ -148,6 +170,41 @@ def layer_normalization(ctx):
     if ctx.has(2):
         y = y + ctx.x(2)
     return [y, mean, inv_std]
+
+
+@direct("LayerNormalization", since=1)
+def layer_normalization_direct(ctx):
+    """normalize's ops (MEAN, SUB, MUL, MEAN, ADD, RSQRT, MUL), then the scale and bias."""
+    if any(ctx.node.outputs[1:]):
+        raise NotCovered("the mean and inverse deviation outputs")
+    rank = ctx.rank(0)
+    axes = ctx.ints(ctx.axes(range(ctx.attr("axis", -1) % rank, rank)), "axes")
+    shape, x = ctx.out_phys_shape(), ctx.x(0)
+    kept = tuple(1 if a in ctx.axes(range(ctx.attr("axis", -1) % rank, rank)) else d
+                 for a, d in enumerate(shape))
+    reduce = options("ReducerOptions", keepDims=True)
+
+    def arith(kind: str):
+        return options(f"{kind.title()}Options", fusedActivationFunction=0)
+
+    mean, centered, squared, variance, shifted, inv_std, normalized = (
+        ctx.temp(s, n) for s, n in ((kept, "mean"), (shape, "centered"), (shape, "squared"),
+                                    (kept, "variance"), (kept, "shifted"), (kept, "inv_std"),
+                                    (shape, "normalized")))
+    ctx.op("MEAN", [x, axes], mean, reduce)
+    ctx.op("SUB", [x, mean], centered, arith("sub"))
+    ctx.op("MUL", [centered, centered], squared, arith("mul"))
+    ctx.op("MEAN", [squared, axes], variance, reduce)
+    ctx.op("ADD", [variance, ctx.weight(np.float32(ctx.attr("epsilon", 1e-5)), "epsilon")],
+           shifted, arith("add"))
+    ctx.op("RSQRT", [shifted], inv_std)
+    ctx.op("MUL", [centered, inv_std], normalized, arith("mul"))
+    out = ctx.output()
+    scaled = ctx.temp(shape, "scaled") if ctx.has(2) else out
+    ctx.op("MUL", [normalized, ctx.x(1)], scaled, arith("mul"))
+    if ctx.has(2):
+        ctx.op("ADD", [scaled, ctx.x(2)], out, arith("add"))
+    return out
 
 
 def _group_normalize(ctx, x):

@@ -27,6 +27,7 @@ from onnx2tf_alt.ops._spatial import (
 )
 
 from onnx2tf_alt.layout.policies import channel_last, same_as_input
+from onnx2tf_alt.tflite import direct as direct_writer
 from onnx2tf_alt.tflite.direct import PADDING, NotCovered, options
 from onnx2tf_alt.translate.context import reshape
 from onnx2tf_alt.translate.lazy import tf
@@ -228,14 +229,16 @@ def max_pool(ctx):
     return _pool_nd(x, "MAX", win.kernel, win.strides, "VALID")
 
 
-def _pool_direct(ctx, builtin: str, padding: str) -> int:
+def _pool_direct(ctx, builtin: str, padding: str, x: int | None = None,
+                 out: int | None = None) -> int:
     """MAX_POOL_2D / AVERAGE_POOL_2D of a 2-D window with TF's `padding` (_pool_nd's 2-D
-    case)."""
+    case) on `x` (default input 0) into `out` (default output 0)."""
     win = _window(ctx)
-    if len(win.kernel) != 2:
-        raise NotCovered("1-D and 3-D pools")
-    out = ctx.output()
-    ctx.op(builtin, [ctx.x(0)], out, options(
+    if len(win.kernel) != 2 or win.dilated:
+        raise NotCovered("1-D, 3-D and dilated pools")
+    x = ctx.x(0) if x is None else x
+    out = ctx.output() if out is None else out
+    ctx.op(builtin, [x], out, options(
         "Pool2DOptions", padding=PADDING[padding], strideH=win.strides[0],
         strideW=win.strides[1], filterHeight=win.kernel[0], filterWidth=win.kernel[1],
         fusedActivationFunction=0))
@@ -244,10 +247,22 @@ def _pool_direct(ctx, builtin: str, padding: str) -> int:
 
 @direct("MaxPool")
 def max_pool_direct(ctx):
-    padding = _window(ctx).tf_padding()
-    if padding is None or (len(ctx.node.outputs) > 1 and ctx.node.outputs[1]):
-        raise NotCovered("explicit pads or Indices")
-    return _pool_direct(ctx, "MAX_POOL_2D", padding)
+    """max_pool's float cases without Indices: TF's padding, else the edges replicated (or
+    the lowest value padded) and a VALID pool."""
+    if len(ctx.node.outputs) > 1 and ctx.node.outputs[1]:
+        raise NotCovered("Indices")
+    win = _window(ctx)
+    padding = win.tf_padding()
+    if padding is not None:
+        return _pool_direct(ctx, "MAX_POOL_2D", padding)
+    if win.dilated or any(size is None for size in win.spatial):
+        raise NotCovered("dilated windows, or pads on sizes known at run time")
+    pads = win.explicit_pads()
+    if all(max(p) < k for p, k in zip(pads, win.kernel)):
+        x = direct_writer.replicate_edges(ctx, ctx.x(0), pads)
+    else:
+        x = direct_writer.pad_spatial(ctx, ctx.x(0), pads, _lowest(ctx.dtype(0)))
+    return _pool_direct(ctx, "MAX_POOL_2D", "VALID", x)
 
 
 @handler("AveragePool", layout=channel_last(0),
@@ -258,10 +273,24 @@ def average_pool(ctx):
 
 @direct("AveragePool")
 def average_pool_direct(ctx):
-    padding = _window(ctx).tf_padding()
-    if not (padding == "VALID" or (padding == "SAME" and not ctx.attr("count_include_pad", 0))):
-        raise NotCovered("pads TF's pools do not take")
-    return _pool_direct(ctx, "AVERAGE_POOL_2D", padding)
+    """average's cases: TF's padding, else zero pads, a VALID pool and the spec's divisor."""
+    win = _window(ctx)
+    include_pad = bool(ctx.attr("count_include_pad", 0))
+    padding = win.tf_padding()
+    if padding == "VALID" or (padding == "SAME" and not include_pad):
+        return _pool_direct(ctx, "AVERAGE_POOL_2D", padding)
+    if win.dilated or any(size is None for size in win.spatial):
+        raise NotCovered("dilated windows, or pads on sizes known at run time")
+    x = direct_writer.pad_spatial(ctx, ctx.x(0), win.explicit_pads())
+    factor = np.asarray(win.taps / np.asarray(win.divisor(include_pad)), np.float32)
+    if np.all(factor == 1):
+        return _pool_direct(ctx, "AVERAGE_POOL_2D", "VALID", x)
+    mean = _pool_direct(ctx, "AVERAGE_POOL_2D", "VALID", x, ctx.temp(ctx.out_phys_shape(), "mean"))
+    out = ctx.output()
+    scale = factor.reshape(1, *factor.shape, 1) if factor.ndim else factor
+    ctx.op("MUL", [mean, ctx.weight(scale, "divisor")], out,
+           options("MulOptions", fusedActivationFunction=0))
+    return out
 
 
 def average(ctx, x):

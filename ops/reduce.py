@@ -11,8 +11,9 @@ import numpy as np
 
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import custom_policy, derived
+from onnx2tf_alt.tflite.direct import NotCovered, options
 from onnx2tf_alt.translate.lazy import tf
-from onnx2tf_alt.translate.registry import handler
+from onnx2tf_alt.translate.registry import direct, handler
 
 
 def _static_axes(node, const_of, shape_of) -> list[int] | None:
@@ -171,6 +172,29 @@ for _op in REDUCTIONS:
         layout=_reduce_layout,
         limits="run-time axes: no duplicate axes",
     )(_reduce)
+
+
+_DIRECT = {"ReduceMean": "MEAN", "ReduceSum": "SUM", "ReduceMax": "REDUCE_MAX",
+           "ReduceMin": "REDUCE_MIN", "ReduceProd": "REDUCE_PROD"}
+
+
+def _reduce_direct(ctx):
+    """_reduce with constant axes of a float reduction TFLite has as one builtin."""
+    axes = _static_axes(ctx.node, lambda _: ctx.const(1), lambda _: ctx.shape(1))
+    if axes is None:
+        raise NotCovered("run-time axes")
+    reduced = _reduced_axes(ctx.node, axes, ctx.rank(0))
+    if reduced is None:
+        return ctx.x(0)
+    out = ctx.output()
+    ctx.op(_DIRECT[ctx.node.op_type], [ctx.x(0), ctx.ints(ctx.axes(reduced), "axes")], out,
+           options("ReducerOptions", keepDims=bool(ctx.attr("keepdims", 1))))
+    return out
+
+
+for _op in _DIRECT:
+    for _since in (1, _AXES_INPUT_SINCE.get(_op, 18)):
+        direct(_op, since=_since)(_reduce_direct)
 
 
 def _arg_out_perm(node, graph, in_perm):

@@ -247,6 +247,20 @@ def squeeze(ctx):
     return reshape_to_output(ctx, lambda: tf.gather(shape_tensor(ctx), kept), out_shape)
 
 
+@direct("Squeeze")
+def squeeze_direct(ctx):
+    if _squeezed(ctx.node, ctx.graph) is None:
+        raise direct_writer.NotCovered("run-time axes")
+    return direct_writer.reshape_to_output(ctx)
+
+
+@direct("Unsqueeze")
+def unsqueeze_direct(ctx):
+    if _inserted(ctx.node, ctx.graph) is None:
+        raise direct_writer.NotCovered("run-time axes")
+    return direct_writer.reshape_to_output(ctx)
+
+
 @handler("Unsqueeze", layout=derived(_unsqueeze_perm),
          limits="run-time axes: their count and the input's rank must be known")
 def unsqueeze(ctx):

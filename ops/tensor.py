@@ -58,16 +58,19 @@ def concat_direct(ctx):
     shape = list(ctx.out_phys_shape())
 
     def join(group: list, out: int | None = None) -> int:
-        if out is None:
+        if out is None:  # a part several Concats share (DenseNet's growing inputs) once
+            key = ("CONCATENATION", axis, tuple(group))
+            if key in ctx.shared:
+                return ctx.shared[key]
             sizes = [ctx.flat.shape(t)[axis] for t in group]
             shape[axis] = None if None in sizes else sum(sizes)
-            out = ctx.temp(tuple(shape), "part")
+            out = ctx.shared[key] = ctx.temp(tuple(shape), "part")
         ctx.op("CONCATENATION", group, out,
                options("ConcatenationOptions", axis=axis, fusedActivationFunction=0))
         return out
 
-    if ctx.num_inputs < 2:
-        raise NotCovered("a concatenation of one input")
+    if ctx.num_inputs == 1:
+        return ctx.x(0)
     parts = _concat_tree([ctx.x(i) for i in range(ctx.num_inputs)], join)
     return join(parts, ctx.output())
 
@@ -244,6 +247,25 @@ def slice_(ctx):
     return _slice(ctx, *bounds, axes, steps)
 
 
+@direct("Slice", since=10)
+def slice_direct(ctx):
+    """_slice's static case with unit steps: one SLICE."""
+    if any(ctx.has(i) and ctx.const(i) is None for i in (1, 2, 3, 4)):
+        raise NotCovered("run-time starts, ends, axes or steps")
+    starts, ends = ([int(v) for v in ctx.const(i)] for i in (1, 2))
+    rank = ctx.rank(0)
+    axes = range(len(starts)) if not ctx.has(3) else [int(a) % rank for a in ctx.const(3)]
+    steps = [1] * len(starts) if not ctx.has(4) else [int(s) for s in ctx.const(4)]
+    spans = {}
+    for start, stop, axis, step in zip(starts, ends, axes, steps):
+        dim = ctx.shape(0)[axis]
+        if step != 1 or dim is None:
+            raise NotCovered("steps other than 1, or a dim known at run time")
+        start, stop = _clamp(start, dim, step, False), _clamp(stop, dim, step, True)
+        spans[ctx.axis(axis)] = (start, max(stop - start, 0))
+    return _slice_direct(ctx, spans)
+
+
 def _runtime_slice(ctx):
     """Slice whose axes or steps are known only at run time.
 
@@ -314,6 +336,41 @@ def _slice_run(ctx, start: int, indices: np.ndarray, axis: int):
     if out is not None and sum(d is None for d in out) <= 1:
         return tf.reshape(y, [-1 if d is None else int(d) for d in out])
     return tf.squeeze(y, axis)
+
+
+@direct("Gather")
+def gather_direct(ctx):
+    """gather's slice case: constant indices that are one run on a known dim."""
+    axis = ctx.attr("axis", 0) % ctx.rank(0)
+    dim, indices = ctx.shape(0)[axis], ctx.const(1)
+    if indices is None or dim is None:
+        raise NotCovered("run-time indices, or a dim known at run time")
+    indices = np.where(indices < 0, indices + dim, indices).astype(np.int32)
+    if not _is_run(indices):
+        raise NotCovered("indices that are not one run")
+    return _slice_direct(ctx, {ctx.axis(axis): (int(indices.reshape(-1)[0]), indices.size)})
+
+
+def _slice_direct(ctx, spans: dict[int, tuple[int, int]]) -> int:
+    """SLICE of input 0 taking (begin, size) on the physical axes in `spans`, all of others,
+    RESHAPEd to output 0's physical shape where that drops or adds axes."""
+    x = ctx.x(0)
+    shape = ctx.flat.shape(x)
+    begin = [spans.get(a, (0, 0))[0] for a in range(len(shape))]
+    size = [spans[a][1] if a in spans else d for a, d in enumerate(shape)]
+    if any(d is None for a, d in enumerate(size) if a != 0):
+        raise NotCovered("a slice of a dim known at run time")
+    sliced_shape = tuple(size)
+    out_shape = ctx.out_phys_shape()
+    same = tuple(out_shape) == sliced_shape
+    y = ctx.output() if same else ctx.temp(sliced_shape, "slice")
+    ctx.op("SLICE", [x, ctx.ints(begin, "begin"), ctx.ints([-1 if d is None else d for d in size],
+                                                           "size")], y)
+    if same:
+        return y
+    out = ctx.output()
+    ctx.reshape(y, out_shape, out)
+    return out
 
 
 @handler("Gather", layout=derived(_gather_perm))

@@ -12,6 +12,14 @@ from onnx2tf_alt.export.names import TARGETS
 from onnx2tf_alt.version import __version__
 
 
+def _backend(value: str) -> str:
+    """onnx2tf 2.x's --tflite_backend value as our --tflite_writer."""
+    writers = {"tf_converter": "tf", "flatbuffer_direct": "auto"}
+    if value not in writers:
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(writers)}")
+    return writers[value]
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="onnx2tf-alt",
@@ -51,6 +59,10 @@ def _file_flags(p: argparse.ArgumentParser) -> None:
         "no -oh5/-okv3/quantized/checked files): auto (default) our own writer, without "
         "TensorFlow, when it covers every node, else TF's converter; tf always TF's; direct "
         "ours or exit 1 naming the node it does not cover (docs/direct_writer.md)")
+    p.add_argument(
+        "-tb", "--tflite_backend", dest="tflite_writer", type=_backend,
+        help="onnx2tf 2.x's name: tf_converter is --tflite_writer tf, flatbuffer_direct is "
+        "--tflite_writer auto")
     p.add_argument(
         "-okv3", "--output_keras_v3", action="store_true", help="also write <stem>.keras"
     )

@@ -73,9 +73,9 @@ FLAGS: tuple[CompatFlag, ...] = (
          "also writes <stem>_dynamic_range_quant.tflite"),
     _row("-oiqt", "--output_integer_quantized_tflite", IMPLEMENTED,
          "also writes the dynamic range, INT8 and INT16-activation .tflite files"),
-    _row("-tb", "--tflite_backend", EXPLAINED,
-         "there is one backend: TF's TFLite converter on the planned channel-last model",
-         ONE, (V2,)),
+    _row("-tb", "--tflite_backend", IMPLEMENTED,
+         "tf_converter is --tflite_writer tf; flatbuffer_direct is --tflite_writer auto: "
+         "our own writer where it covers the model, TF's converter elsewhere", ONE, (V2,)),
     _row("-ewo", "--eval_with_onnx", REFUSED, _CHECK, NONE, (V2,)),
     _row("-ens", "--eval_num_samples", REFUSED, _CHECK + " on the first -cind sample",
          ONE, (V2,)),

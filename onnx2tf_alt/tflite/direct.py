@@ -137,6 +137,7 @@ class DirectContext:
         self.in_perms, self.out_perms = in_perms, out_perms
         self.opset = opset
         self.options = writer.options
+        self.shared = writer.shared  # results several nodes compute alike, by a writer's key
 
     def attr(self, name: str, default=None):
         return self.node.attrs.get(name, default)
@@ -222,6 +223,10 @@ class DirectContext:
             raise NotCovered(f"output '{name}' has no known shape")
         return self.flat.tensor(name, shape, self.out_dtype(j) or np.float32)
 
+    def reshape(self, source: int, shape, out: int) -> None:
+        """RESHAPE `source` to `shape` (one None: -1) into `out`."""
+        self._writer.reshape(source, shape, out)
+
     def temp(self, shape, suffix: str) -> int:
         return self.flat.tensor(f"{self.node.name}/{suffix}", shape)
 
@@ -239,6 +244,7 @@ class DirectWriter:
         self.values: dict[str, _Value] = {
             name: _Value(None, P.identity(a.ndim), a) for name, a in graph.constants.items()}
         self._moved: dict[tuple[str, Perm], int] = {}
+        self.shared: dict = {}
 
     def input_tensor(self, name: str, want: Perm | None) -> int:
         value = self.values[name]
@@ -316,6 +322,7 @@ class DirectWriter:
             if index in inputs or index in outputs:
                 raise NotCovered(f"output '{name}' is an input or another output")
             outputs.append(index)
+        _fold_affine(flat, outputs)
         _fuse_activations(flat, outputs)
         _merge_reshapes(flat, outputs)
         _flatten_into_dense(flat, outputs)
@@ -383,6 +390,62 @@ def _consumers(flat: FlatGraph) -> dict[int, list[Operator]]:
         for i in op.inputs:
             readers.setdefault(i, []).append(op)
     return readers
+
+
+_FILTER_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0}  # output channels
+
+
+def _constant(flat: FlatGraph, index: int) -> np.ndarray | None:
+    """A float32 constant tensor's values (a view of its buffer), or None."""
+    tensor = flat.tensors[index]
+    data = flat.buffers[tensor.buffer].data
+    if data is None or tensor.type != schema.TensorType.FLOAT32:
+        return None
+    return data.view(np.float32).reshape(tuple(tensor.shape))
+
+
+def _fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
+    """A MUL or ADD by a constant of one value or one per output channel, whose other input
+    is the one use of a CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED output (no fused
+    activation, with a constant filter and bias), goes into that op's filter and bias
+    (as TF's converter folds them): the MUL scales both, the ADD shifts the bias."""
+    producers = {o: op for op in flat.operators for o in op.outputs}
+    readers = _consumers(flat)
+    gone = []
+    for op in flat.operators:
+        if op.name not in ("MUL", "ADD") or op.options[1].fusedActivationFunction:
+            continue
+        for k in (0, 1):
+            source = producers.get(op.inputs[k])
+            factor = _constant(flat, op.inputs[1 - k])
+            if (source is None or source.name not in _FILTER_AXIS or factor is None
+                    or op.inputs[k] in outputs or len(readers.get(op.inputs[k], [])) != 1
+                    or source.options[1].fusedActivationFunction or len(source.inputs) < 3):
+                continue
+            filt, bias = _constant(flat, source.inputs[1]), _constant(flat, source.inputs[2])
+            channels = flat.shape(source.outputs[0])[-1]
+            if (filt is None or bias is None or factor.size not in (1, channels)
+                    or any(d != 1 for d in factor.shape[:-1])):
+                continue
+            values = factor.reshape(-1)
+            if op.name == "MUL":
+                shape = [1] * filt.ndim
+                shape[_FILTER_AXIS[source.name]] = values.size
+                _replace(flat, source.inputs[1], filt * values.reshape(shape))
+                _replace(flat, source.inputs[2], bias * values)
+            else:
+                _replace(flat, source.inputs[2], bias + values)
+            source.outputs = list(op.outputs)
+            producers[op.outputs[0]] = source
+            gone.append(op)
+            break
+    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def _replace(flat: FlatGraph, index: int, values: np.ndarray) -> None:
+    tensor = flat.tensors[index]
+    flat.buffers[tensor.buffer].data = np.ascontiguousarray(
+        values, np.float32).reshape(-1).view(np.uint8)
 
 
 def _fuse_activations(flat: FlatGraph, outputs: list[int]) -> None:
@@ -529,7 +592,7 @@ def reshape_to_output(ctx: DirectContext) -> int:
     if dims is None or sum(d is None for d in dims) > 1:
         raise NotCovered("a reshape to a shape known only at run time")
     out = ctx.output()
-    ctx._writer.reshape(ctx.x(0), dims, out)
+    ctx.reshape(ctx.x(0), dims, out)
     return out
 
 
@@ -549,3 +612,30 @@ def pad_spatial(ctx: DirectContext, x: int, pads, value: float = 0.0) -> int:
     else:
         ctx.op("PADV2", [x, paddings, ctx.weight(np.float32(value), "pad_value")], out)
     return out
+
+
+def replicate_edges(ctx: DirectContext, x: int, pads) -> int:
+    """The spatial axes of channel-last `x` padded by [(begin, end)] copies of their edges:
+    SLICEs of the first and last rows and a CONCATENATION per axis, as
+    ops/_spatial.replicate_edges (static sizes)."""
+    for axis, (begin, end) in enumerate(pads, start=1):
+        if not begin and not end:
+            continue
+        shape = ctx.flat.shape(x)
+
+        def row(start: int, x=x, axis=axis, shape=shape) -> int:
+            edge = ctx.temp(tuple(1 if a == axis else d for a, d in enumerate(shape)),
+                            f"edge{axis}_{start}")
+            begins = [start if a == axis else 0 for a in range(len(shape))]
+            sizes = [1 if a == axis else -1 for a in range(len(shape))]
+            ctx.op("SLICE", [x, ctx.ints(begins, "begin"), ctx.ints(sizes, "size")], edge)
+            return edge
+
+        parts = [*([row(0)] * begin if begin else []), x,
+                 *([row(shape[axis] - 1)] * end if end else [])]
+        out = ctx.temp(tuple(d + begin + end if a == axis else d for a, d in enumerate(shape)),
+                       f"edges{axis}")
+        ctx.op("CONCATENATION", parts, out,
+               options("ConcatenationOptions", axis=axis, fusedActivationFunction=0))
+        x = out
+    return x

@@ -94,7 +94,7 @@ def late_bound_signatures(results: dict[str, BuildResult],
     name, so one buffer (late_weights.Bound.buffer_of) serves every signature."""
     sources: dict[str, tuple] = {}
     by_content: dict[tuple, list[str]] = {}
-    functions, kept_weights = [], []
+    functions, kept_weights, restore = [], [], {}
     holder = tf.Module()  # TF's converter saves it: the bound weights are not its own
     for key, result in results.items():
         layers = late_layers(result.model)
@@ -111,7 +111,7 @@ def late_bound_signatures(results: dict[str, BuildResult],
         setattr(holder, f"signature_{len(functions)}", serve)
         functions.append(serve.get_concrete_function())
         signature = Signature.of(functions[-1], key, inputs + list(late), result.output_keys)
-        dropped = _activation_after_product(functions[-1], set(late))
+        dropped = _activation_after_product(functions[-1], set(late), restore)
         if dropped:
             log.info("the .tflite weights are converted by TF's converter: %s", dropped)
             return None
@@ -143,6 +143,11 @@ def late_bound_signatures(results: dict[str, BuildResult],
         except Unbindable as again:
             log.info("the .tflite weights are converted by TF's converter: %s", again)
             return None
+    missing = _restore_activations(bound.model, restore)
+    if missing:
+        log.info("the .tflite weights are converted by TF's converter: the activation of "
+                 "%s was not found on a FULLY_CONNECTED", missing)
+        return None
     fold_runtime_biases_model(bound.model)
     return bound
 
@@ -151,11 +156,19 @@ PRODUCTS = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"}
 FUSED_BY_THE_CONVERTER = {"Relu", "Relu6", "Maximum", "Minimum"}
 
 
-def _activation_after_product(concrete, late: set[str]) -> str | None:
+BIAS_ADDS = {"Add", "AddV2", "BiasAdd"}
+RESTORED = {"Relu": "RELU", "Relu6": "RELU6"}
+
+
+def _activation_after_product(concrete, late: set[str], restore: dict[str, str]) -> str | None:
     """Why the weights cannot be inputs for TF's converter here, or None. It fuses a Relu,
     Relu6 or clip after a rank-2 product into a FULLY_CONNECTED, and when the product's
     weight is not a constant (an input, as here) rewrites that into a BATCH_MATMUL that
-    drops the activation (measured on TF 2.21: MatMul -> Relu gave max|err| 44)."""
+    drops the activation (measured on TF 2.21: MatMul -> Relu gave max|err| 44). After a
+    bias add (Gemm's) it writes a FULLY_CONNECTED without its activation, its output tensor
+    still named after the Relu (vgg11_bn: max|err| 0.85): those Relu / Relu6 go into
+    `restore` (TF op name -> the activation `_restore_activations` gives back); a clip
+    there is a reason."""
     def through_identities(op):
         while op.type == "Identity":
             op = op.inputs[0].op
@@ -178,7 +191,38 @@ def _activation_after_product(concrete, late: set[str]) -> str | None:
         if fused:
             return (f"a rank-2 {op.type} of a weight is followed by {fused[0]}, which TF's "
                     "converter drops when the weight is an input")
+        for add in readers(op.outputs[0]):
+            if add.type not in BIAS_ADDS:
+                continue
+            for after in readers(add.outputs[0]):
+                if after.type in RESTORED:
+                    restore[after.name] = RESTORED[after.type]
+                elif after.type in FUSED_BY_THE_CONVERTER:
+                    return (f"a rank-2 {op.type} of a weight and a bias add are followed by "
+                            f"{after.type}, which TF's converter drops when the weight is an "
+                            "input")
     return None
+
+
+def _restore_activations(model, restore: dict[str, str]) -> list[str]:
+    """Each FULLY_CONNECTED without activation whose output tensor TF named after a Relu of
+    `restore` gets that activation back; returns the Relu names no op output carries (an
+    op other than FULLY_CONNECTED named after one computes it: a RELU the converter kept)."""
+    from onnx2tf_alt.tflite.flatbuffer import op_name, schema
+
+    found = set()
+    for subgraph in model.subgraphs:
+        for op in subgraph.operators:
+            parts = subgraph.tensors[op.outputs[0]].name.decode().split(";")
+            names = [p for p in parts if p in restore]
+            if not names:
+                continue
+            found.update(names)
+            if op_name(model, op) == "FULLY_CONNECTED" and not (
+                    op.builtinOptions.fusedActivationFunction):
+                op.builtinOptions.fusedActivationFunction = getattr(
+                    schema.ActivationFunctionType, restore[names[0]])
+    return sorted(set(restore) - found)
 
 
 def signatures_bytes(results: dict[str, BuildResult], select_tf_ops: bool = True) -> bytes:

@@ -124,6 +124,70 @@ def test_arithmetic_broadcasts_and_concatenates_in_a_tree():
     both_routes(model, {"x": x, "z": z})
 
 
+POOLS = [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),  # edges
+    ("MaxPool", {"kernel_shape": [2, 2], "pads": [1, 0, 1, 0]}),  # the lowest value
+    ("MaxPool", {"kernel_shape": [3, 2], "strides": [2, 2], "ceil_mode": 1}),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [2, 3], "strides": [2, 1], "ceil_mode": 1}),
+]
+
+
+@pytest.mark.parametrize(("op", "attrs"), POOLS, ids=[f"{o}{a}" for o, a in POOLS])
+def test_pools_with_pads(op, attrs):
+    x = rand(2, 3, 9, 10)
+    model = make_model([node(op, ["x"], "y", **attrs)], {"x": x}, ["y"])
+    both_routes(model, {"x": x})
+
+
+def test_norms_reductions_and_hard_activations():
+    x = rand(2, 5, 6, 7)
+    inits = {"scale": rand(5) + 2, "bias": rand(5), "mean": rand(5), "var": rand(5) ** 2 + 0.5,
+             "axes": np.array([1, 3], np.int64)}
+    nodes = [
+        node("Concat", ["x", "x"], "c", axis=1),  # no conv to fold the normalization into
+        node("Slice", ["c", "starts", "ends", "slice_axes"], "s"),
+        node("BatchNormalization", ["s", "scale", "bias", "mean", "var"], "b", epsilon=1e-3),
+        node("HardSwish", ["b"], "h"),
+        node("HardSigmoid", ["h"], "g", alpha=0.3, beta=0.4),
+        node("ReduceMean", ["g", "axes"], "y", keepdims=0),
+        node("ReduceMax", ["g", "axes"], "z", keepdims=1),
+    ]
+    inits.update(starts=np.array([2, -5], np.int64), ends=np.array([7, 100], np.int64),
+                 slice_axes=np.array([1, 3], np.int64))
+    model = make_model(nodes, {"x": x}, ["y", "z"], inits)
+    both_routes(model, {"x": x})
+
+
+def test_a_transformer_block():
+    """Patch embedding, class-token slice, LayerNorm, attention with K^T, Gelu: a ViT's ops."""
+    x = rand(2, 3, 8, 8)
+    d = 8
+    inits = {"patch": rand(d, 3, 4, 4), "shape": np.array([2, d, 4], np.int64),
+             "gamma": rand(d), "beta": rand(d), "wq": rand(d, d), "wk": rand(d, d),
+             "wv": rand(d, d), "zero": np.array(0, np.int64), "one": np.array([1], np.int64)}
+    nodes = [
+        node("Conv", ["x", "patch"], "p", strides=[4, 4]),
+        node("Reshape", ["p", "shape"], "r"),
+        node("Transpose", ["r"], "t", perm=[0, 2, 1]),
+        node("LayerNormalization", ["t", "gamma", "beta"], "n", axis=-1, epsilon=1e-6),
+        node("MatMul", ["n", "wq"], "q"),
+        node("MatMul", ["n", "wk"], "k"),
+        node("MatMul", ["n", "wv"], "v"),
+        node("Transpose", ["k"], "kt", perm=[0, 2, 1]),
+        node("MatMul", ["q", "kt"], "scores"),
+        node("Softmax", ["scores"], "attn", axis=-1),
+        node("MatMul", ["attn", "v"], "o"),
+        node("Gelu", ["o"], "gelu"),
+        node("Gather", ["gelu", "zero"], "first", axis=1),
+        node("Unsqueeze", ["first", "one"], "y"),
+        node("Squeeze", ["y", "one"], "z"),
+    ]
+    model = make_model(nodes, {"x": x}, ["y", "z"], inits, opset=20)
+    both_routes(model, {"x": x}, tol=2e-5)
+
+
 def test_a_constant_infinity_is_kept():
     """TF's converter stores an infinite constant as the largest float (the TF route's
     handler works around it); the direct file holds the infinity itself."""

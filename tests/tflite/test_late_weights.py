@@ -207,6 +207,34 @@ def test_an_activation_after_a_rank_2_product_is_kept(activation):
     assert ops["FULLY_CONNECTED"] == 1
 
 
+@pytest.mark.parametrize("frozen", [True, False])
+@pytest.mark.parametrize(("activation", "bound"), [("Relu", True), ("Clip6", True),
+                                                   ("Clip", False)])
+def test_an_activation_after_a_dense_layer_with_bias_is_kept(activation, bound, frozen,
+                                                             monkeypatch):
+    """After Gemm's (zero) bias add, TF's converter writes the FULLY_CONNECTED of an input weight
+    without its Relu / Relu6 (vgg11_bn's classifier, converted through a saved_model: max|err|
+    0.85); the bound file gives it back (found by the fused tensor's name), and a clip sends
+    the model to the converter with its weights."""
+    if not frozen:  # the route of models above FROZEN_BYTES of weights
+        monkeypatch.setattr("onnx2tf_alt.tflite.lowering.FROZEN_BYTES", 0)
+    weight, bias = _weights(HIDDEN, WIDTH), np.zeros(HIDDEN, np.float32)  # VGG's init
+    x = rng.standard_normal((1, WIDTH)).astype(np.float32)
+    bounds = {"Clip6": (0.0, 6.0), "Clip": (-0.5, 0.5)}
+    extra = {}
+    if activation in bounds:
+        extra = {"low": np.array(bounds[activation][0], np.float32),
+                 "high": np.array(bounds[activation][1], np.float32)}
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["d"], transB=1),
+             helper.make_node("Relu" if activation == "Relu" else "Clip",
+                              ["d", *extra], ["y"]),
+             helper.make_node("Gemm", ["y", "w2"], ["z"])]
+    model = make_model(nodes, {"x": x}, ["z"],
+                       {"w": weight, "b": bias, "w2": _weights(HIDDEN, 8), **extra})
+    converted = check_model(model, {"x": x})
+    assert (late_bound(converted.tflite_result()) is not None) == bound
+
+
 def test_cli_files_of_a_model_with_bound_weights(tmp_path):
     import onnx
 
