@@ -470,7 +470,9 @@ def _fuse_activations(flat: FlatGraph, outputs: list[int]) -> None:
 
 
 def _merge_reshapes(flat: FlatGraph, outputs: list[int]) -> None:
-    """RESHAPE(RESHAPE(x)) with the inner result used once: one RESHAPE of x."""
+    """RESHAPE(RESHAPE(x)) with the inner result used once: one RESHAPE of x; then a RESHAPE
+    to the shape its input has, that input computed by an op and read by it alone: that op
+    writes its output (as TF's converter drops such a RESHAPE)."""
     producers = {o: op for op in flat.operators for o in op.outputs}
     readers = _consumers(flat)
     gone = []
@@ -482,6 +484,19 @@ def _merge_reshapes(flat: FlatGraph, outputs: list[int]) -> None:
                 and len(readers.get(op.inputs[0], [])) == 1):
             op.inputs[0] = inner.inputs[0]
             gone.append(inner)
+    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+    producers = {o: op for op in flat.operators for o in op.outputs}
+    readers = _consumers(flat)
+    gone = []
+    for op in flat.operators:
+        source = producers.get(op.inputs[0])
+        if (op.name != "RESHAPE" or source is None or op.inputs[0] in outputs
+                or len(readers.get(op.inputs[0], [])) != 1
+                or flat.shape(op.inputs[0]) != flat.shape(op.outputs[0])):
+            continue
+        source.outputs = [op.outputs[0] if o == op.inputs[0] else o for o in source.outputs]
+        producers[op.outputs[0]] = source
+        gone.append(op)
     flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
 
 
