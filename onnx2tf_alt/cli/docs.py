@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import onnx
 
 from onnx2tf_alt.cli import schema_review
-from onnx2tf_alt.translate.registry import Handler, all_handlers
+from onnx2tf_alt.translate.registry import Handler, all_handlers, has_direct
 
 # Domains whose ops are not in onnx's schemas, and what they are instead.
 FOREIGN_DOMAINS = {
@@ -70,8 +70,8 @@ def _other_versions(domain: str, op_type: str, cov: OpCoverage) -> str:
 def _table(handlers: dict, versions: dict) -> list[str]:
     lines = [
         "| op | domain | schema versions | handlers (since) | other schema versions (why an "
-        + "older handler serves them) | layout | limits |",
-        "|---|---|---|---|---|---|---|",
+        + "older handler serves them) | layout | direct writer (since) | limits |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for (domain, op_type), hs in sorted(handlers.items(), key=lambda kv: kv[0][::-1]):
         since = ", ".join(str(h.since) for h in hs)
@@ -83,8 +83,9 @@ def _table(handlers: dict, versions: dict) -> list[str]:
         else:
             schemas = ", ".join(map(str, cov.versions)) or "not in onnx's schemas"
         other = _other_versions(domain, op_type, cov)
+        direct = ", ".join(str(h.since) for h in hs if has_direct(h)) or "-"
         lines.append(f"| {op_type} | {domain or 'ai.onnx'} | {schemas} | {since} | {other} "
-                     f"| {layout} | {limits} |")
+                     f"| {layout} | {direct} | {limits} |")
     return lines
 
 

@@ -80,6 +80,11 @@ def find_direct(op_type: str, domain: str, opset: int) -> Callable | None:
     return None if found is None else _DIRECT.get((found.domain, op_type, found.since))
 
 
+def has_direct(found: Handler) -> bool:
+    """Whether this handler version has a direct writer (docs/supported_ops.md)."""
+    return (found.domain, found.op_type, found.since) in _DIRECT
+
+
 def find_handler(op_type: str, domain: str, opset: int) -> Handler | None:
     """The handler version for this opset, or None when the op is not supported."""
     _load_ops()
