@@ -35,6 +35,7 @@ from onnx2tf_alt.tflite.flatbuffer import (
     pack_table,
     schema,
 )
+from onnx2tf_alt.translate.context import NodeView
 from onnx2tf_alt.translate.io_layout import keras_name
 from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
 from onnx2tf_alt.translate.registry import find_direct
@@ -125,84 +126,22 @@ class FlatGraph:
         self.operators.append(Operator(name, list(inputs), list(outputs), opts))
 
 
-class DirectContext:
-    """What a direct writer sees of its node: the NodeContext names (attributes, constants,
-    logical shapes and dtypes, perms), and `x(i)` a tensor index in the perm it asked for;
-    it adds operators with `op` and gives its outputs `output(j)`."""
+class DirectContext(NodeView):
+    """What a direct writer sees of its node: a NodeView (attributes, constants, logical
+    shapes and dtypes, perms, as a handler's NodeContext), `x(i)` a tensor index in the perm
+    it asked for; it adds operators with `op` and gives its outputs `output(j)`."""
 
     def __init__(self, writer: DirectWriter, node: Node, in_perms, out_perms, opset: int):
+        super().__init__(node, writer.graph, in_perms, out_perms, opset, writer.options)
         self._writer = writer
         self.flat = writer.flat
-        self.node, self.graph = node, writer.graph
-        self.in_perms, self.out_perms = in_perms, out_perms
-        self.opset = opset
-        self.options = writer.options
         self.shared = writer.shared  # results several nodes compute alike, by a writer's key
 
-    def attr(self, name: str, default=None):
-        return self.node.attrs.get(name, default)
-
-    @property
-    def num_inputs(self) -> int:
-        return len(self.node.inputs)
-
-    def has(self, i: int) -> bool:
-        return i < len(self.node.inputs) and bool(self.node.inputs[i])
+    def _constant(self, name: str) -> np.ndarray | None:
+        return self._writer.values[name].const
 
     def x(self, i: int) -> int:
         return self._writer.input_tensor(self.node.inputs[i], self.in_perms[i])
-
-    def const(self, i: int, physical: bool = False) -> np.ndarray | None:
-        if not self.has(i):
-            return None
-        value = self._writer.values[self.node.inputs[i]].const
-        return value if value is None or not physical else self.physical(value, i)
-
-    def physical(self, array: np.ndarray, i: int, first_axis: int | None = None) -> np.ndarray:
-        perm = self.in_perms[i]
-        if first_axis is None:
-            array = array.reshape((1,) * (len(perm) - array.ndim) + array.shape)
-            return np.transpose(array, perm)
-        own = range(first_axis, first_axis + array.ndim)
-        return np.transpose(array, [a - first_axis for a in perm if a in own])
-
-    def perm(self, i: int) -> Perm:
-        return self.in_perms[i]
-
-    def shape(self, i: int) -> tuple | None:
-        return self.graph.shapes.get(self.node.inputs[i])
-
-    def rank(self, i: int) -> int:
-        return len(self.in_perms[i]) if self.in_perms[i] is not None else len(self.shape(i))
-
-    def dtype(self, i: int):
-        return self.graph.dtypes.get(self.node.inputs[i])
-
-    def phys_shape(self, i: int) -> tuple | None:
-        shape = self.shape(i)
-        return None if shape is None else P.physical_shape(shape, self.in_perms[i])
-
-    def axis(self, logical_axis: int, i: int = 0) -> int:
-        return P.to_physical_axis(self.in_perms[i], logical_axis)
-
-    def axes(self, logical_axes, i: int = 0) -> list[int]:
-        return sorted(self.axis(a, i) for a in logical_axes)
-
-    def out_shape(self, j: int = 0) -> tuple | None:
-        return self.graph.shapes.get(self.node.outputs[j])
-
-    def out_phys_shape(self, j: int = 0) -> tuple | None:
-        shape = self.out_shape(j)
-        return None if shape is None else P.physical_shape(shape, self.out_perms[j])
-
-    def out_dtype(self, j: int = 0):
-        return self.graph.dtypes.get(self.node.outputs[j])
-
-    def out_perm(self, j: int = 0) -> Perm:
-        return self.out_perms[j]
-
-    def out_axis(self, logical_axis: int, j: int = 0) -> int:
-        return P.to_physical_axis(self.out_perms[j], logical_axis)
 
     # --- writing -----------------------------------------------------------------------
     def weight(self, array: np.ndarray, suffix: str = "weight") -> int:

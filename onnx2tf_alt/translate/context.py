@@ -13,26 +13,23 @@ from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
 
 
-class NodeContext:
-    """Per-node view handed to a handler.
+class NodeView:
+    """What any writer of a node reads: its attributes, its constant inputs, the logical
+    (ONNX) shapes and dtypes, and the perms the layout plan gave its inputs and outputs.
+    NodeContext (a handler, on TF tensors) and tflite/direct.DirectContext (a direct
+    writer, on flatbuffer tensors) add how inputs are read and outputs made."""
 
-    `x(i)` is input i as a TF tensor in `perm(i)`; `const(i)` its value when it is a constant
-    (in ONNX order, untouched). Shapes and dtypes are the logical ONNX ones. `options` are
-    the user's lowering choices (onnx2tf_alt/translate/options.py). `in_layer`: the
-    handler runs inside its node's own Keras layer (translate/node_layer.py).
-    """
-
-    in_layer = False
-
-    def __init__(self, builder, node: Node, graph: Graph, in_perms, out_perms, opset: int,
+    def __init__(self, node: Node, graph: Graph, in_perms, out_perms, opset: int,
                  options: ConversionOptions = DEFAULT_OPTIONS):
-        self._builder = builder
         self.options = options
         self.node = node
         self.graph = graph
         self.in_perms: list[Perm | None] = in_perms
         self.out_perms: list[Perm] = out_perms
         self.opset = opset
+
+    def _constant(self, name: str) -> np.ndarray | None:
+        raise NotImplementedError
 
     # --- attributes --------------------------------------------------------------------
     def attr(self, name: str, default=None):
@@ -46,16 +43,12 @@ class NodeContext:
     def has(self, i: int) -> bool:
         return i < len(self.node.inputs) and bool(self.node.inputs[i])
 
-    def x(self, i: int):
-        """Input i as a tensor, in the perm the handler's layout policy asked for."""
-        return self._builder.input_tensor(self.node.inputs[i], self.in_perms[i], self.rank_out())
-
     def const(self, i: int, physical: bool = False) -> np.ndarray | None:
         """Input i's constant value, or None if it is computed at run time: in ONNX order,
         or with `physical` as ctx.x(i) holds it (rank-aligned, in perm(i))."""
         if not self.has(i):
             return None
-        value = self._builder.constant_value(self.node.inputs[i])
+        value = self._constant(self.node.inputs[i])
         return value if value is None or not physical else self.physical(value, i)
 
     def physical(self, array: np.ndarray, i: int, first_axis: int | None = None) -> np.ndarray:
@@ -69,19 +62,6 @@ class NodeContext:
             return np.transpose(array, perm)
         own = range(first_axis, first_axis + array.ndim)
         return np.transpose(array, [a - first_axis for a in perm if a in own])
-
-    def const_tensor(self, array: np.ndarray):
-        """A converter-made constant as a tensor (large ones become layer weights)."""
-        return self._builder.materialize(np.asarray(array))
-
-    def value(self, name: str):
-        """Any value of this graph by name (what a subgraph reads from the enclosing scope):
-        its numpy array when constant, else its tensor in identity (ONNX) layout."""
-        const = self._builder.constant_value(name)
-        if const is not None:
-            return const
-        rank = len(self._builder.values[name].perm)
-        return self._builder.input_tensor(name, P.identity(rank), rank)
 
     def perm(self, i: int) -> Perm:
         return self.in_perms[i]
@@ -125,6 +105,43 @@ class NodeContext:
 
     def out_axis(self, logical_axis: int, j: int = 0) -> int:
         return P.to_physical_axis(self.out_perms[j], logical_axis)
+
+
+class NodeContext(NodeView):
+    """Per-node view handed to a handler.
+
+    `x(i)` is input i as a TF tensor in `perm(i)`; `const(i)` its value when it is a constant
+    (in ONNX order, untouched). Shapes and dtypes are the logical ONNX ones. `options` are
+    the user's lowering choices (onnx2tf_alt/translate/options.py). `in_layer`: the
+    handler runs inside its node's own Keras layer (translate/node_layer.py).
+    """
+
+    in_layer = False
+
+    def __init__(self, builder, node: Node, graph: Graph, in_perms, out_perms, opset: int,
+                 options: ConversionOptions = DEFAULT_OPTIONS):
+        super().__init__(node, graph, in_perms, out_perms, opset, options)
+        self._builder = builder
+
+    def _constant(self, name: str) -> np.ndarray | None:
+        return self._builder.constant_value(name)
+
+    def x(self, i: int):
+        """Input i as a tensor, in the perm the handler's layout policy asked for."""
+        return self._builder.input_tensor(self.node.inputs[i], self.in_perms[i], self.rank_out())
+
+    def const_tensor(self, array: np.ndarray):
+        """A converter-made constant as a tensor (large ones become layer weights)."""
+        return self._builder.materialize(np.asarray(array))
+
+    def value(self, name: str):
+        """Any value of this graph by name (what a subgraph reads from the enclosing scope):
+        its numpy array when constant, else its tensor in identity (ONNX) layout."""
+        const = self._builder.constant_value(name)
+        if const is not None:
+            return const
+        rank = len(self._builder.values[name].perm)
+        return self._builder.input_tensor(name, P.identity(rank), rank)
 
 
 def reshape(x, dims: Sequence):
