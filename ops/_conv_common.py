@@ -129,25 +129,37 @@ def _tiled_depthwise(ctx, x, kernel, strides, dilations, padding):
     over bands of kernel rows (each at most that many taps), each reading the slice of the
     padded input its rows reach: exact up to the order of the sums. 7x7 becomes 3x7 + 3x7 +
     1x7, measured 4-6x faster than the one conv (1x56x56x96: 1.9-6.3 ms against 10-26 ms)."""
-    kh, kw = kernel.shape[:2]
+    pads, bands = depthwise_bands(x.shape[1:3], kernel.shape[:2], strides, dilations, padding)
+    if pads is not None:
+        x = pad_spatial(x, pads)
+    total = None
+    for (r0, r1, c0, c1), begin, extent in bands:
+        part = tf.nn.depthwise_conv2d(
+            x[:, begin[0]:begin[0] + extent[0], begin[1]:begin[1] + extent[1]],
+            kernel_tensor(ctx, kernel[r0:r1, c0:c1]), strides=[1, *strides, 1],
+            padding="VALID", dilations=dilations)
+        total = part if total is None else total + part
+    return total
+
+
+def depthwise_bands(spatial, taps, strides, dilations, padding: str):
+    """_tiled_depthwise's plan: (SAME's explicit pads or None, [((r0, r1, c0, c1) kernel
+    rows and columns, begin, extent) of the padded input, per band])."""
+    (kh, kw), pads = taps, None
     if padding == "SAME":
         pads = [same_pads(size, k, s, d) for size, k, s, d in
-                zip(x.shape[1:3], (kh, kw), strides, dilations)]
-        x = pad_spatial(x, pads)
+                zip(spatial, (kh, kw), strides, dilations)]
+        spatial = [size + b + e for size, (b, e) in zip(spatial, pads)]
     out_sizes = [(size - (k - 1) * d - 1) // s + 1
-                 for size, k, s, d in zip(x.shape[1:3], (kh, kw), strides, dilations)]
+                 for size, k, s, d in zip(spatial, (kh, kw), strides, dilations)]
     rows = max(1, MAX_DEPTHWISE_TAPS // kw)
     cols = min(kw, MAX_DEPTHWISE_TAPS)
-    total = None
+    bands = []
     for r0 in range(0, kh, rows):
         for c0 in range(0, kw, cols):
             r1, c1 = min(r0 + rows, kh), min(c0 + cols, kw)
             begin = [r0 * dilations[0], c0 * dilations[1]]
             extent = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in
                       zip(out_sizes, strides, (r1 - r0, c1 - c0), dilations)]
-            part = tf.nn.depthwise_conv2d(
-                x[:, begin[0]:begin[0] + extent[0], begin[1]:begin[1] + extent[1]],
-                kernel_tensor(ctx, kernel[r0:r1, c0:c1]), strides=[1, *strides, 1],
-                padding="VALID", dilations=dilations)
-            total = part if total is None else total + part
-    return total
+            bands.append(((r0, r1, c0, c1), begin, extent))
+    return pads, bands

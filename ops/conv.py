@@ -14,6 +14,7 @@ import numpy as np
 from onnx2tf_alt.ops._conv3d import conv3d_by_frames, lowers_to_2d
 from onnx2tf_alt.ops._conv_common import (
     MAX_DEPTHWISE_TAPS,
+    depthwise_bands,
     depthwise_conv,
     grouped_conv,
     lift_1d,
@@ -132,24 +133,68 @@ def conv_direct(ctx):
     common = {"padding": direct_writer.PADDING[padding], "strideH": strides[0],
               "strideW": strides[1], "dilationHFactor": dilations[0],
               "dilationWFactor": dilations[1], "fusedActivationFunction": 0}
-    out = ctx.output()
     if groups > 1 and groups == ctx.shape(0)[1]:
         if max(strides) > 1 and max(dilations) > 1:
             raise NotCovered("a strided, dilated depthwise convolution")
-        if strides[0] != strides[1] or kernel[0] * kernel[1] > MAX_DEPTHWISE_TAPS:
-            raise NotCovered("a depthwise convolution written in pieces")
+        if strides[0] != strides[1]:
+            raise NotCovered("a depthwise convolution with unequal strides")
         # ONNX (C * m, 1, kh, kw) -> TFLite (1, kh, kw, C * m): output channel c * m + k
         filt = np.transpose(w.reshape(out_channels, *kernel), [1, 2, 0])[None]
+        common["depthMultiplier"] = out_channels // groups
+        if kernel[0] * kernel[1] > MAX_DEPTHWISE_TAPS:
+            return _tiled_depthwise_direct(ctx, x, filt, bias, strides, dilations, padding,
+                                           common)
+        out = ctx.output()
         ctx.op("DEPTHWISE_CONV_2D", [x, ctx.weight(filt), ctx.weight(bias, "bias")], out,
-               options("DepthwiseConv2DOptions", depthMultiplier=out_channels // groups,
-                       **common))
+               options("DepthwiseConv2DOptions", **common))
         return out
+    out = ctx.output()
     if groups > 1 and ctx.options.disable_group_convolution:
         raise NotCovered("-dgc: convolutions per group")
     filt = np.transpose(w, [0, 2, 3, 1])  # ONNX (O, I / g, kh, kw) -> TFLite (O, kh, kw, I / g)
     ctx.op("CONV_2D", [x, ctx.weight(filt), ctx.weight(bias, "bias")], out,
            options("Conv2DOptions", **common))
     return out
+
+
+def _tiled_depthwise_direct(ctx, x, filt, bias, strides, dilations, padding, common) -> int:
+    """_tiled_depthwise in the direct writer: a DEPTHWISE_CONV_2D per band of kernel rows on
+    a SLICE of the (padded) input, ADDed in order, then the bias (if any) ADDed."""
+    spatial = ctx.flat.shape(x)[1:3]
+    if any(size is None for size in spatial):
+        raise NotCovered("a tiled depthwise convolution of spatial sizes known at run time")
+    pads, bands = depthwise_bands(spatial, filt.shape[1:3], strides, dilations, padding)
+    if pads is not None:
+        x = direct_writer.pad_spatial(ctx, x, pads)
+    out_shape, channels = ctx.out_phys_shape(), filt.shape[-1]
+    valid = {**common, "padding": direct_writer.PADDING["VALID"]}
+    total = None
+    for k, ((r0, r1, c0, c1), begin, extent) in enumerate(bands):
+        band = ctx.temp((ctx.flat.shape(x)[0], *extent, ctx.flat.shape(x)[3]), f"band{k}")
+        ctx.op("SLICE", [x, ctx.ints([0, *begin, 0], "begin"), ctx.ints([-1, *extent, -1],
+                                                                        "size")], band)
+        part = ctx.temp(out_shape, f"part{k}")
+        ctx.op("DEPTHWISE_CONV_2D", [band, ctx.weight(filt[:, r0:r1, c0:c1], f"weight{k}"),
+                                     ctx.weight(np.zeros(channels, np.float32), f"zero{k}")],
+               part, options("DepthwiseConv2DOptions", **valid))
+        if total is not None:
+            summed = ctx.temp(out_shape, f"sum{k}")
+            ctx.op("ADD", [total, part], summed,
+                   options("AddOptions", fusedActivationFunction=0))
+            part = summed
+        total = part
+    if not ctx.has(2):  # the last band's sum is the output
+        return _renamed(ctx, total)
+    out = ctx.output()
+    ctx.op("ADD", [total, ctx.weight(bias, "bias")], out,
+           options("AddOptions", fusedActivationFunction=0))
+    return out
+
+
+def _renamed(ctx, tensor: int) -> int:
+    """`tensor` (made by this node) named after output 0."""
+    ctx.flat.tensors[tensor].name = ctx.node.outputs[0].encode()
+    return tensor
 
 
 # A 2-D conv whose weights exceed SPLIT_ABOVE runs as convolutions over slices of its

@@ -61,6 +61,8 @@ CONVS = [
     ({"group": 4, "dilations": [2, 2], "pads": [2, 2, 2, 2]}, (8, 1, 3, 3)),  # depthwise x2
     ({"auto_pad": "SAME_UPPER", "strides": [2, 1]}, (5, 4, 3, 5)),
     ({"kernel_shape": [1, 1]}, (7, 4, 1, 1)),
+    ({"group": 4, "pads": [3, 3, 3, 3]}, (4, 1, 7, 7)),  # 49 taps: bands of kernel rows
+    ({"group": 4, "auto_pad": "SAME_UPPER", "strides": [2, 2]}, (8, 1, 6, 5)),
 ]
 
 
@@ -81,6 +83,13 @@ def test_conv_with_activation(attrs, w_shape, activation):
     result = both_routes(model, {"x": x})
     census = count_tflite_ops(result.content)
     assert "RELU" not in census and "RELU6" not in census  # fused into the conv
+
+
+def test_tiled_depthwise_without_bias():
+    x = rand(2, 6, 11, 9)
+    model = make_model([node("Conv", ["x", "w"], "y", group=6, pads=[2, 3, 2, 3])], {"x": x},
+                       ["y"], {"w": rand(6, 1, 5, 7)})
+    both_routes(model, {"x": x})
 
 
 def test_dense_pools_softmax():
