@@ -359,12 +359,19 @@ def _fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
             factor = _constant(flat, op.inputs[1 - k])
             if (source is None or source.name not in _FILTER_AXIS or factor is None
                     or op.inputs[k] in outputs or len(readers.get(op.inputs[k], [])) != 1
-                    or source.options[1].fusedActivationFunction or len(source.inputs) < 3):
+                    or source.options[1].fusedActivationFunction):
                 continue
-            filt, bias = _constant(flat, source.inputs[1]), _constant(flat, source.inputs[2])
             channels = flat.shape(source.outputs[0])[-1]
-            if (filt is None or bias is None or factor.size not in (1, channels)
+            filt = _constant(flat, source.inputs[1])
+            if (filt is None or factor.size not in (1, channels)
                     or any(d != 1 for d in factor.shape[:-1])):
+                continue
+            if len(source.inputs) < 3:  # a product without bias (MatMul): a zero one
+                name = flat.tensors[source.outputs[0]].name.decode()
+                source.inputs.append(flat.tensor(f"{name}/bias", (channels,), np.float32,
+                                                 np.zeros(channels, np.float32)))
+            bias = _constant(flat, source.inputs[2])
+            if bias is None:
                 continue
             values = factor.reshape(-1)
             if op.name == "MUL":

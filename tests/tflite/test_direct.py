@@ -175,13 +175,14 @@ def test_a_transformer_block():
     d = 8
     inits = {"patch": rand(d, 3, 4, 4), "shape": np.array([2, d, 4], np.int64),
              "gamma": rand(d), "beta": rand(d), "wq": rand(d, d), "wk": rand(d, d),
-             "wv": rand(d, d), "zero": np.array(0, np.int64), "one": np.array([1], np.int64)}
+             "wv": rand(d, d), "bq": rand(d), "zero": np.array(0, np.int64), "one": np.array([1], np.int64)}
     nodes = [
         node("Conv", ["x", "patch"], "p", strides=[4, 4]),
         node("Reshape", ["p", "shape"], "r"),
         node("Transpose", ["r"], "t", perm=[0, 2, 1]),
         node("LayerNormalization", ["t", "gamma", "beta"], "n", axis=-1, epsilon=1e-6),
-        node("MatMul", ["n", "wq"], "q"),
+        node("MatMul", ["n", "wq"], "q0"),
+        node("Add", ["q0", "bq"], "q"),  # a Linear's bias: folded into FULLY_CONNECTED
         node("MatMul", ["n", "wk"], "k"),
         node("MatMul", ["n", "wv"], "v"),
         node("Transpose", ["k"], "kt", perm=[0, 2, 1]),
