@@ -12,12 +12,8 @@ from onnx2tf_alt.export.names import TARGETS
 from onnx2tf_alt.version import __version__
 
 
-def _backend(value: str) -> str:
-    """onnx2tf 2.x's --tflite_backend value as our --tflite_writer."""
-    writers = {"tf_converter": "tf", "flatbuffer_direct": "auto"}
-    if value not in writers:
-        raise argparse.ArgumentTypeError(f"choose from {', '.join(writers)}")
-    return writers[value]
+# onnx2tf 2.x's --tflite_backend values -> our --tflite_writer (cli/main.py applies it)
+BACKENDS = {"tf_converter": "tf", "flatbuffer_direct": "auto"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -60,7 +56,7 @@ def _file_flags(p: argparse.ArgumentParser) -> None:
         "TensorFlow, when it covers every node, else TF's converter; tf always TF's; direct "
         "ours or exit 1 naming the node it does not cover (docs/direct_writer.md)")
     p.add_argument(
-        "-tb", "--tflite_backend", dest="tflite_writer", type=_backend,
+        "-tb", "--tflite_backend", choices=tuple(BACKENDS),
         help="onnx2tf 2.x's name: tf_converter is --tflite_writer tf, flatbuffer_direct is "
         "--tflite_writer auto")
     p.add_argument(

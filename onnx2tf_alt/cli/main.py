@@ -86,7 +86,13 @@ def _run(args: argparse.Namespace, command: list[str]) -> int:
     try:
         from onnx2tf_alt.api import convert
 
-        convert(**vars(args), command_line=command)
+        options = vars(args)
+        backend = options.pop("tflite_backend")
+        if backend is not None:  # onnx2tf 2.x's name for it
+            from onnx2tf_alt.cli.args import BACKENDS
+
+            options["tflite_writer"] = BACKENDS[backend]
+        convert(**options, command_line=command)
     except Onnx2TfError as exc:
         if verbosity == "debug":
             logging.getLogger("onnx2tf_alt").exception("conversion failed")

@@ -48,7 +48,7 @@ def test_a_conversion_loads_keras_3_only_when_the_user_asks(tmp_path, user_value
         env["TF_USE_LEGACY_KERAS"] = user_value
     proc = subprocess.run(
         [sys.executable, "-c", _RECORDING_KERAS, str(record), "-i", str(source), "-o",
-         str(out), "-dms"],
+         str(out), "-dms", "--tflite_writer", "tf"],  # TF's route, which loads TensorFlow
         env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "cnn_float32.tflite" in os.listdir(out)
@@ -119,7 +119,8 @@ def test_the_shared_schema_gives_the_same_files(tmp_path):
         out = tmp_path / mode
         proc = subprocess.run(
             [sys.executable, "-c", _CONVERTING, mode, "-i", str(source), "-o", str(out),
-             "-dms"], env=cli_env(), capture_output=True, text=True, timeout=300, check=False)
+             "-dms", "--tflite_writer", "tf"],  # TF's route: the direct writer loads no TF
+            env=cli_env(), capture_output=True, text=True, timeout=300, check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert f"code 0 shared {mode == 'shared'}" in proc.stdout, proc.stdout
         files[mode] = {name: (out / name).read_bytes() for name in sorted(os.listdir(out))

@@ -61,7 +61,8 @@ def test_a_console_conversion_collects_without_walking_tensorflow(tmp_path):
     record, out = tmp_path / "collections.txt", tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-c", _RECORDING_COLLECTIONS, str(record), "-i", str(source), "-o",
-         str(out), "-dms"], env=cli_env(), capture_output=True, text=True, timeout=300,
+         str(out), "-dms", "--tflite_writer", "tf"],  # TF's route, which loads TensorFlow
+        env=cli_env(), capture_output=True, text=True, timeout=300,
         check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "cnn_float32.tflite" in os.listdir(out)
