@@ -11,7 +11,6 @@ from onnx2tf_alt.cli.compat_flags import FLAGS, add_compat_flags, cli_flags_mark
 from onnx2tf_alt.export.names import TARGETS
 from onnx2tf_alt.version import __version__
 
-
 # onnx2tf 2.x's --tflite_backend values -> our --tflite_writer (cli/main.py applies it)
 BACKENDS = {"tf_converter": "tf", "flatbuffer_direct": "auto"}
 
