@@ -159,7 +159,8 @@ def conv_direct(ctx):
 
 def _tiled_depthwise_direct(ctx, x, filt, bias, strides, dilations, padding, common) -> int:
     """_tiled_depthwise in the direct writer: a DEPTHWISE_CONV_2D per band of kernel rows on
-    a SLICE of the (padded) input, ADDed in order, then the bias (if any) ADDed."""
+    a SLICE of the (padded) input, ADDed in order; the bias goes into the last band's conv
+    (where TF's converter puts it)."""
     spatial = ctx.flat.shape(x)[1:3]
     if any(size is None for size in spatial):
         raise NotCovered("a tiled depthwise convolution of spatial sizes known at run time")
@@ -170,31 +171,22 @@ def _tiled_depthwise_direct(ctx, x, filt, bias, strides, dilations, padding, com
     valid = {**common, "padding": direct_writer.PADDING["VALID"]}
     total = None
     for k, ((r0, r1, c0, c1), begin, extent) in enumerate(bands):
+        last = k == len(bands) - 1
         band = ctx.temp((ctx.flat.shape(x)[0], *extent, ctx.flat.shape(x)[3]), f"band{k}")
         ctx.op("SLICE", [x, ctx.ints([0, *begin, 0], "begin"), ctx.ints([-1, *extent, -1],
                                                                         "size")], band)
         part = ctx.temp(out_shape, f"part{k}")
+        shift = bias if last else np.zeros(channels, np.float32)
         ctx.op("DEPTHWISE_CONV_2D", [band, ctx.weight(filt[:, r0:r1, c0:c1], f"weight{k}"),
-                                     ctx.weight(np.zeros(channels, np.float32), f"zero{k}")],
+                                     ctx.weight(shift, f"bias{k}")],
                part, options("DepthwiseConv2DOptions", **valid))
         if total is not None:
-            summed = ctx.temp(out_shape, f"sum{k}")
+            summed = ctx.output() if last else ctx.temp(out_shape, f"sum{k}")
             ctx.op("ADD", [total, part], summed,
                    options("AddOptions", fusedActivationFunction=0))
             part = summed
         total = part
-    if not ctx.has(2):  # the last band's sum is the output
-        return _renamed(ctx, total)
-    out = ctx.output()
-    ctx.op("ADD", [total, ctx.weight(bias, "bias")], out,
-           options("AddOptions", fusedActivationFunction=0))
-    return out
-
-
-def _renamed(ctx, tensor: int) -> int:
-    """`tensor` (made by this node) named after output 0."""
-    ctx.flat.tensors[tensor].name = ctx.node.outputs[0].encode()
-    return tensor
+    return total
 
 
 # A 2-D conv whose weights exceed SPLIT_ABOVE runs as convolutions over slices of its

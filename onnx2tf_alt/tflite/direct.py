@@ -262,6 +262,8 @@ class DirectWriter:
                 raise NotCovered(f"output '{name}' is an input or another output")
             outputs.append(index)
         _fold_affine(flat, outputs)
+        while _fold_into_dense(flat, outputs):
+            pass
         _fuse_activations(flat, outputs)
         _merge_reshapes(flat, outputs)
         _flatten_into_dense(flat, outputs)
@@ -386,6 +388,50 @@ def _fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
             gone.append(op)
             break
     flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def _fold_into_dense(flat: FlatGraph, outputs: list[int]) -> bool:
+    """A MUL or ADD by a constant of one value or one per channel whose output only
+    FULLY_CONNECTED ops read (as their input, with constant weights), a LayerNormalization's
+    scale and shift before a Linear: into each one's weights (W diag(g)) and bias (W b), as
+    TF's converter folds them. Returns whether one was folded (the caller repeats: the
+    shift first, then the scale)."""
+    readers = _consumers(flat)
+    for op in flat.operators:
+        if op.name not in ("MUL", "ADD") or op.options[1].fusedActivationFunction:
+            continue
+        users = readers.get(op.outputs[0], [])
+        if (not users or op.outputs[0] in outputs
+                or any(u.name != "FULLY_CONNECTED" for u in users)):
+            continue
+        for k in (0, 1):
+            factor = _constant(flat, op.inputs[1 - k])
+            if factor is None or _constant(flat, op.inputs[k]) is not None:
+                continue
+            channels = flat.shape(op.outputs[0])[-1]
+            weights = [_constant(flat, u.inputs[1]) for u in users]
+            if (factor.size not in (1, channels) or any(d != 1 for d in factor.shape[:-1])
+                    or flat.shape(op.inputs[k]) != flat.shape(op.outputs[0])
+                    or any(u.inputs[0] != op.outputs[0]
+                           or op.outputs[0] in u.inputs[1:] or w is None
+                           or w.shape[1] != channels for u, w in zip(users, weights))):
+                continue
+            values = np.broadcast_to(factor.reshape(-1), (channels,)).astype(np.float64)
+            for user, w in zip(users, weights):
+                if op.name == "MUL":
+                    _replace(flat, user.inputs[1], w * values.astype(np.float32))
+                    user.inputs[0] = op.inputs[k]
+                    continue
+                if len(user.inputs) < 3:
+                    name = flat.tensors[user.outputs[0]].name.decode()
+                    user.inputs.append(flat.tensor(f"{name}/bias", (w.shape[0],), np.float32,
+                                                   np.zeros(w.shape[0], np.float32)))
+                bias = _constant(flat, user.inputs[2])
+                _replace(flat, user.inputs[2], bias + (w.astype(np.float64) @ values))
+                user.inputs[0] = op.inputs[k]
+            flat.operators = [o for o in flat.operators if o is not op]
+            return True
+    return False
 
 
 def _replace(flat: FlatGraph, index: int, values: np.ndarray) -> None:
