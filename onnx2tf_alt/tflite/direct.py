@@ -7,19 +7,19 @@ node through `DirectContext` (the names of translate/context.NodeContext: attrib
 constants, shapes, perms) and adds TFLite operators. Inputs reach a writer in the perm its
 layout policy asked for, moved exactly as the TF route moves them (a RESHAPE when only unit
 axes move, else a TRANSPOSE), so both routes have the same transposes. After the last node,
-the activations TF's converter fuses (RELU, RELU6, RELU_N1_TO_1 after a conv, a dense
-layer or arithmetic) are fused the same way, and a RESHAPE of a RESHAPE becomes one.
+the graph gets what TF's converter would do to it (tflite/direct_rewrites.py: folded
+per-channel MUL / ADD, fused activations, fewer RESHAPEs). tflite/flatgraph.py holds the
+tensors, buffers and operators as they are added; `_pack` makes the file.
 
 A model is written directly only when every node is covered: a float32 graph whose tensors
 have known shapes but for the batch, and a writer that takes the node's attributes (a writer
-raises `NotCovered` for the rest). `write_direct` returns None otherwise, with the reason,
-and the caller converts with TF (said at `-v info`).
+raises `NotCovered` for the rest). `write_direct` returns the NotCovered otherwise, with the
+node and the reason, and the caller converts with TF (said at `-v info`).
 """
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
@@ -28,52 +28,15 @@ from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.perms import Perm
 from onnx2tf_alt.layout.plan import Plan
-from onnx2tf_alt.tflite.flatbuffer import (
-    FILE_IDENTIFIER,
-    SIGNATURE,
-    RawBufferT,
-    pack_table,
-    schema,
-)
+from onnx2tf_alt.tflite.direct_rewrites import rewrite
+from onnx2tf_alt.tflite.flatbuffer import FILE_IDENTIFIER, SIGNATURE, pack_table, schema
+from onnx2tf_alt.tflite.flatgraph import FlatGraph, NotCovered, options
 from onnx2tf_alt.translate.context import NodeView
 from onnx2tf_alt.translate.io_layout import keras_name
 from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
 from onnx2tf_alt.translate.registry import find_direct
 
-log = logging.getLogger("onnx2tf_alt")
-
 DESCRIPTION = b"onnx2tf_alt direct writer"
-LIMIT_BYTES = 1 << 30  # larger models go through TF's route (files past 2 GB need offsets)
-FUSABLE = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL", "DIV"}
-ACTIVATIONS = {"RELU": schema.ActivationFunctionType.RELU,
-               "RELU6": schema.ActivationFunctionType.RELU6,
-               "RELU_N1_TO_1": schema.ActivationFunctionType.RELU_N1_TO_1}
-_TYPES = {np.dtype(np.float32): schema.TensorType.FLOAT32,
-          np.dtype(np.int32): schema.TensorType.INT32,
-          np.dtype(np.int64): schema.TensorType.INT64}
-
-
-class NotCovered(Exception):
-    """A node the direct writer does not write: the model goes through TF's converter."""
-
-
-def options(kind: str, **fields):
-    """A builtin-options table of the schema's object API (`options("Conv2DOptions",
-    padding=...)`), with its union type, for `DirectContext.op`."""
-    table = getattr(schema, f"{kind}T")()
-    for name, value in fields.items():
-        if not hasattr(table, name):
-            raise AttributeError(f"{kind} has no field {name}")
-        setattr(table, name, value)
-    return getattr(schema.BuiltinOptions, kind), table
-
-
-@dataclass
-class Operator:
-    name: str
-    inputs: list[int]
-    outputs: list[int]
-    options: tuple | None = None
 
 
 @dataclass
@@ -81,49 +44,6 @@ class _Value:
     tensor: int | None  # None: a constant (`const`, ONNX order)
     perm: Perm
     const: np.ndarray | None = None
-
-
-@dataclass
-class FlatGraph:
-    """The tensors, buffers and operators of one subgraph, as they are added."""
-
-    tensors: list = field(default_factory=list)  # schema.TensorT
-    buffers: list = field(default_factory=lambda: [schema.BufferT()])  # 0: the empty one
-    operators: list[Operator] = field(default_factory=list)
-    weight_bytes: int = 0
-
-    def tensor(self, name: str, shape, dtype=np.float32, data: np.ndarray | None = None) -> int:
-        """A new tensor of physical `shape` (None: the batch, known at run time)."""
-        dtype = np.dtype(dtype)
-        if dtype not in _TYPES:
-            raise NotCovered(f"dtype {dtype}")
-        if sum(d is None for d in shape) > 1:
-            raise NotCovered(f"'{name}' has several unknown dims {list(shape)}")
-        t = schema.TensorT()
-        t.name = name.encode()
-        t.type = _TYPES[dtype]
-        t.shape = np.array([1 if d is None else d for d in shape], np.int32)
-        if any(d is None for d in shape):
-            t.shapeSignature = np.array([-1 if d is None else d for d in shape], np.int32)
-        buffer = RawBufferT()
-        if data is not None:
-            data = np.ascontiguousarray(data, dtype)
-            buffer.data = data.reshape(-1).view(np.uint8)
-            self.weight_bytes += data.nbytes
-            if self.weight_bytes > LIMIT_BYTES:
-                raise NotCovered(f"weights above {LIMIT_BYTES >> 20} MB")
-        self.buffers.append(buffer)
-        t.buffer = len(self.buffers) - 1
-        self.tensors.append(t)
-        return len(self.tensors) - 1
-
-    def shape(self, index: int) -> tuple:
-        t = self.tensors[index]
-        dims = t.shapeSignature if t.shapeSignature is not None else t.shape
-        return tuple(None if d < 0 else int(d) for d in dims)
-
-    def op(self, name: str, inputs: list[int], outputs: list[int], opts=None) -> None:
-        self.operators.append(Operator(name, list(inputs), list(outputs), opts))
 
 
 class DirectContext(NodeView):
@@ -261,12 +181,7 @@ class DirectWriter:
             if index in inputs or index in outputs:
                 raise NotCovered(f"output '{name}' is an input or another output")
             outputs.append(index)
-        _fold_affine(flat, outputs)
-        while _fold_into_dense(flat, outputs):
-            pass
-        _fuse_activations(flat, outputs)
-        _merge_reshapes(flat, outputs)
-        _flatten_into_dense(flat, outputs)
+        rewrite(flat, outputs)
         content = _pack(flat, inputs, outputs, list(input_names.values()), output_keys)
         return DirectResult(content, input_names, output_names,
                             {n: plan.perms[n] for n in graph.inputs}, dict(plan.output_perms),
@@ -323,196 +238,6 @@ def write_direct(graph: Graph, plan: Plan,
         return DirectWriter(graph, plan, options).write()
     except NotCovered as reason:
         return reason
-
-
-def _consumers(flat: FlatGraph) -> dict[int, list[Operator]]:
-    readers: dict[int, list[Operator]] = {}
-    for op in flat.operators:
-        for i in op.inputs:
-            readers.setdefault(i, []).append(op)
-    return readers
-
-
-_FILTER_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0}  # output channels
-
-
-def _constant(flat: FlatGraph, index: int) -> np.ndarray | None:
-    """A float32 constant tensor's values (a view of its buffer), or None."""
-    tensor = flat.tensors[index]
-    data = flat.buffers[tensor.buffer].data
-    if data is None or tensor.type != schema.TensorType.FLOAT32:
-        return None
-    return data.view(np.float32).reshape(tuple(tensor.shape))
-
-
-def _fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
-    """A MUL or ADD by a constant of one value or one per output channel, whose other input
-    is the one use of a CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED output (no fused
-    activation, with a constant filter and bias), goes into that op's filter and bias
-    (as TF's converter folds them): the MUL scales both, the ADD shifts the bias."""
-    producers = {o: op for op in flat.operators for o in op.outputs}
-    readers = _consumers(flat)
-    gone = []
-    for op in flat.operators:
-        if op.name not in ("MUL", "ADD") or op.options[1].fusedActivationFunction:
-            continue
-        for k in (0, 1):
-            source = producers.get(op.inputs[k])
-            factor = _constant(flat, op.inputs[1 - k])
-            if (source is None or source.name not in _FILTER_AXIS or factor is None
-                    or op.inputs[k] in outputs or len(readers.get(op.inputs[k], [])) != 1
-                    or source.options[1].fusedActivationFunction):
-                continue
-            channels = flat.shape(source.outputs[0])[-1]
-            filt = _constant(flat, source.inputs[1])
-            if (filt is None or factor.size not in (1, channels)
-                    or any(d != 1 for d in factor.shape[:-1])):
-                continue
-            if len(source.inputs) < 3:  # a product without bias (MatMul): a zero one
-                name = flat.tensors[source.outputs[0]].name.decode()
-                source.inputs.append(flat.tensor(f"{name}/bias", (channels,), np.float32,
-                                                 np.zeros(channels, np.float32)))
-            bias = _constant(flat, source.inputs[2])
-            if bias is None:
-                continue
-            values = factor.reshape(-1)
-            if op.name == "MUL":
-                shape = [1] * filt.ndim
-                shape[_FILTER_AXIS[source.name]] = values.size
-                _replace(flat, source.inputs[1], filt * values.reshape(shape))
-                _replace(flat, source.inputs[2], bias * values)
-            else:
-                _replace(flat, source.inputs[2], bias + values)
-            source.outputs = list(op.outputs)
-            producers[op.outputs[0]] = source
-            gone.append(op)
-            break
-    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
-
-
-def _fold_into_dense(flat: FlatGraph, outputs: list[int]) -> bool:
-    """A MUL or ADD by a constant of one value or one per channel whose output only
-    FULLY_CONNECTED ops read (as their input, with constant weights), a LayerNormalization's
-    scale and shift before a Linear: into each one's weights (W diag(g)) and bias (W b), as
-    TF's converter folds them. Returns whether one was folded (the caller repeats: the
-    shift first, then the scale)."""
-    readers = _consumers(flat)
-    for op in flat.operators:
-        if op.name not in ("MUL", "ADD") or op.options[1].fusedActivationFunction:
-            continue
-        users = readers.get(op.outputs[0], [])
-        if (not users or op.outputs[0] in outputs
-                or any(u.name != "FULLY_CONNECTED" for u in users)):
-            continue
-        for k in (0, 1):
-            factor = _constant(flat, op.inputs[1 - k])
-            if factor is None or _constant(flat, op.inputs[k]) is not None:
-                continue
-            channels = flat.shape(op.outputs[0])[-1]
-            weights = [_constant(flat, u.inputs[1]) for u in users]
-            if (factor.size not in (1, channels) or any(d != 1 for d in factor.shape[:-1])
-                    or flat.shape(op.inputs[k]) != flat.shape(op.outputs[0])
-                    or any(u.inputs[0] != op.outputs[0]
-                           or op.outputs[0] in u.inputs[1:] or w is None
-                           or w.shape[1] != channels for u, w in zip(users, weights))):
-                continue
-            values = np.broadcast_to(factor.reshape(-1), (channels,)).astype(np.float64)
-            for user, w in zip(users, weights):
-                if op.name == "MUL":
-                    _replace(flat, user.inputs[1], w * values.astype(np.float32))
-                    user.inputs[0] = op.inputs[k]
-                    continue
-                if len(user.inputs) < 3:
-                    name = flat.tensors[user.outputs[0]].name.decode()
-                    user.inputs.append(flat.tensor(f"{name}/bias", (w.shape[0],), np.float32,
-                                                   np.zeros(w.shape[0], np.float32)))
-                bias = _constant(flat, user.inputs[2])
-                _replace(flat, user.inputs[2], bias + (w.astype(np.float64) @ values))
-                user.inputs[0] = op.inputs[k]
-            flat.operators = [o for o in flat.operators if o is not op]
-            return True
-    return False
-
-
-def _replace(flat: FlatGraph, index: int, values: np.ndarray) -> None:
-    tensor = flat.tensors[index]
-    flat.buffers[tensor.buffer].data = np.ascontiguousarray(
-        values, np.float32).reshape(-1).view(np.uint8)
-
-
-def _fuse_activations(flat: FlatGraph, outputs: list[int]) -> None:
-    """An activation op whose input is the one use of a fusable op's output goes into that
-    op's fusedActivationFunction (as TF's converter fuses it)."""
-    producers = {o: op for op in flat.operators for o in op.outputs}
-    readers = _consumers(flat)
-    gone = []
-    for op in flat.operators:
-        if op.name not in ACTIVATIONS:
-            continue
-        source = producers.get(op.inputs[0])
-        if (source is None or source.name not in FUSABLE or op.inputs[0] in outputs
-                or len(readers.get(op.inputs[0], [])) != 1
-                or source.options[1].fusedActivationFunction != 0):
-            continue
-        source.options[1].fusedActivationFunction = ACTIVATIONS[op.name]
-        source.outputs = list(op.outputs)
-        producers[op.outputs[0]] = source
-        gone.append(op)
-    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
-
-
-def _merge_reshapes(flat: FlatGraph, outputs: list[int]) -> None:
-    """RESHAPE(RESHAPE(x)) with the inner result used once: one RESHAPE of x; then a RESHAPE
-    to the shape its input has, that input computed by an op and read by it alone: that op
-    writes its output (as TF's converter drops such a RESHAPE)."""
-    producers = {o: op for op in flat.operators for o in op.outputs}
-    readers = _consumers(flat)
-    gone = []
-    for op in flat.operators:
-        if op.name != "RESHAPE":
-            continue
-        inner = producers.get(op.inputs[0])
-        if (inner is not None and inner.name == "RESHAPE" and op.inputs[0] not in outputs
-                and len(readers.get(op.inputs[0], [])) == 1):
-            op.inputs[0] = inner.inputs[0]
-            gone.append(inner)
-    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
-    producers = {o: op for op in flat.operators for o in op.outputs}
-    readers = _consumers(flat)
-    gone = []
-    for op in flat.operators:
-        source = producers.get(op.inputs[0])
-        if (op.name != "RESHAPE" or source is None or op.inputs[0] in outputs
-                or len(readers.get(op.inputs[0], [])) != 1
-                or flat.shape(op.inputs[0]) != flat.shape(op.outputs[0])):
-            continue
-        source.outputs = [op.outputs[0] if o == op.inputs[0] else o for o in source.outputs]
-        producers[op.outputs[0]] = source
-        gone.append(op)
-    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
-
-
-def _flatten_into_dense(flat: FlatGraph, outputs: list[int]) -> None:
-    """A RESHAPE to 2-D read only as the input of FULLY_CONNECTED ops (keepNumDims false) is
-    dropped: the kernel takes any input as (elements / K, K) rows, in the same order (TF's
-    converter drops it too)."""
-    producers = {o: op for op in flat.operators for o in op.outputs}
-    readers = _consumers(flat)
-    gone = []
-    for op in flat.operators:
-        if op.name != "FULLY_CONNECTED" or op.options[1].keepNumDims:
-            continue
-        source = producers.get(op.inputs[0])
-        users = readers.get(op.inputs[0], [])
-        if (source is not None and source.name == "RESHAPE" and op.inputs[0] not in outputs
-                and len(flat.shape(op.inputs[0])) == 2
-                and all(u.name == "FULLY_CONNECTED" and u.inputs[0] == op.inputs[0]
-                        and u.inputs[1:].count(op.inputs[0]) == 0
-                        and not u.options[1].keepNumDims for u in users)):
-            op.inputs[0] = source.inputs[0]
-            if all(u.inputs[0] != source.outputs[0] for u in users):
-                gone.append(source)
-    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
 
 
 def _pack(flat: FlatGraph, inputs: list[int], outputs: list[int], input_keys: list[str],
