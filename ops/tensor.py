@@ -415,12 +415,18 @@ def _crop(x, pads):
     return x[tuple(slice(max(-b, 0), a if a < 0 else None) for b, a in pads)]
 
 
-def _pad(ctx, pads, value, mode: str, axes=None):
-    """Pad input 0 by logical `pads` ([begins..., ends...] over `axes`, default all)."""
+def _physical_pads(ctx, pads, axes=None) -> list[tuple[int, int]]:
+    """(begin, end) per physical axis of input 0 from logical `pads` ([begins..., ends...]
+    over `axes`, default all)."""
     rank = ctx.rank(0)
     axes = list(range(rank)) if axes is None else [int(a) % rank for a in axes]
     logical = {a: (int(pads[j]), int(pads[j + len(axes)])) for j, a in enumerate(axes)}
-    phys = [logical.get(a, (0, 0)) for a in ctx.perm(0)]
+    return [logical.get(a, (0, 0)) for a in ctx.perm(0)]
+
+
+def _pad(ctx, pads, value, mode: str, axes=None):
+    """Pad input 0 by logical `pads` ([begins..., ends...] over `axes`, default all)."""
+    phys = _physical_pads(ctx, pads, axes)
     x = ctx.x(0)
     if mode in ("edge", "wrap"):
         shape = ctx.phys_shape(0)
@@ -480,6 +486,30 @@ def pad(ctx):
     if pads is not None and (axes is not None or not ctx.has(3)):
         return _pad(ctx, pads, value, mode, axes)
     return _runtime_pad(ctx, _runtime_paddings(ctx), value, mode)
+
+
+@direct("Pad", since=11)
+def pad_direct(ctx):
+    """pad's constant mode with constant, non-negative pads: one PAD (PADV2 for a value
+    other than zero), where _zero_padded would not drop a trailing unit axis around it."""
+    pads, axes = ctx.const(1), ctx.const(3)
+    value = ctx.const(2) if ctx.has(2) else np.zeros((), np.float32)
+    if (pads is None or (ctx.has(3) and axes is None) or value is None
+            or ctx.attr("mode", "constant") != "constant"):
+        raise NotCovered("run-time pads or value, or a mode other than constant")
+    phys = _physical_pads(ctx, pads, axes)
+    shape = ctx.phys_shape(0)
+    if any(b < 0 or e < 0 for b, e in phys):
+        raise NotCovered("negative pads (a crop)")
+    if len(shape) > 1 and shape[-1] == 1 and not any(phys[-1]):
+        raise NotCovered("a pad around a trailing unit axis (written with RESHAPEs)")
+    out, paddings = ctx.output(), ctx.ints(np.array(phys, np.int32), "paddings")
+    if not np.any(value):
+        ctx.op("PAD", [ctx.x(0), paddings], out)
+    else:
+        ctx.op("PADV2", [ctx.x(0), paddings,
+                         ctx.weight(np.float32(np.reshape(value, ())), "value")], out)
+    return out
 
 
 def _runtime_paddings(ctx):

@@ -85,6 +85,18 @@ def test_conv_with_activation(attrs, w_shape, activation):
     assert "RELU" not in census and "RELU6" not in census  # fused into the conv
 
 
+@pytest.mark.parametrize("value", [0.0, -1.5])
+def test_pad(value):
+    """Swin's window padding: constant pads on the channel-last data."""
+    x = rand(2, 3, 5, 6)
+    inits = {"pads": np.array([0, 0, 1, 2, 0, 0, 3, 0], np.int64),
+             "value": np.array(value, np.float32), "w": rand(4, 3, 1, 1)}
+    nodes = [node("Conv", ["x", "w"], "c"), node("Pad", ["c", "pads", "value"], "p"),
+             node("Relu", ["p"], "y")]
+    model = make_model(nodes, {"x": x}, ["y"], inits)
+    both_routes(model, {"x": x})
+
+
 def test_tiled_depthwise_without_bias():
     x = rand(2, 6, 11, 9)
     model = make_model([node("Conv", ["x", "w"], "y", group=6, pads=[2, 3, 2, 3])], {"x": x},
