@@ -178,10 +178,10 @@ def layer_normalization_direct(ctx):
     if any(ctx.node.outputs[1:]):
         raise NotCovered("the mean and inverse deviation outputs")
     rank = ctx.rank(0)
-    axes = ctx.ints(ctx.axes(range(ctx.attr("axis", -1) % rank, rank)), "axes")
+    reduced = ctx.axes(range(ctx.attr("axis", -1) % rank, rank))
+    axes = ctx.ints(reduced, "axes")
     shape, x = ctx.out_phys_shape(), ctx.x(0)
-    kept = tuple(1 if a in ctx.axes(range(ctx.attr("axis", -1) % rank, rank)) else d
-                 for a, d in enumerate(shape))
+    kept = tuple(1 if a in reduced else d for a, d in enumerate(shape))
     reduce = options("ReducerOptions", keepDims=True)
 
     def arith(kind: str):

@@ -100,3 +100,13 @@ def compose_transpose(in_perm: Sequence[int], onnx_perm: Sequence[int]) -> Perm:
     """Perm of the output of an ONNX Transpose(onnx_perm) applied with no data movement."""
     inv = inverse(onnx_perm)
     return tuple(inv[a] for a in in_perm)
+
+
+def constant_in_perm(array: np.ndarray, perm: Perm | None) -> np.ndarray:
+    """An ONNX-order constant as a handler reads it in `perm`: rank-aligned with leading 1s
+    when perm is longer, transposed, contiguous."""
+    if perm is not None:
+        if array.ndim < len(perm):
+            array = array.reshape((1,) * (len(perm) - array.ndim) + array.shape)
+        array = np.transpose(array, perm)
+    return np.ascontiguousarray(array).reshape(array.shape)

@@ -32,7 +32,7 @@ from onnx2tf_alt.tflite.direct_rewrites import rewrite
 from onnx2tf_alt.tflite.flatbuffer import FILE_IDENTIFIER, SIGNATURE, pack_table, schema
 from onnx2tf_alt.tflite.flatgraph import FlatGraph, NotCovered, options
 from onnx2tf_alt.translate.context import NodeView
-from onnx2tf_alt.translate.io_layout import keras_name
+from onnx2tf_alt.translate.io_layout import SignatureIO, keras_name
 from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
 from onnx2tf_alt.translate.registry import find_direct
 
@@ -108,10 +108,7 @@ class DirectWriter:
     def input_tensor(self, name: str, want: Perm | None) -> int:
         value = self.values[name]
         if value.const is not None:
-            array = value.const
-            if want is not None:
-                array = np.transpose(array.reshape((1,) * (len(want) - array.ndim) + array.shape),
-                                     want)
+            array = P.constant_in_perm(value.const, want)
             self._check_dtype(name, array.dtype)
             return self.flat.tensor(f"{name}/{'_'.join(map(str, want or ()))}", array.shape,
                                     array.dtype, array)
@@ -209,7 +206,7 @@ class DirectWriter:
 
 
 @dataclass
-class DirectResult:
+class DirectResult(SignatureIO):
     """A direct .tflite and its I/O names and perms (the names BuildResult has)."""
 
     content: bytes
@@ -220,14 +217,6 @@ class DirectResult:
     output_keys: list[str]
     model = None  # no Keras model
     values = MappingProxyType({})  # nor Keras tensors (export/tflite.layer_owners)
-
-    def to_physical(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {key: P.to_physical_order(feeds[name], self.input_perms[name])
-                for name, key in self.input_names.items()}
-
-    def to_onnx(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {name: P.to_onnx_order(outputs[key], self.output_perms[name])
-                for name, key in self.output_names.items() if key in outputs}
 
 
 def write_direct(graph: Graph, plan: Plan,

@@ -1,7 +1,7 @@
 """-coion: the ONNX input and output names inside a .tflite, by editing its flatbuffer.
 
 TF's converter names a .tflite's input tensors `serving_default_<key>:0` and its outputs
-`StatefulPartitionedCall:<i>`, with signature keys made TF-safe (builder.keras_name) and
+`StatefulPartitionedCall:<i>`, with signature keys made TF-safe (io_layout.keras_name) and
 the outputs in the alphabetical order of those keys. Here the signature keys and the I/O
 tensor names become the ONNX names and the subgraph's inputs and outputs follow the ONNX
 order, through the schema's object API (flatbuffer.py); no op, buffer or quantization parameter changes.

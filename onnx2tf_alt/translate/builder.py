@@ -11,12 +11,12 @@ import tf_keras
 from onnx2tf_alt.errors import ConversionError
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
-from onnx2tf_alt.layout.perms import Perm
+from onnx2tf_alt.layout.perms import Perm, constant_in_perm
 from onnx2tf_alt.layout.plan import Plan
 from onnx2tf_alt.translate import late_shapes
 from onnx2tf_alt.translate.context import NodeContext, reshape
 from onnx2tf_alt.translate.failures import failure_for
-from onnx2tf_alt.translate.io_layout import keras_name
+from onnx2tf_alt.translate.io_layout import SignatureIO, keras_name
 from onnx2tf_alt.translate.keras_layers import constant_weights
 from onnx2tf_alt.translate.options import (
     DEFAULT_OPTIONS,
@@ -37,7 +37,7 @@ class Value:
 
 
 @dataclass
-class BuildResult:
+class BuildResult(SignatureIO):
     model: tf_keras.Model
     input_names: dict[str, str]  # ONNX name -> Keras / signature name
     output_names: dict[str, str]  # the first key of each output value
@@ -45,18 +45,6 @@ class BuildResult:
     output_perms: dict[str, Perm]
     values: dict[str, Value] = field(default_factory=dict)
     output_keys: list[str] = field(default_factory=list)  # one per graph output, in order
-
-    def to_physical(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Inputs by ONNX name in ONNX layout -> by signature name in the model's physical
-        layout, in the model's input order."""
-        return {key: P.to_physical_order(feeds[name], self.input_perms[name])
-                for name, key in self.input_names.items()}
-
-    def to_onnx(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Outputs by signature key in the physical layout -> by ONNX name in ONNX order
-        (those `outputs` holds)."""
-        return {name: P.to_onnx_order(outputs[key], self.output_perms[name])
-                for name, key in self.output_names.items() if key in outputs}
 
 
 class ModelBuilder:
@@ -238,16 +226,6 @@ class ModelBuilder:
                 if late_shapes.learn(graph, name, out.shape, out.dtype.as_numpy_dtype, perm):
                     self._learned.add(name)
                 self.values[name] = Value(perm=perm, tensor=_as_dtype(out, graph.dtypes.get(name)))
-
-
-def constant_in_perm(array: np.ndarray, perm: Perm | None) -> np.ndarray:
-    """An ONNX-order constant as a handler reads it in `perm`: rank-aligned with leading 1s
-    when perm is longer, transposed, contiguous."""
-    if perm is not None:
-        if array.ndim < len(perm):
-            array = array.reshape((1,) * (len(perm) - array.ndim) + array.shape)
-        array = np.transpose(array, perm)
-    return np.ascontiguousarray(array).reshape(array.shape)
 
 
 def _tf_dtype(dtype: np.dtype) -> tf.DType:

@@ -16,6 +16,23 @@ from onnx2tf_alt.ir.graph import Graph
 from onnx2tf_alt.layout import perms as P
 
 
+class SignatureIO:
+    """Feeds and outputs between ONNX order and a converted model's signature, from its
+    `input_names` / `output_names` (ONNX name -> key) and `input_perms` / `output_perms`."""
+
+    def to_physical(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Inputs by ONNX name in ONNX layout -> by signature name in the model's physical
+        layout, in the model's input order."""
+        return {key: P.to_physical_order(feeds[name], self.input_perms[name])
+                for name, key in self.input_names.items()}
+
+    def to_onnx(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Outputs by signature key in the physical layout -> by ONNX name in ONNX order
+        (those `outputs` holds)."""
+        return {name: P.to_onnx_order(outputs[key], self.output_perms[name])
+                for name, key in self.output_names.items() if key in outputs}
+
+
 def keras_name(onnx_name: str, taken: set[str]) -> str:
     """A valid, unique TF name for an ONNX value name."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", onnx_name) or "value"

@@ -33,7 +33,8 @@ from onnx import helper, numpy_helper
 
 from onnx2tf_alt.ir.graph import Graph, Node, decode_attribute, is_read
 from onnx2tf_alt.ir.weights import release
-from onnx2tf_alt.translate.builder import INLINE_CONSTANT_LIMIT, constant_in_perm
+from onnx2tf_alt.layout.perms import constant_in_perm
+from onnx2tf_alt.translate.builder import INLINE_CONSTANT_LIMIT
 from onnx2tf_alt.translate.context import NodeContext
 from onnx2tf_alt.translate.keras_layers import LATE_VALUES, ConstantWeights
 from onnx2tf_alt.translate.options import ConversionOptions
