@@ -24,9 +24,11 @@ import numpy as np
 
 from onnx2tf_alt.ir.graph import is_read
 from onnx2tf_alt.layout.policies import Decision, custom_policy, logical
+from onnx2tf_alt.tflite.direct_tensors import DirectOps
+from onnx2tf_alt.tflite.flatgraph import NotCovered
 from onnx2tf_alt.translate.context import reshape
 from onnx2tf_alt.translate.lazy import tf
-from onnx2tf_alt.translate.registry import handler
+from onnx2tf_alt.translate.registry import direct, handler
 
 from ._shapes import delegated_split
 
@@ -51,35 +53,38 @@ def sequence_as_arrived(node, graph, in_perms) -> Decision:
 # --- activation functions ------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Activation:
-    """fn(x, alpha, beta); alpha / beta: their defaults, None when the function takes none."""
+    """fn(ops, x, alpha, beta), ops the tf namespace (`TFOps`, or the direct writer's);
+    alpha / beta: their defaults, None when the function takes none."""
 
     fn: Callable
     alpha: float | None = None
     beta: float | None = None
 
 
-def _elu(x, alpha, _):
-    y = tf.nn.elu(x)
-    return y if alpha == 1.0 else tf.where(x > 0, y, alpha * y)
+def _elu(ops, x, alpha, _):
+    y = ops.nn.elu(x)
+    return y if alpha == 1.0 else ops.where(x > 0, y, alpha * y)
 
 
 # Names and alpha / beta defaults as onnxruntime reads them (case-insensitive).
 _ACTIVATIONS = {
-    "relu": _Activation(lambda x, a, b: tf.nn.relu(x)),
-    "tanh": _Activation(lambda x, a, b: tf.tanh(x)),
-    "sigmoid": _Activation(lambda x, a, b: tf.sigmoid(x)),
-    "affine": _Activation(lambda x, a, b: a * x + b, 0.0, 0.0),
-    "leakyrelu": _Activation(lambda x, a, b: tf.nn.leaky_relu(x, alpha=a), 0.01),
-    "thresholdedrelu": _Activation(lambda x, a, b: tf.where(x > a, x, tf.zeros_like(x)), 0.0),
-    "scaledtanh": _Activation(lambda x, a, b: a * tf.tanh(b * x), 0.0, 0.0),
-    "hardsigmoid": _Activation(lambda x, a, b: tf.minimum(tf.nn.relu(a * x + b), 1.0), 0.2, 0.5),
+    "relu": _Activation(lambda ops, x, a, b: ops.nn.relu(x)),
+    "tanh": _Activation(lambda ops, x, a, b: ops.tanh(x)),
+    "sigmoid": _Activation(lambda ops, x, a, b: ops.sigmoid(x)),
+    "affine": _Activation(lambda ops, x, a, b: a * x + b, 0.0, 0.0),
+    "leakyrelu": _Activation(lambda ops, x, a, b: ops.nn.leaky_relu(x, alpha=a), 0.01),
+    "thresholdedrelu": _Activation(
+        lambda ops, x, a, b: ops.where(x > a, x, ops.zeros_like(x)), 0.0),
+    "scaledtanh": _Activation(lambda ops, x, a, b: a * ops.tanh(b * x), 0.0, 0.0),
+    "hardsigmoid": _Activation(
+        lambda ops, x, a, b: ops.minimum(ops.nn.relu(a * x + b), 1.0), 0.2, 0.5),
     "elu": _Activation(_elu, 1.0),
-    "softsign": _Activation(lambda x, a, b: tf.nn.softsign(x)),
-    "softplus": _Activation(lambda x, a, b: tf.math.softplus(x)),
+    "softsign": _Activation(lambda ops, x, a, b: ops.nn.softsign(x)),
+    "softplus": _Activation(lambda ops, x, a, b: ops.math.softplus(x)),
 }
 
 
-def _activations(ctx, defaults: list[str], num_dirs: int) -> list[list[Callable]]:
+def _activations(ctx, defaults: list[str], num_dirs: int, ops) -> list[list[Callable]]:
     """Activation callables per direction; alphas and betas are consumed in order by the
     functions that take them. A list for one direction serves both."""
     names = ctx.attr("activations", defaults)
@@ -94,22 +99,40 @@ def _activations(ctx, defaults: list[str], num_dirs: int) -> list[list[Callable]
             raise NotImplementedError(f"activation function {name} is not supported")
         alpha = None if act.alpha is None else alphas.pop(0) if alphas else act.alpha
         beta = None if act.beta is None else betas.pop(0) if betas else act.beta
-        funcs.append(lambda x, fn=act.fn, a=alpha, b=beta: fn(x, a, b))
+        funcs.append(lambda x, fn=act.fn, a=alpha, b=beta: fn(ops, x, a, b))
     if len(funcs) == len(defaults):
         return [funcs] * num_dirs
     return [funcs[d * len(defaults):(d + 1) * len(defaults)] for d in range(num_dirs)]
 
 
 # --- the unrolled recurrence ---------------------------------------------------------------
+class TFOps:
+    """The tf namespace as the recurrences call it on the TF route, with the node's inputs
+    (`node_input`), its constants as tensors (`weight`), and context.reshape and
+    _shapes.delegated_split under tf's names."""
+
+    def __init__(self, ctx):
+        self.node_input, self.weight = ctx.x, ctx.const_tensor
+
+    reshape = staticmethod(reshape)
+    delegated_split = staticmethod(delegated_split)
+
+    def __getattr__(self, name: str):
+        return getattr(tf, name)
+
+
 class Recurrence:
     """What RNN, LSTM and GRU share: attributes, weights, and the loop over time steps.
 
     A state is a tuple of [batch, hidden] tensors (hidden first, then LSTM's cell); None
-    stands for a zero state, so that the first step skips the products with it.
+    stands for a zero state, so that the first step skips the products with it. `ops` is
+    the tf namespace the cells compute with: `TFOps` (the handler), or the direct writer's
+    (tflite/direct_tensors.py), which writes the same TFLite ops without TensorFlow.
     """
 
-    def __init__(self, ctx, num_gates: int, default_activations: list[str]):
+    def __init__(self, ctx, num_gates: int, default_activations: list[str], ops=None):
         self.ctx = ctx
+        self.ops = ops = TFOps(ctx) if ops is None else ops
         op = ctx.node.op_type
         self.layout = ctx.attr("layout", 0)
         self.steps = ctx.shape(0)[0 if self.layout == 0 else 1]
@@ -130,28 +153,28 @@ class Recurrence:
         width = num_gates * self.hidden
         b = self.weight(3) if ctx.has(3) else np.zeros((len(self.reverse), 2 * width), self.dtype)
         self.wb, self.rb = b[:, :width], b[:, width:]
-        self.acts = _activations(ctx, default_activations, len(self.reverse))
+        self.acts = _activations(ctx, default_activations, len(self.reverse), ops)
         clip = ctx.attr("clip")
         self.clip = (lambda x: x) if clip is None else (
-            lambda x: tf.clip_by_value(x, -clip, clip))
+            lambda x: ops.clip_by_value(x, -clip, clip))
 
     def weight(self, i: int):
         """Input i (W, R, B or P, direction first): a numpy array when constant, else a
         tensor. Slicing and `*` work the same on both."""
         value = self.ctx.const(i)
-        return self.ctx.x(i) if value is None else value.astype(self.dtype)
+        return self.ops.node_input(i) if value is None else value.astype(self.dtype)
 
     def tensor(self, weight):
         """A weight (or a slice of one) as a tensor."""
-        return self.ctx.const_tensor(weight) if isinstance(weight, np.ndarray) else weight
+        return self.ops.weight(weight) if isinstance(weight, np.ndarray) else weight
 
     def linear(self, weight) -> Callable:
         """The function x -> x @ weight^T of an ONNX [out, in] weight. A run-time weight is
         used as it is, [out, in] being what FULLY_CONNECTED takes, with no transpose."""
         if isinstance(weight, np.ndarray):
-            matrix = self.ctx.const_tensor(np.ascontiguousarray(weight.T))
-            return lambda x: tf.linalg.matmul(x, matrix)
-        return lambda x: tf.linalg.matmul(x, weight, transpose_b=True)
+            matrix = self.ops.weight(np.ascontiguousarray(weight.T))
+            return lambda x: self.ops.linalg.matmul(x, matrix)
+        return lambda x: self.ops.linalg.matmul(x, weight, transpose_b=True)
 
     def recurrence(self, weight, bias=None) -> Callable:
         """The function h -> h @ weight^T (+ bias) of the product with the recurrence
@@ -173,9 +196,10 @@ class Recurrence:
         cannot fold into a constant; the values are `value`'s whatever X holds."""
         if not isinstance(value, np.ndarray):
             return value
-        some_x = tf.reshape(self.ctx.x(0), [-1])[:1]
-        joined = tf.concat([self.ctx.const_tensor(value), some_x], 0)
-        return tf.reshape(joined[:value.shape[0]], value.shape)  # a static [n]
+        ops = self.ops
+        some_x = ops.reshape(ops.node_input(0), [None])[:1]
+        joined = ops.concat([ops.weight(value), some_x], 0)
+        return ops.reshape(joined[:value.shape[0]], value.shape)  # a static [n]
 
     def initial_states(self, inputs: list[int]) -> list[tuple]:
         """Per direction, the states from inputs such as initial_h, initial_c (None: zero)."""
@@ -186,27 +210,28 @@ class Recurrence:
             if not self.ctx.has(i) or (array is not None and not array.any()):
                 per_input.append([None] * len(self.reverse))
             elif array is not None:
-                per_input.append([self.ctx.const_tensor(np.take(array, d, axis).astype(
+                per_input.append([self.ops.weight(np.take(array, d, axis).astype(
                     self.dtype)) for d in range(len(self.reverse))])
             else:
                 # num: a state built at run time (zeros of a dynamic batch) has no static shape
-                per_input.append(tf.unstack(self.ctx.x(i), num=len(self.reverse), axis=axis))
+                per_input.append(self.ops.unstack(self.ops.node_input(i),
+                                                  num=len(self.reverse), axis=axis))
         return list(zip(*per_input))
 
     def _masks(self) -> list:
         """Per step, None (every sequence still runs) or ([batch, 1] bool, the same as 0/1)."""
         if not self.ctx.has(4):
             return [None] * self.steps
-        lengths = self.ctx.const(4)
+        lengths, ops = self.ctx.const(4), self.ops
         if lengths is not None:
             running = np.arange(self.steps)[:, None, None] < lengths.reshape(1, -1, 1)
-            return [None if m.all() else (tf.constant(m), tf.constant(m.astype(self.dtype)))
+            return [None if m.all() else (ops.constant(m), ops.constant(m.astype(self.dtype)))
                     for m in running]
-        lengths = tf.expand_dims(tf.cast(self.ctx.x(4), tf.int32), 0)
-        steps = tf.constant(np.arange(self.steps, dtype=np.int32)[:, None])
-        running = tf.expand_dims(steps < lengths, -1)
-        factor = tf.cast(running, tf.as_dtype(self.dtype))
-        return list(zip(tf.unstack(running), tf.unstack(factor)))
+        lengths = ops.expand_dims(ops.cast(ops.node_input(4), ops.int32), 0)
+        steps = ops.constant(np.arange(self.steps, dtype=np.int32)[:, None])
+        running = ops.expand_dims(steps < lengths, -1)
+        factor = ops.cast(running, ops.as_dtype(self.dtype))
+        return list(zip(ops.unstack(running), ops.unstack(factor)))
 
     def run(self, cells: list[Callable], input_bias: np.ndarray, initial: list[tuple],
             gate_groups: list[int] | None = None,
@@ -217,68 +242,69 @@ class Recurrence:
         groups) x_t arrives as a tuple of those groups, split once for all time steps rather
         than once per step; `regroup(direction, groups)` may replace the groups first (all
         steps at once: [steps, width] with `vector_steps`)."""
-        x = self.ctx.x(0)
-        xw = self.linear(_merge_directions(self.w))(x) + self.tensor(
-            _merge_directions(input_bias))
-        parts = tf.split(xw, len(cells), axis=-1) if len(cells) > 1 else [xw]
+        ops = self.ops
+        x = ops.node_input(0)
+        xw = self.linear(_merge_directions(self.w, ops))(x) + self.tensor(
+            _merge_directions(input_bias, ops))
+        parts = ops.split(xw, len(cells), axis=-1) if len(cells) > 1 else [xw]
         masks = self._masks()
         time_axis = 0 if self.vector_steps else self.time_axis
         ys, finals = [], []
         for d, (cell, reverse, part, state) in enumerate(
                 zip(cells, self.reverse, parts, initial)):
             if self.vector_steps:
-                part = reshape(part, [self.steps, part.shape[-1]])
+                part = ops.reshape(part, [self.steps, part.shape[-1]])
             if gate_groups:
-                groups = delegated_split(part, gate_groups, axis=-1)
+                groups = ops.delegated_split(part, gate_groups, axis=-1)
                 groups = regroup(d, groups) if regroup else groups
-                inputs = list(zip(*[tf.unstack(g, axis=time_axis) for g in groups]))
+                inputs = list(zip(*[ops.unstack(g, axis=time_axis) for g in groups]))
             else:
-                inputs = tf.unstack(part, axis=time_axis)
+                inputs = ops.unstack(part, axis=time_axis)
             y = [None] * self.steps
             for t in reversed(range(self.steps)) if reverse else range(self.steps):
                 new = cell(inputs[t], state)
                 if self.vector_steps:  # a first step from a zero state computed vectors
-                    new = tuple(reshape(v, [1, v.shape[-1]]) if v.shape.rank == 1 else v
+                    new = tuple(ops.reshape(v, [1, v.shape[-1]]) if v.shape.rank == 1 else v
                                 for v in new)
-                state, y[t] = _masked(new, state, masks[t])
+                state, y[t] = _masked(new, state, masks[t], ops)
             ys.append(y)
             finals.append(state)
         return self._outputs(ys, finals)
 
     def _outputs(self, ys: list[list], finals: list[tuple]) -> list:
         wanted = [bool(name) for name in self.ctx.node.outputs]
-        dirs, hidden = len(ys), self.hidden
+        dirs, hidden, ops = len(ys), self.hidden, self.ops
         outputs = []
         if wanted[0]:
             if self.time_axis == 0:  # [steps * dirs, batch, hidden] -> [steps, dirs, ...]
-                stacked = tf.stack([y[t] for t in range(self.steps) for y in ys], axis=0)
-                outputs.append(reshape(stacked, [self.steps, dirs, None, hidden]))
+                stacked = ops.stack([y[t] for t in range(self.steps) for y in ys], axis=0)
+                outputs.append(ops.reshape(stacked, [self.steps, dirs, None, hidden]))
             else:  # [batch, steps * dirs, hidden] -> [batch, steps, dirs, hidden]
-                stacked = tf.stack([y[t] for t in range(self.steps) for y in ys], axis=1)
-                outputs.append(reshape(stacked, [None, self.steps, dirs, hidden]))
+                stacked = ops.stack([y[t] for t in range(self.steps) for y in ys], axis=1)
+                outputs.append(ops.reshape(stacked, [None, self.steps, dirs, hidden]))
         else:
             outputs.append(None)
         for k, want in enumerate(wanted[1:]):
             states = [state[k] for state in finals]
-            outputs.append(tf.stack(states, axis=self.layout) if want else None)
+            outputs.append(ops.stack(states, axis=self.layout) if want else None)
         return outputs
 
 
-def _merge_directions(weight):
+def _merge_directions(weight, ops):
     """[directions, n, ...] -> [directions * n, ...], of an array or a tensor."""
     if isinstance(weight, np.ndarray):
         return weight.reshape(-1, *weight.shape[2:])
-    return reshape(weight, [None, *weight.shape[2:]])
+    return ops.reshape(weight, [None, *weight.shape[2:]])
 
 
-def _masked(new: tuple, old: tuple, mask) -> tuple:
+def _masked(new: tuple, old: tuple, mask, ops) -> tuple:
     """(state, output) of one step: where a sequence has ended the state stays `old` and
     the output is zero."""
     if mask is None:
         return new, new[0]
     running, factor = mask
     output = new[0] * factor
-    kept = tuple((output if k == 0 else n * factor) if o is None else tf.where(running, n, o)
+    kept = tuple((output if k == 0 else n * factor) if o is None else ops.where(running, n, o)
                  for k, (n, o) in enumerate(zip(new, old)))
     return kept, output
 
@@ -291,9 +317,17 @@ def rnn(ctx):
     from onnx2tf_alt.translate.node_layer import own_layer  # Keras, when used
 
     layered = own_layer(ctx)
-    if layered is not None:
-        return layered
+    return _rnn_steps(rec) if layered is None else layered
 
+
+@direct("RNN", since=7)
+def rnn_direct(ctx):
+    """The handler's unrolled steps, written without TensorFlow."""
+    ops = DirectOps(ctx)
+    return ops.outputs(_rnn_steps(Recurrence(ctx, 1, ["Tanh"], ops)))
+
+
+def _rnn_steps(rec: Recurrence) -> list:
     def cell(d):
         (f,), r = rec.acts[d], rec.recurrence(rec.r[d])
 
@@ -323,6 +357,22 @@ def lstm(ctx, recurrence: type | None = None):
         layered = own_layer(ctx)
         if layered is not None:
             return layered
+    return _lstm_steps(rec)
+
+
+@direct("LSTM", since=7)
+def lstm_direct(ctx):
+    """The handler's unrolled steps, written without TensorFlow; a sequence the handler
+    gives TFLite's fused LSTM kernel goes through TF's converter."""
+    ops = DirectOps(ctx)
+    rec = Recurrence(ctx, 4, ["Sigmoid", "Tanh", "Tanh"], ops)
+    if _fits_fused_lstm(ctx, rec) and not _unrolls_faster(rec):
+        raise NotCovered("a sequence for TFLite's fused LSTM kernel")
+    return ops.outputs(_lstm_steps(rec))
+
+
+def _lstm_steps(rec: Recurrence) -> list:
+    ctx = rec.ctx
     peepholes = rec.weight(7) if ctx.has(7) else None
     couple = bool(ctx.attr("input_forget", 0))
     clip = rec.clip
@@ -338,7 +388,7 @@ def lstm(ctx, recurrence: type | None = None):
         def step(x, state):
             h, c = state
             gates = x if h is None else r(h) + x
-            i, o, forget, candidate = tf.split(gates, 4, axis=-1)
+            i, o, forget, candidate = rec.ops.split(gates, 4, axis=-1)
             if p_i is not None and c is not None:
                 i, forget = i + c * p_i, forget + c * p_f
             i = f(clip(i))
@@ -458,8 +508,18 @@ def gru(ctx):
     from onnx2tf_alt.translate.node_layer import own_layer  # Keras, when used
 
     layered = own_layer(ctx)
-    if layered is not None:
-        return layered
+    return _gru_steps(rec) if layered is None else layered
+
+
+@direct("GRU", since=7)
+def gru_direct(ctx):
+    """The handler's unrolled steps, written without TensorFlow."""
+    ops = DirectOps(ctx)
+    return ops.outputs(_gru_steps(Recurrence(ctx, 3, ["Sigmoid", "Tanh"], ops)))
+
+
+def _gru_steps(rec: Recurrence) -> list:
+    ctx = rec.ctx
     before_reset = bool(ctx.attr("linear_before_reset", 0))
     hidden, clip = rec.hidden, rec.clip
     # With linear_before_reset R_h's bias is multiplied by the reset gate: it stays in the
@@ -475,8 +535,8 @@ def gru(ctx):
         x_zr, x_h = groups  # [steps, 2 * hidden], [steps, hidden]
         rb_h = rec.rb[d, 2 * hidden:]
         rows = (rec.tensor(np.tile(rb_h, (rec.steps, 1))) if isinstance(rb_h, np.ndarray)
-                else tf.tile(rb_h[None], [rec.steps, 1]))
-        return [tf.concat([x_zr, rows], axis=-1), x_h]
+                else rec.ops.tile(rb_h[None], [rec.steps, 1]))
+        return [rec.ops.concat([x_zr, rows], axis=-1), x_h]
 
     def cell(d):
         (f, g), r = rec.acts[d], rec.r[d]
@@ -490,15 +550,16 @@ def gru(ctx):
             x_h = x[-1]
             if not before_reset:  # x: (x_zr, x_h)
                 gates = x[0] if h is None else r_zr(h) + x[0]
-                z, reset = tf.split(f(clip(gates)), 2, axis=-1)
+                z, reset = rec.ops.split(f(clip(gates)), 2, axis=-1)
                 candidate = x_h if h is None else r_h(reset * h) + x_h
             else:  # equal thirds of the product: one SPLIT, which XNNPACK takes
                 if joined:  # x: ([x_z, x_r, rb_h], x_h), the first the product's whole bias
-                    pre_z, pre_r, h_h = tf.split(x[0] if h is None else r_zr(h) + x[0], 3, -1)
+                    pre_z, pre_r, h_h = rec.ops.split(
+                        x[0] if h is None else r_zr(h) + x[0], 3, -1)
                 elif h is None:  # x: (x_z, x_r, x_h)
                     pre_z, pre_r, h_h = x[0], x[1], rb_h
                 else:
-                    pre_z, pre_r, h_h = tf.split(r_zr(h), 3, axis=-1)
+                    pre_z, pre_r, h_h = rec.ops.split(r_zr(h), 3, axis=-1)
                     pre_z, pre_r = pre_z + x[0], pre_r + x[1]
                 z, reset = f(clip(pre_z)), f(clip(pre_r))
                 candidate = x_h + reset * h_h

@@ -1,5 +1,5 @@
 """What TF's converter does to a graph like the direct writer's, done on its FlatGraph after
-the last node: per-channel MUL / ADD folded into the filter and bias of the CONV_2D,
+the last node: ops whose results nothing reads dropped, per-channel MUL / ADD folded into the filter and bias of the CONV_2D,
 DEPTHWISE_CONV_2D or FULLY_CONNECTED before them (or of the FULLY_CONNECTED ops after them),
 RELU / RELU6 / RELU_N1_TO_1 fused into the op before, a RESHAPE of a RESHAPE merged, one to
 its input's own shape or flattening into a FULLY_CONNECTED dropped."""
@@ -19,6 +19,7 @@ ACTIVATIONS = {"RELU": schema.ActivationFunctionType.RELU,
 
 def rewrite(flat: FlatGraph, outputs: list[int]) -> None:
     """All of the module's rewrites, in order; `outputs` (the graph's) are kept."""
+    drop_unread(flat, outputs)
     fold_affine(flat, outputs)
     while fold_into_dense(flat, outputs):
         pass
@@ -33,6 +34,18 @@ def _consumers(flat: FlatGraph) -> dict[int, list[Operator]]:
         for i in op.inputs:
             readers.setdefault(i, []).append(op)
     return readers
+
+
+def drop_unread(flat: FlatGraph, outputs: list[int]) -> None:
+    """Drops the operators none of whose results is read (an output of a node that the
+    graph does not use: an LSTM's final states), last first."""
+    read = set(outputs)
+    kept = []
+    for op in reversed(flat.operators):
+        if read.intersection(op.outputs):
+            kept.append(op)
+            read.update(op.inputs)
+    flat.operators = kept[::-1]
 
 
 _FILTER_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0}  # output channels
@@ -113,6 +126,7 @@ def fold_into_dense(flat: FlatGraph, outputs: list[int]) -> bool:
             channels = flat.shape(op.outputs[0])[-1]
             weights = [_constant(flat, u.inputs[1]) for u in users]
             if (factor.size not in (1, channels) or any(d != 1 for d in factor.shape[:-1])
+                    or not _own_parameters(flat, readers, users)
                     or flat.shape(op.inputs[k]) != flat.shape(op.outputs[0])
                     or any(u.inputs[0] != op.outputs[0]
                            or op.outputs[0] in u.inputs[1:] or w is None
@@ -134,6 +148,14 @@ def fold_into_dense(flat: FlatGraph, outputs: list[int]) -> bool:
             flat.operators = [o for o in flat.operators if o is not op]
             return True
     return False
+
+
+def _own_parameters(flat: FlatGraph, readers: dict, users: list[Operator]) -> bool:
+    """Whether the weights and biases of `users` are constants only they read (an unrolled
+    recurrence's FULLY_CONNECTED ops share one weight tensor and take run-time biases)."""
+    ours = {id(u) for u in users}
+    return all(_constant(flat, i) is not None and all(id(r) in ours for r in readers[i])
+               for u in users for i in u.inputs[1:] if i >= 0)
 
 
 def _replace(flat: FlatGraph, index: int, values: np.ndarray) -> None:
