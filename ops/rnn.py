@@ -323,8 +323,17 @@ def rnn(ctx):
 @direct("RNN", since=7)
 def rnn_direct(ctx):
     """The handler's unrolled steps, written without TensorFlow."""
+    ops, rec = _direct_recurrence(ctx, 1, ["Tanh"])
+    return ops.outputs(_rnn_steps(rec))
+
+
+def _direct_recurrence(ctx, num_gates: int, activations: list[str]) -> tuple:
+    """The direct writer's ops and Recurrence, for constant weights, biases and
+    peepholes."""
+    if any(ctx.has(i) and ctx.const(i) is None for i in (1, 2, 3, 7)):
+        raise NotCovered("weights computed at run time")
     ops = DirectOps(ctx)
-    return ops.outputs(_rnn_steps(Recurrence(ctx, 1, ["Tanh"], ops)))
+    return ops, Recurrence(ctx, num_gates, activations, ops)
 
 
 def _rnn_steps(rec: Recurrence) -> list:
@@ -364,8 +373,7 @@ def lstm(ctx, recurrence: type | None = None):
 def lstm_direct(ctx):
     """The handler's unrolled steps, written without TensorFlow; a sequence the handler
     gives TFLite's fused LSTM kernel goes through TF's converter."""
-    ops = DirectOps(ctx)
-    rec = Recurrence(ctx, 4, ["Sigmoid", "Tanh", "Tanh"], ops)
+    ops, rec = _direct_recurrence(ctx, 4, ["Sigmoid", "Tanh", "Tanh"])
     if _fits_fused_lstm(ctx, rec) and not _unrolls_faster(rec):
         raise NotCovered("a sequence for TFLite's fused LSTM kernel")
     return ops.outputs(_lstm_steps(rec))
@@ -514,8 +522,8 @@ def gru(ctx):
 @direct("GRU", since=7)
 def gru_direct(ctx):
     """The handler's unrolled steps, written without TensorFlow."""
-    ops = DirectOps(ctx)
-    return ops.outputs(_gru_steps(Recurrence(ctx, 3, ["Sigmoid", "Tanh"], ops)))
+    ops, rec = _direct_recurrence(ctx, 3, ["Sigmoid", "Tanh"])
+    return ops.outputs(_gru_steps(rec))
 
 
 def _gru_steps(rec: Recurrence) -> list:

@@ -45,6 +45,7 @@ class Tensor:
         self._ops, self.shape = ops, Shape(shape)
         self._index, self.const, self.product, self.view = index, const, product, view
         self.dense_weight: int | None = None  # a constant matrix's FULLY_CONNECTED weights
+        self.derived: dict = {}  # reshapes and slices of it, written once
 
     @property
     def index(self) -> int:
@@ -71,11 +72,14 @@ class Tensor:
     def __rmul__(self, other):
         return self._ops.binary("MUL", other, self)
 
+    def __getitem__(self, key):
+        return self._ops.slice_first(self, key)
+
     def _not_covered(self, *_):
         raise NotCovered("an operator the direct writer's tensors do not have "
-                         "(comparison, division, indexing)")
+                         "(comparison, division)")
 
-    __getitem__ = __gt__ = __lt__ = __ge__ = __le__ = _not_covered
+    __gt__ = __lt__ = __ge__ = __le__ = _not_covered
     __truediv__ = __rtruediv__ = __neg__ = _not_covered
 
 
@@ -96,7 +100,9 @@ class DirectOps:
     def __init__(self, ctx):
         self._ctx = ctx
         self._count = 0
-        self.nn = _Namespace("nn", relu=lambda x: self._unary("RELU", x))
+        self._inputs: dict[int, Tensor] = {}
+        self.nn = _Namespace("nn", relu=lambda x: self._unary("RELU", x),
+                             leaky_relu=self._leaky_relu)
         self.linalg = _Namespace("linalg", matmul=self.matmul)
         self.math = _Namespace("math")
 
@@ -106,7 +112,8 @@ class DirectOps:
     # --- values ------------------------------------------------------------------------
     def node_input(self, i: int) -> Tensor:
         index = self._ctx.x(i)
-        return Tensor(self, self._ctx.flat.shape(index), index=index)
+        return self._inputs.setdefault(index, Tensor(self, self._ctx.flat.shape(index),
+                                                     index=index))
 
     def weight(self, array) -> Tensor:
         array = np.asarray(array)
@@ -202,11 +209,14 @@ class DirectOps:
     def clip_by_value(self, x, low, high) -> Tensor:
         return self.maximum(self.minimum(x, high), low)
 
-    def _unary(self, name: str, x) -> Tensor:
+    def _unary(self, name: str, x, opts=None) -> Tensor:
         x = self._tensor(x)
         out = self._temp(x.shape, name.lower())
-        self._ctx.op(name, [x.index], out)
+        self._ctx.op(name, [x.index], out, opts)
         return Tensor(self, x.shape, index=out)
+
+    def _leaky_relu(self, x, alpha: float = 0.2) -> Tensor:
+        return self._unary("LEAKY_RELU", x, options("LeakyReluOptions", alpha=float(alpha)))
 
     def sigmoid(self, x) -> Tensor:
         return self._unary("LOGISTIC", x)
@@ -229,13 +239,36 @@ class DirectOps:
             return self.weight(x.const.reshape(dims))
         if tuple(dims) == tuple(x.shape):
             return x
+        if ("reshape", tuple(dims)) not in x.derived:
+            x.derived["reshape", tuple(dims)] = self._reshaped(x, dims)
+        return x.derived["reshape", tuple(dims)]
+
+    def _reshaped(self, x: Tensor, dims: list) -> Tensor:
         source = x.view or x
-        if source._index is not None and tuple(dims[len(dims) - source.shape.rank:]) == tuple(
-                source.shape) and set(dims[:len(dims) - source.shape.rank]) <= {1}:
+        extra = len(dims) - source.shape.rank
+        if (source._index is not None and extra > 0 and tuple(dims[extra:]) == source.shape
+                and set(dims[:extra]) == {1}):
             return Tensor(self, dims, view=source)
         out = self._temp(dims, "reshape")
         self._ctx.reshape(x.index, dims, out)
         return Tensor(self, dims, index=out)
+
+    def slice_first(self, x: Tensor, key) -> Tensor:
+        """x[start:stop] of the first axis (a STRIDED_SLICE, as TF's converter writes it)."""
+        if (not isinstance(key, slice) or key.step not in (None, 1) or None in x.shape
+                or x.const is not None):
+            raise NotCovered(f"an indexing by {key!r}")
+        start, stop, _ = key.indices(x.shape[0])
+        if ("slice", start, stop) not in x.derived:
+            shape = (max(stop - start, 0), *x.shape[1:])
+            out = self._temp(shape, "strided_slice")
+            rank = x.shape.rank
+            self._ctx.op("STRIDED_SLICE", [
+                x.index, self._ctx.ints([start] + [0] * (rank - 1), "begin"),
+                self._ctx.ints([stop, *x.shape[1:]], "end"), self._ctx.ints([1] * rank, "strides")],
+                out, options("StridedSliceOptions"))
+            x.derived["slice", start, stop] = Tensor(self, shape, index=out)
+        return x.derived["slice", start, stop]
 
     def split(self, x, num_or_sizes, axis: int = 0) -> list[Tensor]:
         """SPLIT into equal parts, SPLIT_V into sizes."""

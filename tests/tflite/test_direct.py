@@ -306,3 +306,80 @@ def test_cli_direct_with_onnx_names(tmp_path):
     runner = Interpreter(model_path=str(tmp_path / "mobilenet_block_float32.tflite"))
     details = runner.get_signature_runner().get_input_details()
     assert list(details) == ["image"]
+
+
+def _recurrence_model(op: str, batch: int, steps: int = 5, size: int = 4, hidden: int = 6,
+                      states: str = "none", extra_outputs: bool = False, batch_first=False,
+                      **attrs):
+    """One RNN / LSTM / GRU node with constant weights: `states` none, constant (non-zero)
+    or input (initial states fed at run time); `batch_first`: X arrives through a
+    Transpose, as PyTorch exports it."""
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    dirs = 2 if attrs.get("direction") == "bidirectional" else 1
+    x = rand(batch, steps, size) if batch_first else rand(steps, batch, size)
+    inits = {"w": rand(dirs, gates * hidden, size) * 0.5,
+             "r": rand(dirs, gates * hidden, hidden) * 0.5, "b": rand(dirs, 2 * gates * hidden)}
+    inputs, feeds = ["t" if batch_first else "x", "w", "r", "b", ""], {"x": x}
+    state_names = ["h0", "c0"] if op == "LSTM" else ["h0"]
+    for name in state_names:
+        value = rand(dirs, batch, hidden)
+        if states == "constant":
+            inits[name] = value
+        elif states == "input":
+            feeds[name] = value
+        inputs.append(name if states != "none" else "")
+    if op == "LSTM" and attrs.pop("peepholes", False):
+        inits["p"] = rand(dirs, 3 * hidden)
+        inputs.append("p")
+    outputs = ["y", "yh", "yc"][:3 if op == "LSTM" else 2] if extra_outputs else ["y"]
+    nodes = [node(op, [i for i in inputs], outputs, hidden_size=hidden, **attrs)]
+    if batch_first:
+        nodes.insert(0, node("Transpose", ["x"], "t", perm=[1, 0, 2]))
+    while nodes[-1].input and not nodes[-1].input[-1]:
+        nodes[-1].input.pop()
+    return make_model(nodes, feeds, outputs, inits), feeds
+
+
+RECURRENCES = [
+    ("LSTM", 1, {}),  # one sequence: steps as run-time biases
+    ("LSTM", 1, {"direction": "bidirectional", "states": "constant", "extra_outputs": True}),
+    ("LSTM", 1, {"batch_first": True, "extra_outputs": True}),
+    ("LSTM", 3, {"direction": "reverse", "clip": 0.7}),  # several: unrolled for the clip
+    ("LSTM", 2, {"peepholes": True, "states": "input", "extra_outputs": True}),
+    ("LSTM", 2, {"input_forget": 1}),
+    ("GRU", 1, {"linear_before_reset": 1, "direction": "bidirectional"}),
+    ("GRU", 1, {"states": "constant", "extra_outputs": True}),
+    ("GRU", 3, {"linear_before_reset": 1, "states": "input", "extra_outputs": True}),
+    ("GRU", 2, {"direction": "reverse"}),
+    ("RNN", 1, {"direction": "bidirectional", "activations": ["Relu", "Tanh"]}),
+    ("RNN", 4, {"activations": ["LeakyRelu"], "activation_alpha": [0.3],
+                "states": "constant", "extra_outputs": True}),
+    ("RNN", 2, {"batch_first": True, "activations": ["Sigmoid"]}),
+]
+
+
+@pytest.mark.parametrize(("op", "batch", "attrs"), RECURRENCES,
+                         ids=[f"{o}-{b}-{a}" for o, b, a in RECURRENCES])
+def test_recurrence(op, batch, attrs):
+    """The handler's unrolled steps, written by the direct writer through DirectOps."""
+    model, feeds = _recurrence_model(op, batch, **dict(attrs))
+    result = both_routes(model, feeds)
+    census = count_tflite_ops(result.content)
+    assert census["FULLY_CONNECTED"] >= 5 and "WHILE" not in census
+
+
+def test_recurrences_it_does_not_cover_go_through_tf():
+    """TFLite's fused LSTM kernel (several sequences), run-time weights, an activation
+    DirectOps does not have: NotCovered naming the node and why."""
+    cases = [
+        (_recurrence_model("LSTM", 3)[0], "fused LSTM kernel"),
+        (_recurrence_model("RNN", 2, activations=["Softsign"])[0], "softsign"),
+    ]
+    x, w = rand(5, 1, 4), rand(1, 6, 4)
+    runtime = make_model([node("RNN", ["x", "w", "r"], ["y"], hidden_size=6)],
+                         {"x": x, "w": w, "r": rand(1, 6, 6)}, ["y"])
+    cases.append((runtime, "weights computed at run time"))
+    for model, reason in cases:
+        planned = plan_loaded(load_model(None, model))
+        result = write_direct(planned.graph, planned.plan, planned.options)
+        assert isinstance(result, NotCovered) and reason in str(result), str(result)
