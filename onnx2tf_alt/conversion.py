@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -153,13 +154,16 @@ def convert(
     flash size, largest tensors, ops and outputs against ai-edge-litert
     (export/micro.py, docs/micro.md).
 
-    `tflite_writer` (--tflite_writer) picks what writes the float32 .tflite when only
-    .tflite files are asked for (`disable_model_save`, no Keras, quantized, int4, micro or
-    checked files, no --signature): "tf" (the default here) TF's converter from the Keras
-    model; "auto" (the CLI's default) the direct writer (tflite/direct.py: no TensorFlow,
-    no Keras model, None returned) when it covers every node, else TF's converter, said at
-    info level; "direct" the direct writer or a ConversionError naming the first node it
-    does not cover.
+    `tflite_writer` (--tflite_writer) picks what writes the float32 and float16 .tflite:
+    "tf" (the default here) TF's converter from the Keras model; "auto" (the CLI's
+    default) the direct writer (tflite/direct.py) when it covers every node, else TF's
+    converter, said at info level; "direct" the direct writer or a ConversionError naming
+    the first node it does not cover. With only .tflite files asked for
+    (`disable_model_save`, no Keras, quantized, int4, micro or checked files, no
+    --signature) the direct writer needs no TensorFlow and no Keras model (None is
+    returned); with a saved_model or Keras files beside them (no quantized, int4, micro or
+    checked files, no --signature), "auto" writes the .tflite files directly from the plan
+    the Keras model was built from; "direct" takes only the first case.
 
     `signatures` ([[name, ('model.onnx',) 'input:D1,D2', ...], ...], --signature) writes
     .tflite files with one signature per entry, built for those input shapes (from that
@@ -208,8 +212,9 @@ def convert(
     command = list(command_line) if command_line is not None else ["onnx2tf_alt.convert", call]
     custom_data = parse_custom_data(custom_input_op_name_np_data_path)
     custom_inputs = load_custom_inputs([e[:2] for e in custom_input_op_name_np_data_path or []])
+    tflite_files_only = not any((dynamic_range, int4, check, micro, signature_specs))
     direct = _direct_asked(tflite_writer, output_tflite and disable_model_save and not any((
-        output_h5, output_keras_v3, dynamic_range, int4, check, micro, signature_specs)))
+        output_h5, output_keras_v3)) and tflite_files_only)
     quant_options = None
     if not direct:
         from onnx2tf_alt.quant.quantize import QuantOptions
@@ -292,7 +297,8 @@ def convert(
         with folder.staging() as stage:
             written = write_outputs(converted, stage, stem, output_h5, output_keras_v3, output_tflite,
                                     copy_onnx_input_output_names_to_tflite, builtin_only,
-                                    saved_model=not disable_model_save)
+                                    saved_model=not disable_model_save,
+                                    direct_tflite=tflite_writer == "auto" and tflite_files_only)
             if int4:
                 written.append(_write_int4({"serving_default": converted.tflite_result()},
                                            stage, stem))
@@ -356,10 +362,7 @@ def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
     """The float32 and float16 .tflite, delegate report and io_layout of the direct writer
     (tflite/direct.py), published; None when it does not cover the model ("auto": the
     caller converts with TF; "direct": a ConversionError naming the node)."""
-    from onnx2tf_alt.export.delegates import write_delegate_report
-    from onnx2tf_alt.export.float16 import float16_from_float32
     from onnx2tf_alt.tflite.direct import DirectResult, write_direct
-    from onnx2tf_alt.tflite.flatbuffer import unpack_model
     from onnx2tf_alt.translate.io_layout import save_io_layout
 
     with phase("tflite float32 (direct)"):
@@ -374,15 +377,8 @@ def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
                           model=planned.model, options=planned.options, _tflite_result=result)
     names = [f"{stem}_float32.tflite", f"{stem}_float16.tflite"]
     with folder.staging() as stage:
-        _write_bytes(os.path.join(stage, names[0]), result.content)
-        model = unpack_model(result.content)
-        with phase("delegate report"):
-            report = write_delegate_report(converted, stage, stem, model)
-        with phase("tflite float16"):
-            _write_bytes(os.path.join(stage, names[1]), float16_from_float32(result.content, model))
-        save_io_layout(result, planned.graph, os.path.join(stage, f"{stem}_io_layout.json"),
-                       onnx_names)
-        written = [*names, report, f"{stem}_io_layout.json"]
+        written = [*_direct_tflite_files(converted, stage, stem), f"{stem}_io_layout.json"]
+        save_io_layout(result, planned.graph, os.path.join(stage, written[-1]), onnx_names)
         if onnx_names:
             from onnx2tf_alt.tflite.names import copy_onnx_names_in_files
 
@@ -391,6 +387,24 @@ def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
         folder.publish(stage, Manifest.for_conversion(stem, sources, command))
     log.info("wrote %s to %s (direct TFLite writer)", ", ".join(written), folder.path)
     return written
+
+
+def _direct_tflite_files(converted: Converted, folder: str, stem: str) -> list[str]:
+    """The float32 .tflite of `converted`'s DirectResult (its `result` too), its delegate
+    report and the float16 file, in `folder`."""
+    from onnx2tf_alt.export.delegates import write_delegate_report
+    from onnx2tf_alt.export.float16 import float16_from_float32
+    from onnx2tf_alt.tflite.flatbuffer import unpack_model
+
+    content = converted.result.content
+    names = [f"{stem}_float32.tflite", f"{stem}_float16.tflite"]
+    _write_bytes(os.path.join(folder, names[0]), content)
+    model = unpack_model(content)
+    with phase("delegate report"):
+        report = write_delegate_report(converted, folder, stem, model)
+    with phase("tflite float16"):
+        _write_bytes(os.path.join(folder, names[1]), float16_from_float32(content, model))
+    return [*names, report]
 
 
 def _write_int4(results: dict, stage: str, stem: str) -> str:
@@ -508,11 +522,13 @@ def write_outputs(
     onnx_names_in_tflite: bool = False,
     builtin_only: bool = False,
     saved_model: bool = True,
+    direct_tflite: bool = False,
 ) -> list[str]:
     """Write every requested format into `folder` (expected to be empty). Returns file names.
     `onnx_names_in_tflite` is what <stem>_io_layout.json records of the .tflite names (the
     caller renames the files, -coion); `builtin_only`: see check_builtin_only;
-    `saved_model` False (-dms): no saved_model."""
+    `saved_model` False (-dms): no saved_model; `direct_tflite`: the .tflite files from the
+    direct writer (tflite/direct.py) where it covers the model, else TF's converter."""
     from onnx2tf_alt.export.keras_files import save_h5, save_keras_v3
     from onnx2tf_alt.export.saved_model import save_saved_model
     from onnx2tf_alt.translate.io_layout import save_io_layout
@@ -524,7 +540,8 @@ def write_outputs(
             save_saved_model(result, folder)
         written += ["saved_model.pb", "variables"]
     if output_tflite:
-        written += _write_tflite_files(converted, folder, stem, builtin_only, saved_model)
+        written += _write_tflite_files(converted, folder, stem, builtin_only, saved_model,
+                                       direct_tflite)
     checkpoint()
     if output_h5:
         with phase("h5"):
@@ -541,9 +558,14 @@ def write_outputs(
 
 
 def _write_tflite_files(converted: Converted, folder: str, stem: str,
-                        builtin_only: bool, saved_model: bool = True) -> list[str]:
+                        builtin_only: bool, saved_model: bool = True,
+                        direct: bool = False) -> list[str]:
     """`<stem>_float32.tflite`, `<stem>_float16.tflite` and the float32 file's
     `<stem>_delegates.json` in `folder`.
+
+    With `direct`, the direct writer writes them from the plan the Keras model was built
+    from, when it covers the model (the same outputs and ops as TF's converter's file, in a
+    fraction of its time: docs/direct_writer.md). Otherwise:
 
     The float32 file has its large weights bound after conversion (tflite/late_weights.py),
     written one weight at a time; where that does not apply, TF's converter reads the
@@ -560,6 +582,15 @@ def _write_tflite_files(converted: Converted, folder: str, stem: str,
     from onnx2tf_alt.tflite.lowering import late_bound, tflite_bytes, tflite_flat
 
     tflite_result = converted.tflite_result()
+    if direct and tflite_result is converted.result:
+        from onnx2tf_alt.tflite.direct import DirectResult, write_direct
+
+        with phase("tflite float32 (direct)"):
+            result = write_direct(converted.graph, converted.plan, converted.options)
+        if isinstance(result, DirectResult):
+            return _direct_tflite_files(replace(converted, result=result, _tflite_result=result),
+                                        folder, stem)
+        log.info("direct TFLite writer: %s: converting with TF", result)
     saved = folder if saved_model and tflite_result is converted.result else None
     names = [f"{stem}_float32.tflite", f"{stem}_float16.tflite"]
     paths = [os.path.join(folder, name) for name in names]

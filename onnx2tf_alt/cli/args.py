@@ -50,10 +50,11 @@ def _file_flags(p: argparse.ArgumentParser) -> None:
         help="write no saved_model (the .tflite and the other requested files still)")
     p.add_argument(
         "--tflite_writer", choices=("auto", "tf", "direct"), default="auto",
-        help="what writes the float32 .tflite when only .tflite files are asked for (-dms, "
-        "no -oh5/-okv3/quantized/checked files): auto (default) our own writer, without "
-        "TensorFlow, when it covers every node, else TF's converter; tf always TF's; direct "
-        "ours or exit 1 naming the node it does not cover (docs/direct_writer.md)")
+        help="what writes the float32 and float16 .tflite (without quantized, int4, micro or "
+        "checked files): auto (default) our own writer when it covers every node (with -dms "
+        "and no -oh5/-okv3, without TensorFlow), else TF's converter; tf always TF's; direct "
+        "ours, for -dms runs only, or exit 1 naming the node it does not cover "
+        "(docs/direct_writer.md)")
     p.add_argument(
         "-tb", "--tflite_backend", choices=tuple(BACKENDS),
         help="onnx2tf 2.x's name: tf_converter is --tflite_writer tf, flatbuffer_direct is "

@@ -269,13 +269,24 @@ def onnx_origins(model, result, graph) -> list[list[dict]]:
                 names.update(owners[p] for p in part.split("/") if p in owners)
                 if part.split(":")[0] in producer:  # tensors named like ONNX values (-coion)
                     names.add(producer[part.split(":")[0]])
-                elif part.split("/")[0] in order:  # the direct writer's "<node>/<what>"
-                    names.add(part.split("/")[0])
+                elif _direct_owner(part, order):  # the direct writer's "<node>/<what>"
+                    names.add(_direct_owner(part, order))
             if not names and by_output.get(t):
                 names.add(by_output[t])
         origins.append([{"name": n, "op_type": op_types[n]}
                         for n in sorted(names, key=order.get)])
     return origins
+
+
+def _direct_owner(tensor_name: str, nodes) -> str | None:
+    """The node of a direct writer's tensor "<node name>/<what>" (node names hold "/" too:
+    the longest prefix that names a node), or None."""
+    name = tensor_name
+    while "/" in name:
+        name = name.rsplit("/", 1)[0]
+        if name in nodes:
+            return name
+    return None
 
 
 # --- the report -----------------------------------------------------------------------------

@@ -98,11 +98,19 @@ def fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
                 _replace(flat, source.inputs[2], bias * values)
             else:
                 _replace(flat, source.inputs[2], bias + values)
-            source.outputs = list(op.outputs)
+            _absorb(flat, source, op)
             producers[op.outputs[0]] = source
             gone.append(op)
             break
     flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def _absorb(flat: FlatGraph, source: Operator, op: Operator) -> None:
+    """`source` takes over `op`'s outputs, the first named after both ("a;b", as TF's
+    converter names a fused op's result: the delegate report finds both nodes)."""
+    tensor = flat.tensors[op.outputs[0]]
+    tensor.name += b";" + flat.tensors[source.outputs[0]].name
+    source.outputs = list(op.outputs)
 
 
 def fold_into_dense(flat: FlatGraph, outputs: list[int]) -> bool:
@@ -179,7 +187,7 @@ def fuse_activations(flat: FlatGraph, outputs: list[int]) -> None:
                 or source.options[1].fusedActivationFunction != 0):
             continue
         source.options[1].fusedActivationFunction = ACTIVATIONS[op.name]
-        source.outputs = list(op.outputs)
+        _absorb(flat, source, op)
         producers[op.outputs[0]] = source
         gone.append(op)
     flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
