@@ -85,6 +85,16 @@ def leaky_relu(ctx):
     return tf.nn.leaky_relu(x, alpha=alpha)
 
 
+@direct("LeakyRelu")
+def leaky_relu_direct(ctx):
+    if ctx.options.replaces("LeakyRelu"):
+        raise direct_writer.NotCovered("-rtpo LeakyRelu")
+    out = ctx.output()
+    ctx.op("LEAKY_RELU", [ctx.x(0)], out,
+           direct_writer.options("LeakyReluOptions", alpha=float(ctx.attr("alpha", 0.01))))
+    return out
+
+
 @handler("Elu", layout=agnostic)
 def elu(ctx):
     return _elu(widen(ctx.x(0)), ctx.attr("alpha", 1.0))

@@ -171,7 +171,8 @@ def test_norms_reductions_and_hard_activations():
         node("Slice", ["c", "starts", "ends", "slice_axes"], "s"),
         node("BatchNormalization", ["s", "scale", "bias", "mean", "var"], "b", epsilon=1e-3),
         node("HardSwish", ["b"], "h"),
-        node("HardSigmoid", ["h"], "g", alpha=0.3, beta=0.4),
+        node("HardSigmoid", ["h"], "g0", alpha=0.3, beta=0.4),
+        node("LeakyRelu", ["g0"], "g", alpha=0.3),
         node("ReduceMean", ["g", "axes"], "y", keepdims=0),
         node("ReduceMax", ["g", "axes"], "z", keepdims=1),
     ]
