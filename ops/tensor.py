@@ -13,6 +13,7 @@ from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import derived, same_as_input
 from onnx2tf_alt.tflite.direct import NotCovered, options
+from onnx2tf_alt.tflite.direct_tensors import DirectOps
 from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import direct, handler
 
@@ -112,6 +113,20 @@ def split(ctx):
     if isinstance(sizes, list):
         return delegated_split(ctx.x(0), sizes, ctx.axis(axis))
     return tf.split(ctx.x(0), sizes, num=len(ctx.node.outputs), axis=ctx.axis(axis))
+
+
+@direct("Split")
+def split_direct(ctx):
+    """split's cases with sizes known when converting, through the same delegated_split."""
+    axis = ctx.attr("axis", 0) % ctx.rank(0)
+    if ctx.has(1) and ctx.const(1) is None and any(
+            s is None or s[axis] is None for s in map(ctx.out_shape, range(len(ctx.node.outputs)))):
+        raise NotCovered("split sizes known at run time only")
+    sizes = _split_sizes(ctx, axis)
+    if not isinstance(sizes, list):
+        raise NotCovered("a split of a dim known at run time only")
+    ops = DirectOps(ctx)
+    return ops.outputs(ops.delegated_split(ops.node_input(0), sizes, ctx.axis(axis)))
 
 
 # --- Slice -------------------------------------------------------------------------------

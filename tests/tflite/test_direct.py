@@ -211,6 +211,31 @@ def test_a_transformer_block():
     both_routes(model, {"x": x}, tol=2e-5)
 
 
+SPLITS = [  # (opset, attributes, sizes input, input shape)
+    (13, {"axis": 1}, [2, 3, 1], (2, 6, 5, 4)),  # unequal channels: a SLICE each
+    (13, {"axis": -1}, None, (3, 6, 5, 4)),  # two equal parts: one SPLIT
+    (11, {"axis": 2, "split": [1, 4]}, None, (2, 6, 5, 4)),
+    (18, {"axis": 1, "num_outputs": 4}, None, (1, 7, 5, 4)),  # the last chunk smaller
+]
+
+
+@pytest.mark.parametrize(("opset", "attrs", "sizes", "shape"), SPLITS,
+                         ids=[f"opset{o}-{a}" for o, a, _, _ in SPLITS])
+def test_split_after_a_conv(opset, attrs, sizes, shape):
+    """Split of a channel-last value (a Conv's output), each part used on its own."""
+    x, count = rand(*shape), len(sizes or attrs.get("split", [])) or attrs.get("num_outputs", 2)
+    inits = {"w": rand(shape[1], shape[1], 1, 1)}
+    inputs = ["c"]
+    if sizes is not None:
+        inits["sizes"] = np.array(sizes, np.int64)
+        inputs.append("sizes")
+    parts = [f"p{i}" for i in range(count)]
+    nodes = [node("Conv", ["x", "w"], "c"), node("Split", inputs, parts, **attrs),
+             *[node("Relu", [p], f"y{i}") for i, p in enumerate(parts)]]
+    model = make_model(nodes, {"x": x}, [f"y{i}" for i in range(count)], inits, opset=opset)
+    both_routes(model, {"x": x})
+
+
 def test_a_constant_infinity_is_kept():
     """TF's converter stores an infinite constant as the largest float (the TF route's
     handler works around it); the direct file holds the infinity itself."""
