@@ -29,8 +29,9 @@ from onnx2tf_alt.ops._resize_math import (
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import channel_last, custom_policy, logical
+from onnx2tf_alt.tflite.direct import NotCovered, options
 from onnx2tf_alt.translate.lazy import tf
-from onnx2tf_alt.translate.registry import handler
+from onnx2tf_alt.translate.registry import direct, handler
 
 from ._shapes import reshape_to_dims
 
@@ -251,6 +252,41 @@ def resize(ctx):
         if kernel is not None:
             return _tf_resize(x, kernel, outs, rank)
     return _gather_resize(ctx, x, samplings, at.extrapolation)
+
+
+_KERNEL_BUILTINS = {"nearest": ("RESIZE_NEAREST_NEIGHBOR", "ResizeNearestNeighborOptions"),
+                    "bilinear": ("RESIZE_BILINEAR", "ResizeBilinearOptions")}
+
+
+@direct("Upsample", since=7)
+@direct("Resize", since=10)
+def resize_direct(ctx):
+    """resize's static cases that TF's kernels sample alike, on channel-last 4-D float32:
+    one RESIZE_NEAREST_NEIGHBOR or RESIZE_BILINEAR (or the input itself when no dim
+    changes), from the same resize_target and samplings."""
+    at, shape = ResizeAttrs.of(ctx.node, ctx.opset), ctx.shape(0)
+    try:
+        target = resize_target(ctx.node, ctx.opset, shape, _ctx_const(ctx))
+    except NotImplementedError as e:  # RuntimeParameters included
+        raise NotCovered(str(e)) from None
+    resized = _resized_axes(target)
+    if all(n == d and n is not None for n, d in zip(target.sizes, shape)) or not resized:
+        return ctx.x(0)
+    if (len(shape) != 4 or None in shape[1:] or ctx.dtype(0) != np.float32
+            or not _channel_last_spatial(ctx, resized)):
+        raise NotCovered("a resize other than of spatial axes of known 4-D float32 values")
+    spatial = [onnx_sampling(at, shape[a], target.sizes[a], target.scales[a], target.roi[a],
+                             target.roi[4 + a]) if a in resized else Sampling.identity(shape[a])
+               for a in (2, 3)]
+    kernel = tf_kernel_for(spatial, target.sizes[2:])
+    if kernel is None:
+        raise NotCovered("a resize TF's kernels do not sample alike (gathered taps)")
+    name, align, half = kernel
+    builtin, kind = _KERNEL_BUILTINS[name]
+    out = ctx.output()
+    ctx.op(builtin, [ctx.x(0), ctx.ints(target.sizes[2:], "size")], out,
+           options(kind, alignCorners=align, halfPixelCenters=half))
+    return out
 
 
 def _gather_resize(ctx, x, samplings: dict, extrapolation: float):

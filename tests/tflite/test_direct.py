@@ -236,6 +236,39 @@ def test_split_after_a_conv(opset, attrs, sizes, shape):
     both_routes(model, {"x": x})
 
 
+RESIZES = [  # (opset, attributes, scales, sizes)
+    (13, {"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
+          "nearest_mode": "floor"}, [1, 1, 2, 2], None),  # torch's Upsample(nearest)
+    (13, {"mode": "linear"}, [1, 1, 2, 3], None),  # half_pixel
+    (13, {"mode": "linear", "coordinate_transformation_mode": "align_corners"}, None,
+     [2, 4, 9, 5]),
+    (13, {"mode": "nearest"}, None, [2, 4, 5, 7]),  # the input's sizes: no resize
+    (9, {"mode": "nearest"}, [1, 1, 2, 2], None),  # Upsample
+]
+
+
+@pytest.mark.parametrize(("opset", "attrs", "scales", "sizes"), RESIZES,
+                         ids=[f"opset{o}-{a['mode']}-{s or z}" for o, a, s, z in RESIZES])
+def test_resize_after_a_conv(opset, attrs, scales, sizes):
+    x = rand(2, 4, 5, 7)
+    inits = {"w": rand(4, 4, 1, 1)}
+    if opset < 11:
+        inits["scales"] = np.array(scales, np.float32)
+        resize = node("Upsample", ["c", "scales"], "r", **attrs)
+    else:
+        inits.update(roi=np.zeros(0, np.float32), scales=np.array(scales or [], np.float32))
+        if sizes is not None:
+            inits["sizes"] = np.array(sizes, np.int64)
+        resize = node("Resize", ["c", "roi", "scales", *(["sizes"] if sizes else [])], "r",
+                      **attrs)
+    nodes = [node("Conv", ["x", "w"], "c"), resize, node("Relu", ["r"], "y")]
+    model = make_model(nodes, {"x": x}, ["y"], inits, opset=opset)
+    result = both_routes(model, {"x": x})
+    resizes = count_tflite_ops(result.content)
+    assert resizes.get("RESIZE_NEAREST_NEIGHBOR", 0) + resizes.get("RESIZE_BILINEAR", 0) == (
+        sizes != [2, 4, 5, 7]), resizes
+
+
 def test_a_constant_infinity_is_kept():
     """TF's converter stores an infinite constant as the largest float (the TF route's
     handler works around it); the direct file holds the infinity itself."""
