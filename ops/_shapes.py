@@ -85,16 +85,19 @@ def delegated_split(x, sizes, axis: int) -> list:
 XNNPACK_MAX_RANK = 6
 
 
-def phase_slice(x, begin: list, end: list, strides: list, begin_mask: int, end_mask: int):
+def phase_slice(x, begin: list, end: list, strides: list, begin_mask: int, end_mask: int,
+                ops=None):
     """A slice with steps > 1 on static dims as ops the XNNPACK delegate takes (it takes no
     strided STRIDED_SLICE): a SLICE of the whole blocks the steps run over, a RESHAPE of
     each stepped axis into (count, step), a SLICE of the phase the steps pick and a RESHAPE
     to the result, e.g. Swin's patch merging x[:, 1::2, 0::2]. None where that does not
     apply (negative or run-time steps and bounds, unknown dims, a rank above XNNPACK's 6).
-    A last block shorter than the step is padded (PAD)."""
+    A last block shorter than the step is padded (PAD). `ops`: the tf namespace it computes
+    with (tflite/direct_tensors.DirectOps for the direct writer)."""
+    ops = tf if ops is None else ops
     dims = x.shape.as_list()
     stepped = [a for a, step in enumerate(strides) if step != 1]
-    if (not stepped or x.dtype != tf.float32  # XNNPACK takes float32 only
+    if (not stepped or x.dtype != ops.float32  # XNNPACK takes float32 only
             or any(d is None for d in dims) or any(s < 1 for s in strides)
             or len(dims) + len(stepped) > XNNPACK_MAX_RANK
             or not all(isinstance(v, int) for v in [*begin, *end])):
@@ -113,8 +116,8 @@ def phase_slice(x, begin: list, end: list, strides: list, begin_mask: int, end_m
         split += [count, step] if step != 1 else [count]
         phase += [(0, count), (b % step, 1)] if step != 1 else [(0, count)]
         out.append(count)
-    blocks = tf.slice(x, first, size) if first != [0] * len(dims) or size != dims else x
+    blocks = ops.slice(x, first, size) if first != [0] * len(dims) or size != dims else x
     if any(v > 0 for v in overrun):  # the last block is short: zeros the phase never picks
-        blocks = tf.pad(blocks, [[0, max(v, 0)] for v in overrun])
-    picked = tf.slice(tf.reshape(blocks, split), [p for p, _ in phase], [n for _, n in phase])
-    return tf.reshape(picked, out)
+        blocks = ops.pad(blocks, [[0, max(v, 0)] for v in overrun])
+    picked = ops.slice(ops.reshape(blocks, split), [p for p, _ in phase], [n for _, n in phase])
+    return ops.reshape(picked, out)

@@ -264,21 +264,44 @@ def slice_(ctx):
 
 @direct("Slice", since=10)
 def slice_direct(ctx):
-    """_slice's static case with unit steps: one SLICE."""
+    """_slice's static cases: one SLICE for unit steps, phase_slice's ops for others."""
     if any(ctx.has(i) and ctx.const(i) is None for i in (1, 2, 3, 4)):
         raise NotCovered("run-time starts, ends, axes or steps")
     starts, ends = ([int(v) for v in ctx.const(i)] for i in (1, 2))
     rank = ctx.rank(0)
     axes = range(len(starts)) if not ctx.has(3) else [int(a) % rank for a in ctx.const(3)]
     steps = [1] * len(starts) if not ctx.has(4) else [int(s) for s in ctx.const(4)]
+    if any(ctx.shape(0)[axis] is None for axis in axes):
+        raise NotCovered("a slice of a dim known at run time")
+    if any(step != 1 for step in steps):
+        return _strided_slice_direct(ctx, starts, ends, axes, steps)
     spans = {}
-    for start, stop, axis, step in zip(starts, ends, axes, steps):
+    for start, stop, axis in zip(starts, ends, axes):
         dim = ctx.shape(0)[axis]
-        if step != 1 or dim is None:
-            raise NotCovered("steps other than 1, or a dim known at run time")
-        start, stop = _clamp(start, dim, step, False), _clamp(stop, dim, step, True)
+        start, stop = _clamp(start, dim, 1, False), _clamp(stop, dim, 1, True)
         spans[ctx.axis(axis)] = (start, max(stop - start, 0))
     return _slice_direct(ctx, spans)
+
+
+def _strided_slice_direct(ctx, starts, ends, axes, steps):
+    """_slice's static case with steps: phase_slice's SLICEs and RESHAPEs."""
+    rank = ctx.rank(0)
+    begin, end, strides = [0] * rank, [0] * rank, [1] * rank
+    begin_mask = end_mask = (1 << rank) - 1
+    for start, stop, axis, step in zip(starts, ends, axes, steps):
+        p, dim = ctx.axis(axis), ctx.shape(0)[axis]
+        strides[p] = step
+        begin_mask &= ~(1 << p)
+        end_mask &= ~(1 << p)
+        begin[p], end[p] = _clamp(start, dim, step, False), _clamp(stop, dim, step, True)
+        if end[p] == -1:
+            end_mask |= 1 << p  # through the first element, stepping backwards
+    ops = DirectOps(ctx)
+    y = phase_slice(ops.node_input(0), begin, end, strides, begin_mask, end_mask, ops)
+    if y is None:
+        raise NotCovered("a strided slice of a value whose dims are not all known, or "
+                         "with negative steps")
+    return ops.outputs([y])
 
 
 def _runtime_slice(ctx):

@@ -44,6 +44,7 @@ class Tensor:
                  view: Tensor | None = None):
         self._ops, self.shape = ops, Shape(shape)
         self._index, self.const, self.product, self.view = index, const, product, view
+        self.dtype = np.dtype(np.float32) if const is None else const.dtype
         self.dense_weight: int | None = None  # a constant matrix's FULLY_CONNECTED weights
         self.derived: dict = {}  # reshapes and slices of it, written once
 
@@ -110,10 +111,14 @@ class DirectOps:
         raise NotCovered(f"tf.{name} in the direct writer")
 
     # --- values ------------------------------------------------------------------------
+    float32 = np.float32
+
     def node_input(self, i: int) -> Tensor:
         index = self._ctx.x(i)
-        return self._inputs.setdefault(index, Tensor(self, self._ctx.flat.shape(index),
-                                                     index=index))
+        if index not in self._inputs:
+            self._inputs[index] = Tensor(self, self._ctx.flat.shape(index), index=index)
+            self._inputs[index].dtype = np.dtype(self._ctx.dtype(i))
+        return self._inputs[index]
 
     def weight(self, array) -> Tensor:
         array = np.asarray(array)
@@ -269,6 +274,26 @@ class DirectOps:
                 out, options("StridedSliceOptions"))
             x.derived["slice", start, stop] = Tensor(self, shape, index=out)
         return x.derived["slice", start, stop]
+
+    def slice(self, x, begin, size) -> Tensor:
+        """SLICE (a size of -1: the rest of the dim)."""
+        x = self._tensor(x)
+        shape = tuple(d - b if s == -1 else s for b, s, d in zip(begin, size, x.shape))
+        if None in shape[1:]:
+            raise NotCovered(f"a slice of {list(x.shape)} with unknown sizes")
+        out = self._temp(shape, "slice")
+        self._ctx.op("SLICE", [x.index, self._ctx.ints(begin, "begin"),
+                               self._ctx.ints([-1 if d is None else d for d in shape], "size")],
+                     out)
+        return Tensor(self, shape, index=out)
+
+    def pad(self, x, paddings) -> Tensor:
+        """PAD with zeros."""
+        x = self._tensor(x)
+        shape = tuple(None if d is None else d + lo + hi for d, (lo, hi) in zip(x.shape, paddings))
+        out = self._temp(shape, "pad")
+        self._ctx.op("PAD", [x.index, self._ctx.ints(paddings, "paddings")], out)
+        return Tensor(self, shape, index=out)
 
     def split(self, x, num_or_sizes, axis: int = 0) -> list[Tensor]:
         """SPLIT into equal parts, SPLIT_V into sizes."""

@@ -269,6 +269,27 @@ def test_resize_after_a_conv(opset, attrs, scales, sizes):
         sizes != [2, 4, 5, 7]), resizes
 
 
+STRIDED = [  # (starts, ends, axes, steps) on a Conv's [2, 4, 7, 6] output
+    ([0, 1], [100, 100], [2, 3], [2, 2]),  # Swin's patch merging x[..., 0::2, 1::2]
+    ([1, 0, 2], [3, 7, 5], [1, 2, 3], [1, 3, 2]),  # a short last block: PAD
+    ([-6], [-1], [-1], [4]),  # negative bounds
+]
+
+
+@pytest.mark.parametrize(("starts", "ends", "axes", "steps"), STRIDED,
+                         ids=[str(s) for *_, s in STRIDED])
+def test_strided_slice_after_a_conv(starts, ends, axes, steps):
+    x = rand(2, 4, 7, 6)
+    inits = {"w": rand(4, 4, 1, 1), "starts": np.array(starts, np.int64),
+             "ends": np.array(ends, np.int64), "axes": np.array(axes, np.int64),
+             "steps": np.array(steps, np.int64)}
+    nodes = [node("Conv", ["x", "w"], "c"),
+             node("Slice", ["c", "starts", "ends", "axes", "steps"], "s"),
+             node("Relu", ["s"], "y")]
+    model = make_model(nodes, {"x": x}, ["y"], inits)
+    assert "STRIDED_SLICE" not in count_tflite_ops(both_routes(model, {"x": x}).content)
+
+
 def test_a_constant_infinity_is_kept():
     """TF's converter stores an infinite constant as the largest float (the TF route's
     handler works around it); the direct file holds the infinity itself."""
