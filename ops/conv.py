@@ -35,6 +35,7 @@ from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.policies import Decision, channel_last, custom_policy
 from onnx2tf_alt.tflite import direct as direct_writer
 from onnx2tf_alt.tflite.direct import NotCovered, options
+from onnx2tf_alt.tflite.direct_tensors import DirectOps
 from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import direct, handler
 
@@ -120,8 +121,6 @@ def conv_direct(ctx):
     w = w.astype(np.float32)
     kernel, groups = list(w.shape[2:]), ctx.attr("group", 1)
     strides, dilations, pads = kernel_attrs(ctx, kernel)
-    if _cache_pieces(ctx, w, groups, 2) > 1:
-        raise NotCovered("weights split for the CPU cache")
     padding, explicit = padding_plan(pads, kernel, strides, dilations, ctx.shape(0)[2:])
     if any(p is None for p in explicit or ()):
         raise NotCovered("SAME_LOWER pads known at run time")
@@ -148,12 +147,22 @@ def conv_direct(ctx):
         ctx.op("DEPTHWISE_CONV_2D", [x, ctx.weight(filt), ctx.weight(bias, "bias")], out,
                options("DepthwiseConv2DOptions", **common))
         return out
-    out = ctx.output()
     if groups > 1 and ctx.options.disable_group_convolution:
         raise NotCovered("-dgc: convolutions per group")
     filt = np.transpose(w, [0, 2, 3, 1])  # ONNX (O, I / g, kh, kw) -> TFLite (O, kh, kw, I / g)
-    ctx.op("CONV_2D", [x, ctx.weight(filt), ctx.weight(bias, "bias")], out,
-           options("Conv2DOptions", **common))
+    conv_options = options("Conv2DOptions", **common)
+    pieces = _cache_pieces(ctx, w, groups, 2)
+    if pieces > 1:  # as conv: slices of the output channels, concatenated in a tree
+        ops = DirectOps(ctx)
+        shape = (*ctx.out_phys_shape()[:-1], out_channels // pieces)
+        parts = []
+        for k, (f, b) in enumerate(zip(np.split(filt, pieces), np.split(bias, pieces))):
+            part = ctx.temp(shape, f"piece{k}")
+            ctx.op("CONV_2D", [x, ctx.weight(f), ctx.weight(b, "bias")], part, conv_options)
+            parts.append(ops.node_value(part))
+        return ops.outputs([_channel_concat(parts, ops.concat)])[0]
+    out = ctx.output()
+    ctx.op("CONV_2D", [x, ctx.weight(filt), ctx.weight(bias, "bias")], out, conv_options)
     return out
 
 
@@ -202,12 +211,14 @@ SPLIT_ABOVE = 16 * 2**20
 CACHE_BYTES = 4 * 2**20
 
 
-def _channel_concat(parts: list, fan_in: int = 4):
+def _channel_concat(parts: list, concat=None, fan_in: int = 4):
     """Concatenate on the channel axis in a tree of at most `fan_in` inputs a node: the
     XNNPACK delegate leaves a CONCATENATION of more inputs (16 measured) to the builtin
-    kernel, which cuts the graph into two partitions."""
+    kernel, which cuts the graph into two partitions. `concat`: tf.concat, or the direct
+    writer's (tflite/direct_tensors.DirectOps)."""
+    concat = tf.concat if concat is None else concat
     while len(parts) > 1:
-        parts = [tf.concat(parts[i:i + fan_in], axis=-1) if len(parts[i:i + fan_in]) > 1
+        parts = [concat(parts[i:i + fan_in], axis=-1) if len(parts[i:i + fan_in]) > 1
                  else parts[i] for i in range(0, len(parts), fan_in)]
     return parts[0]
 

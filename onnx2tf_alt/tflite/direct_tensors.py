@@ -120,6 +120,10 @@ class DirectOps:
             self._inputs[index].dtype = np.dtype(self._ctx.dtype(i))
         return self._inputs[index]
 
+    def node_value(self, index: int) -> Tensor:
+        """A float32 tensor the node's writer has written itself."""
+        return Tensor(self, self._ctx.flat.shape(index), index=index)
+
     def weight(self, array) -> Tensor:
         array = np.asarray(array)
         return Tensor(self, array.shape, const=array)

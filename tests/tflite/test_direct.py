@@ -290,6 +290,21 @@ def test_strided_slice_after_a_conv(starts, ends, axes, steps):
     assert "STRIDED_SLICE" not in count_tflite_ops(both_routes(model, {"x": x}).content)
 
 
+def test_conv_split_for_the_cpu_cache(monkeypatch):
+    """A conv whose weights pass conv.SPLIT_ABOVE (lowered here) runs as CONV_2Ds over
+    slices of the output channels joined by a tree of CONCATENATIONs, as on the TF route."""
+    from onnx2tf_alt.ops import conv as conv_module
+
+    x, w = rand(2, 8, 9, 7), rand(256, 8, 3, 3)
+    monkeypatch.setattr(conv_module, "SPLIT_ABOVE", w.nbytes - 1)
+    monkeypatch.setattr(conv_module, "CACHE_BYTES", w.nbytes // 8)  # 8 slices of 32
+    nodes = [node("Conv", ["x", "w", "b"], "c", pads=[1, 1, 1, 1], strides=[2, 2]),
+             node("Relu", ["c"], "y")]
+    model = make_model(nodes, {"x": x}, ["y"], {"w": w, "b": rand(256)})
+    ops = count_tflite_ops(both_routes(model, {"x": x}).content)
+    assert (ops["CONV_2D"], ops["CONCATENATION"]) == (8, 3), ops
+
+
 def test_a_constant_infinity_is_kept():
     """TF's converter stores an infinite constant as the largest float (the TF route's
     handler works around it); the direct file holds the infinity itself."""
