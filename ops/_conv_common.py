@@ -12,6 +12,7 @@ import numpy as np
 
 from onnx2tf_alt.translate.lazy import tf
 
+from ._dtypes import rounded_conv
 from ._shapes import phase_slice
 from ._spatial import dilate_kernel, pad_spatial, same_pads
 
@@ -55,8 +56,8 @@ def _conv(ctx, x, w, strides, dilations, padding):
     if len(strides) == 3:  # the TFLite converter mis-infers dilated Conv3D shapes
         w, dilations = dilate_kernel(w, dilations), [1, 1, 1]
     op = tf.nn.conv2d if len(strides) == 2 else tf.nn.conv3d
-    return op(x, tf_kernel(ctx, w), strides=[1, *strides, 1], padding=padding,
-              dilations=[1, *dilations, 1])
+    return rounded_conv(op, x, tf_kernel(ctx, w), strides=[1, *strides, 1], padding=padding,
+                        dilations=[1, *dilations, 1])
 
 
 def grouped_conv(ctx, x, w, groups: int, strides, dilations, padding):
@@ -98,8 +99,8 @@ def depthwise_conv2d(ctx, x, kernel, strides, dilations, padding):
         if spatial[axis] == 1 and taps[axis] == 1:
             strides[axis] = strides[1 - axis]
     if strides[0] == strides[1]:
-        return tf.nn.depthwise_conv2d(x, kernel_tensor(ctx, kernel), strides=[1, *strides, 1],
-                                      padding=padding, dilations=dilations)
+        return rounded_conv(tf.nn.depthwise_conv2d, x, kernel_tensor(ctx, kernel),
+                            strides=[1, *strides, 1], padding=padding, dilations=dilations)
     if padding == "SAME":
         if any(size is None for size in spatial):
             raise NotImplementedError("a depthwise conv with unequal strides and SAME padding "
@@ -107,8 +108,8 @@ def depthwise_conv2d(ctx, x, kernel, strides, dilations, padding):
         x = pad_spatial(x, [same_pads(size, k, s, d) for size, k, s, d in
                             zip(spatial, taps, strides, dilations)])
     low = min(strides) if all(s % min(strides) == 0 for s in strides) else 1
-    y = tf.nn.depthwise_conv2d(x, kernel_tensor(ctx, kernel), strides=[1, low, low, 1],
-                               padding="VALID", dilations=dilations)
+    y = rounded_conv(tf.nn.depthwise_conv2d, x, kernel_tensor(ctx, kernel),
+                     strides=[1, low, low, 1], padding="VALID", dilations=dilations)
     steps = [1, strides[0] // low, strides[1] // low, 1]
     # subsampled by a slice XNNPACK takes where it can (a strided STRIDED_SLICE it does not)
     full = (1 << 4) - 1

@@ -46,6 +46,17 @@ def compute_dtype(tensor) -> tf.DType:
     return tf.float32 if tensor.dtype in (tf.float16, tf.bfloat16) else tensor.dtype
 
 
+def rounded_conv(op, x, kernel, **kwargs):
+    """op(x, kernel) (tf.nn.conv2d, depthwise_conv2d...); of half-precision operands
+    accumulated in float32 and rounded once, as the ONNX reference computes it. TF's own
+    float16 convolutions round as the CPU's kernels do (one ulp apart from the reference
+    on some CPUs, not on others)."""
+    if x.dtype not in (tf.float16, tf.bfloat16):
+        return op(x, kernel, **kwargs)
+    wide = op(tf.cast(x, tf.float32), tf.cast(kernel, tf.float32), **kwargs)
+    return tf.cast(wide, x.dtype)
+
+
 def rounded_matmul(a, b, **kwargs):
     """tf.matmul; of bfloat16 operands accumulated in float32 and rounded once, as the ONNX
     reference computes it. TF's own bfloat16 matmul does that with oneDNN (Intel CPUs) but
