@@ -298,7 +298,8 @@ def convert(
             written = write_outputs(converted, stage, stem, output_h5, output_keras_v3, output_tflite,
                                     copy_onnx_input_output_names_to_tflite, builtin_only,
                                     saved_model=not disable_model_save,
-                                    direct_tflite=tflite_writer == "auto" and tflite_files_only)
+                                    direct_tflite=(tflite_writer == "auto" and tflite_files_only
+                                                   and not direct))  # not tried again
             if int4:
                 written.append(_write_int4({"serving_default": converted.tflite_result()},
                                            stage, stem))

@@ -225,8 +225,8 @@ def write_direct(graph: Graph, plan: Plan,
     must go through TF's converter."""
     try:
         return DirectWriter(graph, plan, options).write()
-    except NotCovered as reason:
-        return reason
+    except NotCovered as reason:  # without its frames, which hold the weights written
+        return reason.with_traceback(None)
 
 
 def _pack(flat: FlatGraph, inputs: list[int], outputs: list[int], input_keys: list[str],
