@@ -136,6 +136,10 @@ _UNARY_LIMITS = {
 }
 for _op, _fn in _UNARY.items():
     unary(_op, _fn, limits=_UNARY_LIMITS.get(_op, ""))
+for _op, _builtin in (("Exp", "EXP"), ("Log", "LOG"), ("Sqrt", "SQRT"), ("Neg", "NEG"),
+                      ("Abs", "ABS"), ("Floor", "FLOOR"), ("Ceil", "CEIL"), ("Round", "ROUND"),
+                      ("Sign", "SIGN"), ("Sin", "SIN"), ("Cos", "COS")):
+    direct(_op)(functools.partial(direct_writer.unary, name=_builtin))
 
 
 # --- binary and variadic ---------------------------------------------------------------------
@@ -180,6 +184,16 @@ for _op, _builtin in (("Add", "ADD"), ("Sub", "SUB"), ("Mul", "MUL"), ("Div", "D
 variadic("Sum", call("add"))
 extremum("Max", call("maximum"))
 extremum("Min", call("minimum"))
+
+
+def _extremum_direct(ctx, name: str) -> int:
+    if ctx.num_inputs != 2:
+        raise direct_writer.NotCovered("Max / Min of other than two inputs")
+    return direct_writer.binary(ctx, name)
+
+
+direct("Max")(functools.partial(_extremum_direct, name="MAXIMUM"))
+direct("Min")(functools.partial(_extremum_direct, name="MINIMUM"))
 handler("Mean", layout=agnostic)(lambda ctx: _fold(ctx, call("add")) / ctx.num_inputs)
 
 
@@ -237,6 +251,28 @@ def pow_(ctx):
     if e.dtype.is_integer:
         return _int_pow(x, e)
     return tf.pow(tf.cast(x, e.dtype), e)  # the builder truncates back to the integer type
+
+
+@direct("Pow")
+def pow_direct(ctx):
+    """pow_ on float32 with a constant scalar exponent: its shortcuts (MUL for 2, SQRT for
+    0.5), else POW."""
+    e = ctx.const(1)
+    if ctx.options.replaces("Pow"):
+        raise direct_writer.NotCovered("-rtpo Pow")
+    if e is None or e.size != 1:
+        raise direct_writer.NotCovered("a run-time or non-scalar exponent")
+    exponent = float(e.reshape(-1)[0])
+    if exponent in (1.0, -1.0):
+        raise direct_writer.NotCovered(f"an exponent of {exponent:g}")
+    x, out = ctx.x(0), ctx.output()
+    if exponent == 2.0:
+        ctx.op("MUL", [x, x], out, direct_writer.options("MulOptions", fusedActivationFunction=0))
+    elif exponent == 0.5:
+        ctx.op("SQRT", [x], out)
+    else:
+        ctx.op("POW", [x, ctx.weight(e.astype(np.float32), "exponent")], out)
+    return out
 
 
 @handler("IsInf", layout=agnostic)

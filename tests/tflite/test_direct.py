@@ -305,6 +305,25 @@ def test_conv_split_for_the_cpu_cache(monkeypatch):
     assert (ops["CONV_2D"], ops["CONCATENATION"]) == (8, 3), ops
 
 
+def test_unary_functions_extrema_and_powers():
+    x, z = rand(2, 3, 4, 5), rand(2, 3, 4, 5)
+    inits = {"one": np.array(1, np.float32), "two": np.array([2], np.float32),
+             "half": np.array(0.5, np.float32), "three": np.array(3, np.float32)}
+    nodes = [
+        node("Abs", ["x"], "a"), node("Add", ["a", "one"], "a1"), node("Log", ["a1"], "l"),
+        node("Sqrt", ["a1"], "s"), node("Neg", ["l"], "n"), node("Exp", ["n"], "e"),
+        node("Sin", ["e"], "si"), node("Cos", ["s"], "co"),
+        node("Max", ["si", "z"], "mx"), node("Min", ["co", "mx"], "mn"),
+        node("Pow", ["mn", "two"], "p2"), node("Pow", ["e", "half"], "ph"),
+        node("Pow", ["a1", "three"], "p3"), node("Mul", ["x", "three"], "x3"),
+        node("Floor", ["x3"], "f"), node("Ceil", ["x3"], "c"), node("Round", ["x3"], "r"),
+        node("Sign", ["x"], "sg"),
+    ]
+    outputs = ["p2", "ph", "p3", "f", "c", "r", "sg"]
+    model = make_model(nodes, {"x": x, "z": z}, outputs, inits)
+    both_routes(model, {"x": x, "z": z})
+
+
 def test_a_constant_infinity_is_kept():
     """TF's converter stores an infinite constant as the largest float (the TF route's
     handler works around it); the direct file holds the infinity itself."""
