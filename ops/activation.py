@@ -223,6 +223,20 @@ def prelu(ctx):
     return tf.nn.relu(x) + tf.nn.relu(-x) * ctx.const_tensor(-slope)
 
 
+@direct("PRelu")
+def prelu_direct(ctx):
+    """prelu's constant slope: one PRELU (what TF's converter makes of the handler's
+    relu(x) + relu(-x) * -slope)."""
+    slope = ctx.const(1, physical=True)
+    if slope is None or ctx.options.replaces("PRelu"):
+        raise direct_writer.NotCovered("a run-time slope, or -rtpo PRelu")
+    if slope.ndim > 1 and slope.shape[0] == 1:
+        slope = slope[0]
+    out = ctx.output()
+    ctx.op("PRELU", [ctx.x(0), ctx.weight(slope.astype(np.float32), "slope")], out)
+    return out
+
+
 def _relu_form(low, high, is_float: bool) -> str | None:
     """The one builtin a clip with these constant bounds is: RELU6 for (0, 6), RELU for
     (0, none) (float only), else None."""

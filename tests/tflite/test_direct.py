@@ -324,6 +324,27 @@ def test_unary_functions_extrema_and_powers():
     both_routes(model, {"x": x, "z": z})
 
 
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_depth_to_space_and_back(mode):
+    x = rand(2, 8, 3, 5)
+    nodes = [node("Conv", ["x", "w"], "c"), node("Relu", ["c"], "r"),
+             node("DepthToSpace", ["r"], "d", blocksize=2, mode=mode),
+             node("SpaceToDepth", ["d"], "y", blocksize=2,
+                  **({"mode": mode} if mode == "CRD" else {}))]
+    model = make_model(nodes, {"x": x}, ["y"], {"w": rand(8, 8, 1, 1)},
+                       opset=28 if mode == "CRD" else 13)
+    both_routes(model, {"x": x})
+
+
+@pytest.mark.parametrize("slope_shape", [(6, 1, 1), (1,), (1, 6, 1, 1)])
+def test_prelu_after_a_conv(slope_shape):
+    x = rand(2, 4, 5, 7)
+    nodes = [node("Conv", ["x", "w"], "c"), node("PRelu", ["c", "slope"], "y")]
+    model = make_model(nodes, {"x": x}, ["y"], {"w": rand(6, 4, 3, 3),
+                                                "slope": rand(*slope_shape) * 0.3})
+    assert count_tflite_ops(both_routes(model, {"x": x}).content).get("PRELU") == 1
+
+
 def test_a_constant_infinity_is_kept():
     """TF's converter stores an infinite constant as the largest float (the TF route's
     handler works around it); the direct file holds the infinity itself."""
