@@ -299,6 +299,49 @@ def conv_transpose(ctx):
     return _bias(ctx, y if padding == "SAME" else _crop(y, crop, lengths))
 
 
+@direct("ConvTranspose")
+def conv_transpose_direct(ctx):
+    """conv_transpose's 2-D case of constant weights and one group: one TRANSPOSE_CONV with
+    the bias where TF's SAME padding crops as ONNX does, else a VALID one, cropped (_crop's
+    PAD and SLICE), and an ADD of the bias."""
+    w, bias = ctx.const(1), ctx.const(2) if ctx.has(2) else None
+    if w is None or (ctx.has(2) and bias is None):
+        raise NotCovered("run-time weights")
+    if w.ndim != 4 or ctx.attr("group", 1) != 1:
+        raise NotCovered("1-D, 3-D or grouped transposed convolutions")
+    strides = list(ctx.attr("strides", [1, 1]))
+    w = dilate_kernel(w.astype(np.float32), ctx.attr("dilations", [1, 1]))
+    kernel, sizes = list(w.shape[2:]), ctx.shape(0)[2:]
+    batch = ctx.flat.shape(ctx.x(0))[0]
+    if batch is None or None in sizes:
+        raise NotCovered("a transposed convolution of a batch or spatial dims known at run time")
+    crop = _transpose_crop(ctx, sizes, kernel, strides, list(ctx.attr("output_padding", [0, 0])))
+    same = all(_is_tf_same_crop(*axis) for axis in zip(sizes, kernel, strides, crop))
+    lengths = [m for _, m in crop] if same else _valid_lengths(sizes, kernel, strides, crop)
+    out_channels = w.shape[1]
+    bias = np.zeros(out_channels, np.float32) if bias is None else bias.astype(np.float32)
+    out = ctx.output()
+    full = out if same else ctx.temp((batch, *lengths, out_channels), "full")
+    # ONNX (I, O, kh, kw) -> TFLite (O, kh, kw, I); the bias goes in after a crop
+    ctx.op("TRANSPOSE_CONV", [ctx.ints([batch, *lengths, out_channels], "shape"),
+                              ctx.weight(np.transpose(w, [1, 2, 3, 0])), ctx.x(0),
+                              ctx.weight(bias if same else np.zeros_like(bias), "bias")], full,
+           options("TransposeConvOptions", padding=direct_writer.PADDING["SAME" if same else "VALID"],
+                   strideH=strides[0], strideW=strides[1], fusedActivationFunction=0))
+    if same:
+        return out
+    pads = [(0, max(b + m - t, 0)) for (b, m), t in zip(crop, lengths)]
+    y = direct_writer.pad_spatial(ctx, full, pads) if any(e for _, e in pads) else full
+    if any(b != 0 or m != t for (b, m), t in zip(crop, lengths)):
+        cropped = ctx.temp((batch, *(m for _, m in crop), out_channels), "crop")
+        ctx.op("SLICE", [y, ctx.ints([0, *(b for b, _ in crop), 0], "begin"),
+                         ctx.ints([batch, *(m for _, m in crop), out_channels], "size")], cropped)
+        y = cropped
+    ctx.op("ADD", [y, ctx.weight(bias, "bias")], out,
+           options("AddOptions", fusedActivationFunction=0))
+    return out
+
+
 def _is_tf_same_crop(size, k, s, crop) -> bool:
     """Does TF's SAME transposed conv to this length start where the ONNX output does?"""
     begin, length = crop

@@ -11,7 +11,8 @@ import numpy as np
 from onnx2tf_alt.tflite.flatbuffer import schema
 from onnx2tf_alt.tflite.flatgraph import FlatGraph, Operator
 
-FUSABLE = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL", "DIV"}
+FUSABLE = {"CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "FULLY_CONNECTED", "ADD", "SUB", "MUL",
+           "DIV"}
 ACTIVATIONS = {"RELU": schema.ActivationFunctionType.RELU,
                "RELU6": schema.ActivationFunctionType.RELU6,
                "RELU_N1_TO_1": schema.ActivationFunctionType.RELU_N1_TO_1}

@@ -345,6 +345,26 @@ def test_prelu_after_a_conv(slope_shape):
     assert count_tflite_ops(both_routes(model, {"x": x}).content).get("PRELU") == 1
 
 
+CONV_TRANSPOSES = [  # (attributes, ONNX weight shape)
+    ({"strides": [2, 2]}, (4, 6, 2, 2)),  # a U-Net's up-sampling
+    ({"strides": [2, 2], "pads": [1, 1, 1, 1]}, (4, 3, 4, 4)),
+    ({"strides": [2, 1], "pads": [1, 1, 1, 1], "dilations": [1, 2]}, (4, 5, 3, 3)),
+    ({"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}, (4, 3, 3, 3)),
+    ({"strides": [3, 2], "pads": [0, 2, 1, 0], "output_padding": [2, 1]}, (4, 2, 2, 3)),
+    ({"strides": [2, 2], "auto_pad": "SAME_UPPER"}, (4, 3, 3, 3)),
+    ({"strides": [2, 2], "output_shape": [11, 12]}, (4, 3, 3, 3)),
+]
+
+
+@pytest.mark.parametrize(("attrs", "w_shape"), CONV_TRANSPOSES,
+                         ids=[str(a) for a, _ in CONV_TRANSPOSES])
+def test_conv_transpose_with_bias(attrs, w_shape):
+    x = rand(2, 4, 5, 6)
+    nodes = [node("ConvTranspose", ["x", "w", "b"], "t", **attrs), node("Relu", ["t"], "y")]
+    model = make_model(nodes, {"x": x}, ["y"], {"w": rand(*w_shape), "b": rand(w_shape[1])})
+    assert count_tflite_ops(both_routes(model, {"x": x}).content).get("TRANSPOSE_CONV") == 1
+
+
 def test_a_constant_infinity_is_kept():
     """TF's converter stores an infinite constant as the largest float (the TF route's
     handler works around it); the direct file holds the infinity itself."""
