@@ -111,13 +111,14 @@ def conv(ctx):
 
 @direct("Conv")
 def conv_direct(ctx):
-    """The 2-D Conv of `conv` with constant weights: one CONV_2D (groups in its filter) or
-    DEPTHWISE_CONV_2D, after a PAD where TF's SAME does not match the pads."""
+    """The 1-D and 2-D Conv of `conv` with constant weights: one CONV_2D (groups in its
+    filter) or DEPTHWISE_CONV_2D, after a PAD where TF's SAME does not match the pads; 1-D
+    as lift_1d lifts it, between RESHAPEs to and from unit height."""
     w, bias = ctx.const(1), ctx.const(2) if ctx.has(2) else None
     if w is None or (ctx.has(2) and bias is None):
         raise NotCovered("run-time weights")
-    if w.ndim != 4:
-        raise NotCovered("1-D and 3-D convolutions")
+    if w.ndim not in (3, 4):
+        raise NotCovered("3-D convolutions")
     w = w.astype(np.float32)
     kernel, groups = list(w.shape[2:]), ctx.attr("group", 1)
     strides, dilations, pads = kernel_attrs(ctx, kernel)
@@ -127,12 +128,34 @@ def conv_direct(ctx):
     x = ctx.x(0)
     if explicit is not None:
         x = direct_writer.pad_spatial(ctx, x, explicit)
-    out_channels = w.shape[0]
-    bias = np.zeros(out_channels, np.float32) if bias is None else bias.astype(np.float32)
+    bias = np.zeros(w.shape[0], np.float32) if bias is None else bias.astype(np.float32)
+    if w.ndim == 4:
+        return _conv2d_direct(ctx, x, w, bias, strides, dilations, padding, groups)
+    if groups > 1 and groups == ctx.shape(0)[1] and kernel[0] > MAX_DEPTHWISE_TAPS:
+        raise NotCovered("a 1-D depthwise convolution in bands of taps")
+    shape, out_shape = ctx.flat.shape(x), ctx.out_phys_shape()
+    lifted = ctx.temp((shape[0], 1, *shape[1:]), "lifted")
+    ctx.reshape(x, (shape[0], 1, *shape[1:]), lifted)
+    y = ctx.temp((out_shape[0], 1, *out_shape[1:]), "conv")
+    _conv2d_direct(ctx, lifted, w[:, :, None], bias, [1, *strides], [1, *dilations], padding,
+                   groups, y)
+    out = ctx.output()
+    ctx.reshape(y, out_shape, out)
+    return out
+
+
+def _conv2d_direct(ctx, x, w, bias, strides, dilations, padding, groups,
+                   lifted_out: int | None = None) -> int:
+    """conv_direct's 2-D convolution of (padded) x into the node's output, or into
+    `lifted_out` for a 1-D one lifted to unit height."""
+    kernel, out_channels = list(w.shape[2:]), w.shape[0]
     common = {"padding": direct_writer.PADDING[padding], "strideH": strides[0],
               "strideW": strides[1], "dilationHFactor": dilations[0],
               "dilationWFactor": dilations[1], "fusedActivationFunction": 0}
-    if groups > 1 and groups == ctx.shape(0)[1]:
+    if groups > 1 and groups == ctx.flat.shape(x)[3]:
+        if lifted_out is not None and kernel[0] == 1:  # as depthwise_conv2d: height 1
+            strides = [strides[1], strides[1]]
+            common["strideH"] = strides[1]
         if max(strides) > 1 and max(dilations) > 1:
             raise NotCovered("a strided, dilated depthwise convolution")
         if strides[0] != strides[1]:
@@ -143,7 +166,7 @@ def conv_direct(ctx):
         if kernel[0] * kernel[1] > MAX_DEPTHWISE_TAPS:
             return _tiled_depthwise_direct(ctx, x, filt, bias, strides, dilations, padding,
                                            common)
-        out = ctx.output()
+        out = ctx.output() if lifted_out is None else lifted_out
         ctx.op("DEPTHWISE_CONV_2D", [x, ctx.weight(filt), ctx.weight(bias, "bias")], out,
                options("DepthwiseConv2DOptions", **common))
         return out
@@ -151,7 +174,7 @@ def conv_direct(ctx):
         raise NotCovered("-dgc: convolutions per group")
     filt = np.transpose(w, [0, 2, 3, 1])  # ONNX (O, I / g, kh, kw) -> TFLite (O, kh, kw, I / g)
     conv_options = options("Conv2DOptions", **common)
-    pieces = _cache_pieces(ctx, w, groups, 2)
+    pieces = 1 if lifted_out is not None else _cache_pieces(ctx, w, groups, 2)
     if pieces > 1:  # as conv: slices of the output channels, concatenated in a tree
         ops = DirectOps(ctx)
         shape = (*ctx.out_phys_shape()[:-1], out_channels // pieces)
@@ -161,7 +184,7 @@ def conv_direct(ctx):
             ctx.op("CONV_2D", [x, ctx.weight(f), ctx.weight(b, "bias")], part, conv_options)
             parts.append(ops.node_value(part))
         return ops.outputs([_channel_concat(parts, ops.concat)])[0]
-    out = ctx.output()
+    out = ctx.output() if lifted_out is None else lifted_out
     ctx.op("CONV_2D", [x, ctx.weight(filt), ctx.weight(bias, "bias")], out, conv_options)
     return out
 

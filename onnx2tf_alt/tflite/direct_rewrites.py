@@ -175,19 +175,27 @@ def _replace(flat: FlatGraph, index: int, values: np.ndarray) -> None:
 
 def fuse_activations(flat: FlatGraph, outputs: list[int]) -> None:
     """An activation op whose input is the one use of a fusable op's output goes into that
-    op's fusedActivationFunction (as TF's converter fuses it)."""
+    op's fusedActivationFunction, through a RESHAPE between them too (a lifted 1-D conv's),
+    as TF's converter fuses it."""
     producers = {o: op for op in flat.operators for o in op.outputs}
     readers = _consumers(flat)
+
+    def only_use(tensor: int) -> Operator | None:
+        source = producers.get(tensor)
+        if source is None or tensor in outputs or len(readers.get(tensor, [])) != 1:
+            return None
+        return source
+
     gone = []
     for op in flat.operators:
         if op.name not in ACTIVATIONS:
             continue
-        source = producers.get(op.inputs[0])
-        if (source is None or source.name not in FUSABLE or op.inputs[0] in outputs
-                or len(readers.get(op.inputs[0], [])) != 1
-                or source.options[1].fusedActivationFunction != 0):
+        source = only_use(op.inputs[0])
+        fused = only_use(source.inputs[0]) if source and source.name == "RESHAPE" else source
+        if (fused is None or fused.name not in FUSABLE
+                or fused.options[1].fusedActivationFunction != 0):
             continue
-        source.options[1].fusedActivationFunction = ACTIVATIONS[op.name]
+        fused.options[1].fusedActivationFunction = ACTIVATIONS[op.name]
         _absorb(flat, source, op)
         producers[op.outputs[0]] = source
         gone.append(op)

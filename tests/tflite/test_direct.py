@@ -365,6 +365,23 @@ def test_conv_transpose_with_bias(attrs, w_shape):
     assert count_tflite_ops(both_routes(model, {"x": x}).content).get("TRANSPOSE_CONV") == 1
 
 
+CONV_1D = [  # (attributes, ONNX weight shape) on x [2, 6, 11]
+    ({"pads": [1, 1]}, (8, 6, 3)),
+    ({"strides": [2], "dilations": [2], "pads": [2, 1]}, (4, 6, 3)),
+    ({"group": 2, "auto_pad": "SAME_UPPER"}, (4, 3, 4)),
+    ({"group": 6, "strides": [2], "pads": [2, 2]}, (12, 1, 5)),  # depthwise, multiplier 2
+    ({"group": 6, "dilations": [3], "pads": [3, 3]}, (6, 1, 3)),
+]
+
+
+@pytest.mark.parametrize(("attrs", "w_shape"), CONV_1D, ids=[str(a) for a, _ in CONV_1D])
+def test_conv_1d(attrs, w_shape):
+    x = rand(2, 6, 11)
+    nodes = [node("Conv", ["x", "w", "b"], "c", **attrs), node("Relu", ["c"], "y")]
+    model = make_model(nodes, {"x": x}, ["y"], {"w": rand(*w_shape), "b": rand(w_shape[0])})
+    both_routes(model, {"x": x})
+
+
 def test_a_constant_infinity_is_kept():
     """TF's converter stores an infinite constant as the largest float (the TF route's
     handler works around it); the direct file holds the infinity itself."""
