@@ -403,8 +403,9 @@ def _direct_tflite_files(converted: Converted, folder: str, stem: str) -> list[s
     model = unpack_model(content)
     with phase("delegate report"):
         report = write_delegate_report(converted, folder, stem, model)
-    with phase("tflite float16"):
-        _write_bytes(os.path.join(folder, names[1]), float16_from_float32(content, model))
+    with phase("tflite float16"):  # no float32 weights: the float32 file is the float16 one
+        half = float16_from_float32(content, model) or content
+        _write_bytes(os.path.join(folder, names[1]), half)
     return [*names, report]
 
 

@@ -469,6 +469,28 @@ def test_cli_run_imports_no_tensorflow_and_matches_the_tf_route(tmp_path):
         assert_close(runs[0], runs[1], tol, suffix)
 
 
+@pytest.mark.parametrize("flags", [["-dms"], []], ids=["dms", "default"])
+def test_cli_a_model_without_weights(tmp_path, flags):
+    """No float32 weights to halve: the float16 file is the float32 one."""
+    import onnx
+
+    a, b = rand(1, 6), rand(3, 1)
+    model = make_model([node("Add", ["a", "b"], "y")], {"a": a, "b": b}, ["y"])
+    path = tmp_path / "add.onnx"
+    onnx.save(model, path)
+    code, out = run_cli("-i", path, "-o", tmp_path / "out", *flags, "-n")
+    assert code == 0, out
+    files = [(tmp_path / "out" / f"add_{s}.tflite").read_bytes() for s in ("float32", "float16")]
+    assert files[0] == files[1]
+    expected = ort_run(model, {"a": a, "b": b})[0]
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt.tflite.run import run_signature
+
+    got = run_signature(Interpreter(model_content=files[1]), {"a": a, "b": b})["y"]
+    assert_close(got, expected, 1e-6, "float16 file")
+
+
 def test_cli_direct_with_onnx_names(tmp_path):
     code, out = run_cli("-i", MOBILENET, "-o", tmp_path, "-dms", "-coion", "--tflite_writer",
                         "direct", "-n")
