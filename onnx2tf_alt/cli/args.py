@@ -52,7 +52,8 @@ def _file_flags(p: argparse.ArgumentParser) -> None:
         "--tflite_writer", choices=("auto", "tf", "direct"), default="auto",
         help="what writes the float32 and float16 .tflite (without quantized, int4, micro or "
         "checked files): auto (default) our own writer when it covers every node (with -dms "
-        "and no -oh5/-okv3, without TensorFlow), else TF's converter; tf always TF's; direct "
+        "and no -oh5/-okv3, without TensorFlow; beside a saved_model, up to 256 MB of "
+        "weights), else TF's converter; tf always TF's; direct "
         "ours, for -dms runs only, or exit 1 naming the node it does not cover "
         "(docs/direct_writer.md)")
     p.add_argument(
