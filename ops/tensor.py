@@ -145,6 +145,18 @@ def _int32(value):
     return tf.cast(tf.clip_by_value(value, -INT32_MAX, INT32_MAX), tf.int32)
 
 
+def _steps_and_masks(ctx, axes, steps) -> tuple[list[int], int, int]:
+    """Strides over input 0's physical axes, and begin / end masks with the bits of the
+    sliced axes cleared (the others are taken whole)."""
+    rank = ctx.rank(0)
+    strides, begin_mask = [1] * rank, (1 << rank) - 1
+    for axis, step in zip(axes, steps):
+        p = ctx.axis(axis)
+        strides[p] = step
+        begin_mask &= ~(1 << p)
+    return strides, begin_mask, begin_mask
+
+
 def _slice(ctx, starts, ends, axes, steps):
     """Input 0 sliced on logical `axes`; starts/ends hold ints or run-time scalars.
 
@@ -155,13 +167,10 @@ def _slice(ctx, starts, ends, axes, steps):
     x, rank = ctx.x(0), ctx.rank(0)
     axes = range(len(starts)) if axes is None else [int(a) % rank for a in axes]
     steps = [1] * len(starts) if steps is None else [int(s) for s in steps]
-    begin, end, strides = [0] * rank, [0] * rank, [1] * rank
-    begin_mask = end_mask = (1 << rank) - 1
+    begin, end = [0] * rank, [0] * rank
+    strides, begin_mask, end_mask = _steps_and_masks(ctx, axes, steps)
     for start, stop, axis, step in zip(starts, ends, axes, steps):
         p, dim = ctx.axis(axis), ctx.shape(0)[axis]
-        strides[p] = step
-        begin_mask &= ~(1 << p)
-        end_mask &= ~(1 << p)
         static = isinstance(start, int) and isinstance(stop, int)
         if static and dim is not None:
             start, stop = _clamp(start, dim, step, False), _clamp(stop, dim, step, True)
@@ -285,14 +294,10 @@ def slice_direct(ctx):
 
 def _strided_slice_direct(ctx, starts, ends, axes, steps):
     """_slice's static case with steps: phase_slice's SLICEs and RESHAPEs."""
-    rank = ctx.rank(0)
-    begin, end, strides = [0] * rank, [0] * rank, [1] * rank
-    begin_mask = end_mask = (1 << rank) - 1
+    begin, end = [0] * ctx.rank(0), [0] * ctx.rank(0)
+    strides, begin_mask, end_mask = _steps_and_masks(ctx, axes, steps)
     for start, stop, axis, step in zip(starts, ends, axes, steps):
         p, dim = ctx.axis(axis), ctx.shape(0)[axis]
-        strides[p] = step
-        begin_mask &= ~(1 << p)
-        end_mask &= ~(1 << p)
         begin[p], end[p] = _clamp(start, dim, step, False), _clamp(stop, dim, step, True)
         if end[p] == -1:
             end_mask |= 1 << p  # through the first element, stepping backwards
@@ -539,6 +544,8 @@ def pad_direct(ctx):
     shape = ctx.phys_shape(0)
     if any(b < 0 or e < 0 for b, e in phys):
         raise NotCovered("negative pads (a crop)")
+    if not any(b or e for b, e in phys):
+        return ctx.x(0)  # padding by nothing: TF's converter drops the PAD
     if len(shape) > 1 and shape[-1] == 1 and not any(phys[-1]):
         raise NotCovered("a pad around a trailing unit axis (written with RESHAPEs)")
     out, paddings = ctx.output(), ctx.ints(np.array(phys, np.int32), "paddings")

@@ -1,5 +1,6 @@
 """What TF's converter does to a graph like the direct writer's, done on its FlatGraph after
-the last node: ops whose results nothing reads dropped, per-channel MUL / ADD folded into the filter and bias of the CONV_2D,
+the last node: ops whose results nothing reads dropped, an op computing what another
+computes merged into it, per-channel MUL / ADD folded into the filter and bias of the CONV_2D,
 DEPTHWISE_CONV_2D or FULLY_CONNECTED before them (or of the FULLY_CONNECTED ops after them),
 RELU / RELU6 / RELU_N1_TO_1 fused into the op before, a RESHAPE of a RESHAPE merged, one to
 its input's own shape or flattening into a FULLY_CONNECTED dropped."""
@@ -21,12 +22,62 @@ ACTIVATIONS = {"RELU": schema.ActivationFunctionType.RELU,
 def rewrite(flat: FlatGraph, outputs: list[int]) -> None:
     """All of the module's rewrites, in order; `outputs` (the graph's) are kept."""
     drop_unread(flat, outputs)
+    merge_duplicates(flat, outputs)
     fold_affine(flat, outputs)
     while fold_into_dense(flat, outputs):
         pass
     fuse_activations(flat, outputs)
     merge_reshapes(flat, outputs)
     flatten_into_dense(flat, outputs)
+
+
+SMALL_CONSTANT = 1024  # bytes up to which constant inputs are compared by value
+
+
+def merge_duplicates(flat: FlatGraph, outputs: list[int]) -> None:
+    """An op that computes what an earlier one computes (same builtin, options and inputs,
+    small constants compared by value: the shape of a RESHAPE each node writes itself) is
+    dropped, its readers reading the earlier one's results, as TF's converter merges them
+    (Swin's patch merging reshapes one value for four slices)."""
+    seen: dict[tuple, Operator] = {}
+    same: dict[int, int] = {}
+    kept = []
+    for op in flat.operators:
+        op.inputs = [same.get(i, i) for i in op.inputs]
+        key = (op.name, tuple(_input_key(flat, i) for i in op.inputs), _options_key(op.options),
+               tuple(flat.shape(o) for o in op.outputs))
+        first = seen.get(key)
+        if first is not None and not set(op.outputs) & set(outputs):
+            same.update(zip(op.outputs, first.outputs))
+            continue
+        seen.setdefault(key, op)
+        kept.append(op)
+    flat.operators = kept
+
+
+def _input_key(flat: FlatGraph, index: int):
+    if index < 0:
+        return index
+    tensor = flat.tensors[index]
+    data = flat.buffers[tensor.buffer].data
+    if data is None or not len(data) or len(data) > SMALL_CONSTANT:
+        return index
+    return tensor.type, tuple(tensor.shape), bytes(data)
+
+
+def _options_key(opts):
+    if opts is None:
+        return None
+    kind, table = opts
+    return kind, tuple(sorted((k, _hashable(v)) for k, v in vars(table).items()))
+
+
+def _hashable(value):
+    if isinstance(value, np.ndarray):
+        return tuple(value.tolist())
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value
 
 
 def _consumers(flat: FlatGraph) -> dict[int, list[Operator]]:

@@ -97,6 +97,16 @@ def test_pad(value):
     both_routes(model, {"x": x})
 
 
+def test_a_pad_by_nothing_is_no_op():
+    """Swin's window padding where the sizes are multiples of the window: zero pads."""
+    x = rand(2, 3, 5, 6)
+    nodes = [node("Conv", ["x", "w"], "c"), node("Pad", ["c", "pads"], "p"),
+             node("Relu", ["p"], "y")]
+    model = make_model(nodes, {"x": x}, ["y"], {"pads": np.zeros(8, np.int64),
+                                                "w": rand(4, 3, 1, 1)})
+    assert "PAD" not in count_tflite_ops(both_routes(model, {"x": x}).content)
+
+
 def test_tiled_depthwise_without_bias():
     x = rand(2, 6, 11, 9)
     model = make_model([node("Conv", ["x", "w"], "y", group=6, pads=[2, 3, 2, 3])], {"x": x},
@@ -380,6 +390,19 @@ def test_conv_1d(attrs, w_shape):
     nodes = [node("Conv", ["x", "w", "b"], "c", **attrs), node("Relu", ["c"], "y")]
     model = make_model(nodes, {"x": x}, ["y"], {"w": rand(*w_shape), "b": rand(w_shape[0])})
     both_routes(model, {"x": x})
+
+
+def test_the_same_computation_twice_is_written_once():
+    """Two nodes computing the same (a square root as Sqrt and as Pow 0.5; two reshapes of
+    one value to one shape): one op each, as TF's converter merges them."""
+    x = rand(2, 3, 4, 5)
+    inits = {"half": np.array(0.5, np.float32), "shape": np.array([2, 12, 5], np.int64)}
+    nodes = [node("Abs", ["x"], "a"), node("Sqrt", ["a"], "s"), node("Pow", ["a", "half"], "p"),
+             node("Reshape", ["s", "shape"], "r1"), node("Reshape", ["s", "shape"], "r2"),
+             node("Add", ["r1", "r2"], "y"), node("Mul", ["s", "p"], "z")]
+    model = make_model(nodes, {"x": x}, ["y", "z"], inits)
+    ops = count_tflite_ops(both_routes(model, {"x": x}).content)
+    assert ops["SQRT"] == 1 and ops.get("RESHAPE", 0) <= 1, ops
 
 
 def test_a_constant_infinity_is_kept():
