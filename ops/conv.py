@@ -353,9 +353,9 @@ def conv_transpose_direct(ctx):
                    strideH=strides[0], strideW=strides[1], fusedActivationFunction=0))
     if same:
         return out
-    pads = [(0, max(b + m - t, 0)) for (b, m), t in zip(crop, lengths)]
+    pads, sliced = _crop_plan(crop, lengths)
     y = direct_writer.pad_spatial(ctx, full, pads) if any(e for _, e in pads) else full
-    if any(b != 0 or m != t for (b, m), t in zip(crop, lengths)):
+    if sliced:
         cropped = ctx.temp((batch, *(m for _, m in crop), out_channels), "crop")
         ctx.op("SLICE", [y, ctx.ints([0, *(b for b, _ in crop), 0], "begin"),
                          ctx.ints([batch, *(m for _, m in crop), out_channels], "size")], cropped)
@@ -384,10 +384,18 @@ def _valid_lengths(sizes, kernel, strides, crop) -> list[int]:
 
 def _crop(y, crop, lengths):
     """The ONNX output (begin, length per axis) out of a TF output of spatial `lengths`."""
-    y = pad_spatial(y, [(0, max(b + m - t, 0)) for (b, m), t in zip(crop, lengths)])
-    if all(b == 0 and m == t for (b, m), t in zip(crop, lengths)):
+    pads, sliced = _crop_plan(crop, lengths)
+    y = pad_spatial(y, pads)
+    if not sliced:
         return y
     return tf.slice(y, [0, *(b for b, _ in crop), 0], [-1, *(m for _, m in crop), -1])
+
+
+def _crop_plan(crop, lengths) -> tuple[list, bool]:
+    """_crop's zeros after each spatial axis (where the ONNX output reaches past the TF
+    one), and whether a SLICE then takes the ONNX output out."""
+    pads = [(0, max(b + m - t, 0)) for (b, m), t in zip(crop, lengths)]
+    return pads, any(b != 0 or m != t for (b, m), t in zip(crop, lengths))
 
 
 # --- CausalConvWithState -----------------------------------------------------------------

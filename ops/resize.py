@@ -232,26 +232,36 @@ def resize(ctx):
         return runtime_resize(ctx, at)
     x = ctx.x(0)
     resized = _resized_axes(target)
-    if all(n == d and n is not None for n, d in zip(target.sizes, shape)) or not resized:
+    if _unchanged(target, shape, resized):
         return x  # onnxruntime copies the input when no dimension changes
     if at.mode != "nearest" and ctx.dtype(0).kind != "f":
         raise NotImplementedError(f"Resize mode {at.mode!r} on {ctx.dtype(0)} data")
     if any(shape[a] is None for a in resized):
         return _dynamic_resize(ctx, at, target, x, resized)
-    rank = len(shape)
-    samplings = {
-        a: onnx_sampling(
-            at, shape[a], target.sizes[a], target.scales[a], target.roi[a], target.roi[rank + a]
-        )
-        for a in resized
-    }
+    samplings = _samplings(at, target, shape, resized)
     if _channel_last_spatial(ctx, resized) and x.dtype == tf.float32 and None not in shape[2:]:
-        spatial = [samplings.get(a) or Sampling.identity(shape[a]) for a in range(2, rank)]
-        outs = target.sizes[2:]
-        kernel = tf_kernel_for(spatial, outs)
+        kernel = _tf_kernel(samplings, target, shape)
         if kernel is not None:
-            return _tf_resize(x, kernel, outs, rank)
+            return _tf_resize(x, kernel, target.sizes[2:], len(shape))
     return _gather_resize(ctx, x, samplings, at.extrapolation)
+
+
+def _unchanged(target: Target, shape, resized: list[int]) -> bool:
+    return all(n == d and n is not None for n, d in zip(target.sizes, shape)) or not resized
+
+
+def _samplings(at: ResizeAttrs, target: Target, shape, resized: list[int]) -> dict:
+    """Where each output position of each resized axis samples the input (static dims)."""
+    rank = len(shape)
+    return {a: onnx_sampling(at, shape[a], target.sizes[a], target.scales[a], target.roi[a],
+                             target.roi[rank + a])
+            for a in resized}
+
+
+def _tf_kernel(samplings: dict, target: Target, shape):
+    """The TF kernel that samples the spatial axes as `samplings` do, or None."""
+    spatial = [samplings.get(a) or Sampling.identity(shape[a]) for a in range(2, len(shape))]
+    return tf_kernel_for(spatial, target.sizes[2:])
 
 
 _KERNEL_BUILTINS = {"nearest": ("RESIZE_NEAREST_NEIGHBOR", "ResizeNearestNeighborOptions"),
@@ -270,15 +280,12 @@ def resize_direct(ctx):
     except NotImplementedError as e:  # RuntimeParameters included
         raise NotCovered(str(e)) from None
     resized = _resized_axes(target)
-    if all(n == d and n is not None for n, d in zip(target.sizes, shape)) or not resized:
+    if _unchanged(target, shape, resized):
         return ctx.x(0)
     if (len(shape) != 4 or None in shape[1:] or ctx.dtype(0) != np.float32
             or not _channel_last_spatial(ctx, resized)):
         raise NotCovered("a resize other than of spatial axes of known 4-D float32 values")
-    spatial = [onnx_sampling(at, shape[a], target.sizes[a], target.scales[a], target.roi[a],
-                             target.roi[4 + a]) if a in resized else Sampling.identity(shape[a])
-               for a in (2, 3)]
-    kernel = tf_kernel_for(spatial, target.sizes[2:])
+    kernel = _tf_kernel(_samplings(at, target, shape, resized), target, shape)
     if kernel is None:
         raise NotCovered("a resize TF's kernels do not sample alike (gathered taps)")
     name, align, half = kernel

@@ -78,8 +78,8 @@ def concat_direct(ctx):
 
 # --- Split -------------------------------------------------------------------------------
 def _split_sizes(ctx, axis: int):
-    """Chunk sizes (list or run-time tensor) or a chunk count (int, equal chunks) along the
-    logical split axis."""
+    """Chunk sizes (list), a chunk count (int, equal chunks) along the logical split axis,
+    or None for sizes known only at run time (input 1, as it is)."""
     sizes = ctx.attr("split")
     if sizes is None and ctx.has(1):
         sizes = ctx.const(1)
@@ -95,12 +95,12 @@ def _split_sizes(ctx, axis: int):
     return [chunk] * (count - 1) + [dim - chunk * (count - 1)]
 
 
-def _runtime_split_sizes(ctx, axis: int):
-    """Sizes given at run time: the inferred output dims when all are known, else the tensor."""
+def _runtime_split_sizes(ctx, axis: int) -> list[int] | None:
+    """Sizes given at run time: the inferred output dims when all are known, else None."""
     outs = [ctx.out_shape(j) for j in range(len(ctx.node.outputs))]
     if all(s is not None and s[axis] is not None for s in outs):
         return [int(s[axis]) for s in outs]
-    return tf.cast(tf.reshape(ctx.x(1), [-1]), tf.int32)
+    return None
 
 
 @handler("Split", layout=same_as_input(0),
@@ -112,6 +112,8 @@ def split(ctx):
     sizes = _split_sizes(ctx, axis)
     if isinstance(sizes, list):
         return delegated_split(ctx.x(0), sizes, ctx.axis(axis))
+    if sizes is None:
+        sizes = tf.cast(tf.reshape(ctx.x(1), [-1]), tf.int32)
     return tf.split(ctx.x(0), sizes, num=len(ctx.node.outputs), axis=ctx.axis(axis))
 
 
@@ -119,12 +121,9 @@ def split(ctx):
 def split_direct(ctx):
     """split's cases with sizes known when converting, through the same delegated_split."""
     axis = ctx.attr("axis", 0) % ctx.rank(0)
-    if ctx.has(1) and ctx.const(1) is None and any(
-            s is None or s[axis] is None for s in map(ctx.out_shape, range(len(ctx.node.outputs)))):
-        raise NotCovered("split sizes known at run time only")
     sizes = _split_sizes(ctx, axis)
     if not isinstance(sizes, list):
-        raise NotCovered("a split of a dim known at run time only")
+        raise NotCovered("split sizes, or the split dim, known at run time only")
     ops = DirectOps(ctx)
     return ops.outputs(ops.delegated_split(ops.node_input(0), sizes, ctx.axis(axis)))
 
