@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from onnx2tf_alt import supervision
+
 LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -28,11 +30,19 @@ LEVELS = {
 def quiet_native_stderr() -> None:
     """Send native (C++) stderr to an anonymous temporary file; Python's stderr stays where
     it was. The file has no name (it is unlinked at once), so nothing is left behind; with
-    `-v debug` the CLI does not call this and native messages reach the terminal."""
+    `-v debug` the CLI does not call this and native messages reach the terminal. In a
+    supervised run the file is the supervisor's (in the run's temporary folder), which
+    quotes its last lines in the report of a crash."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     sys.stderr.flush()
     terminal = os.dup(2)
     sys.stderr = os.fdopen(terminal, "w", buffering=1)
+    path = supervision.native_log()
+    if path is not None:
+        sink = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(sink, 2)
+        os.close(sink)
+        return
     with tempfile.TemporaryFile(prefix="onnx2tf_alt_native_") as sink:
         os.dup2(sink.fileno(), 2)
 
@@ -61,7 +71,16 @@ def phase(name: str) -> Iterator[None]:
     """At `-v debug`, log how long the block took and the process's memory in it:
     `phase NAME: 1.23 s, peak 789 MB, after 456 MB` (resident set size, sampled every 20 ms
     while the block runs; benchmarks/convert_phases.py reads these lines). Costs nothing
-    at other levels."""
+    at other levels. A supervised run tells its supervisor which phase it is in
+    (onnx2tf_alt/supervision.py), for the report of a crash."""
+    supervision.report(f"phase {name}")
+    try:
+        yield from _timed(name)
+    finally:
+        supervision.report(f"end {name}")
+
+
+def _timed(name: str) -> Iterator[None]:
     log = logging.getLogger("onnx2tf_alt")
     if not log.isEnabledFor(logging.DEBUG) or _rss_bytes() is None:
         yield

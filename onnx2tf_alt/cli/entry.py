@@ -64,7 +64,7 @@ def run_and_exit() -> None:
     try:
         from onnx2tf_alt.cli.main import main
 
-        code = main()
+        code = main(supervise=True)
     except KeyboardInterrupt:
         print("interrupted (SIGINT) before the conversion began; nothing was written",
               file=sys.stderr)

@@ -16,7 +16,9 @@ from onnx2tf_alt.cli.args import parser
 from onnx2tf_alt.cli.compat_flags import NOTES_DEST
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, supervise: bool = False) -> int:
+    """The CLI. `supervise` (the console entry): convert in a forked child watched by this
+    process (cli/supervisor.py), so that a native crash or a stuck stop is cleaned up."""
     command = ["onnx2tf-alt", *(sys.argv[1:] if argv is None else argv)]
     if command[1:2] == ["batch"]:  # `onnx2tf-alt batch ...`: many models, see batching/
         from onnx2tf_alt.batching.cli import main as batch_main
@@ -28,9 +30,24 @@ def main(argv: list[str] | None = None) -> int:
     for line in vars(args).pop(NOTES_DEST):
         if not args.non_verbose:
             print(line, file=sys.stderr)
-    previous = interrupts.install()  # also where SIGINT was ignored when the process started
+    from onnx2tf_alt.cli import supervisor
+
+    if not supervise or not args.input_onnx_file_path or not supervisor.available():
+        return _convert(args, command)
+    from onnx2tf_alt.pipeline import stem_of
+
+    with private_temp_folder() as temp:
+        return supervisor.run_supervised(
+            lambda: _convert(args, command, supervised=True), args.output_folder_path,
+            stem_of(args.input_onnx_file_path), args.input_onnx_file_path, command, temp)
+
+
+def _convert(args: argparse.Namespace, command: list[str], supervised: bool = False) -> int:
+    """The conversion with the CLI's signal handling, in this process; a supervised child
+    uses its supervisor's temporary folder."""
+    previous = interrupts.install(supervised)  # also where SIGINT was ignored at start
     try:
-        with private_temp_folder():
+        with contextlib.nullcontext() if supervised else private_temp_folder():
             code = _run(args, command)
             interrupts.checkpoint()  # a signal held back during the final publication
             return code

@@ -25,9 +25,11 @@ def planned_outputs(
     check: bool = False,
     micro: bool = False,
     int4: bool = False,
+    saved_model: bool = True,
 ) -> list[str]:
     """Every entry of the output folder the options may write (folders end in '/')."""
-    names = [*SAVED_MODEL_ENTRIES, f"{stem}_io_layout.json", f"{stem}_manifest.json"]
+    names = [*(SAVED_MODEL_ENTRIES if saved_model else ()), f"{stem}_io_layout.json",
+             f"{stem}_manifest.json"]
     if output_tflite:
         names += [f"{stem}_float32.tflite", f"{stem}_float16.tflite", f"{stem}_delegates.json"]
     if output_h5:
@@ -46,3 +48,4 @@ def planned_outputs(
     if check:
         names += [f"{stem}_accuracy_report.json", f"{stem}_accuracy_report.html"]
     return names
+

@@ -189,16 +189,15 @@ class DirectWriter:
         writer = find_direct(node.op_type, node.domain, opset)
         where = f"node '{node.name}' ({node.op_type})"
         if writer is None:
-            raise NotCovered(f"{where}: no direct writer")
-        for name in (*[n for n in node.inputs if n], *[n for n in node.outputs if n]):
-            if name not in self.graph.constants:
-                self._check_dtype(name, self.graph.dtypes.get(name, np.float32))
+            raise NotCovered(f"{where}: no direct writer", node)
         out_perms = [self.plan.perms.get(o, ()) for o in node.outputs]
-        ctx = DirectContext(self, node, wanted, out_perms, opset)
         try:
-            result = writer(ctx)
+            for name in (*[n for n in node.inputs if n], *[n for n in node.outputs if n]):
+                if name not in self.graph.constants:
+                    self._check_dtype(name, self.graph.dtypes.get(name, np.float32))
+            result = writer(DirectContext(self, node, wanted, out_perms, opset))
         except NotCovered as reason:
-            raise NotCovered(f"{where}: {reason}") from None
+            raise NotCovered(f"{where}: {reason}", node) from None
         results = list(result) if isinstance(result, (list, tuple)) else [result]
         for name, perm, index in zip(node.outputs, out_perms, results):
             if name:

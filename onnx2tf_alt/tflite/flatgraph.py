@@ -16,7 +16,12 @@ _TYPES = {np.dtype(np.float32): schema.TensorType.FLOAT32,
 
 
 class NotCovered(Exception):
-    """A node the direct writer does not write: the model goes through TF's converter."""
+    """A node the direct writer does not write: the model goes through TF's converter.
+    `node` is that node, where one is to blame (the failure report's repro)."""
+
+    def __init__(self, reason: str, node=None):
+        super().__init__(reason)
+        self.node = node
 
 
 def options(kind: str, **fields):

@@ -73,13 +73,26 @@ def test_stale_files_of_the_previous_conversion_are_replaced_foreign_ones_kept(w
     assert all(len(e["sha256"]) == 64 for e in manifest["files"].values())
 
 
-def test_a_different_model_into_the_same_folder_replaces_the_whole_previous_set(work):
+def test_a_different_model_into_the_same_folder_keeps_the_first_models_files(work):
     out = work.root / "out"
     other = work.root / "other.onnx"
     other.write_bytes(work.source.read_bytes())
     work("-i", work.source, "-o", out, "-oh5", expect=0)
-    work("-i", other, "-o", out, input_path=other, expect=0)
-    assert not any(name.startswith(STEM) for name in tree(out)), sorted(tree(out))
+    first = tree(out)
+    # both would write a saved_model: refused before converting, with the ways out
+    work("-i", other, "-o", out, input_path=other, expect=2,
+         phrases=["already holds the saved_model of another model's conversion",
+                  f"{STEM}_manifest.json", "-dms"])
+    assert tree(out) == first
+    work("-i", other, "-o", out, "-dms", input_path=other, expect=0)
+    after = tree(out)
+    assert {k: v for k, v in after.items() if k in first} == first
+    assert set(after) - set(first) == manifest_files(out, "other")
+    # converting the first model again replaces its own files only (its .h5 goes)
+    work("-i", work.source, "-o", out, expect=0)
+    assert f"{STEM}.h5" not in tree(out)
+    assert {k: v for k, v in tree(out).items() if k.startswith("other_")} == {
+        k: v for k, v in after.items() if k.startswith("other_")}
 
 
 @pytest.mark.parametrize("foreign", ["saved_model.pb", "variables/variables.index",
@@ -126,17 +139,17 @@ def test_input_beside_the_outputs_is_fine(work):
 
 def test_the_input_inside_a_previous_failure_report_is_protected(work):
     out = work.root / "out"
-    custom = _custom_op_model()
-    bad = work.root / "custom.onnx"
-    onnx.save(custom, bad)
+    bad = work.root / "fancy.onnx"  # its failing node is also called 'fancy'
+    onnx.save(_custom_op_model(), bad)
     work("-i", bad, "-o", out, input_path=bad, expect=1, phrases=["FancyOp"])
-    repro = out / "reports" / "fancy.onnx"
-    assert repro.is_file() and (out / "reports" / "conversion_errors.json").is_file()
+    repro = out / "reports" / "fancy" / "fancy.onnx"
+    assert repro.is_file() and (out / "reports" / "fancy" / "conversion_errors.json").is_file()
+    # the repro is a model named 'fancy': its run would replace the report it lies in
     work("-i", repro, "-o", out, input_path=repro, expect=2,
          phrases=["lies at or inside an output path"])
 
 
-def test_failure_reports_replace_each_other_and_go_with_success(work):
+def test_failure_reports_are_per_model_and_go_with_its_success(work):
     out = work.root / "out"
     bad = work.root / "cnn_bad.onnx"
     onnx.save(_custom_op_model(), bad)
@@ -144,9 +157,20 @@ def test_failure_reports_replace_each_other_and_go_with_success(work):
     model = tree(out)
     work("-i", bad, "-o", out, input_path=bad, expect=1)
     assert {k: v for k, v in tree(out).items() if not k.startswith("reports/")} == model
-    assert {"reports/conversion_errors.json", "reports/manifest.json"} <= set(tree(out))
+    assert {"reports/cnn_bad/conversion_errors.json", "reports/cnn_bad/manifest.json"} <= set(
+        tree(out))
+    other = work.root / "other_bad.onnx"
+    onnx.save(_custom_op_model(), other)
+    work("-i", other, "-o", out, input_path=other, expect=1)
+    reports = {k for k in tree(out) if k.startswith("reports/")}
+    assert {"reports/cnn_bad/manifest.json", "reports/other_bad/manifest.json"} <= reports
+    # a success of another model leaves this one's report; its own success removes it
     work("-i", work.source, "-o", out, expect=0)
-    assert not (out / "reports").exists()
+    assert {k for k in tree(out) if k.startswith("reports/")} == reports
+    onnx.save(onnx.load(work.source), bad)
+    work("-i", bad, "-o", out, "-dms", input_path=bad, expect=0)
+    assert not (out / "reports" / "cnn_bad").exists()
+    assert (out / "reports" / "other_bad" / "manifest.json").is_file()
 
 
 def test_output_path_is_a_file(work):
