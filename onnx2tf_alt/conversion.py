@@ -17,9 +17,9 @@ import onnx
 from calibration.samples import parse_custom_data
 from onnx2tf_alt import startup
 from onnx2tf_alt.check.inputs import first_sample, load_custom_inputs
-from onnx2tf_alt.check.repro import REPORTS_FOLDER, write_failure_reports
+from onnx2tf_alt.check.repro import write_failure_reports
 from onnx2tf_alt.errors import ConversionError, InputError
-from onnx2tf_alt.export.manifest import Manifest
+from onnx2tf_alt.export.manifest import Manifest, reports_folder
 from onnx2tf_alt.export.names import planned_outputs
 from onnx2tf_alt.export.publish import OutputFolder
 from onnx2tf_alt.interrupts import checkpoint
@@ -34,6 +34,7 @@ from onnx2tf_alt.pipeline import (
     stem_of,
     translate,
 )
+from onnx2tf_alt.translate.failures import failure_for
 from onnx2tf_alt.translate.options import ConversionOptions, pseudo_operators
 from onnx2tf_alt.translate.recursion import deep_graphs
 
@@ -200,14 +201,14 @@ def convert(
         from onnx2tf_alt.generative.signatures import sources_of
 
         sources += sources_of(signature_specs)
-    folder = OutputFolder(output_folder_path, protected=sources)
+    folder = OutputFolder(output_folder_path, stem, protected=sources)
     folder.check_usable()
     int4 = output_int4_weight_quantized_tflite
     if int4 and not output_tflite:
         raise InputError("-oi4 makes its file from the float32 .tflite: it needs output_tflite.")
     folder.check_claims(planned_outputs(
         stem, output_h5, output_keras_v3, output_tflite, dynamic_range,
-        output_integer_quantized_tflite, check, micro, int4,
+        output_integer_quantized_tflite, check, micro, int4, saved_model=not disable_model_save,
     ))
     command = list(command_line) if command_line is not None else ["onnx2tf_alt.convert", call]
     custom_data = parse_custom_data(custom_input_op_name_np_data_path)
@@ -269,8 +270,8 @@ def convert(
             else:
                 converted = build(loaded, overwrite_input_shape)
         except ConversionError as error:
-            report_failures(error, folder, Manifest.for_failure_report(sources, command),
-                            custom_inputs)
+            report_failures(error, folder,
+                            Manifest.for_failure_report(stem, sources, command), custom_inputs)
             raise
         if signature_specs:
             from onnx2tf_alt.generative.signatures import write_signature_files
@@ -370,8 +371,12 @@ def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
         result = write_direct(planned.graph, planned.plan, planned.options)
     if not isinstance(result, DirectResult):
         if tflite_writer == "direct":
-            raise ConversionError([], headline=f"--tflite_writer direct: {result}; use "
-                                  "--tflite_writer auto (TF's converter) for this model.")
+            error = ConversionError(
+                [failure_for(result.node, planned.graph, str(result))] if result.node else [],
+                headline=f"--tflite_writer direct: {result}; use --tflite_writer auto (TF's "
+                "converter) for this model.")
+            error.prepared_model = planned.model  # replayed by the failure report
+            raise error
         log.info("direct TFLite writer: %s: converting with TF", result)
         return None
     converted = Converted(result=result, graph=planned.graph, plan=planned.plan,
@@ -672,10 +677,11 @@ def report_failures(
     model = getattr(exc, "prepared_model", None)
     if model is None or not exc.failures:
         return None
-    folder = os.path.join(output.path, REPORTS_FOLDER)
+    reports = reports_folder(output.stem)
+    folder = os.path.join(output.path, reports)
     try:
         with output.staging() as stage:
-            write_failure_reports(model, exc.failures, os.path.join(stage, REPORTS_FOLDER),
+            write_failure_reports(model, exc.failures, os.path.join(stage, reports),
                                   custom_inputs)
             output.publish(stage, manifest, reports_only=True)
     except (OSError, InputError) as err:
