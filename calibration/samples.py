@@ -11,14 +11,21 @@ from __future__ import annotations
 
 import ast
 import math
-import os
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 
+from onnx2tf_alt.check.inputs import (
+    cast_custom,
+    describe_not_finite,
+    make_inputs,
+    read_custom_array,
+)
 from onnx2tf_alt.errors import InputError
-from onnx2tf_alt.ir.graph import Graph
+from onnx2tf_alt.ir.graph import Graph, graph_from_model
+from onnx2tf_alt.passes.prepare import parse_shape_overrides, set_input_shapes
 
 HELD_OUT_FRACTION = 0.2
 MAX_HELD_OUT = 20  # held-out samples measured per quantized file
@@ -56,7 +63,8 @@ def _parse_values(text: str, what: str) -> np.ndarray:
     text = re.sub(r"(?<=[\d.])\s+(?=[-+\d.])", ",", text.strip())
     try:
         value = ast.literal_eval(text if text.startswith("[") else f"[{text}]")
-        return np.asarray(value, np.float32).reshape(-1)
+        with np.errstate(over="ignore"):  # 1e39 becomes inf, refused by the caller
+            return np.asarray(value, np.float32).reshape(-1)
     except (ValueError, SyntaxError, TypeError):
         raise InputError(
             f"-cind {what} '{text}' is not a number or a list of numbers, e.g. 0.5 or "
@@ -79,24 +87,82 @@ def _rejoin_lists(entry: list[str]) -> list[str]:
 
 
 def parse_custom_data(entries: list[list[str]] | None) -> dict[str, CustomData]:
-    """-cind entries (NAME FILE.npy [MEAN STD]) -> {name: CustomData}; files are read now,
-    so a bad path fails before the conversion starts."""
+    """-cind entries (NAME FILE.npy [MEAN STD]) -> {name: CustomData}; files are read and
+    checked now (read_custom_array; MEAN finite, STD finite and non-zero), so bad data fails
+    before the conversion starts. check_against_inputs checks them against the model."""
     parsed = {}
     for entry in (_rejoin_lists(list(e)) for e in entries or []):
         if len(entry) not in (2, 4):
             raise InputError(f"-cind takes NAME FILE.npy [MEAN STD], got {list(entry)}.")
         name, path = entry[:2]
-        if not os.path.isfile(path):
-            raise InputError(f"-cind file '{path}' for input '{name}' does not exist.")
-        try:
-            array = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise InputError(f"-cind file '{path}' is not a .npy array ({exc}).") from exc
+        array = read_custom_array(name, path)
         mean = std = None
         if len(entry) == 4:
             mean, std = _parse_values(entry[2], "MEAN"), _parse_values(entry[3], "STD")
         parsed[name] = CustomData(name, path, array, mean, std)
+        if mean is not None:
+            _check_normalization(parsed[name])
     return parsed
+
+
+def _check_normalization(data: CustomData) -> None:
+    where, mean, std = _where(data), data.mean, data.std
+    if not np.isfinite(mean).all():
+        raise InputError(f"{where}: MEAN {_listed(mean)} is not finite; give finite numbers.")
+    if not np.isfinite(std).all() or not std.all():
+        raise InputError(
+            f"{where}: STD {_listed(std)} must be non-zero and finite, as the data is divided "
+            "by it (did you mean 1?)."
+        )
+
+
+def _listed(values: np.ndarray) -> str:
+    return str(values[0]) if values.size == 1 else str(values.tolist())
+
+
+def check_against_inputs(
+    custom: dict[str, CustomData],
+    model: onnx.ModelProto,
+    batch_size: int | None = None,
+    overwrite_input_shape: list[str] | None = None,
+) -> None:
+    """Refuse (InputError), before any conversion work, -cind data that the inputs of the
+    loaded `model` cannot take once -b / -ois fix their shapes: the sample shapes, dtypes
+    and MEAN / STD counts that plan_samples would refuse, and values that normalization or
+    the cast to the input's dtype make infinite. Names that are not inputs of `model` are
+    left to the later checks (-inimc makes inner tensors inputs), as are inputs of unknown
+    rank."""
+    graph = _input_graph(model, batch_size, overwrite_input_shape)
+    for name, data in custom.items():
+        shape, dtype = graph.shapes.get(name), graph.dtypes.get(name)
+        if name not in graph.inputs or shape is None or dtype is None:
+            continue
+        with np.errstate(all="ignore"):  # overflow is reported below, not as a warning
+            units = _units(data, shape, np.dtype(dtype))
+            not_finite = ~np.isfinite(units) if units.dtype.kind == "f" else None
+        if not_finite is not None and not_finite.any():
+            normalized = data.mean is not None
+            raise InputError(
+                f"{_where(data)}: {'(x - MEAN) / STD' if normalized else 'the values'} in "
+                f"{np.dtype(dtype)}, the input's dtype, give "
+                f"{describe_not_finite(units, not_finite)}: they overflow; "
+                f"{'check MEAN and STD' if normalized else 'scale the data down'}."
+            )
+
+
+def _input_graph(
+    model: onnx.ModelProto, batch_size: int | None, overwrite_input_shape: list[str] | None
+) -> Graph:
+    """The view of `model`'s inputs alone, their shapes fixed as prepare_model will; -ois
+    entries that do not fit are left for it to refuse."""
+    initializers = {i.name for i in model.graph.initializer}
+    inputs = onnx.ModelProto()
+    inputs.graph.input.extend(i for i in model.graph.input if i.name not in initializers)
+    ranks = {i.name: len(i.type.tensor_type.shape.dim) for i in inputs.graph.input}
+    overrides = {name: dims for name, dims in parse_shape_overrides(overwrite_input_shape).items()
+                 if ranks.get(name) == len(dims)}
+    set_input_shapes(inputs, batch_size, overrides)
+    return graph_from_model(inputs)
 
 
 def image_channel_axis(shape, dtype) -> int | None:
@@ -128,30 +194,37 @@ def _batches(units: np.ndarray, shape) -> list[np.ndarray]:
 def _units(data: CustomData, shape, dtype) -> np.ndarray:
     """The -cind array as units along axis 0, normalized and in the input's dtype."""
     array, rank = data.array, len(shape)
+    where = _where(data)
+    if rank == 0 and array.ndim == 0:  # one sample of a scalar input
+        array = array.reshape(1)
     if array.ndim == rank + 1 and rank > 0:
         array = array.reshape(-1, *array.shape[2:])
     elif array.ndim != max(rank, 1):
         raise InputError(
-            f"-cind array for '{data.name}' has shape {list(data.array.shape)}; the input has "
-            f"shape {_shown(shape)}: give N samples along axis 0, as (N, ...) of the input's "
-            "shape or rows of its batch axis (ONNX layout)."
+            f"{where} has shape {list(data.array.shape)}; the input has shape "
+            f"{_shown(shape)}: give N samples along axis 0, as (N, ...) of the input's shape "
+            "or rows of its batch axis (ONNX layout)."
         )
     if rank and any(d is not None and d != a for d, a in zip(shape[1:], array.shape[1:])):
         raise InputError(
-            f"-cind array for '{data.name}' has samples of shape {list(array.shape[1:])}; "
-            f"the input expects {_shown(shape[1:])} after the batch axis (ONNX layout)."
+            f"{where} has samples of shape {list(array.shape[1:])}; the input expects "
+            f"{_shown(shape[1:])} after the batch axis: save samples of that shape (ONNX "
+            "layout, as -ois sets it)."
         )
     if data.mean is not None:
         if np.dtype(dtype).kind != "f":
-            raise InputError(f"-cind MEAN and STD apply to float inputs; '{data.name}' is {dtype}.")
-        array = (array.astype(np.float32) - _per_channel(data.mean, shape, data.name)) / (
-            _per_channel(data.std, shape, data.name))
-    from onnx2tf_alt.check.inputs import cast_custom
+            raise InputError(f"{where}: MEAN and STD apply to float inputs; '{data.name}' is "
+                             f"{dtype}: drop them.")
+        array = (array.astype(np.float32) - _per_channel(data.mean, shape, where)) / (
+            _per_channel(data.std, shape, where))
+    return cast_custom(where, array, dtype)
 
-    return cast_custom(data.name, array, dtype)
+
+def _where(data: CustomData) -> str:
+    return f"-cind file '{data.path}' for input '{data.name}'"
 
 
-def _per_channel(values: np.ndarray, shape, name: str) -> np.ndarray:
+def _per_channel(values: np.ndarray, shape, where: str) -> np.ndarray:
     """Scalar, or one value per channel broadcast along the input's channel axis (the image
     channel axis, else axis 1, else the last axis)."""
     if values.size == 1:
@@ -163,8 +236,8 @@ def _per_channel(values: np.ndarray, shape, name: str) -> np.ndarray:
             view[axis] = -1
             return values.reshape(view)
     raise InputError(
-        f"-cind MEAN/STD for '{name}' have {values.size} values; the input {_shown(shape)} "
-        "has no axis of that size."
+        f"{where}: MEAN / STD have {values.size} values; the input {_shown(shape)} has no "
+        "axis of that size: give one value, or one per channel."
     )
 
 
@@ -203,8 +276,6 @@ def _image_units(shape, channel_axis: int, mean, std) -> tuple[np.ndarray, np.nd
 
 
 def _random_held_out(graph: Graph, name: str) -> list[np.ndarray]:
-    from onnx2tf_alt.check.inputs import make_inputs
-
     return [make_inputs(graph, seed=SEED + k)[0][name] for k in range(RANDOM_SAMPLES)]
 
 

@@ -232,6 +232,9 @@ def convert(
         try:
             with phase("load"):
                 loaded = load_model(input_onnx_file_path, onnx_graph, allow_newer_opset)
+            from calibration.samples import check_against_inputs
+
+            check_against_inputs(custom_data, loaded, batch_size, overwrite_input_shape)
             if kv_cache_capacity is not None and not signature_specs:
                 from onnx2tf_alt.passes.kv_cache import fixed_capacity
 

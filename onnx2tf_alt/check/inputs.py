@@ -17,23 +17,60 @@ UNKNOWN_DIM = 1  # size used for a dimension the model leaves symbolic
 # Ops that pass index values through unchanged, so an input's use as indices can be traced.
 _INDEX_PASSTHROUGH = {"Cast", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten",
                       "Transpose", "Expand"}
+# numpy dtype kinds an input cannot take, as a message names them
+_KIND_NAMES = {"U": "text", "S": "bytes", "c": "complex", "O": "Python object",
+               "V": "structured", "M": "datetime", "m": "timedelta"}
 
 
 def load_custom_inputs(pairs) -> dict[str, np.ndarray]:
-    """`[[name, file.npy], ...]` (the -cind flag) -> {name: array}; files are read now so a
-    bad path fails before the conversion starts."""
+    """`[[name, file.npy], ...]` (the -cind flag) -> {name: array}; files are read and
+    checked now (read_custom_array) so bad data fails before the conversion starts."""
     arrays = {}
     for pair in pairs or []:
         if len(pair) != 2:
             raise InputError(f"-cind takes NAME FILE.npy, got {list(pair)}.")
         name, path = pair
-        if not os.path.isfile(path):
-            raise InputError(f"-cind file '{path}' for input '{name}' does not exist.")
-        try:
-            arrays[name] = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise InputError(f"-cind file '{path}' is not a .npy array ({exc}).") from exc
+        arrays[name] = read_custom_array(name, path)
     return arrays
+
+
+def read_custom_array(name: str, path: str) -> np.ndarray:
+    """The -cind array of input `name` in `path`: InputError unless it is a .npy file of
+    numbers, non-empty and all finite (NaN or inf cannot calibrate nor be compared)."""
+    if not os.path.isfile(path):
+        raise InputError(f"-cind file '{path}' for input '{name}' does not exist.")
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise InputError(f"-cind file '{path}' is not a .npy array ({exc}).") from exc
+    where = f"-cind file '{path}' for input '{name}'"
+    if array.dtype.kind not in "biuf":
+        kind = _KIND_NAMES.get(array.dtype.kind, "non-numeric")
+        raise InputError(
+            f"{where} holds {kind} values (dtype {array.dtype}); inputs take numbers: save "
+            "the array as float32, or as the input's integer type."
+        )
+    if array.size == 0:
+        raise InputError(
+            f"{where} is empty (shape {list(array.shape)}): give at least one sample along "
+            "axis 0."
+        )
+    if array.dtype.kind == "f":
+        not_finite = ~np.isfinite(array)
+        if not_finite.any():
+            raise InputError(f"{where} holds {describe_not_finite(array, not_finite)}: every "
+                             "value must be finite; replace or drop those samples.")
+    return array
+
+
+def describe_not_finite(array: np.ndarray, not_finite: np.ndarray) -> str:
+    """'3 non-finite value(s) of 12 (3 NaN, 0 inf), the first at sample 1 (index [1, 0])'
+    for a float array and its mask of non-finite values."""
+    nan, bad = int(np.count_nonzero(np.isnan(array))), int(np.count_nonzero(not_finite))
+    first = [int(i) for i in np.unravel_index(int(np.argmax(not_finite)), array.shape)]
+    at = f"sample {first[0]} (index {first})" if first else "its only value"
+    return (f"{bad} non-finite value(s) of {array.size} ({nan} NaN, {bad - nan} inf), "
+            f"the first at {at}")
 
 
 def index_bounds(graph: Graph) -> dict[str, int]:
@@ -108,17 +145,21 @@ def _checked_custom(name: str, array: np.ndarray, shape: tuple, dtype: np.dtype)
             f"-cind array for '{name}' has shape {list(array.shape)}; the model expects "
             f"{[d if d is not None else '?' for d in shape]} (ONNX layout)."
         )
-    return cast_custom(name, array, dtype)
+    return cast_custom(f"-cind array for '{name}'", array, dtype)
 
 
-def cast_custom(name: str, array: np.ndarray, dtype) -> np.ndarray:
+def cast_custom(what: str, array: np.ndarray, dtype) -> np.ndarray:
     """A -cind array in the input's dtype; a cast across kinds (float data for an integer
-    input, ...) is an InputError."""
+    input, bool for a float one, ...) is an InputError whose message starts with `what`
+    ("-cind array for 'x'")."""
     if array.dtype == dtype:
         return array
-    if not np.can_cast(array.dtype, dtype, casting="same_kind"):
+    dtype = np.dtype(dtype)
+    # bool -> float is a valid numpy cast, but 0/1 values for a float input are a mix-up
+    if not np.can_cast(array.dtype, dtype, casting="same_kind") or (
+            array.dtype.kind == "b" and dtype.kind == "f"):
         raise InputError(
-            f"-cind array for '{name}' has dtype {array.dtype}; the model expects {dtype}."
+            f"{what} has dtype {array.dtype}; the model expects {dtype}: save it as {dtype}."
         )
     return array.astype(dtype)
 

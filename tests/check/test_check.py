@@ -176,7 +176,7 @@ def test_custom_ops_reports_through_cli(tmp_path):
     code, output = run_cli("-i", path, "-o", out, "-cind", "x", tmp_path / "x.npy", "-n")
     assert code == 1, output
     assert "fancy/1" in output and "other_2" in output and "Traceback" not in output, output
-    reports = out / "reports"
+    reports = out / "reports" / "custom"
     assert str(reports) in output, output
     assert sorted(os.listdir(out)) == ["reports"]
     listed = json.loads((reports / "conversion_errors.json").read_text())["failures"]

@@ -71,7 +71,7 @@ def test_a_signal_during_publication_is_held_until_it_is_complete(tmp_path, monk
     from onnx2tf_alt.export.manifest import Manifest
 
     out = tmp_path / "out"
-    folder = publish.OutputFolder(out)
+    folder = publish.OutputFolder(out, "m")
 
     def publish_files(names, content):
         with folder.staging() as stage:

@@ -155,13 +155,13 @@ def test_failure_reports_are_per_model_and_go_with_its_success(work):
     onnx.save(_custom_op_model(), bad)
     work("-i", work.source, "-o", out, expect=0)
     model = tree(out)
-    work("-i", bad, "-o", out, input_path=bad, expect=1)
+    work("-i", bad, "-o", out, "-dms", input_path=bad, expect=1)
     assert {k: v for k, v in tree(out).items() if not k.startswith("reports/")} == model
     assert {"reports/cnn_bad/conversion_errors.json", "reports/cnn_bad/manifest.json"} <= set(
         tree(out))
     other = work.root / "other_bad.onnx"
     onnx.save(_custom_op_model(), other)
-    work("-i", other, "-o", out, input_path=other, expect=1)
+    work("-i", other, "-o", out, "-dms", input_path=other, expect=1)
     reports = {k for k in tree(out) if k.startswith("reports/")}
     assert {"reports/cnn_bad/manifest.json", "reports/other_bad/manifest.json"} <= reports
     # a success of another model leaves this one's report; its own success removes it
@@ -191,7 +191,7 @@ def test_output_folder_not_writable(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "access", lambda *a, **k: False)  # root may write anywhere
     with pytest.raises(InputError, match="cannot be written"):
-        OutputFolder(tmp_path / "out").check_usable()
+        OutputFolder(tmp_path / "out", "m").check_usable()
 
 
 @pytest.mark.parametrize("batch", ["0", "-3"])
@@ -281,7 +281,7 @@ def test_corrupt_names_are_escaped(work):
     path.write_bytes(model.SerializeToString())
     output = work("-i", path, "-o", work.root / "out", input_path=path, expect=1)
     assert "Con\\x10" in output and "\x10" not in output and "b'" not in output
-    assert (work.root / "out" / "reports" / "conversion_errors.json").is_file()
+    assert (work.root / "out" / "reports" / "names" / "conversion_errors.json").is_file()
 
 
 def test_duplicate_graph_outputs_get_distinct_names(work):
@@ -328,3 +328,57 @@ def _custom_op_model(op_type: str = "FancyOp") -> onnx.ModelProto:
                               [helper.make_tensor_value_info("y", 1, [1, 4])])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                    helper.make_opsetid("com.example", 1)])
+
+
+def _crafted_manifest(out, name: str, files: dict, folders=()) -> None:
+    (out / name).write_text(json.dumps({
+        "format": "onnx2tf_alt.manifest/1", "kind": "conversion", "source": {},
+        "command": [], "folders": list(folders), "files": files}))
+
+
+@pytest.mark.parametrize("stem", ["old", STEM])
+def test_a_crafted_manifest_never_reaches_a_file_outside_the_folder(work, stem):
+    out, elsewhere = work.root / "out", work.root / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    victim = elsewhere / "victim.txt"
+    victim.write_text("precious")
+    (out / "lnk").symlink_to(elsewhere, target_is_directory=True)
+    import hashlib
+
+    entry = {"size": victim.stat().st_size,
+             "sha256": hashlib.sha256(victim.read_bytes()).hexdigest()}
+    _crafted_manifest(out, f"{stem}_manifest.json", {"lnk/victim.txt": entry},
+                      folders=["lnk", "lnk/sub"])
+    (elsewhere / "sub").mkdir()
+    source = work.root / f"{stem}.onnx"
+    if stem != STEM:
+        source.write_bytes(work.source.read_bytes())
+    output = work("-i", source, "-o", out, "-dms", input_path=source, expect=0)
+    assert victim.read_text() == "precious" and (elsewhere / "sub").is_dir()
+    assert (out / "lnk").is_symlink()
+    if stem == STEM:  # its own manifest was read: the entry is named and left alone
+        assert "ignoring the manifest entry 'lnk/victim.txt'" in output, output
+
+
+@pytest.mark.parametrize("content", [
+    {"folders": 7, "files": {}},
+    {"files": {"a.txt": {"size": "12", "sha256": None}}},
+    {"files": ["a.txt"]},
+    {"files": {}, "source": "x"},
+])
+def test_a_malformed_manifest_is_ignored_with_a_warning(work, content):
+    out = work.root / "out"
+    out.mkdir()
+    (out / "a.txt").write_text("mine")
+    (out / "old_manifest.json").write_text(json.dumps(
+        {"format": "onnx2tf_alt.manifest/1", **content}))
+    old = work.root / "old.onnx"
+    old.write_bytes(work.source.read_bytes())
+    before = tree(out)
+    output = work("-i", old, "-o", out, "-dms", input_path=old, expect=2,
+                  phrases=["old_manifest.json"])
+    assert "internal error" not in output
+    assert tree(out) == before  # it is in the way of the new manifest: nothing is replaced
+    work("-i", work.source, "-o", out, "-dms", expect=0)  # another model is not concerned
+    assert {k: v for k, v in tree(out).items() if k in before} == before
