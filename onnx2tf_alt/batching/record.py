@@ -7,6 +7,7 @@ import os
 
 from onnx2tf_alt.batching.source import Job
 from onnx2tf_alt.batching.tflite_ops import tflite_op_counts
+from onnx2tf_alt.export.manifest import reports_folder
 
 _ERROR_TAIL_CHARS = 600
 
@@ -25,7 +26,8 @@ def make_record(job: Job, child: dict, folder: str, log_path: str, base: dict) -
         if record.get("check") and not record["check"]["passed"]:
             actual, record["error_kind"] = "failed", "accuracy check failed"
     elif actual == "failed":
-        record["error_kind"], record["error"] = _failure(folder, log_path, child["exit_code"])
+        record["error_kind"], record["error"] = _failure(folder, stem_of(job), log_path,
+                                                       child["exit_code"])
     else:
         record["error_kind"] = _stopped_kind(child, actual)
         record["error"] = _log_tail(log_path)
@@ -81,18 +83,24 @@ def _check_verdict(path: str) -> dict | None:
     return {"passed": bool(report.get("passed")), "max_abs_err": max(errors, default=None)}
 
 
-def _failure(folder: str, log_path: str, exit_code: int) -> tuple[str, str]:
+def _failure(folder: str, stem: str, log_path: str, exit_code: int) -> tuple[str, str]:
     tail = _log_tail(log_path)
-    try:
-        with open(os.path.join(folder, "reports", "conversion_errors.json")) as f:
-            failures = json.load(f)["failures"]
-        if not isinstance(failures, list) or not failures:
-            raise ValueError
-    except (OSError, ValueError, KeyError, TypeError):
+    failures = _failures(os.path.join(folder, reports_folder(stem)))
+    if not failures:
         return ("input error" if exit_code == 2 else _internal_kind(tail)), tail
     reasons = sorted({str(f.get("reason", "")).split(":")[0] or "failed" for f in failures})
     ops = sorted({f"{f.get('domain') or 'ai.onnx'}::{f.get('op_type')}" for f in failures})
     return f"{', '.join(reasons)} ({', '.join(ops)})", tail
+
+
+def _failures(reports: str) -> list | None:
+    """The failures a conversion_errors.json in `reports` lists; None without one."""
+    try:
+        with open(os.path.join(reports, "conversion_errors.json")) as f:
+            failures = json.load(f)["failures"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return failures if isinstance(failures, list) and failures else None
 
 
 def _internal_kind(tail: str) -> str:

@@ -23,7 +23,7 @@ def read_results(path: str) -> list[dict]:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and "name" in record:
+        if isinstance(record, dict) and isinstance(record.get("name"), str):
             records.append(record)
     return records
 

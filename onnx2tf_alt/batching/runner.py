@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
@@ -24,7 +24,13 @@ from onnx2tf_alt.batching.results import (
     read_results,
     write_summary_md,
 )
-from onnx2tf_alt.batching.resume import already_converted, failed_as_before
+from onnx2tf_alt.batching.resume import (
+    adopt_renamed,
+    already_converted,
+    conversion_sources,
+    failed_as_before,
+    records_by_name,
+)
 from onnx2tf_alt.batching.source import Job, load_jobs
 from onnx2tf_alt.batching.worker import Task, allow_starts, run_task, stop_all
 from onnx2tf_alt.errors import InputError
@@ -41,11 +47,14 @@ _MEASURED = ("latency_ratio", "latency_ms", "latency_error")  # by latency.py, a
 @dataclass
 class BatchReport:
     """What `batch` returns: one record per model (as in batch_results.jsonl), the
-    regressions against the baseline, and the exit code the CLI would return."""
+    regressions against the baseline, the folders of an older batch renamed to the names
+    their models have now ({old: new}, see resume.adopt_renamed), and the exit code the CLI
+    would return."""
 
     results: list[dict]
     regressions: list[dict] = field(default_factory=list)
     wall_s: float = 0.0
+    renamed: dict[str, str] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -68,7 +77,8 @@ def batch(
     progress: bool = False,
 ) -> BatchReport:
     """Convert every model of `source` (a folder searched for *.onnx, or a JSONL manifest)
-    into `output_root/<name>/`, each in a child process running the CLI with `flags` (CLI
+    into `output_root/<name>/` (a name made from its path alone: names.py; an older batch's
+    folders named otherwise are renamed, see resume.adopt_renamed), each in a child process running the CLI with `flags` (CLI
     conversion flags), at most `jobs` at a time, stopped after `timeout` seconds or above
     `memory_limit_mb` resident. Models converted before with the same input, flags and
     converter version (or failed before as expected) are skipped unless `force`. `check`
@@ -77,23 +87,28 @@ def batch(
     "auto", or "local" for a new local cluster) runs the conversions as Ray tasks. Writes
     batch_results.jsonl, batch_summary.md and batch_summary.html into `output_root`."""
     start = time.monotonic()
-    models = load_jobs(source)
+    models = load_jobs(source, output_root)
     root = os.path.abspath(output_root)
     os.makedirs(os.path.join(root, STATE), exist_ok=True)
     with _only_batch_in(root):
-        previous = {r["name"]: r for r in read_results(os.path.join(root, RESULTS))}
+        earlier = read_results(os.path.join(root, RESULTS))
+        renamed = adopt_renamed(models, root, earlier)
+        previous = records_by_name(models, earlier)
+        paths = {job.path for job in models}
         results = ResultsFile(os.path.join(root, RESULTS))
         done: dict[str, dict] = {}
         plans = {}
         for job in models:
             plan = _plan(job, root, list(flags), check, timeout, memory_limit_mb)
-            record = None if force else _done_before(plan, previous.get(job.name))
+            record = _refused(plan, paths)
+            if record is None and not force:
+                record = _done_before(plan, previous.get(job.name))
             if record is None:
                 plans[job.name] = plan
             else:
                 done[job.name] = record
                 results.add(record)
-        bar = _Progress(len(models), len(done), progress)
+        bar = _Progress(len(models), done.values(), renamed, progress)
 
         def finished(child: dict) -> None:
             plan = plans[child["name"]]
@@ -115,7 +130,7 @@ def batch(
     found = []
     if baseline is not None:
         found = bl.regressions(records, read_results(baseline), thresholds or bl.Thresholds())
-    report = BatchReport(records, found, round(time.monotonic() - start, 2))
+    report = BatchReport(records, found, round(time.monotonic() - start, 2), renamed)
     write_summary_md(root, records, found, report.wall_s)
     write_summary_html(root, records, found, report.wall_s)
     return report
@@ -139,10 +154,42 @@ def _plan(job: Job, root: str, flags: list[str], check: bool, timeout, memory) -
                 job.timeout if job.timeout is not None else timeout,
                 job.memory_limit_mb if job.memory_limit_mb is not None else memory,
                 [job.path, folder, stem_of(job)] if check else None)
-    base = {"name": job.name, "path": job.path, "input_sha256": sha256_of(job.path),
+    base = {"name": job.name, "path": job.path, "input_sha256": _sha256_or_none(job.path),
             "flags": argv_flags, "converter": __version__, "expect": job.expect,
             "timeout": task.timeout, "memory_limit_mb": task.memory_limit_mb}
     return _Plan(job, folder, task, base)
+
+
+def _sha256_or_none(path: str) -> str | None:
+    """None for what is not a readable file: a dangling or looping symlink, a pipe."""
+    try:
+        return sha256_of(path) if os.path.isfile(path) else None
+    except OSError:
+        return None
+
+
+def _refused(plan: _Plan, paths: set[str]) -> dict | None:
+    """The record of a model that is not converted at all, because its input cannot be read
+    or converting it would write where it must not; None when it can run."""
+    if plan.base["input_sha256"] is None:
+        dangling = os.path.islink(plan.job.path) and not os.path.exists(plan.job.path)
+        kind, why = "unreadable input", f"'{plan.job.path}' is not a readable file" + (
+            " (a symbolic link to nothing, or a loop)." if dangling else ".")
+    elif os.path.islink(plan.folder):
+        kind, why = "output folder in use", (
+            f"'{plan.folder}' is a symbolic link; a batch writes only into folders of its "
+            "own. Remove the link and run the batch again.")
+    else:
+        other = sorted(conversion_sources(plan.folder) & paths - {plan.job.path})
+        if not other:
+            return None
+        kind, why = "output folder in use", (
+            f"'{plan.folder}' holds the conversion of '{other[0]}', another model of this "
+            "batch (converted into a folder of its own), left there by an older batch; "
+            "move that folder away and run the batch again.")
+    record = {**plan.base, "exit_code": None, "wall_s": None, "peak_rss_mb": None,
+              "resumed": False, "error_kind": kind, "error": why}
+    return finish(record, "failed", plan.job.expect)
 
 
 def _done_before(plan: _Plan, before: dict | None) -> dict | None:
@@ -228,12 +275,23 @@ def _remove_leftovers(root: str) -> None:
 class _Progress:
     """"[3/20] ok 2 · failed 1 · last: resnet (12.3 s)" on stderr, redrawn on a terminal."""
 
-    def __init__(self, total: int, resumed: int, enabled: bool):
-        self.total, self.done, self.enabled = total, resumed, enabled
+    def __init__(self, total: int, settled: Iterable[dict], renamed: dict[str, str],
+                 enabled: bool):
+        settled = list(settled)  # resumed, or refused before running
+        self.total, self.done, self.enabled = total, len(settled), enabled
         self.tty = sys.stderr.isatty()
         self.records: list[dict] = []
-        if enabled and resumed:
+        if not enabled:
+            return
+        for old, new in renamed.items():
+            print(f"renamed folder {old}/ to {new}/ (a model's folder is named after its "
+                  "path now; see docs/batch.md)", file=sys.stderr)
+        resumed = sum(bool(r.get("resumed")) for r in settled)
+        if resumed:
             print(f"{resumed} of {total} models done before (resumed)", file=sys.stderr)
+        for record in settled:
+            if not record.get("resumed"):
+                print(f"{record['name']}: not converted: {record['error']}", file=sys.stderr)
 
     def step(self, record: dict) -> None:
         self.done += 1

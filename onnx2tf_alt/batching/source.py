@@ -3,17 +3,18 @@
 A manifest line is a JSON object: `{"path": "models/a.onnx"}` plus, optionally, `"flags"`
 (conversion flags for this model only, e.g. `["-ois", "x:1,3,224,224"]`), `"expect"` (the
 outcome it is known to have: ok, failed, timeout, memory or crashed), `"name"` (its output
-folder's name), `"timeout"` and `"memory_limit_mb"` (overriding the batch's). Relative paths
-are relative to the manifest's folder.
+folder's name, instead of the one names.py makes from its path), `"timeout"` and
+`"memory_limit_mb"` (overriding the batch's). Relative paths are relative to the manifest's
+folder.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 
+from onnx2tf_alt.batching.names import check_unique, folder_name, safe_name
 from onnx2tf_alt.errors import InputError
 
 OUTCOMES = ("ok", "failed", "timeout", "memory", "crashed")
@@ -25,36 +26,71 @@ class Job:
     """One model of the batch."""
 
     path: str  # absolute
-    name: str = ""  # unique within the batch: the output folder OUT_ROOT/<name>/
+    name: str  # the output folder OUT_ROOT/<name>/: see names.py
     flags: list[str] = field(default_factory=list)
     expect: str = "ok"
     timeout: float | None = None
     memory_limit_mb: float | None = None
 
 
-def load_jobs(source: str) -> list[Job]:
-    """The models of `source` (a folder or a .jsonl manifest), with unique names."""
+def load_jobs(source: str, output_root: str | None = None) -> list[Job]:
+    """The models of `source` (a folder or a .jsonl manifest), each named after its own path
+    (names.py). A folder's search skips `output_root` when it lies inside; no model's
+    output folder may be the source folder or hold a model."""
     if os.path.isdir(source):
-        jobs = [Job(p) for p in _onnx_files(source)]
-        root = os.path.abspath(source)
+        walked = os.path.abspath(source)
+        if output_root is not None and _same(walked, output_root):
+            raise InputError(f"-o '{output_root}' is the source folder itself; pass an output "
+                             "folder of its own (inside the source is fine: it is skipped).")
+        found = _onnx_files(walked, output_root)
+        jobs = [Job(path, folder_name(_relative(path, walked))) for path in found]
     elif os.path.isfile(source):
+        walked = None
         jobs = _read_manifest(source)
-        root = os.path.dirname(os.path.abspath(source))
     else:
         raise InputError(f"batch source '{source}' is neither a folder nor a manifest file.")
     if not jobs:
         raise InputError(f"batch source '{source}' holds no .onnx model.")
-    _name_jobs(jobs, root)
+    check_unique([job.name for job in jobs], [job.path for job in jobs])
+    if output_root is not None:
+        _check_apart(jobs, walked, output_root)
     return jobs
 
 
-def _onnx_files(folder: str) -> list[str]:
+def _onnx_files(folder: str, skipped: str | None) -> list[str]:
+    skipped = os.path.realpath(skipped) if skipped is not None else None
     found = []
-    for root, dirs, names in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+    for root, dirs, names in os.walk(folder):  # symlinked folders are not followed: no loops
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".")
+                         and os.path.realpath(os.path.join(root, d)) != skipped)
         found += [os.path.abspath(os.path.join(root, n)) for n in sorted(names)
                   if n.lower().endswith(".onnx")]
     return found
+
+
+def _check_apart(jobs: list[Job], walked: str | None, output_root: str) -> None:
+    """Stop when a model's output folder would be the source folder or hold a model (SOURCE
+    inside OUT_ROOT, with a model named like a folder of it): converting would write among
+    the inputs."""
+    out = os.path.realpath(output_root)
+    inside = {}  # first path part below OUT_ROOT (case ignored) -> an input there
+    for path in [*(job.path for job in jobs), *([walked] if walked else [])]:
+        real = os.path.realpath(path)
+        if real.startswith(out + os.sep):
+            inside.setdefault(real[len(out) + 1:].split(os.sep)[0].casefold(), path)
+    for job in jobs:
+        if job.name.casefold() in inside:
+            raise InputError(f"the output folder '{os.path.join(output_root, job.name)}' of "
+                             f"'{job.path}' would hold '{inside[job.name.casefold()]}'; pass "
+                             "an -o folder outside the source.")
+
+
+def _same(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _relative(path: str, root: str) -> str:
+    return os.path.relpath(path, root).replace(os.sep, "/")
 
 
 def _read_manifest(path: str) -> list[Job]:
@@ -86,7 +122,11 @@ def _manifest_job(line: str, base: str, where: str) -> Job:
     path = os.path.normpath(os.path.join(base, entry["path"]))
     if not os.path.isfile(path):
         raise InputError(f"{where}: model '{path}' does not exist.")
-    return Job(path, _safe_name(entry.get("name", "")), flags, expect,
+    name = entry.get("name")
+    if name is not None and not (isinstance(name, str) and name):
+        raise InputError(f"{where}: \"name\" must be a non-empty string.")
+    name = safe_name(name) if name else folder_name(_relative(path, base))
+    return Job(path, name, flags, expect,
                _positive(entry, "timeout", where), _positive(entry, "memory_limit_mb", where))
 
 
@@ -95,35 +135,3 @@ def _positive(entry: dict, key: str, where: str) -> float | None:
     if value is not None and (not isinstance(value, (int, float)) or value <= 0):
         raise InputError(f"{where}: \"{key}\" must be a positive number.")
     return value
-
-
-def _name_jobs(jobs: list[Job], root: str) -> None:
-    """Name each job after its file's stem; where stems collide, after its path below
-    `root` (a/b/m.onnx -> a__b__m), then with a counter."""
-    stems: dict[str, int] = {}
-    for job in jobs:
-        if not job.name:
-            stem = _safe_name(os.path.splitext(os.path.basename(job.path))[0])
-            stems[stem] = stems.get(stem, 0) + 1
-    explicit = [job.name for job in jobs if job.name]
-    if len(set(explicit)) < len(explicit):
-        raise InputError("the manifest gives two models the same \"name\".")
-    taken = set(explicit)
-    for job in jobs:
-        if job.name:
-            continue
-        name = _safe_name(os.path.splitext(os.path.basename(job.path))[0])
-        if stems[name] > 1:
-            rel = os.path.relpath(os.path.splitext(job.path)[0], root)
-            name = _safe_name(rel.replace(os.sep, "__"))
-        unique, n = name, 1
-        while unique in taken:
-            n += 1
-            unique = f"{name}_{n}"
-        job.name = unique
-        taken.add(unique)
-
-
-def _safe_name(text: str) -> str:
-    """A folder name: no separators, no leading dot (our own state lives in .batch/)."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", text).lstrip(".") or ("model" if text else "")

@@ -134,14 +134,15 @@ def test_changed_input_and_force_reconvert(zoo, tmp_path):
     source = tmp_path / "models"
     shutil.copytree(models, source, ignore=shutil.ignore_patterns("bad.onnx"))
     _save(add_model(), source / "relu.onnx")  # same name, other content
-    # The conv moved, but its content did not change: it is not converted again.
-    manifest = tmp_path / "m.jsonl"
-    manifest.write_text("\n".join(json.dumps({"path": f"models/{n}.onnx"})
+    # The conv moved, but its content did not change: it is not converted again. (Beside
+    # the models, the manifest names their folders as the folder batch did.)
+    manifest = source / "m.jsonl"
+    manifest.write_text("\n".join(json.dumps({"path": f"{n}.onnx"})
                                   for n in ("relu", "conv")) + "\n")
     records = _by_name(onnx2tf_alt.batch(str(manifest), str(out), jobs=2))
     assert not records["relu"]["resumed"] and records["relu"]["tflite_ops"] == {"ADD": 1}
     assert records["conv"]["resumed"]
-    manifest.write_text(json.dumps({"path": "models/conv.onnx"}) + "\n")
+    manifest.write_text(json.dumps({"path": "conv.onnx"}) + "\n")
     forced = _by_name(onnx2tf_alt.batch(str(manifest), str(out), force=True))
     assert not forced["conv"]["resumed"] and forced["conv"]["outcome"] == "ok"
     assert os.path.getmtime(out / "conv" / "saved_model.pb") > os.path.getmtime(
@@ -165,17 +166,17 @@ def test_manifest_flags_expectations_and_caps(tmp_path):
     out = tmp_path / "out"
     report = onnx2tf_alt.batch(str(manifest), str(out), jobs=2, check=True)
     records = _by_name(report)
-    r = records["add"]
+    r = records["models__add"]  # named after its path below the manifest's folder
     assert r["outcome"] == "ok" and "-okv3" in r["flags"] and "-coto" in r["flags"]
-    assert os.path.isfile(out / "add" / "add.keras")
+    assert os.path.isfile(out / "models__add" / "add.keras")
     assert r["check"]["passed"] and r["check"]["max_abs_err"] == 0.0
     # --check also times the float32 .tflite against onnxruntime (values vary: none asserted).
     assert isinstance(r["latency_ratio"], float) and r["latency_ratio"] > 0, r
     assert r["latency_ms"]["tflite"] > 0 and r["latency_ms"]["onnxruntime"] > 0
     assert f"| {r['latency_ratio']:.2f} |" in (out / "batch_summary.md").read_text()
     assert "TFLite/ORT" in (out / "batch_summary.html").read_text()
-    assert (records["bad"]["outcome"], records["bad"]["actual"]) == ("expected-failure",
-                                                                     "failed")
+    assert (records["models__bad"]["outcome"], records["models__bad"]["actual"]) == (
+        "expected-failure", "failed")
     slow, big = records["relu_slow"], records["relu_big"]
     assert (slow["actual"], slow["error_kind"]) == ("timeout", "timed out")
     assert 1 <= slow["wall_s"] < 10
@@ -192,7 +193,7 @@ def test_manifest_flags_expectations_and_caps(tmp_path):
     again = onnx2tf_alt.batch(str(manifest), str(out), jobs=2, check=True)
     assert all(r["resumed"] for r in again.results) and again.exit_code == 0
     assert [r["outcome"] for r in again.results] == [r["outcome"] for r in report.results]
-    assert _by_name(again)["add"]["latency_ratio"] == r["latency_ratio"]  # of that run
+    assert _by_name(again)["models__add"]["latency_ratio"] == r["latency_ratio"]  # that run's
 
 
 def test_cli_rerun_resumes_and_baseline_regression_exits_1(zoo, tmp_path):
@@ -286,11 +287,12 @@ def test_arguments_split_between_batch_and_conversion():
 
 
 def test_colliding_stems_get_unique_names(tmp_path):
+    # Each name comes from the model's path below the source (see test_batch_names.py).
     for sub in ("a", "b/c", ""):
         _save(relu_model(), tmp_path / sub / "m.onnx")
     _save(relu_model(), tmp_path / "b" / "other.onnx")
     names = sorted(j.name for j in load_jobs(str(tmp_path)))
-    assert names == ["a__m", "b__c__m", "m", "other"]
+    assert names == ["a__m", "b__c__m", "b__other", "m"]
 
 
 def _tasks_whose_worker_dies(monkeypatch, marker) -> dict[str, dict]:
