@@ -132,6 +132,8 @@ def check_against_inputs(
     the cast to the input's dtype make infinite. Names that are not inputs of `model` are
     left to the later checks (-inimc makes inner tensors inputs), as are inputs of unknown
     rank."""
+    if not custom:
+        return
     graph = _input_graph(model, batch_size, overwrite_input_shape)
     for name, data in custom.items():
         shape, dtype = graph.shapes.get(name), graph.dtypes.get(name)

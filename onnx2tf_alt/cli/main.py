@@ -34,12 +34,13 @@ def main(argv: list[str] | None = None, supervise: bool = False) -> int:
 
     if not supervise or not args.input_onnx_file_path or not supervisor.available():
         return _convert(args, command)
-    from onnx2tf_alt.pipeline import stem_of
-
+    # fork before the conversion's modules load: each page the child then writes is one
+    # the parent shares, and copying them costs time (about 10 ms per 20 MB)
+    stem = os.path.splitext(os.path.basename(args.input_onnx_file_path))[0]  # stem_of's rule
     with private_temp_folder() as temp:
         return supervisor.run_supervised(
-            lambda: _convert(args, command, supervised=True), args.output_folder_path,
-            stem_of(args.input_onnx_file_path), args.input_onnx_file_path, command, temp)
+            lambda: _convert(args, command, supervised=True), args.output_folder_path, stem,
+            args.input_onnx_file_path, command, temp)
 
 
 def _convert(args: argparse.Namespace, command: list[str], supervised: bool = False) -> int:

@@ -50,6 +50,12 @@ LIBRARIES = {
     "load": "onnx",
 }
 
+ADVICE = {
+    "quantized files": " Another -cind calibration set, or leaving out -oiqt, may avoid it.",
+    "tflite dynamic range": " Leaving out -odrqt may avoid it.",
+    "micro": " Leaving out --target micro may avoid it.",
+}
+
 
 def available() -> bool:
     """Whether runs can be supervised here: fork exists and this is the main thread."""
@@ -135,6 +141,10 @@ class _Watch:
                 ready, _, _ = select.select([self.channel], [], [], POLL_S)
                 if ready:
                     open_channel = self._read()
+                if not open_channel and not self.pending:
+                    # every write end is closed: the child is ending (blocking is safe; a
+                    # grandchild that inherited the pipe would only delay this to its end)
+                    return os.waitpid(self.pid, 0)[1]
             else:
                 time.sleep(POLL_S / 4)
             done, status = os.waitpid(self.pid, os.WNOHANG)
@@ -189,9 +199,7 @@ def _crashed(signum: int, watch: _Watch, folder, input_path: str | None,
     print(f"error: the conversion {cause} during {watch.phase_text()}"
           + (f", in {library}" if library else "") + ". Nothing of this run was published"
           + (f"; the crash is recorded in {where}" if where else "") + ". This is a bug: "
-          "please report it with that file. A different -cind calibration set, or leaving "
-          "out the flag of that phase (-oiqt, -odrqt, --target), may avoid it.",
-          file=sys.stderr)
+          "please report it with that file." + ADVICE.get(phase, ""), file=sys.stderr)
     return 1
 
 

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import posixpath
+import re
 from dataclasses import dataclass, field
 
 from onnx2tf_alt.version import __version__
@@ -28,7 +29,12 @@ FORMAT = "onnx2tf_alt.manifest/1"
 CONVERSION, FAILURE_REPORT = "conversion", "failure_report"
 REPORTS_ROOT = "reports"
 LEGACY_REPORTS_MANIFEST = "reports/manifest.json"  # before failure reports were per stem
-MANIFEST_MAX_BYTES = 64 << 20  # far above any real manifest; a larger file is not ours
+MANIFEST_MAX_BYTES = 16 << 20  # far above any real manifest; a larger file is not ours
+# Ours nest 3 deep. json's decoder recurses in C per level: a crafted file nested 100,000
+# deep overflows the C stack (a SIGSEGV, not a RecursionError) under the raised recursion
+# limit the conversion runs with (translate/recursion.py).
+MANIFEST_MAX_NESTING = 16
+_STRINGS = re.compile(r'"(?:\\.|[^"\\])*"')
 
 
 def reports_folder(stem: str) -> str:
@@ -114,7 +120,12 @@ class Manifest:
             if os.path.getsize(path) > MANIFEST_MAX_BYTES:
                 return None
             with open(path, encoding="utf-8") as f:
-                content = json.load(f)
+                text = f.read()
+            if _nesting(text) > MANIFEST_MAX_NESTING:
+                log.warning("ignoring %s: nested deeper than any manifest of ours; the files "
+                            "it names are left alone", path)
+                return None
+            content = json.loads(text)
         except (OSError, ValueError, RecursionError):
             return None
         if not isinstance(content, dict) or content.get("format") != FORMAT:
@@ -127,6 +138,18 @@ class Manifest:
         return cls(name, content.get("kind", CONVERSION), content.get("source") or {},
                    content.get("command") or [], content["files"],
                    list(content.get("folders", [])))
+
+
+def _nesting(text: str) -> int:
+    """How deep the arrays and objects of a JSON text nest (strings skipped)."""
+    depth = deepest = 0
+    for char in _STRINGS.sub("", text):
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 def _malformed(content: dict) -> str | None:
