@@ -19,7 +19,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-from hostile import CASES, play  # noqa: E402
+from hostile import CASES, play
 
 
 def main(work: str) -> None:

@@ -93,6 +93,12 @@ FAILED_NODE = re.compile(r"Node (\S+) \(number (\d+)\) failed to (\w+)")
 NO_KERNEL = re.compile(r"Didn't find op for builtin opcode '([^']+)'")
 RECORDED = re.compile(r"Arena allocation (total|head|tail) (\d+) bytes")
 LARGEST_TENSORS = 5
+# Most microcontrollers have 2 MB of SRAM or less (i.MX RT1170: 2 MB, STM32H7: up to 1.4 MB,
+# ESP32-S3 and nRF5340: 512 KB): an arena past it needs external RAM, where the board has any
+MICRO_SRAM_BYTES = 2 << 20
+# Boards add at most a few tens of MB of external SDRAM / PSRAM (8 to 32 MB): a tensor past
+# this fits none, and quantizing and measuring such a model takes minutes for nothing
+MICRO_REFUSE_BYTES = 64 << 20
 BYTES = {"BOOL": 1, "INT8": 1, "UINT8": 1, "INT16": 2, "FLOAT16": 2, "INT32": 4, "FLOAT32": 4,
          "INT64": 8}
 NO_HELD_OUT_SAMPLES = 2  # seeded random int8 inputs when no held-out sample exists
@@ -233,6 +239,7 @@ class MicroReport:
     largest_tensors: list
     ops: list
     resolver: list  # the C++ lines that register these kernels in firmware
+    warnings: list  # e.g. an arena larger than a microcontroller's SRAM (arena_warning)
 
     @property
     def bit_exact(self) -> bool | None:
@@ -254,7 +261,8 @@ class MicroReport:
                     "model in (bisection: one byte less fails); flatbuffer_bytes = the "
                     "file (flash); outputs = its outputs against ai-edge-litert's on the "
                     "same file and inputs; ops = each op with its MicroMutableOpResolver "
-                    "call and the ONNX nodes it computes",
+                    "call and the ONNX nodes it computes; warnings = what a microcontroller "
+                    "may not hold",
             "summary": self.summary(),
             "bit_exact": self.bit_exact,
             **asdict(self),
@@ -314,10 +322,54 @@ def dynamic_inputs(graph) -> list[str]:
 
 
 def refuse_dynamic_inputs(graph, name: str) -> None:
-    """ConversionError when an input of `graph` has a run-time shape (dynamic_inputs)."""
+    """What the shapes of `graph` (after -b / -ois) rule out before quantizing, which takes
+    minutes on large inputs: ConversionError when an input has a run-time shape
+    (dynamic_inputs); InputError when a model input or output alone is more than
+    MICRO_REFUSE_BYTES at one byte per element (the arena holds it, whatever the ops between),
+    a warning when it is more than MICRO_SRAM_BYTES."""
     lines = dynamic_inputs(graph)
     if lines:
         raise _refuse(name, lines)
+    edges = sorted(((_elements(graph.shapes[t]), t) for t in {*graph.inputs, *graph.outputs}
+                    if graph.shapes.get(t) is not None), reverse=True)
+    if not edges or edges[0][0] <= MICRO_SRAM_BYTES:
+        return
+    size, tensor = edges[0]
+    kind = "input" if tensor in graph.inputs else "output"
+    head = (f"{name}: the model {kind} '{tensor}' {list(graph.shapes[tensor])} alone needs "
+            f"{size} bytes of tensor arena in int8")
+    if size > MICRO_REFUSE_BYTES:
+        raise InputError(f"--target micro: {head}, more than a microcontroller board holds "
+                         f"(external RAM included, {MICRO_REFUSE_BYTES >> 20} MiB at most). "
+                         f"{smaller_input_hint(graph)}.")
+    log.warning("micro: %s, more than the %d MiB of SRAM of a microcontroller: expect an arena "
+                "that needs external RAM, and minutes of quantizing. %s.", head,
+                MICRO_SRAM_BYTES >> 20, smaller_input_hint(graph))
+
+
+def smaller_input_hint(graph) -> str:
+    """The way out of an arena too large: the model's inputs smaller (ONNX layout)."""
+    given = " ".join(f"{t}:{','.join(map(str, graph.shapes[t]))}" for t in graph.inputs
+                     if graph.shapes.get(t) is not None)
+    batched = any(graph.shapes[t] and graph.shapes[t][0] > 1 for t in graph.inputs
+                  if graph.shapes.get(t) is not None)
+    return (f"Give the model smaller inputs with -ois (now {given})"
+            + (", or a batch of 1 with -b 1" if batched else ""))
+
+
+def arena_warning(name: str, arena: int, largest: list[str], hint: str) -> str | None:
+    """The warning for an arena of `arena` bytes more than MICRO_SRAM_BYTES, naming the
+    `largest` tensors (one line each) and the way out (`hint`); None when it fits."""
+    if arena <= MICRO_SRAM_BYTES:
+        return None
+    return (f"{name} needs a tensor arena of {arena} bytes ({arena / (1 << 20):.1f} MiB), more "
+            f"than the {MICRO_SRAM_BYTES >> 20} MiB of SRAM of a microcontroller; its largest "
+            f"tensors: {'; '.join(largest)}. {hint}.")
+
+
+def _elements(shape) -> int:
+    return int(np.prod([d if isinstance(d, int) and d > 0 else 1 for d in shape],
+                       dtype=np.int64))
 
 
 def blocking_ops(model, origins: list[list[dict]], input_names: dict[int, str],
@@ -509,6 +561,16 @@ def _largest_tensors(model, origins: list[list[dict]]) -> list[dict]:
     return sizes[:LARGEST_TENSORS]
 
 
+def _tensor_line(tensor: dict, input_names: dict[str, str]) -> str:
+    """One of _largest_tensors as a person reads it: the ONNX input it is, or the op (and
+    ONNX nodes) making it; shape, type and bytes."""
+    if tensor["op"] is None:
+        what = f"input '{input_names.get(tensor['name'], tensor['name'])}'"
+    else:
+        what = f"{tensor['op']}{_where(tensor['onnx_nodes'])}"
+    return f"{what} {tensor['shape']} {tensor['dtype'].lower()} {tensor['bytes']} bytes"
+
+
 def _op_list(model, origins: list[list[dict]]) -> tuple[list[dict], list[str]]:
     """Each op with its version and resolver call; the firmware's resolver lines."""
     ops, calls = [], []
@@ -546,6 +608,16 @@ def check_micro(content: bytes, name: str, source, samples: list[dict],
     if blocking:
         raise _refuse(name, blocking)
     subgraph = shipped.subgraphs[0]
+    largest = _largest_tensors(model, origins)
+    by_tensor_name = {model.subgraphs[0].tensors[t].name.decode(): onnx_name
+                      for t, onnx_name in input_names.items()}
+    tensor_lines = [_tensor_line(t, by_tensor_name) for t in largest]
+    if largest and largest[0]["bytes"] > MICRO_REFUSE_BYTES:  # the arena holds it
+        raise InputError(
+            f"--target micro: {name} needs a tensor arena of more than {largest[0]['bytes']} "
+            f"bytes, more than a microcontroller board holds (external RAM included, "
+            f"{MICRO_REFUSE_BYTES >> 20} MiB at most); its largest tensors: "
+            f"{'; '.join(tensor_lines[:3])}. {smaller_input_hint(source.graph)}.")
     samples_by_tensor, source_text = _feeds(model, source, samples)
     feeds = [[sample[t] for t in subgraph.inputs] for sample in samples_by_tensor]
     with MicroInterpreter() as interpreter:
@@ -570,6 +642,9 @@ def check_micro(content: bytes, name: str, source, samples: list[dict],
         log.warning("micro: ai-edge-litert cannot run %s, so the outputs are not compared "
                     "(%s)", name, litert_error)
     ops, resolver = _op_list(model, origins)
+    warning = arena_warning(name, arena, tensor_lines[:3], smaller_input_hint(source.graph))
+    if warning:
+        log.warning("micro: %s", warning)
     report = MicroReport(
         file=name, tflite_micro=tflite_micro_version(), flatbuffer_bytes=len(published),
         arena_bytes=arena, arena_attempts=attempts, recorded_arena=recorded,
@@ -577,6 +652,7 @@ def check_micro(content: bytes, name: str, source, samples: list[dict],
         outputs=outputs, outputs_reference_kernels=reference, litert_error=litert_error,
         inputs=[{"onnx_name": input_names.get(t), **_tensor_info(subgraph, t)}
                 for t in subgraph.inputs],
-        largest_tensors=_largest_tensors(model, origins), ops=ops, resolver=resolver)
+        largest_tensors=largest, ops=ops, resolver=resolver,
+        warnings=[warning] if warning else [])
     log.info("micro: %s", report.summary())
     return report

@@ -24,6 +24,7 @@ import onnx
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.logs import phase
 from onnx2tf_alt.passes.kv_cache import CacheEntry
+from onnx2tf_alt.passes.prepare import parse_shape_overrides
 from onnx2tf_alt.pipeline import Converted
 
 log = logging.getLogger("onnx2tf_alt")
@@ -57,8 +58,33 @@ def parse_signatures(specs: list[list[str]]) -> dict[str, SignatureSpec]:
         source = rest.pop(0) if rest and rest[0].lower().endswith(".onnx") else None
         if source is not None and not os.path.isfile(source):
             raise InputError(f"--signature {name}: {source} is not a file.")
+        for shape in rest:
+            try:
+                parse_shape_overrides([shape])
+            except InputError:
+                raise InputError(
+                    f"--signature {name}: bad input shape '{shape}': expected NAME:D1,D2,... "
+                    "with positive integers, e.g. input_ids:1,1.") from None
         found[name] = SignatureSpec(tuple(rest), source)
     return found
+
+
+def _check_input_names(models: dict[str | None, onnx.ModelProto],
+                      specs: dict[str, SignatureSpec], shapes: list[str] | None) -> None:
+    """InputError naming the flag (--signature NAME, or -ois for the shapes every signature
+    takes) when a shape names an input its signature's model (`models[spec.source]`, None:
+    the -i one) does not have."""
+    for name, spec in specs.items():
+        model = models[spec.source]
+        weights = {i.name for i in model.graph.initializer}
+        inputs = sorted(i.name for i in model.graph.input if i.name not in weights)
+        which = "the -i model" if spec.source is None else spec.source
+        for flag, given, model_name in ((f"--signature {name}", spec.shapes, which),
+                                        ("-ois", shapes or [], f"{which} (signature {name})")):
+            unknown = sorted(set(parse_shape_overrides(given)) - set(inputs))
+            if unknown:
+                raise InputError(f"{flag} names input(s) {unknown} that {model_name} does not "
+                                 f"have; its inputs are {inputs}.")
 
 
 def sources_of(specs: dict[str, SignatureSpec]) -> list[str]:
@@ -79,8 +105,9 @@ def build_signatures(loaded: onnx.ModelProto, specs: dict[str, SignatureSpec],
                      ) -> dict[str, tuple[Converted, list[CacheEntry]]]:
     """Each signature built by `build(its model, -ois specs)` (the common -ois `shapes`
     first), with its KV cache of `capacity` positions where its model has one
-    (passes/kv_cache.py), and its cache's past/present pairs. InputError when an input is
-    left with a dim no shape fixed, or `capacity` is given and no model has a cache."""
+    (passes/kv_cache.py), and its cache's past/present pairs. InputError when a shape names
+    an input its model lacks, an input is left with a dim no shape fixed, or `capacity` is
+    given and no model has a cache (or cannot hold it)."""
     from onnx2tf_alt.passes.kv_cache import cache_entries, fixed_capacity
     from onnx2tf_alt.translate.keras_layers import shared_constant_weights
 
@@ -88,6 +115,7 @@ def build_signatures(loaded: onnx.ModelProto, specs: dict[str, SignatureSpec],
     for spec in specs.values():
         if spec.source is not None and spec.source not in models:
             models[spec.source] = load(spec.source)
+    _check_input_names(models, specs, shapes)
     caches: dict[str | None, list[CacheEntry]] = {}
     for source, model in models.items():
         caches[source] = []
@@ -129,7 +157,6 @@ def write_signature_files(built: dict[str, tuple[Converted, list[CacheEntry]]], 
     Returns the file names."""
     from onnx2tf_alt.export.delegates import write_signature_delegate_report
     from onnx2tf_alt.export.float16 import float16_from_float32, float16_model
-    from onnx2tf_alt.quant.weight_only import dynamic_range_model
     from onnx2tf_alt.tflite.lowering import late_bound_signatures, signatures_bytes
     from onnx2tf_alt.translate.io_layout import io_layout
 
@@ -160,12 +187,9 @@ def write_signature_files(built: dict[str, tuple[Converted, list[CacheEntry]]], 
             _write(os.path.join(folder, names[1]), half)
     if dynamic_range:
         with phase("tflite dynamic range"):
-            bound = late_bound_signatures(results)
-            if bound is None or not dynamic_range_model(bound.model):
-                raise InputError("-odrqt with --signature needs weights bound after "
-                                 "conversion; this model has none large enough")
             names.append(f"{stem}_dynamic_range_quant.tflite")
-            bound.write(os.path.join(folder, names[-1]))
+            _write_dynamic_range(results, os.path.join(folder, names[0]),
+                                 os.path.join(folder, names[-1]))
     if int4:
         from onnx2tf_alt.export.names import INT4_SUFFIX
         from onnx2tf_alt.quant.int4 import write_int4_file
@@ -188,6 +212,27 @@ def write_signature_files(built: dict[str, tuple[Converted, list[CacheEntry]]], 
     with open(os.path.join(folder, names[-1]), "w") as f:
         json.dump(layout, f, indent=2)
     return names
+
+
+def _write_dynamic_range(results: dict, float32_path: str, path: str) -> None:
+    """The -odrqt file at `path`: int8 weights (quant/weight_only.py) in the signatures'
+    weights bound again, or, where they cannot be bound (no weight of LATE_ELEMENTS, or an
+    op late binding does not take), in the float32 file at `float32_path` unpacked."""
+    from onnx2tf_alt.quant.weight_only import MIN_ELEMENTS, dynamic_range_model
+    from onnx2tf_alt.tflite.flatbuffer import pack_model, unpack_model
+    from onnx2tf_alt.tflite.late_weights import mapped
+    from onnx2tf_alt.tflite.lowering import late_bound_signatures
+
+    bound = late_bound_signatures(results)
+    model = bound.model if bound is not None else unpack_model(mapped(float32_path))
+    if not dynamic_range_model(model):
+        log.warning("-odrqt: no FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, BATCH_MATMUL or "
+                    "GATHER reads a float32 weight of %d elements or more: %s holds the "
+                    "float32 weights", MIN_ELEMENTS, os.path.basename(path))
+    if bound is not None:
+        bound.write(path)
+    else:
+        _write(path, pack_model(model))
 
 
 def _write(path: str, content: bytes) -> None:

@@ -26,11 +26,15 @@ there; the node's rotary embedding moves out into RotaryEmbedding nodes at the r
 positions (filled past + i), so that the rotated new keys are a tensor the present output
 can return, and the attention itself is unchanged: it reads the capacity-long past, of
 which the mask's filled prefix counts.
+
+The capacity is checked first (check_capacity): no more than the positions the model can
+place, and a cache that TFLite and this machine can hold.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +45,20 @@ from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.passes.prepare import symbol_value
 
 ALL_SUFFIX = "/onnx2tf_alt_all_positions"
+# TFLite's kernels count a tensor's elements and compute offsets in `int`
+# (RuntimeShape::FlatSize and Offset, tensorflow/lite/kernels/internal/runtime_shape.h), so a
+# tensor of 2^31 elements or more overflows them (XNNPACK counts in size_t; the int is the
+# bound). A past input is one tensor: its capacity x per-position elements must stay below.
+TFLITE_MAX_ELEMENTS = 2**31 - 1
+# Context-length names (transformers' configs; onnxruntime-genai's context_length) that an
+# exporter may copy into the model's metadata_props
+POSITION_METADATA = ("max_position_embeddings", "n_positions", "n_ctx", "context_length",
+                     "max_sequence_length", "max_seq_len", "seq_length")
+# Ops that carry position ids unchanged in value (only shape or dtype changes), from a
+# `position_ids` input or a Range to the Gather of a position table
+_POSITION_CARRIERS = ("Identity", "Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten",
+                      "Expand")
+_TABLE_CARRIERS = ("Identity", "Cast", "Slice", "Squeeze")  # a table's rows, sliced or not
 
 
 @dataclass(frozen=True)
@@ -103,7 +121,8 @@ def _source(producer: dict[str, onnx.NodeProto], name: str) -> str:
 def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelProto,
                                                                     list[CacheEntry]]:
     """`model` (modified) with a cache of `capacity` positions (see the module docstring),
-    and its past/present pairs. InputError when it has none."""
+    and its past/present pairs. InputError when it has none, or when `capacity` is more
+    than the model or the target can hold (check_capacity: before anything is built)."""
     if capacity < 1:
         raise InputError(f"--kv_cache_capacity must be at least 1 (got {capacity}).")
     entries = cache_entries(model)
@@ -113,6 +132,7 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
             "past input and new entries, nor a GroupQueryAttention's present (inputs: "
             f"{[i.name for i in model.graph.input]}). Export the decoder with past key/values "
             "(e.g. transformers / Optimum with use_cache), or drop the flag.")
+    check_capacity(model, entries, capacity)
     graph = model.graph
     totals = _total_symbols(graph, entries)
     producer = {out: node for node in graph.node for out in node.output}
@@ -137,6 +157,130 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
     for total, sequence in totals.items():
         _substitute_total(graph, total, f"{capacity} + {sequence}")
     return model, entries
+
+
+@dataclass(frozen=True)
+class PositionLimit:
+    """The most positions a model can place, and where that was read."""
+
+    positions: int
+    source: str
+
+
+def max_positions(model: onnx.ModelProto) -> PositionLimit | None:
+    """The fewest positions any of these allows, or None when none is found: a context
+    length in metadata_props (POSITION_METADATA); the rows of a rotary cos cache read by
+    position (GroupQueryAttention with do_rotary, RotaryEmbedding); the rows of a constant
+    table (a learned position embedding like GPT-2's `wpe`, or a precomputed cos / sin
+    cache like older Llama exports) gathered at the position ids: a `position_ids` input,
+    or a Range, through ops that only reshape or cast them."""
+    found = []
+    for prop in model.metadata_props:
+        if prop.key in POSITION_METADATA and prop.value.strip().isdigit():
+            found.append(PositionLimit(int(prop.value), f"metadata_props {prop.key} = "
+                                                        f"{prop.value.strip()}"))
+    graph = model.graph
+    tables = {i.name: list(i.dims) for i in graph.initializer}
+    tables.update({n.output[0]: list(n.attribute[0].t.dims) for n in graph.node
+                   if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})
+    producer = {out: node for node in graph.node for out in node.output}
+    inputs = {i.name for i in graph.input}
+    for node in graph.node:
+        where = f"{node.op_type} '{node.name or node.output[0]}'"
+        cos = None
+        if _is_gqa(node) and any(a.name == "do_rotary" and a.i for a in node.attribute):
+            cos = node.input[7] if len(node.input) > 7 else ""
+        elif node.op_type == "RotaryEmbedding" and node.domain == "com.microsoft":
+            cos = node.input[2] if len(node.input) > 2 else ""
+        elif node.op_type == "RotaryEmbedding" and len(node.input) > 3 and node.input[3]:
+            cos = node.input[1]  # ai.onnx: [max positions, dim / 2] with position_ids
+        if cos and len(tables.get(cos, [])) == 2:
+            found.append(PositionLimit(tables[cos][0], f"the rows of the cos cache '{cos}' "
+                                                       f"of {where}"))
+        elif node.op_type == "Gather" and not any(a.name == "axis" and a.i
+                                                  for a in node.attribute):
+            table = _traced(producer, node.input[0], _TABLE_CARRIERS)
+            dims = tables.get(table, [])
+            while len(dims) > 2 and dims[0] == 1:  # [1, 1, positions, dim], squeezed
+                dims = dims[1:]
+            if len(dims) == 2 and _are_positions(producer, inputs, node.input[1]):
+                found.append(PositionLimit(dims[0], f"the rows of the position table "
+                                                    f"'{table}' that {where} reads"))
+    return min(found, key=lambda limit: limit.positions, default=None)
+
+
+def _traced(producer: dict[str, onnx.NodeProto], name: str, carriers: tuple[str, ...]) -> str:
+    """The tensor `name` is made from through `carriers` (their first input)."""
+    while name in producer and producer[name].op_type in carriers:
+        name = producer[name].input[0]
+    return name
+
+
+def _are_positions(producer: dict[str, onnx.NodeProto], inputs: set[str], name: str) -> bool:
+    source = _traced(producer, name, _POSITION_CARRIERS)
+    if source in inputs:
+        return "position" in source.lower()
+    return source in producer and producer[source].op_type == "Range"
+
+
+def check_capacity(model: onnx.ModelProto, entries: list[CacheEntry], capacity: int) -> None:
+    """InputError when a cache of `capacity` positions cannot work: more positions than the
+    model places (max_positions), a past input over TFLite's TFLITE_MAX_ELEMENTS, or a cache
+    larger than this machine's memory. A symbolic dim (the batch) counts as 1."""
+    limit = max_positions(model)
+    if limit is not None and capacity > limit.positions:
+        raise InputError(
+            f"--kv_cache_capacity {capacity} is more than the {limit.positions} positions the "
+            f"model places ({limit.source}): it has nothing for a token at position "
+            f"{limit.positions} or later. Pass --kv_cache_capacity {limit.positions} or less.")
+    inputs = {i.name: i.type.tensor_type for i in model.graph.input}
+    per_position = {}  # past input -> (elements, bytes) of one position
+    for entry in entries:
+        tensor = inputs[entry.past]
+        dims = [d.dim_value or 1 for k, d in enumerate(tensor.shape.dim) if k != entry.axis]
+        elements = int(np.prod(dims, dtype=np.int64))
+        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type)).itemsize
+        per_position[entry] = elements, elements * itemsize
+    widest = max(entries, key=lambda e: per_position[e][0])
+    elements, tensor_bytes = per_position[widest]
+    total = sum(b for _, b in per_position.values())
+    memory = physical_memory()
+    fits = min(TFLITE_MAX_ELEMENTS // elements,
+               memory // total if memory is not None else TFLITE_MAX_ELEMENTS)
+    if capacity <= fits:
+        return
+    tensor = inputs[widest.past]
+    shape = [d.dim_value or d.dim_param or "?" for d in tensor.shape.dim]
+    shape[widest.axis] = capacity
+    dtype = helper.tensor_dtype_to_np_dtype(tensor.elem_type).name
+    over = []
+    if capacity * elements > TFLITE_MAX_ELEMENTS:
+        over.append(f"the 2^31 - 1 elements TFLite's kernels index in one tensor "
+                    f"('{widest.past}' {shape} {dtype} would have {capacity * elements})")
+    if memory is not None and capacity * total > memory:
+        over.append(f"this machine's {_gb(memory)} of memory")
+    symbolic = any(isinstance(d, str) for d in shape)
+    known = (f"the model places {limit.positions} ({limit.source})" if limit is not None
+             else "the model's max positions are unknown (its config's "
+                  "max_position_embeddings says them)")
+    raise InputError(
+        f"--kv_cache_capacity {capacity} needs {_gb(capacity * tensor_bytes)} per past input "
+        f"and {_gb(capacity * total)} for all {len(entries)}"
+        f"{' (symbolic dims such as the batch counted as 1)' if symbolic else ''}: more than "
+        f"{' and '.join(over)}.\n"
+        f"Pass a smaller --kv_cache_capacity: at most {fits} positions fit; {known}.")
+
+
+def physical_memory() -> int | None:
+    """This machine's physical memory in bytes, None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _gb(size: int) -> str:
+    return f"{size / 1e9:.1f} GB"
 
 
 def _total_symbols(graph: onnx.GraphProto, entries: list[CacheEntry]) -> dict[str, str]:

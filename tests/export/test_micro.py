@@ -8,6 +8,7 @@ Quantized conversions take seconds, so each model is converted once per module.
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import numpy as np
@@ -23,10 +24,12 @@ from ai_edge_litert import schema_py_generated as schema
 
 from onnx2tf_alt.api import convert
 from onnx2tf_alt.cli.main import main
-from onnx2tf_alt.errors import ConversionError
+from onnx2tf_alt.errors import ConversionError, InputError
 from onnx2tf_alt.export.micro import (
     MICRO_RESOLVER,
     MicroInterpreter,
+    arena_warning,
+    refuse_dynamic_inputs,
     smallest_arena,
 )
 from onnx2tf_alt.tflite.flatbuffer import OP_NAMES, pack_model
@@ -204,6 +207,63 @@ def test_arena_is_the_smallest_that_works(converted):
             ok, printed = interpreter.attempt(content, smaller)
             assert not ok and "Failed to" in printed, printed
         assert smallest_arena(interpreter, content, start=1 << 12)[0] == arena
+    assert report["warnings"] == []  # a few kB: any microcontroller holds it
+
+
+def test_an_arena_past_a_microcontrollers_sram_is_a_warning_naming_the_tensors():
+    largest = ["input 'x' [1, 2048, 2048, 3] int8 12582912 bytes",
+               "PAD #0 from node 'stem' (Conv) [1, 2050, 2050, 3] int8 12607500 bytes"]
+    warning = arena_warning("big_full_integer_quant.tflite", 25193168, largest,
+                            "Give the model smaller inputs with -ois (now x:1,3,2048,2048)")
+    assert warning.splitlines()[0] == (
+        "big_full_integer_quant.tflite needs a tensor arena of 25193168 bytes (24.0 MiB), more "
+        "than the 2 MiB of SRAM of a microcontroller; its largest tensors: input 'x' "
+        "[1, 2048, 2048, 3] int8 12582912 bytes; PAD #0 from node 'stem' (Conv) "
+        "[1, 2050, 2050, 3] int8 12607500 bytes. Give the model smaller inputs with -ois (now "
+        "x:1,3,2048,2048).")
+    assert arena_warning("small.tflite", 2 << 20, largest, "") is None
+
+
+def shapes_only(shapes: dict, outputs: list[str]):
+    """What refuse_dynamic_inputs reads of a pipeline graph: inputs, outputs, shapes."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(inputs=[n for n in shapes if n not in outputs], outputs=outputs,
+                           shapes=shapes)
+
+
+def test_an_input_past_the_sram_is_a_warning_before_quantizing(caplog):
+    graph = shapes_only({"x": (2, 3, 2048, 2048), "probs": (2, 10)}, ["probs"])
+    logger = logging.getLogger("onnx2tf_alt")  # it does not propagate to the root logger
+    logger.addHandler(caplog.handler)
+    try:
+        refuse_dynamic_inputs(graph, "big_full_integer_quant.tflite")
+        warned = list(caplog.messages)
+        refuse_dynamic_inputs(shapes_only({"x": (1, 3, 224, 224), "probs": (1, 10)},
+                                          ["probs"]), "small_full_integer_quant.tflite")
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert warned == [(
+        "micro: big_full_integer_quant.tflite: the model input 'x' [2, 3, 2048, 2048] alone "
+        "needs 25165824 bytes of tensor arena in int8, more than the 2 MiB of SRAM of a "
+        "microcontroller: expect an arena that needs external RAM, and minutes of quantizing. "
+        "Give the model smaller inputs with -ois (now x:2,3,2048,2048), or a batch of 1 with "
+        "-b 1.")]
+    assert caplog.messages == warned  # none for the small one
+
+
+def test_an_input_no_board_holds_is_refused_before_quantizing(tmp_path):
+    path = conv_pool_cnn(tmp_path)
+    out = tmp_path / "out"
+    with pytest.raises(InputError) as error:
+        convert(input_onnx_file_path=path, output_folder_path=str(out), non_verbose=True,
+                target="micro", overwrite_input_shape=["x:1,3,5000,5000"])
+    assert str(error.value).splitlines()[0] == (
+        "--target micro: conv_pool_full_integer_quant.tflite: the model input 'x' "
+        "[1, 3, 5000, 5000] alone needs 75000000 bytes of tensor arena in int8, more than a "
+        "microcontroller board holds (external RAM included, 64 MiB at most). Give the model "
+        "smaller inputs with -ois (now x:1,3,5000,5000).")
+    assert error.value.exit_code == 2 and not out.exists()
 
 
 def test_report_is_owned_and_shown(converted):
