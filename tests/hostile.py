@@ -127,7 +127,7 @@ def garbage(r):
     return ["-i", write(r, "junk.onnx", b"this is not a model\n" * 10), "-o", "out"]
 
 
-@case(2, "")
+@case(2, "could not be read as an ONNX model")
 def truncated(r):
     data = cnn().SerializeToString()
     return ["-i", write(r, "cut.onnx", data[: len(data) // 2]), "-o", "out"]
@@ -138,7 +138,7 @@ def empty_file(r):
     return ["-i", write(r, "empty.onnx", b""), "-o", "out"]
 
 
-@case(2, "")
+@case(2, "is not a file")
 def input_is_a_folder(r):
     os.makedirs(os.path.join(r, "adir.onnx"))
     return ["-i", "adir.onnx", "-o", "out"]
@@ -149,7 +149,7 @@ def missing_input(r):
     return ["-i", "nope.onnx", "-o", "out"]
 
 
-@case(2, "")
+@case(2, "topologically sorted")
 def graph_cycle(r):
     m = model([helper.make_node("Relu", ["b"], ["a"], name="r1"),
                helper.make_node("Relu", ["a"], ["b"], name="r2"),
@@ -165,7 +165,7 @@ def dangling_value(r):
     return ["-i", save(r, "dangling.onnx", m, check=False), "-o", "out"]
 
 
-@case(2, "")
+@case(2, "single static assignment")
 def duplicate_node_outputs(r):
     m = model([helper.make_node("Relu", ["x"], ["y"], name="r1"),
                helper.make_node("Relu", ["x"], ["y"], name="r2")], [("x", [1, 4])],
@@ -173,7 +173,7 @@ def duplicate_node_outputs(r):
     return ["-i", save(r, "dupnode.onnx", m, check=False), "-o", "out"]
 
 
-@case(2, "")
+@case(2, "too small")
 def short_raw_data(r):
     m = cnn()
     m.graph.initializer[0].raw_data = m.graph.initializer[0].raw_data[:10]
@@ -243,42 +243,47 @@ def direct_writer_not_covering(r):
 
 
 # external data
-def _external(r, location: str, name: str = "ext.onnx") -> str:
+def _external(r, location: str, name: str = "ext.onnx", data_at: str | None = None) -> str:
+    """cnn() with its weights in external data at `location`; their bytes are written to
+    `data_at` (relative to `r`) when given."""
     m = cnn()
-    external_data_helper.convert_model_to_external_data(m, location="w.bin", size_threshold=0)
-    for tensor in m.graph.initializer:
-        for item in tensor.external_data:
-            if item.key == "location":
-                item.value = location
+    tensor = m.graph.initializer[0]
+    data = tensor.raw_data
+    tensor.ClearField("raw_data")
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", str(len(data)))):
+        tensor.external_data.add(key=key, value=value)
+    if data_at is not None:
+        write(r, data_at, data)
     return save(r, name, m, check=False)
 
 
-@case(2, "")
+@case(2, "missing or unreadable")
 def external_data_missing(r):
     return ["-i", _external(r, "w.bin"), "-o", "out"]
 
 
-@case(2, "")
+@case(2, "outside the model's folder")
 def external_data_traversal(r):
-    write(r, "secret.bin", b"\0" * 4096)
     os.makedirs(os.path.join(r, "models"))
-    return ["-i", _external(r, "../secret.bin", "models/ext.onnx"), "-o", "out"]
+    return ["-i", _external(r, "../secret.bin", "models/ext.onnx", data_at="secret.bin"),
+            "-o", "out"]
 
 
-@case(2, "")
+@case(2, "absolute path")
 def external_data_absolute(r):
-    return ["-i", _external(r, os.path.join(r, "w.bin")), "-o", "out"]
+    return ["-i", _external(r, os.path.join(r, "w.bin"), data_at="w.bin"), "-o", "out"]
 
 
-@case(2, "")
+@case(2, "symbolic link")
 def external_data_symlink_outside(r):
-    write(r, "elsewhere/w.bin", b"\0" * 4096)
     os.makedirs(os.path.join(r, "models"))
+    src = _external(r, "w.bin", "models/ext.onnx", data_at="elsewhere/w.bin")
     os.symlink(os.path.join(r, "elsewhere", "w.bin"), os.path.join(r, "models", "w.bin"))
-    return ["-i", _external(r, "w.bin", "models/ext.onnx"), "-o", "out"]
+    return ["-i", src, "-o", "out"]
 
 
-@case(2, "")
+@case(2, "could not be read")
 def external_data_too_short(r):
     write(r, "w.bin", b"\0" * 16)
     return ["-i", _external(r, "w.bin"), "-o", "out"]
@@ -293,7 +298,7 @@ def external_data_inside_the_output(r):
 
 
 # flags
-@case(2, "")
+@case(2, "Bad -ois")
 def bad_ois(r):
     return ["-i", save(r, "m.onnx", cnn()), "-o", "out", "-ois", "x:1,3,a,16"]
 
@@ -303,7 +308,7 @@ def ois_unknown_input(r):
     return ["-i", save(r, "m.onnx", cnn()), "-o", "out", "-ois", "ghost:1,3,16,16"]
 
 
-@case(2, "")
+@case(2, "rank 4")
 def ois_wrong_rank(r):
     return ["-i", save(r, "m.onnx", cnn()), "-o", "out", "-ois", "x:1,3,16"]
 
@@ -407,7 +412,7 @@ def calibration_std_inf(r):
     return _int8(r, image(), "0", "inf")
 
 
-@case(2, "")
+@case(2, "no axis of that size")
 def calibration_mean_count(r):
     return _int8(r, image(), "[0,0]", "[1,1]")
 
@@ -417,7 +422,7 @@ def calibration_wrong_shape(r):
     return _int8(r, np.zeros((4, 3, 8, 8), np.float32))
 
 
-@case(2, "")
+@case(2, "give N samples along axis 0")
 def calibration_wrong_rank(r):
     return _int8(r, np.zeros((4, 16, 16), np.float32))
 

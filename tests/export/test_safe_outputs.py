@@ -382,3 +382,24 @@ def test_a_malformed_manifest_is_ignored_with_a_warning(work, content):
     assert tree(out) == before  # it is in the way of the new manifest: nothing is replaced
     work("-i", work.source, "-o", out, "-dms", expect=0)  # another model is not concerned
     assert {k: v for k, v in tree(out).items() if k in before} == before
+
+
+def test_a_node_the_direct_writer_does_not_cover_gets_a_failure_report(work):
+    x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
+    model = make_model([helper.make_node("Relu", ["x"], ["a"], name="relu"),
+                        helper.make_node("Hardmax", ["a"], ["y"], name="hardmax")],
+                       {"x": x}, ["y"])
+    path = work.root / "hard.onnx"
+    onnx.save(model, path)
+    output = work("-i", path, "-o", work.root / "out", "-dms", "--tflite_writer", "direct",
+                  input_path=path, expect=1,
+                  phrases=["--tflite_writer direct: node 'hardmax' (Hardmax)"])
+    reports = work.root / "out" / "reports" / "hard"
+    assert str(reports) in output
+    listed = json.loads((reports / "conversion_errors.json").read_text())["failures"]
+    assert [(f["node_name"], f["op_type"]) for f in listed] == [("hardmax", "Hardmax")]
+    repro = onnx.load(reports / listed[0]["repro_model"])
+    assert [n.op_type for n in repro.graph.node] == ["Hardmax"]
+    assert set(tree(work.root / "out")) == {f"reports/hard/{n}" for n in (
+        "conversion_errors.json", "manifest.json", listed[0]["repro_model"],
+        listed[0]["inputs_npz"])}
