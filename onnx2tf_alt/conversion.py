@@ -286,9 +286,9 @@ def convert(
             log.info("wrote %s to %s", ", ".join(written), folder.path)
             return next(iter(built.values()))[0].result.model
         if micro:
-            from onnx2tf_alt.export.micro import refuse_dynamic_inputs
+            from onnx2tf_alt.export.micro import check_micro_shapes
 
-            refuse_dynamic_inputs(converted.graph, f"{stem}_full_integer_quant.tflite")
+            check_micro_shapes(converted.graph, f"{stem}_full_integer_quant.tflite")
         quant_plan = None
         if quant_options is not None and quant_options.any:
             from onnx2tf_alt.quant.quantize import plan_quantization

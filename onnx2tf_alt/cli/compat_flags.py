@@ -92,7 +92,7 @@ FLAGS: tuple[CompatFlag, ...] = (
     _row("-esfot", "--eval_split_fail_on_threshold", REFUSED, _CHECK, NONE, (V2,)),
     _row("-roc", "--report_op_coverage", REFUSED,
          "see docs/supported_ops.md; a failed conversion lists every unsupported node in "
-         "reports/conversion_errors.json", NONE, (V2,)),
+         "reports/<stem>/conversion_errors.json", NONE, (V2,)),
     _row("-fdosm", "--flatbuffer_direct_output_saved_model", EXPLAINED,
          "the saved_model is written unless -dms", NONE, (V2,)),
     _row("-fdopt", "--flatbuffer_direct_output_pytorch", REFUSED, _TORCH, NONE, (V2,)),
@@ -212,7 +212,7 @@ FLAGS: tuple[CompatFlag, ...] = (
          "layouts are planned, so there is no parameter replacement JSON to generate; -cotof "
          "names the first diverging node"),
     _row("-agje", "--auto_generate_json_on_error", EXPLAINED,
-         "no parameter replacement JSON exists here; a failed conversion writes reports/ "
+         "no parameter replacement JSON exists here; a failed conversion writes reports/<stem>/ "
          "with a one-node repro per failing node"),
     _row("-dms", "--disable_model_save", IMPLEMENTED,
          "writes no saved_model; the .tflite files and the others asked for still"),

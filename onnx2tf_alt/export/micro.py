@@ -321,7 +321,7 @@ def dynamic_inputs(graph) -> list[str]:
     return lines
 
 
-def refuse_dynamic_inputs(graph, name: str) -> None:
+def check_micro_shapes(graph, name: str) -> None:
     """What the shapes of `graph` (after -b / -ois) rule out before quantizing, which takes
     minutes on large inputs: ConversionError when an input has a run-time shape
     (dynamic_inputs); InputError when a model input or output alone is more than
@@ -343,7 +343,7 @@ def refuse_dynamic_inputs(graph, name: str) -> None:
                          f"(external RAM included, {MICRO_REFUSE_BYTES >> 20} MiB at most). "
                          f"{smaller_input_hint(graph)}.")
     log.warning("micro: %s, more than the %d MiB of SRAM of a microcontroller: expect an arena "
-                "that needs external RAM, and minutes of quantizing. %s.", head,
+                "that needs external RAM, and a slow quantization. %s.", head,
                 MICRO_SRAM_BYTES >> 20, smaller_input_hint(graph))
 
 
