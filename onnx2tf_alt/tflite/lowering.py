@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from onnx2tf_alt.tflite.finish import Finish
-from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model
+from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, unpack_model
 from onnx2tf_alt.tflite.late_weights import Bound, Signature, Unbindable, bind
 from onnx2tf_alt.tflite.saved_model_reader import saved_functions, saved_model_converter
 from onnx2tf_alt.tflite.shared_weights import fold_runtime_biases, fold_runtime_biases_model
@@ -143,6 +143,7 @@ def late_bound_signatures(results: dict[str, BuildResult],
         except Unbindable as again:
             log.info("the .tflite weights are converted by TF's converter: %s", again)
             return None
+    _key_single_signature(bound.model, results)
     missing = _restore_activations(bound.model, restore)
     if missing:
         log.info("the .tflite weights are converted by TF's converter: the activation of "
@@ -236,7 +237,19 @@ def signatures_bytes(results: dict[str, BuildResult], select_tf_ops: bool = True
         serve = signature_function(result.model, list(result.input_names.values()), name=key)
         setattr(holder, f"signature_{len(functions)}", serve)
         functions.append(serve.get_concrete_function())
-    return fold_runtime_biases(_converted(functions, holder, False, select_tf_ops))
+    content = fold_runtime_biases(_converted(functions, holder, False, select_tf_ops))
+    if len(results) == 1:
+        model = unpack_model(content)
+        _key_single_signature(model, results)
+        content = pack_model(model, len(content) + 1024)
+    return content
+
+
+def _key_single_signature(model, results: dict) -> None:
+    """TF's converter keys the signature of a single function `serving_default`: give it
+    the key asked for (--signature decode ...)."""
+    if len(results) == 1 and len(model.signatureDefs) == 1:
+        model.signatureDefs[0].signatureKey = next(iter(results)).encode()
 
 
 def _shared_name(layer, sources: dict, by_content: dict, taken: set[str]) -> str:

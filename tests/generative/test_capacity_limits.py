@@ -201,3 +201,24 @@ def test_dynamic_range_signatures_without_a_weight_to_quantize_warn(small_decode
     assert ("-odrqt: no FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, BATCH_MATMUL or GATHER "
             "reads a float32 weight of 1024 elements or more: tiny_dynamic_range_quant.tflite "
             "holds the float32 weights") in caplog.messages
+
+
+@pytest.mark.parametrize("small", [True, False], ids=["weights_in_the_graph", "bound_weights"])
+def test_a_single_signature_keeps_its_key(small_decoder, tmp_path, small):
+    """TF's converter keys one function `serving_default`; the file, its delegate report and
+    io_layout.json must say `decode` (a single --signature ended in StopIteration)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt import convert
+
+    source = tmp_path / "one.onnx"
+    onnx.save(small_decoder(64, 64) if small else kv_decoder.decoder_model(), source)
+    out = tmp_path / "out"
+    convert(str(source), output_folder_path=str(out), kv_cache_capacity=16,
+            signatures=[["decode", "input_ids:1,1"]], output_dynamic_range_quantized_tflite=True,
+            disable_model_save=True, non_verbose=True)
+    for suffix in ("float32", "float16", "dynamic_range_quant"):
+        interpreter = Interpreter(model_path=str(out / f"one_{suffix}.tflite"))
+        assert list(interpreter.get_signature_list()) == ["decode"], suffix
+    for name in ("one_io_layout.json", "one_delegates.json"):
+        assert list(json.loads((out / name).read_text())["signatures"]) == ["decode"]
