@@ -74,7 +74,7 @@ def latency_ms(path: str, runs: int) -> float:
 
 def photos(model: onnx.ModelProto) -> tuple[np.ndarray, np.ndarray]:
     """(calibration, held-out) NCHW photographs at the model's input size."""
-    from calibration import image_samples
+    from calibration.photos import image_samples
 
     dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     calibration, held = image_samples(dims[2], dims[3], dims[1])

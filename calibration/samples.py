@@ -264,7 +264,7 @@ def _split(units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _image_units(shape, channel_axis: int, mean, std) -> tuple[np.ndarray, np.ndarray]:
-    from calibration import image_samples
+    from calibration.photos import image_samples
 
     spatial = [1, 2] if channel_axis == 3 else [2, 3]
     height, width = (shape[a] or DEFAULT_IMAGE_SIZE for a in spatial)

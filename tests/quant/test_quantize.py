@@ -17,7 +17,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from calibration import image_samples
+from calibration.photos import image_samples
 from calibration.samples import CustomData, parse_custom_data, plan_samples
 from onnx2tf_alt.api import convert
 from onnx2tf_alt.check.inputs import first_sample
