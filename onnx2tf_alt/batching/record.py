@@ -25,6 +25,12 @@ def make_record(job: Job, child: dict, folder: str, log_path: str, base: dict) -
         record.update(outputs(folder, stem_of(job)), **(child.get("latency") or {}))
         if record.get("check") and not record["check"]["passed"]:
             actual, record["error_kind"] = "failed", "accuracy check failed"
+    elif actual == "failed" and _crash(folder, stem_of(job)) is not None:
+        # the CLI's supervisor caught a native crash (cli/supervisor.py): exit 1 and a report
+        actual, crash = "crashed", _crash(folder, stem_of(job))
+        record["error_kind"] = (f"crashed in native code ({crash.get('signal')}) during "
+                                f"'{crash.get('phase')}'")
+        record["error"] = _log_tail(log_path)
     elif actual == "failed":
         record["error_kind"], record["error"] = _failure(folder, stem_of(job), log_path,
                                                        child["exit_code"])
@@ -91,6 +97,16 @@ def _failure(folder: str, stem: str, log_path: str, exit_code: int) -> tuple[str
     reasons = sorted({str(f.get("reason", "")).split(":")[0] or "failed" for f in failures})
     ops = sorted({f"{f.get('domain') or 'ai.onnx'}::{f.get('op_type')}" for f in failures})
     return f"{', '.join(reasons)} ({', '.join(ops)})", tail
+
+
+def _crash(folder: str, stem: str) -> dict | None:
+    """The crash a supervised run recorded in its failure report, if any."""
+    try:
+        with open(os.path.join(folder, reports_folder(stem), "conversion_errors.json")) as f:
+            crash = json.load(f).get("crash")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return crash if isinstance(crash, dict) else None
 
 
 def _failures(reports: str) -> list | None:

@@ -334,3 +334,21 @@ def test_ray_backend_same_outcomes(zoo, tmp_path, monkeypatch):
         assert (r["outcome"], r["exit_code"], r.get("tflite_ops")) == (
             before[name]["outcome"], before[name]["exit_code"], before[name].get("tflite_ops"))
     assert _lines(tmp_path / "out" / "batch_results.jsonl") == report.results
+
+
+def test_a_native_crash_the_supervisor_reported_is_recorded_as_crashed(tmp_path):
+    """The CLI turns a native crash into exit 1 and reports/<stem>/conversion_errors.json
+    with a "crash" entry (cli/supervisor.py); the batch record says crashed, and where."""
+    from onnx2tf_alt.batching.record import make_record
+    from onnx2tf_alt.batching.source import Job
+
+    folder = tmp_path / "m"
+    (folder / "reports" / "m").mkdir(parents=True)
+    (folder / "reports" / "m" / "conversion_errors.json").write_text(json.dumps(
+        {"failures": [], "crash": {"signal": "SIGSEGV", "phase": "quantized files"}}))
+    log = tmp_path / "m.log"
+    log.write_text("error: the conversion crashed in native code (SIGSEGV)\n")
+    child = {"exit_code": 1, "wall_s": 1.0, "peak_rss_mb": 10.0, "stopped_for": None}
+    record = make_record(Job(str(tmp_path / "m.onnx"), "m"), child, str(folder), str(log), {})
+    assert record["outcome"] == "crashed"
+    assert record["error_kind"] == "crashed in native code (SIGSEGV) during 'quantized files'"
