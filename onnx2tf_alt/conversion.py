@@ -25,11 +25,12 @@ from onnx2tf_alt.export.publish import OutputFolder
 from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.ir import weights as ir_weights
 from onnx2tf_alt.ir.loader import external_data_paths, load_model
-from onnx2tf_alt.logs import configure_logging, phase
+from onnx2tf_alt.logs import configure_logging, phase, quiet_native_calls
 from onnx2tf_alt.pipeline import (
     Converted,
     build_loaded,
     check_batch_size,
+    check_input_names,
     plan_loaded,
     stem_of,
     translate,
@@ -48,6 +49,7 @@ MICRO_FORMS = ("GeLU", "Pow")
 # the input and the output folder: an unusable -o fails in a fraction of a second.
 
 
+@quiet_native_calls
 @deep_graphs()
 def convert(
     input_onnx_file_path: str | None = None,
@@ -92,7 +94,7 @@ def convert(
     signatures: list[list[str]] | None = None,
     kv_cache_capacity: int | None = None,
     output_int4_weight_quantized_tflite: bool = False,
-    tflite_writer: str = "tf",
+    tflite_writer: str = "auto",
     command_line: list[str] | None = None,
 ):
     """Convert an ONNX model (path or ModelProto) and write its outputs; returns the Keras model.
@@ -156,8 +158,8 @@ def convert(
     (export/micro.py, docs/micro.md).
 
     `tflite_writer` (--tflite_writer) picks what writes the float32 and float16 .tflite:
-    "tf" (the default here) TF's converter from the Keras model; "auto" (the CLI's
-    default) the direct writer (tflite/direct.py) when it covers every node, else TF's
+    "tf" TF's converter from the Keras model; "auto" (the default, as on the CLI) the
+    direct writer (tflite/direct.py) when it covers every node, else TF's
     converter, said at info level; "direct" the direct writer or a ConversionError naming
     the first node it does not cover. With only .tflite files asked for
     (`disable_model_save`, no Keras, quantized, int4, micro or checked files, no
@@ -216,25 +218,32 @@ def convert(
     tflite_files_only = not any((dynamic_range, int4, check, micro, signature_specs))
     direct = _direct_asked(tflite_writer, output_tflite and disable_model_save and not any((
         output_h5, output_keras_v3)) and tflite_files_only)
-    quant_options = None
-    if not direct:
-        from onnx2tf_alt.quant.quantize import QuantOptions
-
-        quant_options = QuantOptions(
-            dynamic_range, output_integer_quantized_tflite, quant_type,
-            input_quant_dtype, output_quant_dtype, calibration_method,
-            list(keep_float or []), keep_float_auto, check_onnx_tf_outputs_elementwise_close_full,
-            bias_correction, int8_warn_below, integer_kernels_only=micro,
-        )
-    startup.resume()  # the modules are loaded: collection back on (onnx2tf_alt/startup.py)
     spilled_before = set(ir_weights.SPILLED)
     try:
         try:
             with phase("load"):
                 loaded = load_model(input_onnx_file_path, onnx_graph, allow_newer_opset)
+            # what the ONNX alone can refuse, before TensorFlow loads (2 s)
+            if not signature_specs:
+                check_input_names(loaded, overwrite_input_shape, None if (
+                    input_names_to_interrupt_model_conversion) else {
+                    "-k": keep_ncw_or_nchw_or_ncdhw_input_names,
+                    "-kt": keep_nwc_or_nhwc_or_ndhwc_input_names})
             from calibration.samples import check_against_inputs
 
             check_against_inputs(custom_data, loaded, batch_size, overwrite_input_shape)
+            quant_options = None
+            if not direct:
+                from onnx2tf_alt.quant.quantize import QuantOptions
+
+                quant_options = QuantOptions(
+                    dynamic_range, output_integer_quantized_tflite, quant_type,
+                    input_quant_dtype, output_quant_dtype, calibration_method,
+                    list(keep_float or []), keep_float_auto,
+                    check_onnx_tf_outputs_elementwise_close_full, bias_correction,
+                    int8_warn_below, integer_kernels_only=micro,
+                )
+            startup.resume()  # modules loaded: collection back on (onnx2tf_alt/startup.py)
             if kv_cache_capacity is not None and not signature_specs:
                 from onnx2tf_alt.passes.kv_cache import fixed_capacity
 

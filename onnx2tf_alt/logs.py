@@ -8,6 +8,7 @@ Python's own stderr (logs, progress bar) on the terminal.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -27,6 +28,59 @@ LEVELS = {
 }
 
 
+_native_quiet = [False]  # fd 2 already sent elsewhere for the whole process (the CLI)
+
+
+def quiet_native_calls(func):
+    """Decorator for the Python API: while `func` runs (unless its `verbosity` is "debug"),
+    native code's stderr (TensorFlow's C++ logging: ~20 lines, among them a CUDA error on a
+    CPU machine) goes to an anonymous file, as the CLI's does; Python's own stderr (logs,
+    progress) stays where it was, and fd 2 is put back afterwards for the caller's own use.
+    A no-op in the CLI, which quiets the whole process (quiet_native_stderr)."""
+
+    @functools.wraps(func)
+    def quieted(*args, **kwargs):
+        if _native_quiet[0] or kwargs.get("verbosity") == "debug":
+            return func(*args, **kwargs)
+        with _native_stderr_aside():
+            return func(*args, **kwargs)
+
+    return quieted
+
+
+@contextmanager
+def _native_stderr_aside() -> Iterator[None]:
+    sys.stderr.flush()
+    try:
+        python_fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a stream without a file (pytest, IDEs)
+        python_fd = None
+    saved = os.dup(2)
+    previous, swapped = sys.stderr, None
+    if python_fd == 2:  # Python writes where native code does: give Python its own copy
+        swapped = os.fdopen(os.dup(saved), "w", buffering=1)
+        sys.stderr = swapped
+        _retarget(previous, swapped)
+    try:
+        with tempfile.TemporaryFile(prefix="onnx2tf_alt_native_") as sink:
+            os.dup2(sink.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        if swapped is not None:
+            swapped.flush()
+            sys.stderr = previous
+            _retarget(swapped, previous)
+            swapped.close()
+
+
+def _retarget(old, new) -> None:
+    for handler in logging.getLogger("onnx2tf_alt").handlers:
+        if isinstance(handler, logging.StreamHandler) and handler.stream is old:
+            handler.setStream(new)
+
+
 def quiet_native_stderr() -> None:
     """Send native (C++) stderr to an anonymous temporary file; Python's stderr stays where
     it was. The file has no name (it is unlinked at once), so nothing is left behind; with
@@ -34,6 +88,7 @@ def quiet_native_stderr() -> None:
     supervised run the file is the supervisor's (in the run's temporary folder), which
     quotes its last lines in the report of a crash."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    _native_quiet[0] = True
     sys.stderr.flush()
     terminal = os.dup(2)
     sys.stderr = os.fdopen(terminal, "w", buffering=1)

@@ -23,7 +23,7 @@ from onnx2tf_alt.layout.explain import describe
 from onnx2tf_alt.layout.plan import Plan, plan_layouts
 from onnx2tf_alt.layout.policies import LayoutPolicy
 from onnx2tf_alt.logs import phase
-from onnx2tf_alt.passes.prepare import prepare_model
+from onnx2tf_alt.passes.prepare import parse_shape_overrides, prepare_model
 from onnx2tf_alt.translate.failures import failure_for
 from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
 from onnx2tf_alt.translate.progress import Progress
@@ -218,6 +218,24 @@ def translate(planned: Planned, show_progress: bool = False) -> Converted:
         raise
     return Converted(result=result, graph=graph, plan=plan, model=model,
                      options=planned.options)
+
+
+def check_input_names(model: onnx.ModelProto, overwrite_input_shape: list[str] | None,
+                      keep: dict[str, list[str] | None] | None) -> None:
+    """-ois names, and those of `keep` ({flag: names}: -k, -kt; None when -inimc makes other
+    tensors inputs), against the inputs of the loaded `model`: InputError as prepare and
+    the plan would raise it, on the ONNX alone (before TensorFlow loads)."""
+    initializers = {i.name for i in model.graph.initializer}
+    inputs = [i.name for i in model.graph.input if i.name not in initializers]
+    unknown = sorted(set(parse_shape_overrides(overwrite_input_shape)) - set(inputs))
+    if unknown:
+        raise InputError(f"-ois names input(s) {unknown} that the model does not have; its "
+                         f"inputs are {sorted(inputs)}.")
+    for flag, names in (keep or {}).items():
+        unknown = sorted(set(names or []) - set(inputs))
+        if unknown:
+            raise InputError(f"{flag} names input(s) {unknown} that the model does not have; "
+                             f"its inputs are {inputs}.")
 
 
 def _known_inputs(graph: Graph, flag: str, names: list[str] | None) -> frozenset[str]:
