@@ -15,349 +15,218 @@ from onnx2tf_alt.version import __version__
 BACKENDS = {"tf_converter": "tf", "flatbuffer_direct": "auto"}
 
 
+USAGE = "onnx2tf-alt -i MODEL.onnx [-o DIR] [options]"
+
+DESCRIPTION = """\
+Convert an ONNX model to saved_model, Keras and TFLite files with channel-last ops.
+
+  onnx2tf-alt -i MODEL.onnx [options]     one model (the same: python -m onnx2tf_alt ...)
+  onnx2tf-alt batch SOURCE -o OUT_ROOT    many models, each in its own process:
+                                          onnx2tf-alt batch -h, docs/batch.md
+  onnx2tf_alt.convert(input_onnx_file_path="m.onnx", output_h5=True)
+                                          from Python: the long flag names as keywords
+
+A flag is listed by its short name; each also has onnx2tf's long one (-oh5 is --output_h5).
+Every flag in detail: docs/cli.md in the source tree (docs/ beside README.md)."""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """One line per flag, within 100 columns: a flag is listed by its short name when it
+    has one (docs/cli.md gives both), with its help's first line (the lines after it are
+    detail for docs/cli_flags.md)."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=100, max_help_position=30)
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        short = [s for s in action.option_strings if not s.startswith("--")]
+        name = (short or action.option_strings)[0]
+        if action.nargs == 0:
+            return name
+        default = self._get_default_metavar_for_optional(action)
+        metavar = self._metavar_formatter(action, default)(1)[0]
+        if action.nargs in ("+", "*") and " " not in metavar:  # a spaced metavar: one use
+            metavar = f"{metavar} ..." if action.nargs == "+" else f"[{metavar} ...]"
+        return f"{name} {metavar}"
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        return (action.help or "").split("\n", 1)[0]
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="onnx2tf-alt",
-        description="Convert an ONNX model to saved_model, Keras and TFLite with channel-last ops.",
+        usage=USAGE,
+        description=DESCRIPTION,
+        formatter_class=_HelpFormatter,
+        add_help=False,  # -h is listed with -v and -V, below
         allow_abbrev=False,  # onnx2tf's flags must never be read as prefixes of ours
-        epilog="Every other flag of onnx2tf 1.29 / 2.x is accepted with a note or refused "
-        "with its equivalent: see docs/cli_flags.md.",
     )
-    _file_flags(p)
-    _shape_and_layout_flags(p)
-    _log_flags(p)
-    _check_flags(p)
-    _quant_flags(p)
-    _lowering_flags(p)
-    p.add_argument("-V", "--version", action="version", version=f"onnx2tf-alt {__version__}")
+    _file_flags(p.add_argument_group("input and output (docs/outputs.md)"))
+    _shape_and_layout_flags(p.add_argument_group("shapes and layout"))
+    _check_flags(p.add_argument_group("accuracy check against onnxruntime"))
+    _quant_flags(p.add_argument_group("quantization (docs/quantization.md)"))
+    _generative_flags(p.add_argument_group("generative models (docs/generative.md)"))
+    _target_flags(p.add_argument_group("deployment targets and lowering (docs/consumers.md)"))
+    _onnx2tf_flags(p.add_argument_group(
+        "onnx2tf compatibility",
+        "Every other onnx2tf 1.29 / 2.x flag is accepted with a note, or refused naming\n"
+        "its equivalent: docs/cli_flags.md lists them all."))
+    _message_flags(p.add_argument_group("messages"))
     add_compat_flags(p)
     return p
 
 
-def _file_flags(p: argparse.ArgumentParser) -> None:
+_Group = argparse._ArgumentGroup  # what add_argument_group returns
+
+
+def _file_flags(g: _Group) -> None:
     """What to convert and which files to write."""
-    p.add_argument("-i", "--input_onnx_file_path", help="the .onnx model to convert")
-    p.add_argument("-o", "--output_folder_path", default="saved_model", help="output folder")
-    p.add_argument(
-        "-osd",
-        "--output_signaturedefs",
-        action="store_true",
-        help="accepted for onnx2tf compatibility; signatures are always written",
-    )
-    p.add_argument("-oh5", "--output_h5", action="store_true", help="also write <stem>.h5")
-    p.add_argument(
-        "-dms", "--disable_model_save", action="store_true",
-        help="write no saved_model (the .tflite and the other requested files still)")
-    p.add_argument(
-        "--tflite_writer", choices=("auto", "tf", "direct"), default="auto",
-        help="what writes the float32 and float16 .tflite (without quantized, int4, micro or "
-        "checked files): auto (default) our own writer when it covers every node (with -dms "
-        "and no -oh5/-okv3, without TensorFlow; beside a saved_model, up to 256 MB of "
-        "weights), else TF's converter; tf always TF's; direct "
-        "ours, for -dms runs only, or exit 1 naming the node it does not cover "
-        "(docs/direct_writer.md)")
-    p.add_argument(
-        "-tb", "--tflite_backend", choices=tuple(BACKENDS),
-        help="onnx2tf 2.x's name: tf_converter is --tflite_writer tf, flatbuffer_direct is "
-        "--tflite_writer auto")
-    p.add_argument(
-        "-okv3", "--output_keras_v3", action="store_true", help="also write <stem>.keras"
-    )
-    p.add_argument(
-        "-coion",
-        "--copy_onnx_input_output_names_to_tflite",
-        action="store_true",
-        help="name every .tflite's input and output tensors and signature keys exactly as in "
-        "the ONNX graph (default: TF-safe names, e.g. serving_default_x:0)",
-    )
+    g.add_argument("-i", "--input_onnx_file_path", metavar="MODEL.onnx",
+                   help="the .onnx model to convert")
+    g.add_argument("-o", "--output_folder_path", default="saved_model", metavar="DIR",
+                   help="output folder (default: saved_model)")
+    g.add_argument("-oh5", "--output_h5", action="store_true", help="also write <stem>.h5")
+    g.add_argument("-okv3", "--output_keras_v3", action="store_true",
+                   help="also write <stem>.keras")
+    g.add_argument("-dms", "--disable_model_save", action="store_true",
+                   help="write no saved_model, only the .tflite and other files asked for")
+    g.add_argument("-coion", "--copy_onnx_input_output_names_to_tflite", action="store_true",
+                   help="ONNX input/output names as .tflite tensor names and signature keys")
 
-def _shape_and_layout_flags(p: argparse.ArgumentParser) -> None:
+
+def _shape_and_layout_flags(g: _Group) -> None:
     """Input shapes and layouts, and the part of the graph to convert."""
-    p.add_argument("-b", "--batch_size", type=int, help="fix a symbolic batch dimension")
-    p.add_argument(
-        "-ois",
-        "--overwrite_input_shape",
-        nargs="+",
-        metavar="NAME:D1,D2,...",
-        help="fix input shapes, e.g. -ois input:1,3,224,224 mask:1,224",
-    )
-    p.add_argument(
-        "--signature",
-        dest="signatures",
-        nargs="+",
-        action="append",
-        metavar="NAME [MODEL.onnx] INPUT:D1,D2,...",
-        help="repeatable: one signature of the .tflite files, named by its first word, made "
-        "from MODEL.onnx if given (default: -i), with the input shapes that follow (as "
-        "-ois; dims of the same symbol, or a sum of symbols, follow), e.g. --signature "
-        "prefill input_ids:1,64 --signature decode input_ids:1,1. The signatures share one "
-        "copy of the weights, in the .tflite files and the saved_model (docs/generative.md)",
-    )
-    p.add_argument(
-        "--kv_cache_capacity",
-        type=int,
-        metavar="N",
-        help="a decoder's past key/value inputs hold N positions (filled ones marked 1 in "
-        "its attention mask, which then spans N + sequence) and its present outputs "
-        "return only the step's new entries, to be written into the cache at its "
-        "position: the same shapes every step (docs/generative.md)",
-    )
-    p.add_argument(
-        "-k",
-        "--keep_ncw_or_nchw_or_ncdhw_input_names",
-        nargs="+",
-        action="extend",  # shared with -kat
-        metavar="NAME",
-        help="inputs that stay channel-first (ONNX layout)",
-    )
-    p.add_argument(
-        "-kt",
-        "--keep_nwc_or_nhwc_or_ndhwc_input_names",
-        nargs="+",
-        metavar="NAME",
-        help="inputs that become channel-last even if no conv reads them",
-    )
-    p.add_argument(
-        "-kat",
-        "--keep_shape_absolutely_input_names",
-        nargs="+",
-        action="extend",
-        dest="keep_ncw_or_nchw_or_ncdhw_input_names",
-        metavar="NAME",
-        help="onnx2tf's name for -k: these inputs keep their ONNX shape and layout",
-    )
-    p.add_argument(
-        "-inimc",
-        "--input_names_to_interrupt_model_conversion",
-        nargs="+",
-        metavar="NAME",
-        help="convert only the part of the graph computed from these tensors (they become "
-        "the model's inputs)",
-    )
-    p.add_argument(
-        "-onimc",
-        "--output_names_to_interrupt_model_conversion",
-        nargs="+",
-        metavar="NAME",
-        help="convert only the part of the graph that computes these tensors (they become "
-        "the model's outputs)",
-    )
+    g.add_argument("-b", "--batch_size", type=int, metavar="N",
+                   help="fix a symbolic batch dimension")
+    g.add_argument("-ois", "--overwrite_input_shape", nargs="+", metavar="NAME:SHAPE",
+                   help="fix input shapes, e.g. -ois input:1,3,224,224 mask:1,224")
+    g.add_argument("-k", "--keep_ncw_or_nchw_or_ncdhw_input_names", nargs="+",
+                   action="extend",  # shared with -kat
+                   metavar="NAME", help="inputs that stay channel-first (ONNX layout)")
+    g.add_argument("-kt", "--keep_nwc_or_nhwc_or_ndhwc_input_names", nargs="+", metavar="NAME",
+                   help="inputs that become channel-last even if no conv reads them")
+    g.add_argument("-inimc", "--input_names_to_interrupt_model_conversion", nargs="+",
+                   metavar="NAME",
+                   help="convert only the part computed from these tensors (the new inputs)")
+    g.add_argument("-onimc", "--output_names_to_interrupt_model_conversion", nargs="+",
+                   metavar="NAME",
+                   help="convert only the part that computes these tensors (the new outputs)")
 
-def _log_flags(p: argparse.ArgumentParser) -> None:
-    """How much is printed."""
-    p.add_argument(
-        "-v",
-        "--verbosity",
-        choices=["debug", "info", "warn", "error"],
-        default="info",
-        help="log level (default: info)",
-    )
-    p.add_argument(
-        "-n", "--non_verbose", action="store_true", help="errors only, no progress bar"
-    )
 
-def _check_flags(p: argparse.ArgumentParser) -> None:
+def _check_flags(g: _Group) -> None:
     """The accuracy check against onnxruntime and its inputs."""
-    p.add_argument(
-        "-coto",
-        "--check_onnx_tf_outputs_elementwise_close",
-        action="store_true",
-        help="compare the model outputs of the Keras model and float32 TFLite (and, with "
-        "-odrqt/-oiqt, of each quantized file, dequantized, passing on cosine >= 0.98) with "
-        "onnxruntime; writes <stem>_accuracy_report.json/.html",
-    )
-    p.add_argument(
-        "-cotof",
-        "--check_onnx_tf_outputs_elementwise_close_full",
-        action="store_true",
-        help="the same for every node output, reporting the first diverging node",
-    )
-    p.add_argument(
-        "-cotoa",
-        "--check_onnx_tf_outputs_elementwise_close_atol",
-        type=float,
-        default=1e-4,
-        help="absolute tolerance of the check (default: 1e-4)",
-    )
-    p.add_argument(
-        "-cotor",
-        "--check_onnx_tf_outputs_elementwise_close_rtol",
-        type=float,
-        default=0.0,
-        help="relative tolerance of the check: |tf - onnx| <= atol + rtol*|onnx| (default: 0)",
-    )
-    p.add_argument(
-        "-cind",
-        "--custom_input_op_name_np_data_path",
-        nargs="+",
-        action="append",
-        metavar="NAME FILE.npy [MEAN STD]",
-        help="data for input NAME (ONNX layout); repeatable. The check and the failure "
-        "reports use it as the input (the first sample); INT8 calibration takes its N "
-        "samples along axis 0, normalized as (x - MEAN) / STD when given (a number or a "
-        "list per channel, e.g. [0.485,0.456,0.406])",
-    )
+    g.add_argument("-coto", "--check_onnx_tf_outputs_elementwise_close", action="store_true",
+                   help="compare the model outputs; writes <stem>_accuracy_report.json/.html")
+    g.add_argument("-cotof", "--check_onnx_tf_outputs_elementwise_close_full",
+                   action="store_true",
+                   help="the same for every node output, naming the first diverging node")
+    g.add_argument("-cotoa", "--check_onnx_tf_outputs_elementwise_close_atol", type=float,
+                   default=1e-4, metavar="A", help="absolute tolerance (default: 1e-4)")
+    g.add_argument("-cotor", "--check_onnx_tf_outputs_elementwise_close_rtol", type=float,
+                   default=0.0, metavar="R",
+                   help="relative tolerance: |tf - onnx| <= A + R*|onnx| (default: 0)")
+    g.add_argument("-cind", "--custom_input_op_name_np_data_path", nargs="+", action="append",
+                   metavar="NAME FILE [MEAN STD]",
+                   help="check/calibration data of an input (.npy, ONNX layout); repeatable")
+
 
 def _calibration_method_help() -> str:
-    """--calibration_method's help, from the table of calibration/methods.py."""
+    """--calibration_method's help, from the table of calibration/methods.py: one line for
+    -h, then each method for docs/cli_flags.md."""
 
     def listed(measurer: str) -> str:
         return ", ".join(f"{m.name} ({'default: ' if m.name == DEFAULT_METHOD else ''}"
                          f"{m.description})" for m in METHODS if m.measurer == measurer)
 
-    text = (f"activation ranges of the -oiqt INT8 files, measured on the TFLite graph over the "
-            f"calibration samples: {listed(TFLITE_GRAPH)}; or by onnxruntime's calibrators on "
-            f"the ONNX graph: {listed(ONNXRUNTIME)}. The INT16-activation files always use "
-            "min-max")
+    text = (f"activation ranges of the -oiqt INT8 files (default: {DEFAULT_METHOD})\n— "
+            f"measured on the TFLite graph over the calibration samples: {listed(TFLITE_GRAPH)};"
+            f" or by onnxruntime's calibrators on the ONNX graph: {listed(ONNXRUNTIME)}. The "
+            "INT16-activation files always use min-max")
     return text.replace("%", "%%")
 
 
-def _quant_flags(p: argparse.ArgumentParser) -> None:
+def _quant_flags(g: _Group) -> None:
     """The quantized .tflite files."""
-    p.add_argument(
-        "-odrqt",
-        "--output_dynamic_range_quantized_tflite",
-        action="store_true",
-        help="also write <stem>_dynamic_range_quant.tflite (int8 weights, float activations)",
-    )
-    p.add_argument(
-        "-oiqt",
-        "--output_integer_quantized_tflite",
-        action="store_true",
-        help="also write <stem>_dynamic_range_quant.tflite (as -odrqt), "
-        "<stem>_integer_quant.tflite, <stem>_full_integer_quant.tflite and "
-        "their _with_int16_act variants, calibrated with the shipped photographs (image "
-        "inputs) or -cind data; and <stem>_quant_report.json",
-    )
-    p.add_argument(
-        "-qt",
-        "--quant_type",
-        choices=["per-channel", "per-tensor"],
-        default="per-channel",
-        help="weight quantization of the -oiqt files (default: per-channel)",
-    )
-    p.add_argument(
-        "--calibration_method",
-        choices=NAMES,
-        default=DEFAULT_METHOD,
-        help=_calibration_method_help(),
-    )
-    p.add_argument(
-        "--keep_float",
-        nargs="+",
-        metavar="NODE",
-        help="ONNX nodes the -oiqt INT8 files compute in float, with the ops reading their "
-        "outputs (mixed precision; the quant report's 'sensitivity' ranks the nodes)",
-    )
-    p.add_argument(
-        "--keep_float_auto",
-        type=float,
-        metavar="COSINE",
-        help="keep the most sensitive nodes of the -oiqt INT8 files in float, one at a "
-        "time, until their outputs reach this cosine against the float32 TFLite on the "
-        "held-out samples (e.g. 0.99; ranking each node costs one re-quantization)",
-    )
-    p.add_argument(
-        "--no_bias_correction",
-        dest="bias_correction",
-        action="store_false",
-        help="leave the biases of the -oiqt INT8 files as quantized (default: each "
-        "convolution without fused activation has the mean error of its 8-bit output on "
-        "the calibration samples taken out of its bias)",
-    )
-    p.add_argument(
-        "-oi4",
-        "--output_int4_weight_quantized_tflite",
-        action="store_true",
-        help="also write <stem>_int4_weight_quant.tflite: FULLY_CONNECTED weights in int4 "
-        "with a float16 scale per 32 inputs (taken by XNNPACK; ai-edge-litert >= 2.1), "
-        "other weights int8 as in the dynamic-range file; activations stay float "
-        "(docs/quantization.md)",
-    )
-    p.add_argument(
-        "--int8_warn_below",
-        type=float,
-        default=0.99,
-        metavar="COSINE",
-        help="warn at the end of an -oiqt run when an INT8 file's pooled output cosine "
-        "against the float32 TFLite on the held-out samples is below this, naming the "
-        "quantized file beside it that holds best (default: 0.99; the exit status is "
-        "unchanged)",
-    )
-    p.add_argument(
-        "-iqd",
-        "--input_quant_dtype",
-        choices=["int8", "uint8", "float32"],
-        default="int8",
-        help="input type of <stem>_full_integer_quant.tflite (default: int8)",
-    )
-    p.add_argument(
-        "-oqd",
-        "--output_quant_dtype",
-        choices=["int8", "uint8", "float32"],
-        default="int8",
-        help="output type of <stem>_full_integer_quant.tflite (default: int8)",
-    )
-    p.add_argument(
-        "-qnm",
-        "--quant_norm_mean",
-        nargs="+",
-        action=_Numbers,
-        metavar="MEAN",
-        help="mean (one, or one per channel) subtracted from the shipped photographs' [0, 1] "
-        "pixels for calibration (default: ImageNet's 0.485 0.456 0.406)",
-    )
-    p.add_argument(
-        "-qns",
-        "--quant_norm_std",
-        nargs="+",
-        action=_Numbers,
-        metavar="STD",
-        help="standard deviation the photographs are divided by after -qnm (default: "
-        "ImageNet's 0.229 0.224 0.225)",
-    )
+    g.add_argument("-odrqt", "--output_dynamic_range_quantized_tflite", action="store_true",
+                   help="also write <stem>_dynamic_range_quant.tflite (int8 weights)")
+    g.add_argument("-oiqt", "--output_integer_quantized_tflite", action="store_true",
+                   help="also write the INT8 and INT16-activation files, and a quant report")
+    g.add_argument("-oi4", "--output_int4_weight_quantized_tflite", action="store_true",
+                   help="also write <stem>_int4_weight_quant.tflite (int4 FULLY_CONNECTED)")
+    g.add_argument("-qt", "--quant_type", choices=["per-channel", "per-tensor"],
+                   default="per-channel", metavar="TYPE",
+                   help="-oiqt weights: per-channel (default) or per-tensor")
+    g.add_argument("--calibration_method", choices=NAMES, default=DEFAULT_METHOD,
+                   metavar="M", help=_calibration_method_help())
+    g.add_argument("--keep_float", nargs="+", metavar="NODE",
+                   help="ONNX nodes the -oiqt INT8 files compute in float (mixed precision)")
+    g.add_argument("--keep_float_auto", type=float, metavar="COS",
+                   help="keep sensitive nodes in float until the outputs reach this cosine")
+    g.add_argument("--no_bias_correction", dest="bias_correction", action="store_false",
+                   help="leave the -oiqt INT8 files' biases as quantized")
+    g.add_argument("--int8_warn_below", type=float, default=0.99, metavar="COS",
+                   help="warn if an INT8 file's output cosine is below this (default: 0.99)")
+    for short, long, which in (("-iqd", "--input_quant_dtype", "input"),
+                               ("-oqd", "--output_quant_dtype", "output")):
+        g.add_argument(short, long, choices=["int8", "uint8", "float32"], default="int8",
+                       metavar="TYPE",
+                       help=f"{which} type of the full-integer file: int8 (default), uint8, "
+                       "float32")
+    g.add_argument("-qnm", "--quant_norm_mean", nargs="+", action=_Numbers, metavar="MEAN",
+                   help="mean subtracted from the calibration photos (default: ImageNet's)")
+    g.add_argument("-qns", "--quant_norm_std", nargs="+", action=_Numbers, metavar="STD",
+                   help="std the calibration photos are divided by (default: ImageNet's)")
 
-def _lowering_flags(p: argparse.ArgumentParser) -> None:
-    """Which opsets, TFLite ops and delegate-friendly forms the conversion uses."""
-    p.add_argument(
-        "--allow_newer_opset",
-        action="store_true",
-        help="convert a model whose opset is newer than the installed onnx package knows, "
-        "with the newest known opset's semantics (refused otherwise)",
-    )
-    p.add_argument(
-        "--builtin_only",
-        action="store_true",
-        help="fail (exit 1, naming the ONNX nodes responsible) instead of writing .tflite "
-        "files that need Select TF ops (the Flex delegate)",
-    )
-    p.add_argument(
-        "--target",
-        choices=TARGETS,
-        help="check the files on a runtime: micro implies -oiqt and -b 1 (unless -b is given) and checks "
-        "<stem>_full_integer_quant.tflite on TensorFlow Lite for Microcontrollers (needs the "
-        "tflite-micro package): every op has a TFLite Micro kernel and computes in integers, "
-        "shapes are static, and it runs with outputs compared with ai-edge-litert's; else "
-        "exit 1 naming the ONNX nodes. Writes <stem>_micro.json (smallest tensor arena, "
-        "flash size, largest tensors, ops and their resolver calls); see docs/micro.md",
-    )
-    p.add_argument(
-        "-dgc",
-        "--disable_group_convolution",
-        action="store_true",
-        help="lower a grouped Conv as SPLIT + one CONV_2D per group + CONCATENATION, for "
-        "runtimes without grouped convolution (e.g. TF.js); default: one grouped CONV_2D",
-    )
-    p.add_argument(
-        "-rtpo",
-        "--replace_to_pseudo_operators",
-        nargs="*",
-        metavar="OP",
-        help="lower these ops to the simplest builtins GPU/NNAPI delegates take, each exact "
-        "within 1e-4: GeLU, HardSwish, LeakyReLU, PReLU, Pow (onnx2tf's names, any case); "
-        "its other names (Erf, Abs, Neg, GatherND, MatMulInteger, ...) are accepted: "
-        "they are lowered to such builtins already",
-    )
+
+def _generative_flags(g: _Group) -> None:
+    """Several signatures over one copy of the weights, and a decoder's KV cache."""
+    g.add_argument("--signature", dest="signatures", nargs="+", action="append",
+                   metavar="NAME",
+                   help="a signature, sharing the weights: NAME [MODEL.onnx] INPUT:SHAPE ...")
+    g.add_argument("--kv_cache_capacity", type=int, metavar="N",
+                   help="a decoder's KV cache of N positions: the same shapes every step")
+
+
+def _target_flags(g: _Group) -> None:
+    """Which runtime the files are checked on, what writes them, and delegate-friendly
+    forms of some ops."""
+    g.add_argument("--target", choices=TARGETS, metavar="micro",
+                   help="check the full-integer file on TFLite Micro (implies -oiqt, -b 1)")
+    g.add_argument("--builtin_only", action="store_true",
+                   help="fail rather than write .tflite files needing Select TF (Flex) ops")
+    g.add_argument("--tflite_writer", choices=("auto", "tf", "direct"), default="auto",
+                   metavar="W",
+                   help="what writes the float .tflite: auto (default), tf, direct")
+    g.add_argument("-dgc", "--disable_group_convolution", action="store_true",
+                   help="a grouped Conv as SPLIT + one CONV_2D per group (e.g. for TF.js)")
+    g.add_argument("-rtpo", "--replace_to_pseudo_operators", nargs="*", metavar="OP",
+                   help="GeLU, HardSwish, LeakyReLU, PReLU, Pow as simpler builtins")
+    g.add_argument("--allow_newer_opset", action="store_true",
+                   help="convert an opset newer than the installed onnx package knows")
+
+
+def _onnx2tf_flags(g: _Group) -> None:
+    """onnx2tf's names for flags listed above."""
+    g.add_argument("-osd", "--output_signaturedefs", action="store_true",
+                   help="accepted; signatures are always written")
+    g.add_argument("-tb", "--tflite_backend", choices=tuple(BACKENDS), metavar="BACKEND",
+                   help="tf_converter is --tflite_writer tf, flatbuffer_direct is auto")
+    g.add_argument("-kat", "--keep_shape_absolutely_input_names", nargs="+", action="extend",
+                   dest="keep_ncw_or_nchw_or_ncdhw_input_names", metavar="NAME",
+                   help="onnx2tf's name for -k")
+
+
+def _message_flags(g: _Group) -> None:
+    """How much is printed, the version and this help."""
+    g.add_argument("-v", "--verbosity", choices=["debug", "info", "warn", "error"],
+                   default="info", metavar="LEVEL",
+                   help="log level: debug, info (default), warn, error")
+    g.add_argument("-n", "--non_verbose", action="store_true",
+                   help="errors only, no progress bar")
+    g.add_argument("-V", "--version", action="version", version=f"onnx2tf-alt {__version__}",
+                   help="print the version and exit")
+    g.add_argument("-h", "--help", action="help", help="print this help and exit")
 
 
 _LIST_PUNCTUATION = str.maketrans("[],", "   ")
