@@ -292,7 +292,9 @@ def convert(
                 written = write_signature_files(built, stage, stem, dynamic_range, int4,
                                                 saved_model=not disable_model_save)
                 folder.publish(stage, Manifest.for_conversion(stem, sources, command))
-            log.info("wrote %s to %s", ", ".join(written), folder.path)
+            from onnx2tf_alt.export.summary import log_written
+
+            log_written(folder.path, stem, written)
             return next(iter(built.values()))[0].result.model
         if micro:
             from onnx2tf_alt.export.micro import check_micro_shapes
@@ -347,7 +349,9 @@ def convert(
                                           if n.endswith(".tflite")], converted.result,
                                          converted.graph)
             folder.publish(stage, Manifest.for_conversion(stem, sources, command))
-        log.info("wrote %s to %s", ", ".join(written), folder.path)
+        from onnx2tf_alt.export.summary import log_written
+
+        log_written(folder.path, stem, written)
         return model
     finally:  # the temporary weight files of this conversion (ir/weights.spill)
         for path in set(ir_weights.SPILLED) - spilled_before:
@@ -403,7 +407,9 @@ def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
             copy_onnx_names_in_files([os.path.join(stage, n) for n in names], result,
                                      planned.graph)
         folder.publish(stage, Manifest.for_conversion(stem, sources, command))
-    log.info("wrote %s to %s (direct TFLite writer)", ", ".join(written), folder.path)
+    from onnx2tf_alt.export.summary import log_written
+
+    log_written(folder.path, stem, written, ["written by the direct TFLite writer"])
     return written
 
 

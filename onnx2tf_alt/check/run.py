@@ -112,8 +112,8 @@ def check_and_report(
     write_reports(report, folder, stem)
     if print_table:
         print(console_table(report), flush=True)
-    log.log(
-        logging.INFO if report.passed else logging.WARNING,
+    log.log(  # a pass is said once, in the closing summary (export/summary.py)
+        logging.DEBUG if report.passed else logging.WARNING,
         "accuracy check %s; report: %s_accuracy_report.json and .html",
         "passed" if report.passed else "FAILED", stem,
     )

@@ -340,7 +340,8 @@ def write_delegate_report(converted, folder: str, stem: str, model=None) -> str:
     name = f"{stem}_delegates.json"
     with open(os.path.join(folder, name), "w") as f:
         json.dump(report.to_json(), f, indent=1, default=_plain)
-    log.info("delegates (%s_float32.tflite): %s", stem, report.summary())
+    # the run's closing summary (export/summary.py) shows it once, from the file
+    log.debug("delegates (%s_float32.tflite): %s", stem, report.summary())
     if log.isEnabledFor(logging.DEBUG):
         found = tflite_transposes(report.ops, converted.graph, converted.plan)
         log.debug("TFLite TRANSPOSE ops by origin: %s", dict(found.most_common()) or "none")
@@ -368,8 +369,8 @@ def write_signature_delegate_report(built: dict, folder: str, stem: str) -> str:
             report = _analyzed_first(model, index, len(content), result, graph,
                                      os.path.join(folder, f".{stem}_{name}.tflite"))
         reports[name] = report.to_json()
-        log.info("delegates (%s_float32.tflite, signature %s): %s", stem, name,
-                 report.summary())
+        log.debug("delegates (%s_float32.tflite, signature %s): %s", stem, name,
+                  report.summary())
     file_name = f"{stem}_delegates.json"
     with open(os.path.join(folder, file_name), "w") as f:
         json.dump({"signatures": reports}, f, indent=1, default=_plain)

@@ -22,6 +22,7 @@ from onnx2tf_alt.passes.quant_rewrites import (
     equalize_channels,
     rewrite_for_quantization,
 )
+from onnx2tf_alt.quant.notes import Note
 from onnx2tf_alt.quant.weight_rounding import round_conv_weights
 
 log = logging.getLogger("onnx2tf_alt")
@@ -50,13 +51,15 @@ def prepare_for_quantization(model: onnx.ModelProto, samples: list[dict[str, np.
                      f"({_short(exc)})")
     done = [f"{counts[k]} {REWRITE_NAMES[k]}" for k in REWRITE_NAMES if counts.get(k)]
     if done:
-        notes.append("INT16-activation files: built from the model rewritten for quantization "
-                     f"(exact in float): {'; '.join(done)}")
+        notes.append(Note("INT16-activation files: built from the model rewritten for "
+                          f"quantization (exact in float): {'; '.join(done)}",
+                          f"INT16 files: rewritten for quantization: {'; '.join(done)}"))
     if convs:
-        notes.append(f"INT16-activation files: the weights of {convs} Conv(s) rounded to the int8 "
-                     "grid with error feedback (GPTQ) on the calibration samples")
-    for note in notes:
-        log.info("%s", note)
+        notes.append(Note(f"INT16-activation files: the weights of {convs} Conv(s) rounded to "
+                          "the int8 grid with error feedback (GPTQ) on the calibration samples",
+                          f"INT16 files: {convs} Conv weights rounded by GPTQ"))
+    for note in notes:  # the quantization report's table shows them
+        log.debug("%s", note)
     if not done and not convs:
         return model, notes
     return rounded, notes
@@ -74,14 +77,15 @@ def prepare_for_int8(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]
             equalized, _ = rewrite_for_quantization(equalized)
     except Exception as exc:  # noqa: BLE001 - an optimization: go on without it
         note = f"INT8 files: channel ranges not equalized ({_short(exc)})"
-        log.info("%s", note)
+        log.debug("%s", note)
         return model, [note]
     if not count:
         return model, []
-    note = (f"INT8 files: built from the model with the channel ranges of {count} "
-            "Conv -> [hard-swish] -> Conv chain(s) equalized (exact in float), then rewritten "
-            "for quantization")
-    log.info("%s", note)
+    note = Note(f"INT8 files: built from the model with the channel ranges of {count} "
+                "Conv -> [hard-swish] -> Conv chain(s) equalized (exact in float), then "
+                "rewritten for quantization",
+                f"INT8 files: {count} Conv chain(s) equalized")
+    log.debug("%s", note)
     return equalized, [note]
 
 

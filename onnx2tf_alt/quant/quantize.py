@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import textwrap
 import warnings
 from dataclasses import dataclass, field
 
@@ -43,6 +44,8 @@ from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.ir.weights import to_array
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
 from onnx2tf_alt.quant.measure import compare_outputs, cosine, figure, gain  # noqa: F401
+from onnx2tf_alt.quant.notes import CONSOLE_WIDTH, Note, console_lines
+from onnx2tf_alt.quant.progress import FileProgress
 from onnx2tf_alt.tflite.lowering import serving_function
 from onnx2tf_alt.tflite.run import as_input, dequantized, run_signature
 
@@ -193,7 +196,7 @@ def calibrated_tflite(converted, options: QuantOptions,
         log.warning("INT8 calibration: TF's recorded ranges kept; the float model "
                     "cannot run in the interpreter to measure them again (%s)", _short(exc))
         return content, False
-    log.info("INT8 calibration: %d activation ranges measured again (%s)", changed,
+    log.debug("INT8 calibration: %d activation ranges measured again (%s)", changed,
              BY_NAME[method].algorithm)
     return content, False
 
@@ -218,24 +221,30 @@ def _choose_range_method(content: bytes, converted, options: QuantOptions,
         files = remeasured(content, feeds[:split], AUTO_CANDIDATES)
         metrics = _range_metrics(files, converted, options, check)
         where = f"on {len(check)} calibration sample(s) not used to measure the ranges"
+        scored = f"on {len(check)} calibration samples the ranges did not see"
     else:
         check, metrics = calibration, _folded_metrics(content, converted, options,
                                                       calibration, feeds)
         where = (f"on {count} calibration sample(s), each with ranges measured on the "
                  f"others ({min(AUTO_FOLDS, count)} folds)" if count > 1 else
                  "on the one calibration sample, also used to measure the ranges")
+        scored = (f"in {min(AUTO_FOLDS, count)} folds of {count} calibration samples"
+                  if count > 1 else "on the one calibration sample")
     scores = {m: figure(v) for m, v in metrics.items()}
     best = max(scores, key=scores.get)
     chosen, why = best, ""
+    short = f"best of {len(scores)} {scored}"
     if best != PERCENTILE and PERCENTILE in metrics:
         beats, _, noise = gain(metrics[best], metrics[PERCENTILE])
         if not beats:  # the robust default unless another is better beyond noise
             chosen, why = PERCENTILE, (f"; {best} is not better beyond the noise of "
                                        f"{len(check)} sample(s), {noise:.4f}")
-    note = (f"INT8 files: activation ranges by {chosen} (--calibration_method auto; INT8 "
-            f"output pooled cosine {where}: "
-            + ", ".join(f"{m} {v:.4f}" for m, v in scores.items()) + why + ")")
-    log.info("%s", note)
+            short = f"{best} not better beyond noise {scored}"
+    note = Note(f"INT8 files: activation ranges by {chosen} (--calibration_method auto; INT8 "
+                f"output pooled cosine {where}: "
+                + ", ".join(f"{m} {v:.4f}" for m, v in scores.items()) + why + ")",
+                f"INT8 ranges: {chosen} (auto: {short})")
+    log.debug("%s", note)
     if notes is not None:
         notes.append(note)
     return chosen
@@ -326,10 +335,12 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
             calibrated, options.quant_type == "per-tensor", variant.io_dtypes,
             [*float_ops, *divisions]), flex)
         if divisions:
-            made.notes.append(
+            made.notes.append(Note(
                 f"INT8 files: {len(divisions)} DIV op(s) with a computed divisor kept in "
                 "float: TFLite's int8 DIV stops the invocation on a divisor at its zero "
-                "point, where 8-bit error upstream can take any computed divisor")
+                "point, where 8-bit error upstream can take any computed divisor",
+                f"INT8 files: {len(divisions)} DIV op(s) with a computed divisor kept in "
+                "float (int8 DIV stops on a zero divisor)"))
         if options.bias_correction:
             made.content = _bias_corrected(made.content, calibrated, converted, calibration,
                                            {} if bias_cache is None else bias_cache, made.notes)
@@ -396,6 +407,7 @@ def _bias_corrected(content: bytes, calibrated: bytes, converted,
                 f"corrected for the mean error of their 8-bit output on {len(fit)} "
                 "calibration samples")
         cache["keep"] = True
+        short = ""
         judged = _bias_judgement(content, fixed, calibrated, converted, calibration, errors)
         if judged is not None:
             before, after, where = judged
@@ -405,7 +417,11 @@ def _bias_corrected(content: bytes, calibrated: bytes, converted,
                     ) + (f" (INT8 output pooled cosine {where} {figure(before):.6f} before, "
                          f"{figure(after):.6f} after; dropped only for a loss beyond the "
                          f"noise, {noise:.6f})")
-        log.info("%s", note)
+            short = (" (kept: no loss beyond noise on samples it was not fitted on)"
+                     if cache["keep"] else
+                     " (dropped: a loss beyond noise on samples it was not fitted on)")
+        note = Note(note, f"bias correction: {count} conv{'s' if count > 1 else ''}{short}")
+        log.debug("%s", note)
         notes.append(note)
     return fixed if cache["keep"] else content
 
@@ -493,31 +509,45 @@ class QuantReport:
 
 
 def console_table(report: QuantReport) -> str:
-    title = (f"quantization report ({report.quant_type}; {report.calibration_samples} "
-             f"calibration samples, ranges: {report.calibration_method}; "
-             f"{report.held_out_samples} held-out samples; vs the float32 TFLite)")
-    width = max([len(e["file"]) for e in report.files] + [4])
-    lines = [
-        title,
-        *report.notes,
-        f"{'file':<{width}} {'output':<16} {'pooled':>8} {'SQNR dB':>8} {'lowest':>8} {'top-1':>7}",
-    ]
+    """The report for a person: the choices in one short line each, then one row per file
+    and output; the JSON keeps the full sentences and every figure. Lines fit
+    CONSOLE_WIDTH columns; file names lose their `<stem>_` where they would not."""
+    ranges = "" if report.calibration_method == AUTO_METHOD else (
+        f"; ranges: {report.calibration_method}")
+    samples = f"; {report.calibration_samples} calibration samples" if (
+        report.calibration_samples) else ""
+    title = (f"quantization report ({report.quant_type}{samples}{ranges}; figures vs the "
+             "float32 TFLite)")
+    lines = [title]
+    if report.held_out_samples:
+        lines.append(f"  held-out: {report.held_out_samples} samples, none used for choices")
+    lines += [f"  {line}" for note in report.notes if getattr(note, "short", None) != ""
+              for line in console_lines(note, CONSOLE_WIDTH - 2)]
+    names = {e["file"]: e["file"] for e in report.files}
+    if max(map(len, names), default=0) > CONSOLE_WIDTH - 52:
+        names = {n: n.removeprefix(f"{report.model}_") for n in names}
+    width = max([len(n) for n in names.values()] + [4])
+    lines.append(f"{'file':<{width}} {'output':<16} {'pooled':>8} {'SQNR dB':>8} "
+                 f"{'lowest':>8} {'top-1':>7}")
     for entry in report.files:
+        name = names[entry["file"]]
         if entry.get("error"):
-            lines.append(f"{entry['file']:<{width}} not written: {entry['error']}")
+            lines.append(f"{name:<{width}} not written (the warning above says why)")
             continue
         if entry.get("outputs") is None:
-            lines.append(f"{entry['file']:<{width}} not measured: {entry['not_measured']}")
+            lines.append(textwrap.shorten(f"{name:<{width}} not measured: "
+                                          f"{entry['not_measured']}", CONSOLE_WIDTH))
             continue
         for output, m in entry["outputs"].items():
             top1 = f"{100 * m['top1_agreement']:.1f}%" if "top1_agreement" in m else "-"
-            lines.append(f"{entry['file']:<{width}} {output[:16]:<16} {m['cosine_pooled']:>8.5f} "
+            lines.append(f"{name:<{width}} {output[:16]:<16} {m['cosine_pooled']:>8.5f} "
                          f"{m['sqnr_db']:>8.2f} {m['cosine_min']:>8.5f} {top1:>7}")
     offenders = (report.sensitivity or {}).get("top_offenders", [])[:3]
     if offenders:
-        lines.append("most sensitive INT8 nodes (estimated output cosine gained in float): "
-                     + "; ".join(f"{', '.join(r['nodes'])} +{r['estimated_gain']:.4f}"
-                                 for r in offenders))
+        lines += textwrap.wrap(
+            "most sensitive INT8 nodes (estimated output cosine gained in float): "
+            + "; ".join(f"{', '.join(r['nodes'])} +{r['estimated_gain']:.4f}"
+                        for r in offenders), CONSOLE_WIDTH, subsequent_indent="    ")
     return "\n".join(lines)
 
 
@@ -645,24 +675,30 @@ def write_quantized(
     if not qdq and options.integer:
         report.sample_roles = _sample_roles(len(samples.calibration), len(samples.held_out))
     if plan.calibrated_model is not None:
-        report.notes.append(
+        report.notes.append(Note(
             f"INT8 files: activation ranges from onnxruntime's {options.calibration_method} "
-            "calibrator on the ONNX graph; INT16-activation files: TF's min-max calibration")
+            "calibrator on the ONNX graph; INT16-activation files: TF's min-max calibration",
+            f"INT8 ranges: onnxruntime's {options.calibration_method} calibrator; INT16 files: "
+            "TF's min-max"))
     if qdq:
         report.notes.append("QDQ model: quantized with its own 8-bit ranges, without "
                             "calibration; no INT16-activation files")
     elif options.quant_type == "per-tensor" and options.integer:
-        report.notes.append("per-tensor applies to the INT8 files; the INT16-activation files "
-                            "keep per-channel weights (TFLite's 16x8 mode has no per-tensor "
-                            "depthwise kernels)")
+        report.notes.append(Note(
+            "per-tensor applies to the INT8 files; the INT16-activation files keep "
+            "per-channel weights (TFLite's 16x8 mode has no per-tensor depthwise kernels)",
+            "per-tensor: the INT8 files; the INT16 files stay per-channel (no 16x8 kernels)"))
     reference, why_not = _reference_outputs(float_tflite, converted, samples.held_out,
                                             report.notes)
     if reference is None:
         report.notes.append(f"the float32 TFLite cannot run here ({why_not}): no metrics")
     written, calibrated = [], {}
-    for variant in variants(options, qdq, plan.range_model is not None):
+    chosen = variants(options, qdq, plan.range_model is not None)
+    progress = FileProgress(len(chosen), enabled=print_table)
+    for variant in chosen:
         checkpoint()
         name = f"{stem}_{variant.suffix}.tflite"
+        progress.begin(name)
         source = plan.source_for(variant, converted, rebuilt)
         entry = {"file": name, "variant": variant.suffix}
         try:
@@ -688,6 +724,7 @@ def write_quantized(
         if actual is None:
             entry["not_measured"] = why_not
         report.files.append(entry)
+    progress.close()
     report.notes += _verdicts(report, options.warn_below)
     report_name = f"{stem}_quant_report.json"
     with open(os.path.join(folder, report_name), "w") as f:
@@ -727,14 +764,15 @@ def _sample_roles(calibration: int, held_out: int) -> dict[str, str]:
 
 
 def _verdicts(report: QuantReport, threshold: float) -> list[str]:
-    """One line per measured file with its held-out figure, logged at the end of the run; a
+    """One debug line per measured file with its held-out figure (the table shows them); a
     warning for each INT8 file below `threshold` that names the best file beside it."""
     measured = {e["file"]: figure(e["outputs"]) for e in report.files if e.get("outputs")}
     if not measured:
         return []
     held = report.held_out_samples
     for name, value in measured.items():
-        log.info("%s: held-out pooled cosine %.5f (%d samples no choice used)", name, value, held)
+        log.debug("%s: held-out pooled cosine %.5f (%d held-out samples, none used for "
+                  "choices)", name, value, held)
     lines = []
     int8 = [n for n in measured if n.endswith(("_integer_quant.tflite",
                                                "_full_integer_quant.tflite"))]
@@ -746,7 +784,7 @@ def _verdicts(report: QuantReport, threshold: float) -> list[str]:
         line = (f"{name}: held-out pooled cosine {measured[name]:.5f} is below "
                 f"{threshold}" + (f"; {best} holds {others[best]:.5f}" if best else ""))
         log.warning("%s", line)
-        lines.append(line)
+        lines.append(Note(line, ""))  # the warning says it: not again in the table
     return lines
 
 
@@ -828,11 +866,14 @@ def _judged(found: list[str], made, source, plan: QuantPlan, report: QuantReport
     verdict = (f"INT8 files: the {len(added)} node(s) --keep_float_auto found move the pooled "
                f"cosine on the {len(unseen)} samples the search did not see ({len(held)} "
                f"held out) from {figure(int8):.6f} to {figure(mixed):.6f}")
+    short = (f"--keep_float_auto: {len(added)} node(s) found; cosine {figure(int8):.6f} -> "
+             f"{figure(mixed):.6f} on {len(unseen)} unseen samples")
     if better:
-        report.notes.append(f"{verdict} (noise {noise:.6f}): kept")
+        report.notes.append(Note(f"{verdict} (noise {noise:.6f}): kept", f"{short}: kept"))
         return found
-    report.notes.append(f"{verdict}, not above the noise ({noise:.6f}): not kept, the INT8 "
-                        "files are all-INT8" + (" but for the --keep_float nodes" if keep else ""))
+    report.notes.append(Note(
+        f"{verdict}, not above the noise ({noise:.6f}): not kept, the INT8 files are all-INT8"
+        + (" but for the --keep_float nodes" if keep else ""), f"{short}: not kept (noise)"))
     report.sensitivity["kept_float_nodes"] = keep
     return keep
 

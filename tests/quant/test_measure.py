@@ -74,13 +74,16 @@ def test_run_ends_with_a_warning_naming_the_file_that_holds(caplog):
         entry("m_integer_quant.tflite", 0.944),
         entry("m_full_integer_quant.tflite", 0.995),
         entry("m_integer_quant_with_int16_act.tflite", 0.999)])
-    with caplog.at_level(logging.INFO, logger="onnx2tf_alt"):
+    with caplog.at_level(logging.DEBUG, logger="onnx2tf_alt"):
         lines = _verdicts(report, 0.99)
     warning = ("m_integer_quant.tflite: held-out pooled cosine 0.94400 is below 0.99; "
                "m_integer_quant_with_int16_act.tflite holds 0.99900")
     assert lines == [warning]
-    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
-    assert len(infos) == 4 and all("held-out pooled cosine" in m for m in infos)
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [warning]
+    # the per-file figures are the table's: at debug level only
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert len(debug) == 4 and all("held-out pooled cosine" in m for m in debug)
+    assert not [r for r in caplog.records if r.levelno == logging.INFO]
 
 
 def _metrics(per_sample: list[float]) -> dict:
