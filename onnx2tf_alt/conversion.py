@@ -164,9 +164,10 @@ def convert(
     the first node it does not cover. With only .tflite files asked for
     (`disable_model_save`, no Keras, quantized, int4, micro or checked files, no
     --signature) the direct writer needs no TensorFlow and no Keras model (None is
-    returned); with a saved_model or Keras files beside them (no quantized, int4, micro or
-    checked files, no --signature), "auto" writes the .tflite files directly from the plan
-    the Keras model was built from; "direct" takes only the first case.
+    returned); with a saved_model or Keras files beside them, or with quantized, checked or
+    micro files (which read the float32 file only as their reference; no int4 file, no
+    --signature), "auto" writes the .tflite files directly from the plan the Keras model
+    was built from; "direct" takes only the first case.
 
     `signatures` ([[name, ('model.onnx',) 'input:D1,D2', ...], ...], --signature) writes
     .tflite files with one signature per entry, built for those input shapes (from that
@@ -313,7 +314,9 @@ def convert(
             written = write_outputs(converted, stage, stem, output_h5, output_keras_v3, output_tflite,
                                     copy_onnx_input_output_names_to_tflite, builtin_only,
                                     saved_model=not disable_model_save,
-                                    direct_tflite=(tflite_writer == "auto" and tflite_files_only
+                                    # quantized, checked and micro files read the float32
+                                    # file only as their reference: the same file as without
+                                    direct_tflite=(tflite_writer == "auto" and not int4
                                                    and not direct))  # not tried again
             if int4:
                 written.append(_write_int4({"serving_default": converted.tflite_result()},

@@ -85,3 +85,16 @@ def test_summary_counts_folders_and_adds_the_manifest(tmp_path):
         "  m_manifest.json             2 B",
         "  a closing line",
     ]
+
+
+def test_int8_files_leave_the_float32_file_as_it_is(run, tmp_path):
+    """-oiqt once made TF's converter write the float32 file (mobilenet_block: 9 ops, not
+    8); the quantizer reads it only as its reference, so it is the file default flags write."""
+    folder, _ = run
+    code, output = run_cli("-i", MODEL, "-o", tmp_path / "plain", "-n")
+    assert code == 0, output
+    for suffix in ("float32", "float16"):
+        name = f"{STEM}_{suffix}.tflite"
+        with open(os.path.join(folder, name), "rb") as a, open(tmp_path / "plain" / name,
+                                                               "rb") as b:
+            assert a.read() == b.read(), name
