@@ -199,8 +199,7 @@ class OutputFolder:
         for manifest in other_manifests(self.path, self.stem):
             if rel in owned_files(self.path, [manifest]):
                 source = manifest.source.get("path") or "a model given in memory"
-                what = ("the saved_model" if rel.split("/")[0] + ("/" if "/" in rel else "")
-                        in SAVED_MODEL_ENTRIES else f"'{rel}'")
+                what = "the saved_model" if _in_saved_model(rel) else f"'{rel}'"
                 return (
                     f"'{self.path}' already holds {what} of another model's conversion "
                     f"({source}, listed in {manifest.name}); converting '{self.stem}' into "
@@ -310,6 +309,12 @@ def _locked(folder: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def _in_saved_model(rel: str) -> bool:
+    """Whether `rel` (relative to the output folder) is a saved_model's file."""
+    top, _, below = rel.partition("/")
+    return (f"{top}/" if below else top) in SAVED_MODEL_ENTRIES
 
 
 def _chmod_as_made(folder: str) -> None:
