@@ -91,8 +91,10 @@ def run_supervised(work: Callable[[], int], output_folder: str, stem: str,
     remove_staging_of(pid, folder.staging_bases())
     if watch.killed_for is not None:
         name = signal.Signals(watch.killed_for).name
-        print(f"interrupted ({name}): stopped during {watch.phase_text()}; outputs are "
-              f"published only when complete, so '{folder.path}' holds what it held before",
+        held = (f"its outputs were published before the stop, complete, in '{folder.path}'"
+                if watch.published else f"outputs are published only when complete, so "
+                f"'{folder.path}' holds what it held before")
+        print(f"interrupted ({name}): stopped during {watch.phase_text()}; {held}",
               file=sys.stderr)
         return 128 + watch.killed_for
     if os.WIFSIGNALED(status):
@@ -128,6 +130,7 @@ class _Watch:
         self.pid, self.channel, self.pending = pid, channel, pending
         self.phases: list[str] = []
         self.publishing = False
+        self.published = False  # a publication ended (a stop after it keeps the new files)
         self.killed_for: int | None = None
         self._buffer = b""
 
@@ -182,6 +185,7 @@ class _Watch:
                 self.phases.pop()
             elif event in ("publish begin", "publish end"):
                 self.publishing = event == "publish begin"
+                self.published = self.published or event == "publish end"
         return True
 
 
