@@ -227,25 +227,21 @@ def check_input_names(model: onnx.ModelProto, overwrite_input_shape: list[str] |
     the plan would raise it, on the ONNX alone (before TensorFlow loads)."""
     initializers = {i.name for i in model.graph.initializer}
     inputs = [i.name for i in model.graph.input if i.name not in initializers]
-    unknown = sorted(set(parse_shape_overrides(overwrite_input_shape)) - set(inputs))
-    if unknown:
-        raise InputError(f"-ois names input(s) {unknown} that the model does not have; its "
-                         f"inputs are {sorted(inputs)}.")
+    _refuse_unknown("-ois", parse_shape_overrides(overwrite_input_shape), sorted(inputs))
     for flag, names in (keep or {}).items():
-        unknown = sorted(set(names or []) - set(inputs))
-        if unknown:
-            raise InputError(f"{flag} names input(s) {unknown} that the model does not have; "
-                             f"its inputs are {inputs}.")
+        _refuse_unknown(flag, names, inputs)
 
 
 def _known_inputs(graph: Graph, flag: str, names: list[str] | None) -> frozenset[str]:
-    unknown = sorted(set(names or []) - set(graph.inputs))
-    if unknown:
-        raise InputError(
-            f"{flag} names input(s) {unknown} that the model does not have; its inputs are "
-            f"{graph.inputs}."
-        )
+    _refuse_unknown(flag, names, graph.inputs)
     return frozenset(names or [])
+
+
+def _refuse_unknown(flag: str, names, inputs: list[str]) -> None:
+    unknown = sorted(set(names or []) - set(inputs))
+    if unknown:
+        raise InputError(f"{flag} names input(s) {unknown} that the model does not have; its "
+                         f"inputs are {inputs}.")
 
 
 def run_subgraph_model(prepared: onnx.ModelProto, feeds: dict) -> list:

@@ -105,8 +105,7 @@ def run_supervised(work: Callable[[], int], output_folder: str, stem: str,
 
 def _child(work: Callable[[], int], channel: int, native_log: str) -> None:
     code = 1
-    try:
-        interrupts.install(supervised=True)
+    try:  # `work` installs the signal handlers (cli/main.py _convert, supervised)
         supervision.attach(channel, native_log)
         code = work()
     except BaseException as exc:  # noqa: BLE001 - the child must end here, never return
