@@ -23,6 +23,7 @@ from onnx import helper
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN
 
 from calibration.methods import BY_NAME, ONNXRUNTIME
+from onnx2tf_alt import progress
 
 # Values that TFLite folds into the op that produces them carry no range of their own: a
 # FakeQuantize there would stop CONV_2D/ADD/FULLY_CONNECTED fusing RELU/RELU6, or the
@@ -64,7 +65,8 @@ def onnx_ranges(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]],
             providers=["CPUExecutionProvider"], extra_options=options,
         )
         with contextlib.redirect_stdout(io.StringIO()):  # the calibrators print progress
-            for sample in samples:  # one at a time: a collection holds every activation
+            for sample in progress.each(samples, "calibrating (onnxruntime)"):  # one at a time:
+                # a collection holds every activation
                 calibrator.collect_data(_Reader([sample]))
             data = calibrator.compute_data()
         del calibrator  # its session holds the files open

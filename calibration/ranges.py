@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from calibration.methods import BY_NAME, MINMAX, MSE, PERCENTILE, TFLITE_GRAPH, RangeMethod
+from onnx2tf_alt import progress
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, unpack_model
 
 # Keeping every tensor costs their sum at once: about 420 MiB for a 640x640 PP-OCR detector
@@ -67,7 +68,7 @@ def measured_ranges(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
     watched = sorted({t for op in interpreter._get_ops_details() for t in op["outputs"]}
                      | {d["index"] for d in interpreter.get_input_details()})
     ranges: dict[int, tuple] = {}
-    for feed in feeds:
+    for feed in progress.each(feeds, "measuring ranges"):
         runner(**feed)
         for index in watched:
             value = interpreter.get_tensor(index)

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 
 from calibration.samples import parse_custom_data
-from onnx2tf_alt import startup
+from onnx2tf_alt import progress, startup
 from onnx2tf_alt.check.inputs import first_sample, load_custom_inputs
 from onnx2tf_alt.check.repro import write_failure_reports
 from onnx2tf_alt.errors import ConversionError, InputError
@@ -220,6 +220,7 @@ def convert(
     direct = _direct_asked(tflite_writer, output_tflite and disable_model_save and not any((
         output_h5, output_keras_v3)) and tflite_files_only)
     spilled_before = set(ir_weights.SPILLED)
+    progress.enable(not non_verbose)
     try:
         try:
             with phase("load"):
@@ -233,6 +234,17 @@ def convert(
             from calibration.samples import check_against_inputs
 
             check_against_inputs(custom_data, loaded, batch_size, overwrite_input_shape)
+            if kv_cache_capacity is not None and not signature_specs:
+                from onnx2tf_alt.passes.kv_cache import fixed_capacity
+
+                loaded, _ = fixed_capacity(loaded, kv_cache_capacity)
+            planned = None
+            if not signature_specs:  # an invalid model or an unsupported op: refused here
+                planned = plan_loaded(
+                    loaded, batch_size, overwrite_input_shape,
+                    keep_ncw_or_nchw_or_ncdhw_input_names, keep_nwc_or_nhwc_or_ndhwc_input_names,
+                    input_names_to_interrupt_model_conversion,
+                    output_names_to_interrupt_model_conversion, options)
             quant_options = None
             if not direct:
                 from onnx2tf_alt.quant.quantize import QuantOptions
@@ -245,43 +257,30 @@ def convert(
                     int8_warn_below, integer_kernels_only=micro,
                 )
             startup.resume()  # modules loaded: collection back on (onnx2tf_alt/startup.py)
-            if kv_cache_capacity is not None and not signature_specs:
-                from onnx2tf_alt.passes.kv_cache import fixed_capacity
-
-                loaded, _ = fixed_capacity(loaded, kv_cache_capacity)
-
-            def build(model, shapes):
-                return build_loaded(
-                    model,
-                    batch_size=batch_size,
-                    overwrite_input_shape=shapes,
-                    keep_ncw_or_nchw_or_ncdhw_input_names=keep_ncw_or_nchw_or_ncdhw_input_names,
-                    keep_nwc_or_nhwc_or_ndhwc_input_names=keep_nwc_or_nhwc_or_ndhwc_input_names,
-                    show_progress=not non_verbose,
-                    input_names_to_interrupt_model_conversion=input_names_to_interrupt_model_conversion,
-                    output_names_to_interrupt_model_conversion=output_names_to_interrupt_model_conversion,
-                    options=options,
-                )
-
             if signature_specs:
                 from onnx2tf_alt.generative.signatures import build_signatures
+
+                def build(model, shapes):
+                    return build_loaded(
+                        model,
+                        batch_size=batch_size,
+                        overwrite_input_shape=shapes,
+                        keep_ncw_or_nchw_or_ncdhw_input_names=keep_ncw_or_nchw_or_ncdhw_input_names,
+                        keep_nwc_or_nhwc_or_ndhwc_input_names=keep_nwc_or_nhwc_or_ndhwc_input_names,
+                        show_progress=not non_verbose,
+                        options=options,
+                    )
 
                 built = build_signatures(
                     loaded, signature_specs, overwrite_input_shape, kv_cache_capacity,
                     lambda path: load_model(path, None, allow_newer_opset), build)
-            elif direct:
-                planned = plan_loaded(
-                    loaded, batch_size, overwrite_input_shape,
-                    keep_ncw_or_nchw_or_ncdhw_input_names, keep_nwc_or_nhwc_or_ndhwc_input_names,
-                    input_names_to_interrupt_model_conversion,
-                    output_names_to_interrupt_model_conversion, options)
-                written = _write_direct(planned, folder, stem, tflite_writer, sources, command,
-                                        copy_onnx_input_output_names_to_tflite)
-                if written is not None:
-                    return None
-                converted = translate(planned, show_progress=not non_verbose)
             else:
-                converted = build(loaded, overwrite_input_shape)
+                if direct:
+                    written = _write_direct(planned, folder, stem, tflite_writer, sources,
+                                            command, copy_onnx_input_output_names_to_tflite)
+                    if written is not None:
+                        return None
+                converted = translate(planned, show_progress=not non_verbose)
         except ConversionError as error:
             report_failures(error, folder,
                             Manifest.for_failure_report(stem, sources, command), custom_inputs)
@@ -357,6 +356,7 @@ def convert(
         log_written(folder.path, stem, written)
         return model
     finally:  # the temporary weight files of this conversion (ir/weights.spill)
+        progress.disable()
         for path in set(ir_weights.SPILLED) - spilled_before:
             ir_weights.remove_spilled_file(path)
 

@@ -15,6 +15,8 @@ import os
 import signal
 import sys
 
+from onnx2tf_alt import progress
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _pending: list[int] = []
 _supervised: list[bool] = [False]
@@ -30,14 +32,15 @@ class Interrupted(KeyboardInterrupt):
 
 def request_stop(signum: int, _frame=None) -> None:
     """The CLI's handler for SIGNALS: record the first (and say so), raise on the second."""
+    progress.silence()  # the message below (or the supervisor's) replaces the status line
     if _supervised[0]:
         _pending.append(signum)
         return
     if _pending:
         raise Interrupted(signum)
     _pending.append(signum)
-    message = (f"{signal.Signals(signum).name} received: stopping at the next safe point (a "
-               "second signal stops at once)\n")
+    message = (f"{progress.erase()}{signal.Signals(signum).name} received: stopping at the "
+               "next safe point (a second signal stops at once)\n")
     try:  # a raw write: the handler may run inside a write to sys.stderr
         os.write(sys.stderr.fileno(), message.encode())
     except (OSError, ValueError, AttributeError):

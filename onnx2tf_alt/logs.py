@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from onnx2tf_alt import supervision
+from onnx2tf_alt import progress, supervision
 
 LEVELS = {
     "debug": logging.DEBUG,
@@ -102,11 +102,20 @@ def quiet_native_stderr() -> None:
         os.dup2(sink.fileno(), 2)
 
 
+class _ConsoleHandler(logging.StreamHandler):
+    """Records above the status line (onnx2tf_alt/progress.py), never through it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        progress.clear()
+        super().emit(record)
+        progress.redraw()
+
+
 def configure_logging(verbosity: str) -> None:
     level = LEVELS.get(verbosity, logging.INFO)
     log = logging.getLogger("onnx2tf_alt")
     if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _ConsoleHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
         log.addHandler(handler)
     log.setLevel(level)
@@ -130,7 +139,8 @@ def phase(name: str) -> Iterator[None]:
     (onnx2tf_alt/supervision.py), for the report of a crash."""
     supervision.report(f"phase {name}")
     try:
-        yield from _timed(name)
+        with progress.phase(name):
+            yield from _timed(name)
     finally:
         supervision.report(f"end {name}")
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from onnx2tf_alt import progress
 from onnx2tf_alt.errors import ConversionError, InputError, NodeFailure
 from onnx2tf_alt.ir.graph import Graph, Node, graph_from_model
 from onnx2tf_alt.ir.loader import load_model
@@ -26,7 +27,6 @@ from onnx2tf_alt.logs import phase
 from onnx2tf_alt.passes.prepare import parse_shape_overrides, prepare_model
 from onnx2tf_alt.translate.failures import failure_for
 from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
-from onnx2tf_alt.translate.progress import Progress
 from onnx2tf_alt.translate.recursion import deep_graphs
 from onnx2tf_alt.translate.registry import find_handler, foreign_inference
 
@@ -209,10 +209,10 @@ def translate(planned: Planned, show_progress: bool = False) -> Converted:
     from onnx2tf_alt.translate.builder import ModelBuilder
 
     graph, plan, model = planned.graph, planned.plan, planned.model
-    progress = Progress(len(graph.nodes), enabled=show_progress)
     try:
-        with phase("translate"):
-            result = ModelBuilder(graph, plan, progress, planned.options).build()
+        with phase("translate"), progress.counting("translating", len(graph.nodes)) as nodes:
+            result = ModelBuilder(graph, plan, nodes if show_progress else None,
+                                  planned.options).build()
     except ConversionError as error:
         error.prepared_model = model
         raise

@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 
+from onnx2tf_alt import progress
 from onnx2tf_alt.check.compare import FAIL, AccuracyReport, BackendReport, compare
 from onnx2tf_alt.check.inputs import DEFAULT_SEED, first_sample, make_inputs
 from onnx2tf_alt.check.observe import (
@@ -111,6 +112,7 @@ def check_and_report(
     )
     write_reports(report, folder, stem)
     if print_table:
+        progress.clear()
         print(console_table(report), flush=True)
     log.log(  # a pass is said once, in the closing summary (export/summary.py)
         logging.DEBUG if report.passed else logging.WARNING,

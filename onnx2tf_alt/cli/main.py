@@ -11,7 +11,7 @@ import signal
 import sys
 import tempfile
 
-from onnx2tf_alt import interrupts, startup
+from onnx2tf_alt import interrupts, progress, startup
 from onnx2tf_alt.cli.args import parser
 from onnx2tf_alt.cli.compat_flags import NOTES_DEST
 
@@ -55,7 +55,8 @@ def _convert(args: argparse.Namespace, command: list[str], supervised: bool = Fa
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)
         print(
-            f"interrupted ({signal.Signals(signum).name}); outputs are published only when "
+            f"{progress.erase()}interrupted ({signal.Signals(signum).name}); outputs are "
+            "published only when "
             f"complete, so '{args.output_folder_path}' holds what it held before (or, if the "
             "signal came after publication, the complete new conversion)",
             file=sys.stderr,

@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from onnx2tf_alt import interrupts, supervision
+from onnx2tf_alt import interrupts, progress, supervision
 
 GRACE_S = 4.0  # a stop takes effect within this (plus the kill and the clean-up) of a signal
 POLL_S = 0.1
@@ -94,8 +94,8 @@ def run_supervised(work: Callable[[], int], output_folder: str, stem: str,
         held = (f"its outputs were published before the stop, complete, in '{folder.path}'"
                 if watch.published else f"outputs are published only when complete, so "
                 f"'{folder.path}' holds what it held before")
-        print(f"interrupted ({name}): stopped during {watch.phase_text()}; {held}",
-              file=sys.stderr)
+        print(f"{progress.erase()}interrupted ({name}): stopped during {watch.phase_text()}; "
+              f"{held}", file=sys.stderr)
         return 128 + watch.killed_for
     if os.WIFSIGNALED(status):
         return _crashed(os.WTERMSIG(status), watch, folder, input_path, command,
@@ -158,7 +158,8 @@ class _Watch:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.pid, signum)
                 if stop_at is None:
-                    print(f"{signal.Signals(signum).name} received during {self.phase_text()}: "
+                    print(f"{progress.erase()}{signal.Signals(signum).name} received during "
+                          f"{self.phase_text()}: "
                           f"stopping (within {GRACE_S:.0f} s; a second signal stops at once)",
                           file=sys.stderr, flush=True)
                     stop_at = time.monotonic() + GRACE_S
@@ -199,7 +200,7 @@ def _crashed(signum: int, watch: _Watch, folder, input_path: str | None,
     crash = {"signal": name, "phase": phase, "phases": watch.phases, "library": library,
              "native_stderr_tail": _tail(native_log)}
     where = _publish_crash_report(folder, crash, input_path, command)
-    print(f"error: the conversion {cause} during {watch.phase_text()}"
+    print(f"{progress.erase()}error: the conversion {cause} during {watch.phase_text()}"
           + (f", in {library}" if library else "") + ". Nothing of this run was published"
           + (f"; the crash is recorded in {where}" if where else "") + ". This is a bug: "
           "please report it with that file." + ADVICE.get(phase, ""), file=sys.stderr)

@@ -8,6 +8,8 @@ input's; onnxruntime loads such a model and fails only when it runs.
 
 from __future__ import annotations
 
+import numpy as np
+
 from onnx2tf_alt.errors import InputError, printable
 from onnx2tf_alt.ir.graph import Graph, Node
 
@@ -88,7 +90,23 @@ def _batch_norm(node: Node, graph: Graph) -> None:
                   f"{list(x)}), but its parameter '{printable(name)}' has shape {list(shape)}")
 
 
+def _reshape(node: Node, graph: Graph) -> None:
+    x = (_declared(graph, node.inputs[:1]) or [None])[0]
+    target = graph.constants.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    if not _known(x) or target is None or target.ndim != 1:
+        return
+    size, dims = int(np.prod(x)), [int(d) for d in target]
+    if not node.attrs.get("allowzero", 0):
+        dims = [x[i] if d == 0 and i < len(x) else d for i, d in enumerate(dims)]
+    known = int(np.prod([d for d in dims if d != -1]))
+    if any(d < -1 for d in dims) or dims.count(-1) > 1 or (
+            size != known if -1 not in dims else known == 0 or size % known):
+        _fail(node, f"reshapes '{printable(node.inputs[0])}' (shape {list(x)}, {size} "
+              f"elements) to {[int(d) for d in target]}, which cannot hold them")
+
+
 CHECKS = {
+    "Reshape": _reshape,
     "Conv": _conv,
     "ConvTranspose": _conv,
     "MatMul": _matmul,
@@ -120,16 +138,17 @@ def check_consistency(graph: Graph) -> None:
 
 
 def check_inference(model) -> None:
-    """Strict ONNX shape inference on a weight-free copy of the loaded model. When it fails
-    and onnxruntime's own inference rejects the model too, the model is invalid
-    (InvalidModelError, naming the node); otherwise conversion goes on with the shapes that
-    can be known (ONNX's strict inference also trips over gaps onnxruntime fills)."""
+    """Strict ONNX shape and type inference on a weight-free copy of the loaded model. When
+    it fails and onnxruntime rejects that copy too, the model is invalid (InvalidModelError,
+    naming the node); otherwise conversion goes on with the shapes that can be known (ONNX's
+    strict inference also trips over gaps onnxruntime fills)."""
     from onnx import shape_inference
 
     from onnx2tf_alt.ir.weights import ort_options, weight_free_copy
 
+    light = weight_free_copy(model)
     try:
-        shape_inference.infer_shapes(weight_free_copy(model), strict_mode=True)
+        shape_inference.infer_shapes(light, strict_mode=True, check_type=True)
         return
     except Exception as exc:  # noqa: BLE001 - judged with onnxruntime below
         problem = exc
@@ -139,13 +158,14 @@ def check_inference(model) -> None:
     options.log_severity_level = 3
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
-        ort.InferenceSession(model.SerializeToString(), options,
+        ort.InferenceSession(light.SerializeToString(), options,
                              providers=["CPUExecutionProvider"])
     except Exception as ort_exc:  # noqa: BLE001 - only its verdict matters
-        if "InferenceError" in str(ort_exc):
+        if "InferenceError" in str(ort_exc) or "Type Error" in str(ort_exc):
             lines = [line.strip() for line in str(problem).splitlines() if line.strip()]
             detail = " ".join(lines).replace("[ShapeInferenceError] Inference error(s): ", "")
             raise InvalidModelError(
-                f"The model is invalid: its shapes contradict each other ({printable(detail)}); "
-                "onnxruntime rejects it as well. Fix the model where it was exported."
+                f"The model is invalid: its shapes or types contradict each other "
+                f"({printable(detail)}); onnxruntime rejects it as well. Fix the model where "
+                "it was exported."
             ) from problem

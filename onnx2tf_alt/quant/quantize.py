@@ -38,6 +38,7 @@ from calibration.methods import (
 from calibration.ort import fake_quantized, onnx_ranges
 from calibration.ranges import remeasured
 from calibration.samples import CustomData, Samples, plan_samples
+from onnx2tf_alt import progress
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.export.names import DYNAMIC_RANGE_SUFFIXES, INTEGER_SUFFIXES
 from onnx2tf_alt.interrupts import checkpoint
@@ -45,7 +46,6 @@ from onnx2tf_alt.ir.weights import to_array
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
 from onnx2tf_alt.quant.measure import compare_outputs, cosine, figure, gain  # noqa: F401
 from onnx2tf_alt.quant.notes import CONSOLE_WIDTH, Note, console_lines
-from onnx2tf_alt.quant.progress import FileProgress
 from onnx2tf_alt.tflite.lowering import serving_function
 from onnx2tf_alt.tflite.run import as_input, dequantized, run_signature
 
@@ -362,7 +362,8 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
         if options.quant_type == "per-tensor" and variant.calibrated and not int16:
             conv._experimental_disable_per_channel = True
         if variant.calibrated and calibration:
-            conv.representative_dataset = lambda: (converted.result.to_physical(s) for s in calibration)
+            conv.representative_dataset = lambda: (converted.result.to_physical(s) for s in
+                                                    progress.each(calibration, "calibrating"))
         if variant.io_dtypes:
             conv.inference_input_type, conv.inference_output_type = variant.io_dtypes
         conv._experimental_calibrate_only = calibrate_only
@@ -483,7 +484,7 @@ def run_tflite(content: bytes | str, converted, samples: list[dict[str, np.ndarr
     runner = interpreter.get_signature_runner("serving_default")
     inputs, outputs = runner.get_input_details(), runner.get_output_details()
     results = []
-    for sample in samples:
+    for sample in progress.each(samples, "measuring"):
         feeds = {k: as_input(v, inputs[k]) for k, v in result.to_physical(sample).items()}
         raw = run_signature(interpreter, feeds)
         results.append(result.to_onnx({key: dequantized(raw[key], outputs[key]) for key in raw}))
@@ -694,45 +695,56 @@ def write_quantized(
         report.notes.append(f"the float32 TFLite cannot run here ({why_not}): no metrics")
     written, calibrated = [], {}
     chosen = variants(options, qdq, plan.range_model is not None)
-    progress = FileProgress(len(chosen), enabled=print_table)
-    for variant in chosen:
-        checkpoint()
-        name = f"{stem}_{variant.suffix}.tflite"
-        progress.begin(name)
-        source = plan.source_for(variant, converted, rebuilt)
-        entry = {"file": name, "variant": variant.suffix}
-        try:
-            content = _quantized_file(source, variant, plan, report, float_tflite, calibrated)
-        except Exception as exc:  # noqa: BLE001 - reported; the other files are still written
-            entry["error"] = _short(exc)
-            log.warning("%s was not written: %s", name, entry["error"])
+    with progress.counting("quantizing", len(chosen)) as files:
+        for variant in chosen:
+            checkpoint()
+            files.begin(f"{stem}_{variant.suffix}.tflite")
+            source = plan.source_for(variant, converted, rebuilt)
+            entry = _write_variant(variant, source, folder, stem, plan, report, float_tflite,
+                                   calibrated, reference)
             report.files.append(entry)
-            continue
-        path = os.path.join(folder, name)
-        with open(path, "wb") as f:
-            f.write(content)
-        written.append(name)
-        plan.made_from[variant.suffix] = source
-        entry["size_bytes"] = len(content)
-        del content  # measured from its file, which the interpreter maps
-        actual, why_not = _measure(path, source, samples.held_out) if reference else (
-            None, "no float32 reference")
-        if entry["size_bytes"] > REFERENCE_TFLITE_BYTES:
-            entry["measured_on"] = "TFLite's reference kernels (file over 1 GiB: XNNPACK " \
-                                   "would pack its weights once more)"
-        entry["outputs"] = None if actual is None else compare_outputs(reference, actual)
-        if actual is None:
-            entry["not_measured"] = why_not
-        report.files.append(entry)
-    progress.close()
+            if "error" not in entry:
+                written.append(entry["file"])
     report.notes += _verdicts(report, options.warn_below)
     report_name = f"{stem}_quant_report.json"
     with open(os.path.join(folder, report_name), "w") as f:
         json.dump(report.as_dict(), f, indent=2)
     written.append(report_name)
     if print_table:
+        progress.clear()
         print(console_table(report), flush=True)
     return written
+
+
+def _write_variant(variant: Variant, source, folder: str, stem: str, plan: QuantPlan,
+                   report: QuantReport, float_tflite: bytes, calibrated: dict,
+                   reference: list[dict] | None) -> dict:
+    """One quantized file of write_quantized, written into `folder` and measured against
+    the float32 file's `reference` outputs on the held-out samples: its report entry (with
+    "error" when it could not be made)."""
+    name = f"{stem}_{variant.suffix}.tflite"
+    entry = {"file": name, "variant": variant.suffix}
+    try:
+        content = _quantized_file(source, variant, plan, report, float_tflite, calibrated)
+    except Exception as exc:  # noqa: BLE001 - reported; the other files are still written
+        entry["error"] = _short(exc)
+        log.warning("%s was not written: %s", name, entry["error"])
+        return entry
+    path = os.path.join(folder, name)
+    with open(path, "wb") as f:
+        f.write(content)
+    plan.made_from[variant.suffix] = source
+    entry["size_bytes"] = len(content)
+    del content  # measured from its file, which the interpreter maps
+    actual, why_not = _measure(path, source, plan.samples.held_out) if reference else (
+        None, "no float32 reference")
+    if entry["size_bytes"] > REFERENCE_TFLITE_BYTES:
+        entry["measured_on"] = "TFLite's reference kernels (file over 1 GiB: XNNPACK " \
+                               "would pack its weights once more)"
+    entry["outputs"] = None if actual is None else compare_outputs(reference, actual)
+    if actual is None:
+        entry["not_measured"] = why_not
+    return entry
 
 
 def _sample_roles(calibration: int, held_out: int) -> dict[str, str]:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import tensorflow as tf
 
+from onnx2tf_alt import progress
 from onnx2tf_alt.errors import InputError
 
 SEARCH_SAMPLES = 8  # calibration samples the ranking and each re-quantization use
@@ -283,7 +284,8 @@ def noise_scores(int8: bytes, infos: list[OpInfo], converted,
     try:
         for name, call in originals.items():
             layers[name].call = watched(name, call)
-        for x, found, expected in zip(inputs, quantized, floats):
+        for x, found, expected in progress.each(list(zip(inputs, quantized, floats)),
+                                                "ranking ops"):
             captured.clear()
             with tf.GradientTape() as tape:
                 outputs = model(x, training=False)
@@ -374,6 +376,18 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
     if target is None:
         return chosen
     chosen.search.append({"float_ops": len(kept), "cosine": current})
+    with progress.counting("trying float ops", MAX_TRIED_SEGMENTS) as trials:
+        current = _search(chosen, candidates, infos, nodes, kept, content, current, target,
+                          quantized, ranked, score, trials)
+    chosen.reached = current >= target
+    return chosen
+
+
+def _search(chosen: MixedPrecision, candidates: list[dict], infos, nodes: set[str],
+            kept: set[str], content: bytes, current: float, target: float, quantized, ranked,
+            score, trials) -> float:
+    """choose_float_ops' search from the all-INT8 file `content` (cosine `current`): fills
+    `chosen` and returns the cosine reached."""
     tried: set[frozenset] = set()
     measured = 0
     while current < target and measured < MAX_TRIED_SEGMENTS:
@@ -390,6 +404,7 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
                 pick["measured_gain"] = 0.0
                 continue
             measured += 1
+            trials.begin(f"cosine {current:.4f}, target {target}")
             cosine = round(score(made), 6)
             pick["measured_gain"] = round(cosine - current, 6)
             if cosine > current:  # a gain on top of the nodes kept so far
@@ -403,6 +418,5 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
             break  # every candidate tried
         if not candidates:
             break
-    chosen.reached = current >= target
     chosen.kept_nodes, chosen.float_ops = sorted(nodes), sorted(kept)
-    return chosen
+    return current

@@ -9,6 +9,7 @@ import tensorflow as tf
 import tf_keras
 
 from onnx2tf_alt.errors import ConversionError
+from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.ir.graph import Graph, Node
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.perms import Perm, constant_in_perm
@@ -23,7 +24,6 @@ from onnx2tf_alt.translate.options import (
     INLINE_CONSTANT_LIMIT,
     ConversionOptions,
 )
-from onnx2tf_alt.translate.progress import Progress
 from onnx2tf_alt.translate.registry import find_handler
 
 
@@ -48,7 +48,7 @@ class BuildResult(SignatureIO):
 
 
 class ModelBuilder:
-    def __init__(self, graph: Graph, plan: Plan, progress: Progress | None = None,
+    def __init__(self, graph: Graph, plan: Plan, progress=None,
                  options: ConversionOptions | None = None):
         self.graph = graph
         self.options = options or DEFAULT_OPTIONS
@@ -119,16 +119,15 @@ class ModelBuilder:
 
         failures = []
         for index, node in enumerate(graph.nodes):
+            checkpoint()  # a requested stop ends the build between two nodes
             if self.progress:
-                self.progress.step(node)
+                self.progress.begin(f"{node.op_type} {node.name}")
             if any(n and n not in self.values for n in node.inputs):
                 continue  # an upstream node failed; it is reported already
             try:
                 self._convert_node(node, plan.node_inputs[index])
             except Exception as exc:  # noqa: BLE001 - reported per node, with the node
                 failures.append(failure_for(node, graph, f"{type(exc).__name__}: {exc}"))
-        if self.progress:
-            self.progress.close()
         if failures:
             raise ConversionError(failures)
 

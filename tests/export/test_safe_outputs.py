@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import onnx
 import pytest
 from onnx import external_data_helper, helper
 
-from cli_runner import leftovers, manifest_files, run_cli, tree
+from cli_runner import cli_env, leftovers, manifest_files, run_cli, tree
 from harness import make_model
 from models import tiny_cnn
 
@@ -263,6 +265,65 @@ def test_shapes_that_contradict_each_other_are_an_invalid_model(work):
     work("-i", path, "-o", work.root / "out", input_path=path, expect=2,
          phrases=["model is invalid", "add1", "Incompatible dimensions"])
     assert not (work.root / "out").exists()
+
+
+def test_a_reshape_that_cannot_hold_its_input_is_an_invalid_model(work):
+    shape = onnx.numpy_helper.from_array(np.array([7, 7], np.int64), "s")
+    path = _write(work, "badreshape", [helper.make_node("Reshape", ["x", "s"], ["y"],
+                                                        name="rs")],
+                  [("x", [2, 3, 8, 8])], [("y", [7, 7])], [shape])
+    work("-i", path, "-o", work.root / "out", input_path=path, expect=2,
+         phrases=["model is invalid", "'rs'", "[2, 3, 8, 8], 384 elements", "[7, 7]"])
+    assert not (work.root / "out").exists()
+
+
+@pytest.mark.parametrize("dims, fits", [([0, -1, 16], True), ([-1, 5], False),
+                                         ([2, -1, -1], False), ([0, 0, 0, 0], True)])
+def test_reshape_checks_zero_and_minus_one(dims, fits):
+    from onnx2tf_alt.ir.graph import graph_from_model
+    from onnx2tf_alt.ir.validate import InvalidModelError, check_consistency
+
+    shape = onnx.numpy_helper.from_array(np.array(dims, np.int64), "s")
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")], "g",
+                              [helper.make_tensor_value_info("x", 1, [2, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", 1, None)], [shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    if fits:
+        check_consistency(graph_from_model(model))
+    else:
+        with pytest.raises(InvalidModelError, match="cannot hold them"):
+            check_consistency(graph_from_model(model))
+
+
+def test_types_that_contradict_each_other_are_an_invalid_model(work):
+    ints = onnx.numpy_helper.from_array(np.zeros((1,), np.int64), "i")
+    path = _write(work, "badtype", [helper.make_node("Add", ["x", "i"], ["y"], name="addt")],
+                  [("x", [1, 3])], [("y", [1, 3])], [ints])
+    work("-i", path, "-o", work.root / "out", input_path=path, expect=2,
+         phrases=["model is invalid", "addt", "inconsistent type tensor(int64)"])
+    assert not (work.root / "out").exists()
+
+
+_REFUSED_BEFORE_TF = """
+import sys
+from onnx2tf_alt.cli.main import main
+code = main(["-i", sys.argv[1], "-o", sys.argv[2], "-n"])
+print("code", code, "tensorflow", "tensorflow" in sys.modules, "tf_keras" in sys.modules)
+"""
+
+
+def test_an_invalid_model_is_refused_before_tensorflow_loads(work):
+    """Default flags (saved_model, Keras model, TF's converter where needed): what the ONNX
+    alone shows wrong ends the run before the heavy imports."""
+    w = onnx.numpy_helper.from_array(np.zeros((2, 4, 3, 3), np.float32), "w")
+    path = _write(work, "badconv2", [helper.make_node("Conv", ["x", "w"], ["y"], name="c")],
+                  [("x", [1, 3, 8, 8])], [("y", [1, 2, 6, 6])], [w])
+    done = subprocess.run([sys.executable, "-c", _REFUSED_BEFORE_TF, str(path),
+                           str(work.root / "out")], capture_output=True, text=True,
+                          env=cli_env(), timeout=300, check=False)
+    assert done.stdout.split() == ["code", "2", "tensorflow", "False", "False"], (
+        done.stdout + done.stderr)
+    assert "model is invalid" in done.stderr
 
 
 def test_a_dangling_input_is_an_invalid_model(work):
