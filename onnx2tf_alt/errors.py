@@ -29,6 +29,13 @@ class InputError(Onnx2TfError):
     exit_code = 2
 
 
+class UnsupportedFormError(Onnx2TfError):
+    """A valid model in a form a rewrite the flags ask for does not recognise (e.g. a KV
+    cache --kv_cache_capacity cannot pair): refused rather than converted wrongly."""
+
+    exit_code = 1
+
+
 @dataclass
 class NodeFailure:
     """One node that could not be converted, described well enough to file a bug."""

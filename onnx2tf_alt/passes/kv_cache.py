@@ -41,7 +41,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnx2tf_alt.errors import InputError
+from onnx2tf_alt.errors import InputError, UnsupportedFormError
 from onnx2tf_alt.passes.prepare import symbol_value
 
 ALL_SUFFIX = "/onnx2tf_alt_all_positions"
@@ -72,20 +72,18 @@ class CacheEntry:
 
 
 def cache_entries(model: onnx.ModelProto) -> list[CacheEntry]:
-    """The past/present pairs of `model`: a graph output made (directly or through Identity)
-    by a two-input Concat whose first input is a graph input, or a GroupQueryAttention's
-    present key / value whose past is a graph input."""
+    """The past/present pairs of `model`: a graph output made (through copies: Identity, a
+    one-input Concat) by a two-input Concat whose first input is (through copies) a graph
+    input, or a GroupQueryAttention's present key / value whose past is a graph input."""
     graph = model.graph
     inputs = {i.name: i for i in graph.input}
     producer = {out: node for node in graph.node for out in node.output}
     found = []
     for output in graph.output:
-        node = producer.get(output.name)
-        while node is not None and node.op_type == "Identity":
-            node = producer.get(node.input[0])
+        source = _source(producer, output.name)
+        node = producer.get(source)
         if node is None:
             continue
-        source = _source(producer, output.name)
         if _is_gqa(node) and source in node.output[1:3]:
             k = list(node.output).index(source)
             past = inputs.get(node.input[k + 2]) if len(node.input) > k + 2 else None
@@ -95,7 +93,7 @@ def cache_entries(model: onnx.ModelProto) -> list[CacheEntry]:
             continue
         if node.op_type != "Concat" or len(node.input) != 2:
             continue
-        past = inputs.get(node.input[0])
+        past = inputs.get(_source(producer, node.input[0]))
         if past is None:
             continue
         dims = past.type.tensor_type.shape.dim
@@ -109,13 +107,120 @@ def _is_gqa(node: onnx.NodeProto) -> bool:
     return node.op_type == "GroupQueryAttention" and node.domain == "com.microsoft"
 
 
+def _is_copy(node: onnx.NodeProto | None) -> bool:
+    """An op whose output is its one input, unchanged: Identity, or a Concat of one tensor
+    (TorchScript exports write one where a cache list is rebuilt)."""
+    return node is not None and (node.op_type == "Identity" or (
+        node.op_type == "Concat" and len([i for i in node.input if i]) == 1))
+
+
 def _source(producer: dict[str, onnx.NodeProto], name: str) -> str:
-    """The tensor a graph output copies through Identity nodes."""
+    """The tensor `name` copies (see _is_copy), or `name` itself."""
     node = producer.get(name)
-    while node is not None and node.op_type == "Identity":
-        name = node.input[0]
+    while _is_copy(node):
+        name = next(i for i in node.input if i)
         node = producer.get(name)
     return name
+
+
+def check_total(model: onnx.ModelProto, entries: list[CacheEntry]) -> None:
+    """UnsupportedFormError when a cache of `model` is left out of `entries`: a past input
+    the rewrite would give the capacity without its present output, or a present output it
+    would leave returning past and new positions. Every decode step after the first would
+    then compute wrong tokens. A cache input is one named as a paired one with key and value
+    swapped, or of its type and shape with the same symbol on the sequence axis; a cache
+    output one named so, or of a paired output's type and shape, computed (not a copy of
+    an input, as an encoder's cross-attention cache passed through)."""
+    graph = model.graph
+    declared = {v.name: v for v in [*graph.input, *graph.output]}
+    initializers = {i.name for i in graph.initializer}
+    producer = {out: node for node in graph.node for out in node.output}
+    pasts, presents = {e.past for e in entries}, {e.present for e in entries}
+    problems: dict[str, str] = {}  # by the cache's input or output
+    for value in graph.output:
+        source = _source(producer, value.name)
+        if value.name in presents or source not in producer:
+            continue
+        like = _like(entries, value, lambda e: e.present, declared, None)
+        if like is not None:
+            problems[value.name] = (
+                f"present output '{value.name}' = {_describe(producer, value.name, declared)}, "
+                f"not Concat(past input, new entries) on axis {like.axis} as '{like.present}'")
+    for value in graph.input:
+        if value.name in pasts or value.name in initializers:
+            continue
+        like = _like(entries, value, lambda e: e.past, declared, True)
+        if like is not None and not any(f"'{value.name}'" in p for p in problems.values()):
+            problems[value.name] = (f"past input '{value.name}' (as '{like.past}') reaches no "
+                                    "present output as Concat(past, new entries)")
+    if problems:
+        raise UnsupportedFormError(
+            f"--kv_cache_capacity: the rewrite does not recognise how this decoder computes "
+            f"{len(problems)} of its caches, so it cannot give them a fixed capacity "
+            "(converted anyway, every token after the first would be wrong):\n"
+            + "".join(f"  - {p}\n" for p in problems.values())
+            + "Export the decoder with each past concatenated to its new entries (as "
+            "transformers / Optimum do), or drop --kv_cache_capacity (each step then takes "
+            "and returns the whole cache).")
+
+
+def _like(entries: list[CacheEntry], value: onnx.ValueInfoProto, tensor, declared: dict,
+          same_symbol: bool | None) -> CacheEntry | None:
+    """The entry whose `tensor(entry)` `value` is a cache like: named as it with key and value
+    swapped, else of its type and shape (with `same_symbol`, the same symbol on the sequence
+    axis too)."""
+    for entry in entries:
+        if _sibling(value.name, tensor(entry)):
+            return entry
+    for entry in entries:
+        if _alike(value, declared[tensor(entry)], entry.axis) and (
+                not same_symbol or _dim_at(value, entry.axis) == entry.symbol != ""):
+            return entry
+    return None
+
+
+def _sibling(name: str, paired: str) -> bool:
+    """Whether `name` is `paired` with its last "key" and "value" swapped."""
+    for a, b in (("key", "value"), ("value", "key")):
+        k = paired.rfind(a)
+        if k >= 0 and name == paired[:k] + b + paired[k + len(a):]:
+            return True
+    return False
+
+
+def _dim_at(value: onnx.ValueInfoProto, axis: int) -> str:
+    dims = value.type.tensor_type.shape.dim
+    return dims[axis].dim_param if axis < len(dims) else ""
+
+
+def _alike(value: onnx.ValueInfoProto, paired: onnx.ValueInfoProto, axis: int) -> bool:
+    """Whether `value` has the element type and rank of the cache tensor `paired`, its fixed
+    dims off `axis` and none on it."""
+    a, b = value.type.tensor_type, paired.type.tensor_type
+    if a.elem_type != b.elem_type or len(a.shape.dim) != len(b.shape.dim) or not a.HasField(
+            "shape"):
+        return False
+    for k, (x, y) in enumerate(zip(a.shape.dim, b.shape.dim)):
+        if k == axis:
+            if x.HasField("dim_value"):
+                return False
+        elif x.HasField("dim_value") != y.HasField("dim_value") or (
+                x.HasField("dim_value") and x.dim_value != y.dim_value):
+            return False
+    return True
+
+
+def _describe(producer: dict[str, onnx.NodeProto], name: str, graph_values,
+              depth: int = 3) -> str:
+    """How `name` is computed, a few ops deep: `Concat(Mul(past.0.key, …), …)`."""
+    node = producer.get(name)
+    if node is None or (name in graph_values and depth < 3):
+        return f"'{name}'"
+    if depth == 0:
+        return f"{node.op_type}(…)"
+    inner = [_describe(producer, i, graph_values, depth - 1) for i in node.input[:2] if i]
+    more = ", …" if len([i for i in node.input if i]) > 2 else ""
+    return f"{node.op_type}({', '.join(inner)}{more})"
 
 
 def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelProto,
@@ -132,6 +237,7 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
             "past input and new entries, nor a GroupQueryAttention's present (inputs: "
             f"{[i.name for i in model.graph.input]}). Export the decoder with past key/values "
             "(e.g. transformers / Optimum with use_cache), or drop the flag.")
+    check_total(model, entries)
     check_capacity(model, entries, capacity)
     graph = model.graph
     totals = _total_symbols(graph, entries)
@@ -141,9 +247,7 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
     for node in [n for n in graph.node if _is_gqa(n) and attentions & set(n.output)]:
         new_entries.update(_rotary_outside(graph, node))
     for entry in entries:
-        node = producer[entry.present]
-        while node.op_type == "Identity":
-            node = producer[node.input[0]]
+        node = producer[_source(producer, entry.present)]
         new = new_entries[_source(producer, entry.present)] if _is_gqa(node) else node.input[1]
         _rename(graph, entry.present, entry.present + ALL_SUFFIX)
         graph.node.append(helper.make_node("Identity", [new], [entry.present],

@@ -93,6 +93,7 @@ def test_a_log_record_is_printed_above_the_line(clock, monkeypatch):
     handler = logs._ConsoleHandler(terminal)
     handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     log.addHandler(handler)
+    log.setLevel(logging.INFO)  # whatever an earlier conversion set on onnx2tf_alt
     monkeypatch.setattr(log, "propagate", False)
     try:
         with progress.counting("calibrating", 16) as samples:
@@ -106,6 +107,7 @@ def test_a_log_record_is_printed_above_the_line(clock, monkeypatch):
             assert terminal.shown() == "calibrating 2/16 (ETA 30 s)", "and drawn again below"
     finally:
         log.removeHandler(handler)
+        log.setLevel(logging.NOTSET)
 
 
 def test_nothing_is_drawn_off_a_terminal_or_with_n(clock):

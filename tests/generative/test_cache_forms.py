@@ -1,0 +1,110 @@
+"""The KV-cache rewrite is total or refused (issue 49): the forms exporters write around the
+Concat of past and new entries are recognised (a TorchScript export that rebuilds the cache
+from flat past inputs routes each past key through a one-input Concat), and a cache the
+rewrite cannot pair ends the run with exit 1, naming it, instead of a file whose decode
+steps compute wrong tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx2tf_alt.cli.main import main
+from onnx2tf_alt.errors import UnsupportedFormError
+from onnx2tf_alt.passes.kv_cache import fixed_capacity
+
+from harness import assert_close
+from kv_decoder import LAYERS, decoder_model, growing_steps
+from test_kv_cache import BATCH, CAPACITY, NEW, PAST, PROMPT, cached_steps
+
+
+def routed(model: onnx.ModelProto, kind: str, op: str) -> onnx.ModelProto:
+    """`model` with each past `kind` read through `op` before its present Concat: "Concat"
+    (one input, as TorchScript writes a rebuilt cache list), "Identity", or "Mul" (by 1: a
+    form the rewrite cannot see through)."""
+    graph = model.graph
+    for layer in range(LAYERS):
+        past = f"past.{layer}.{kind}"
+        concat = next(n for n in graph.node if n.op_type == "Concat" and n.input[0] == past)
+        routed_name = f"{past}/routed"
+        inputs = [past, "one_f"] if op == "Mul" else [past]
+        attrs = {"axis": 2} if op == "Concat" else {}
+        graph.node.insert(list(graph.node).index(concat),
+                          helper.make_node(op, inputs, [routed_name], **attrs))
+        concat.input[0] = routed_name
+    if op == "Mul":
+        graph.initializer.append(numpy_helper.from_array(np.array(1, np.float32), "one_f"))
+    return model
+
+
+def decode_as_onnxruntime(model: onnx.ModelProto) -> None:
+    prompt = np.random.default_rng(1).integers(0, 512, (BATCH, PROMPT)).astype(np.int64)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    tokens, logits = growing_steps(session, prompt, NEW)
+    rewritten, entries = fixed_capacity(model, CAPACITY)
+    assert sorted(e.past for e in entries) == sorted(PAST)
+    session = ort.InferenceSession(rewritten.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    got_tokens, got_logits = cached_steps(
+        lambda _, feeds: dict(zip(names, session.run(None, feeds))), prompt, NEW)
+    np.testing.assert_array_equal(np.array(got_tokens), np.array(tokens))
+    for step, (got, want) in enumerate(zip(got_logits, logits)):
+        assert_close(got, want, 1e-5, f"step {step}")
+
+
+@pytest.mark.parametrize("kind, op", [("key", "Concat"), ("value", "Concat"),
+                                      ("key", "Identity")])
+def test_copies_between_the_past_and_its_concat_are_seen_through(kind, op):
+    decode_as_onnxruntime(routed(decoder_model(), kind, op))
+
+
+def test_copies_between_the_concat_and_the_present_are_seen_through():
+    model = decoder_model()
+    for node in model.graph.node:  # the present is a one-input Concat of the real one
+        if node.op_type == "Concat" and node.output[0].startswith("present."):
+            node.output[0] += "/all"
+    for name in PAST:
+        present = name.replace("past", "present")
+        model.graph.node.append(helper.make_node("Concat", [present + "/all"], [present],
+                                                 axis=0))
+        for node in model.graph.node:  # the attention reads the full one, as before
+            if node.op_type == "Unsqueeze" and node.input[0] == present:
+                node.input[0] = present + "/all"
+    decode_as_onnxruntime(model)
+
+
+def test_a_present_the_rewrite_cannot_pair_is_refused_naming_it():
+    with pytest.raises(UnsupportedFormError) as error:
+        fixed_capacity(routed(decoder_model(), "key", "Mul"), CAPACITY)
+    message = str(error.value)
+    assert error.value.exit_code == 1
+    assert message.splitlines()[1:] == [
+        "  - present output 'present.0.key' = Concat(Mul('past.0.key', 'one_f'), "
+        "Transpose(Reshape(MatMul(…), 'split_kv'))), not Concat(past input, new entries) on "
+        "axis 2 as 'present.0.value'",
+        "  - present output 'present.1.key' = Concat(Mul('past.1.key', 'one_f'), "
+        "Transpose(Reshape(MatMul(…), 'split_kv'))), not Concat(past input, new entries) on "
+        "axis 2 as 'present.1.value'",
+        "Export the decoder with each past concatenated to its new entries (as transformers / "
+        "Optimum do), or drop --kv_cache_capacity (each step then takes and returns the whole "
+        "cache)."], message
+    for phrase in ("computes 2 of its caches", "every token after the first would be wrong"):
+        assert phrase in message, message
+
+
+def test_the_command_line_exits_1_before_building(tmp_path, capfd):
+    source = tmp_path / "decoder.onnx"
+    onnx.save(routed(decoder_model(), "value", "Mul"), source)
+    out = tmp_path / "out"
+    code = main(["-i", str(source), "-o", str(out), "--kv_cache_capacity", "16",
+                 "--signature", "prefill", "input_ids:1,5", "--signature", "decode",
+                 "input_ids:1,1", "-n"])
+    message = capfd.readouterr().err
+    assert code == 1, message
+    assert "error: --kv_cache_capacity: the rewrite does not recognise" in message, message
+    assert "  - present output 'present.0.value' = Concat(Mul('past.0.value'" in message, message
+    assert not out.exists()
