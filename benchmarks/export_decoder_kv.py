@@ -3,9 +3,14 @@ past key/values, for testing KV-cache conversion.
 
 Needs torch, transformers, onnx and onnxscript (e.g. in a separate venv). Usage:
 
-    python benchmarks/export_decoder_kv.py OUT.onnx --family llama|qwen2 [--hidden 256]
-        [--layers 2] [--heads 8] [--kv-heads 2] [--intermediate 512] [--vocab 1000]
-        [--train-steps N]
+    python benchmarks/export_decoder_kv.py OUT.onnx --family llama|qwen2|phi3|gpt2
+        [--exporter dynamo|torchscript] [--hidden 256] [--layers 2] [--heads 8]
+        [--kv-heads 2] [--intermediate 512] [--vocab 1000] [--train-steps N]
+
+--exporter torchscript traces the wrapper with `torch.onnx.export(dynamo=False)`, rebuilding
+the cache with one `DynamicCache.update` per layer and every sequence axis symbolic, as a
+user's export script does (issue 49: this form routes past keys through a one-input Concat
+before the real one).
 
 --train-steps trains the random weights first on a synthetic text (benchmarks/train_tiny.py)
 so that the logits are as peaked as a trained model's.
@@ -24,23 +29,38 @@ import os
 
 import onnx
 import torch
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    DynamicCache,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
-FAMILIES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+FAMILIES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+            "phi3": (Phi3Config, Phi3ForCausalLM), "gpt2": (GPT2Config, GPT2LMHeadModel)}
 
 
 class WithPast(torch.nn.Module):
     """(input_ids, attention_mask, position_ids, *flat past) -> (logits, *flat present)."""
 
-    def __init__(self, model):
+    def __init__(self, model, rebuild: str = "assign"):
         super().__init__()
-        self.model = model
+        self.model, self.rebuild = model, rebuild
 
     def forward(self, input_ids, attention_mask, position_ids, *past):
         cache = DynamicCache(config=self.model.config)
-        for layer, key, value in zip(cache.layers, past[0::2], past[1::2]):
-            layer.lazy_initialization(key, value)
-            layer.keys, layer.values = key, value  # no Concat with an empty tensor first
+        if self.rebuild == "update":  # as a user's script rebuilds it: one update per layer
+            for index, (key, value) in enumerate(zip(past[0::2], past[1::2])):
+                cache.update(key, value, index)
+        else:
+            for layer, key, value in zip(cache.layers, past[0::2], past[1::2]):
+                layer.lazy_initialization(key, value)
+                layer.keys, layer.values = key, value  # no Concat with an empty tensor first
         out = self.model(input_ids=input_ids, attention_mask=attention_mask,
                          position_ids=position_ids, cache=cache, use_cache=True)
         return (out.logits, *(t for layer in out.cache.layers for t in (layer.keys, layer.values)))
@@ -49,18 +69,25 @@ class WithPast(torch.nn.Module):
 def build(family: str, hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int,
           vocab: int):
     config_class, model_class = FAMILIES[family]
-    config = config_class(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                          num_key_value_heads=kv_heads, intermediate_size=intermediate,
-                          vocab_size=vocab, max_position_embeddings=2048,
-                          tie_word_embeddings=False)
+    if family == "gpt2":  # no grouped-query attention: kv_heads = heads
+        config = config_class(n_embd=hidden, n_layer=layers, n_head=heads, n_inner=intermediate,
+                              vocab_size=vocab, n_positions=2048, tie_word_embeddings=False)
+    else:
+        extra = {"partial_rotary_factor": 0.75, "pad_token_id": None, "bos_token_id": None,
+                 "eos_token_id": None} if family == "phi3" else {}
+        config = config_class(hidden_size=hidden, num_hidden_layers=layers,
+                              num_attention_heads=heads, num_key_value_heads=kv_heads,
+                              intermediate_size=intermediate, vocab_size=vocab,
+                              max_position_embeddings=2048, tie_word_embeddings=False, **extra)
     config._attn_implementation = "eager"
     torch.manual_seed(0)
     return model_class(config).eval()
 
 
-def export(out: str, model) -> None:
+def export(out: str, model, exporter: str = "dynamo") -> None:
     config = model.config
-    layers, kv_heads = config.num_hidden_layers, config.num_key_value_heads
+    layers = config.num_hidden_layers
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = config.hidden_size // config.num_attention_heads
     batch, seq, past_len = 2, 3, 4
     past = [torch.randn(batch, kv_heads, past_len, head_dim) for _ in range(2 * layers)]
@@ -75,6 +102,19 @@ def export(out: str, model) -> None:
     dims = ({0: b, 1: s}, {0: b, 1: torch.export.Dim.DYNAMIC}, {0: b, 1: s},
             tuple({0: b, 2: p} for _ in past))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    if exporter == "torchscript":
+        axes = {"input_ids": {0: "batch", 1: "sequence"}, "position_ids": {0: "batch", 1: "sequence"},
+                "attention_mask": {0: "batch", 1: "past_sequence + sequence"},
+                "logits": {0: "batch", 1: "sequence"},
+                **{n: {0: "batch", 2: "past_sequence"} for n in past_names},
+                **{n: {0: "batch", 2: "past_sequence + sequence"} for n in present_names}}
+        with torch.no_grad():
+            torch.onnx.export(WithPast(model, "update").eval(), args, out, dynamo=False,
+                              opset_version=17,
+                              input_names=["input_ids", "attention_mask", "position_ids",
+                                           *past_names],
+                              output_names=["logits", *present_names], dynamic_axes=axes)
+        return
     with torch.no_grad():
         torch.onnx.export(WithPast(model).eval(), args, out, dynamo=True, opset_version=18,
                           input_names=["input_ids", "attention_mask", "position_ids", *past_names],
@@ -98,7 +138,7 @@ def check_concats(path: str) -> bool:
         want = name.replace("present.", "past_key_values.")
         good = node is not None and node.op_type == "Concat" and node.input[0] == want and axis in (
             2, -2)
-        ok &= good
+        ok &= bool(good)
         print(f"{name}: {node.op_type if node else None}({', '.join(node.input) if node else ''})"
               f" axis={axis} -> {'ok' if good else 'NOT a Concat of ' + want}")
     return ok
@@ -112,13 +152,14 @@ def main() -> None:
                           ("intermediate", 512), ("vocab", 1000)]:
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--train-steps", type=int, default=0)
+    parser.add_argument("--exporter", choices=("dynamo", "torchscript"), default="dynamo")
     a = parser.parse_args()
     model = build(a.family, a.hidden, a.layers, a.heads, a.kv_heads, a.intermediate, a.vocab)
     if a.train_steps:
         from train_tiny import train
 
         print(f"trained {a.train_steps} steps: loss {train(model, a.train_steps):.3f}")
-    export(a.out, model)
+    export(a.out, model, a.exporter)
     print("Concat check:", "passed" if check_concats(a.out) else "FAILED")
 
 

@@ -10,15 +10,24 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from onnx2tf_alt.cli.main import main
 from onnx2tf_alt.errors import UnsupportedFormError
 from onnx2tf_alt.passes.kv_cache import fixed_capacity
 
 from harness import assert_close
-from kv_decoder import LAYERS, decoder_model, growing_steps
-from test_kv_cache import BATCH, CAPACITY, NEW, PAST, PROMPT, cached_steps
+from kv_decoder import (
+    BATCH,
+    CAPACITY,
+    LAYERS,
+    NEW,
+    PAST,
+    PROMPT,
+    cached_steps,
+    decoder_model,
+    growing_steps,
+)
 
 
 def routed(model: onnx.ModelProto, kind: str, op: str) -> onnx.ModelProto:
@@ -83,15 +92,15 @@ def test_a_present_the_rewrite_cannot_pair_is_refused_naming_it():
     message = str(error.value)
     assert error.value.exit_code == 1
     assert message.splitlines()[1:] == [
-        "  - present output 'present.0.key' = Concat(Mul('past.0.key', 'one_f'), "
-        "Transpose(Reshape(MatMul(…), 'split_kv'))), not Concat(past input, new entries) on "
-        "axis 2 as 'present.0.value'",
-        "  - present output 'present.1.key' = Concat(Mul('past.1.key', 'one_f'), "
-        "Transpose(Reshape(MatMul(…), 'split_kv'))), not Concat(past input, new entries) on "
-        "axis 2 as 'present.1.value'",
-        "Export the decoder with each past concatenated to its new entries (as transformers / "
-        "Optimum do), or drop --kv_cache_capacity (each step then takes and returns the whole "
-        "cache)."], message
+        ("  - present output 'present.0.key' = Concat(Mul('past.0.key', 'one_f'), "
+         "Transpose(Reshape(MatMul(…), 'split_kv'))), not Concat(past input, new entries) on "
+         "axis 2 as 'present.0.value'"),
+        ("  - present output 'present.1.key' = Concat(Mul('past.1.key', 'one_f'), "
+         "Transpose(Reshape(MatMul(…), 'split_kv'))), not Concat(past input, new entries) on "
+         "axis 2 as 'present.1.value'"),
+        ("Export the decoder with each past concatenated to its new entries (as transformers / "
+         "Optimum do), or drop --kv_cache_capacity (each step then takes and returns the whole "
+         "cache).")], message
     for phrase in ("computes 2 of its caches", "every token after the first would be wrong"):
         assert phrase in message, message
 

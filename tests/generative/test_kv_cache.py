@@ -18,36 +18,18 @@ from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.passes.kv_cache import ALL_SUFFIX, fixed_capacity
 
 from harness import assert_close
-from kv_decoder import HEAD, KV_HEADS, LAYERS, decoder_model, growing_steps
-
-CAPACITY, PROMPT, NEW, BATCH = 16, 5, 6, 2
-PAST = [f"past.{i}.{k}" for i in range(LAYERS) for k in ("key", "value")]
-
-
-def cached_steps(run, prompt: np.ndarray, new: int, capacity: int = CAPACITY,
-                 forced: list | None = None):
-    """Greedy decoding with a fixed-capacity cache: `run(signature, feeds)` returns a dict of
-    outputs; the new entries of each step are written into the cache at its position.
-    `forced`: the tokens fed after each step instead of the greedy ones."""
-    batch = len(prompt)
-    cache = {name: np.zeros((batch, KV_HEADS, capacity, HEAD), np.float32) for name in PAST}
-    ids, start, tokens, logits = prompt, 0, [], []
-    for step in range(new):
-        length = ids.shape[1]
-        mask = np.zeros((batch, capacity + length), np.int64)
-        mask[:, :start] = 1
-        mask[:, capacity:] = 1
-        feeds = {"input_ids": ids, "attention_mask": mask,
-                 "position_ids": np.tile(np.arange(start, start + length), (batch, 1)),
-                 **cache}
-        out = run("prefill" if step == 0 else "decode", feeds)
-        for name in PAST:
-            cache[name][:, :, start:start + length] = out[name.replace("past", "present")]
-        logits.append(out["logits"][:, -1])
-        chosen = logits[-1].argmax(-1) if forced is None else forced[step]
-        ids, start = chosen[:, None].astype(np.int64), start + length
-        tokens.append(ids[:, 0])
-    return tokens, logits
+from kv_decoder import (
+    BATCH,
+    CAPACITY,
+    HEAD,
+    KV_HEADS,
+    NEW,
+    PAST,
+    PROMPT,
+    cached_steps,
+    decoder_model,
+    growing_steps,
+)
 
 
 @pytest.fixture(scope="module")
