@@ -179,6 +179,62 @@ def _like(entries: list[CacheEntry], value: onnx.ValueInfoProto, tensor, declare
     return None
 
 
+def check_positions(model: onnx.ModelProto, entries: list[CacheEntry]) -> None:
+    """UnsupportedFormError when the decoder computes its tokens' positions from the length
+    of its past (a Shape of a past input, or of the attention mask that spans past and new
+    positions) rather than reading them (position ids, or the mask's values as onnxruntime-
+    genai's models do): with a fixed-capacity cache that length is always the capacity, so
+    every position would be wrong. Positions are what a position table's Gather reads and
+    what a Cos or Sin (a rotary embedding) computes from."""
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    symbols = {e.symbol for e in entries if e.symbol}
+    spans = {e.past for e in entries} | {
+        i.name for i in graph.input
+        if any(d.dim_param and d.dim_param != s and s in d.dim_param
+               for d in i.type.tensor_type.shape.dim for s in symbols)}
+    lengths = {n.output[0] for n in graph.node
+               if n.op_type == "Shape" and _source(producer, n.input[0]) in spans}
+    if not lengths:
+        return
+    tables = {i.name for i in graph.initializer if len(i.dims) == 2} | {
+        n.output[0] for n in graph.node if n.op_type == "Constant" and n.attribute
+        and n.attribute[0].name == "value" and len(n.attribute[0].t.dims) == 2}
+    for node in graph.node:
+        if node.op_type in ("Cos", "Sin"):
+            reads = node.input[0]
+        elif node.op_type == "Gather" and _traced(producer, node.input[0],
+                                                  _TABLE_CARRIERS) in tables:
+            reads = node.input[1]
+        else:
+            continue
+        length = _upstream(producer, reads, lengths)
+        if length is not None:
+            shape = producer[length]
+            raise UnsupportedFormError(
+                f"--kv_cache_capacity: this decoder computes its positions from the length of "
+                f"its past: {node.op_type} '{node.name or node.output[0]}' reads a value made "
+                f"from {shape.op_type}('{shape.input[0]}'). With a fixed-capacity cache that "
+                "length is always the capacity, and every position would be wrong. Export the "
+                "decoder with a position_ids input (transformers: pass position_ids to the "
+                "model; Optimum's exports have it), or convert without --kv_cache_capacity.")
+
+
+def _upstream(producer: dict[str, onnx.NodeProto], name: str, wanted: set[str],
+              limit: int = 400) -> str | None:
+    """The first of `wanted` that `name` is computed from (a bounded walk up), or None."""
+    seen, todo = set(), [name]
+    while todo and len(seen) < limit:
+        name = todo.pop()
+        if name in wanted:
+            return name
+        if name in seen or name not in producer:
+            continue
+        seen.add(name)
+        todo.extend(i for i in producer[name].input if i)
+    return None
+
+
 def _sibling(name: str, paired: str) -> bool:
     """Whether `name` is `paired` with its last "key" and "value" swapped."""
     for a, b in (("key", "value"), ("value", "key")):
@@ -238,6 +294,7 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
             f"{[i.name for i in model.graph.input]}). Export the decoder with past key/values "
             "(e.g. transformers / Optimum with use_cache), or drop the flag.")
     check_total(model, entries)
+    check_positions(model, entries)
     check_capacity(model, entries, capacity)
     graph = model.graph
     totals = _total_symbols(graph, entries)

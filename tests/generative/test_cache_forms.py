@@ -117,3 +117,48 @@ def test_the_command_line_exits_1_before_building(tmp_path, capfd):
     assert "error: --kv_cache_capacity: the rewrite does not recognise" in message, message
     assert "  - present output 'present.0.value' = Concat(Mul('past.0.value'" in message, message
     assert not out.exists()
+
+
+def positions_from_the_past(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    """The decoder without `position_ids`: its positions are Range(past, past + sequence),
+    the past length read from the shape of `source` (a past input, or the attention mask
+    less the sequence), as a GPT-2 export without position_ids computes them."""
+    graph = model.graph
+    graph.input.remove(next(i for i in graph.input if i.name == "position_ids"))
+    graph.initializer.extend([numpy_helper.from_array(np.array(2, np.int64), "two"),
+                              numpy_helper.from_array(np.array([0], np.int64), "axis_0")])
+    index = "two" if source.startswith("past") else "one"
+    nodes = [helper.make_node("Shape", [source], ["source_shape"]),
+             helper.make_node("Gather", ["source_shape", index], ["source_length"], axis=0)]
+    if source.startswith("past"):
+        nodes.append(helper.make_node("Identity", ["source_length"], ["first_position"]))
+    else:
+        nodes.append(helper.make_node("Sub", ["source_length", "sequence"], ["first_position"]))
+    nodes += [helper.make_node("Add", ["first_position", "sequence"], ["end_position"]),
+              helper.make_node("Range", ["first_position", "end_position", "one"], ["steps"]),
+              helper.make_node("Unsqueeze", ["steps", "axis_0"], ["position_ids"])]
+    ordered, known, todo = [], {i.name for i in graph.input} | {
+        i.name for i in graph.initializer}, [*nodes, *graph.node]
+    while todo:  # in an order onnxruntime accepts: each node after its inputs' producers
+        ready = [n for n in todo if all(not i or i in known for i in n.input)]
+        ordered += ready
+        known.update(o for n in ready for o in n.output)
+        todo = [n for n in todo if n not in ready]
+    del graph.node[:]
+    graph.node.extend(ordered)
+    return model
+
+
+@pytest.mark.parametrize("source", ["past.0.key", "attention_mask"])
+def test_positions_from_the_past_length_are_refused(source):
+    model = positions_from_the_past(decoder_model(), source)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    prompt = np.random.default_rng(1).integers(0, 512, (1, PROMPT)).astype(np.int64)
+    feeds = {"input_ids": prompt, "attention_mask": np.ones((1, PROMPT), np.int64),
+             **{name: np.zeros((1, 2, 0, 16), np.float32) for name in PAST}}
+    session.run(None, feeds)  # a valid model: it runs as exported
+    with pytest.raises(UnsupportedFormError) as error:
+        fixed_capacity(model, CAPACITY)
+    assert str(error.value).startswith(
+        "--kv_cache_capacity: this decoder computes its positions from the length of its past: "
+        f"Gather 'placed' reads a value made from Shape('{source}')."), str(error.value)
