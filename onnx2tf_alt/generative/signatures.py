@@ -108,7 +108,7 @@ def build_signatures(loaded: onnx.ModelProto, specs: dict[str, SignatureSpec],
     (passes/kv_cache.py), and its cache's past/present pairs. InputError when a shape names
     an input its model lacks, an input is left with a dim no shape fixed, or `capacity` is
     given and no model has a cache (or cannot hold it)."""
-    from onnx2tf_alt.passes.kv_cache import cache_entries, fixed_capacity
+    from onnx2tf_alt.passes.kv_cache import cache_entries, fixed_capacity, take_cache_branch
     from onnx2tf_alt.translate.keras_layers import shared_constant_weights
 
     models = {None: loaded}
@@ -119,7 +119,10 @@ def build_signatures(loaded: onnx.ModelProto, specs: dict[str, SignatureSpec],
     caches: dict[str | None, list[CacheEntry]] = {}
     for source, model in models.items():
         caches[source] = []
-        if capacity is not None and (cache_entries(model) or len(models) == 1):
+        if capacity is None:
+            continue
+        take_cache_branch(model)  # a merged decoder: its branch with past
+        if cache_entries(model) or len(models) == 1:
             models[source], caches[source] = fixed_capacity(model, capacity)
     if capacity is not None and not any(caches.values()):
         fixed_capacity(loaded, capacity)  # raises, naming the inputs

@@ -103,6 +103,37 @@ def cache_entries(model: onnx.ModelProto) -> list[CacheEntry]:
     return found
 
 
+def take_cache_branch(model: onnx.ModelProto) -> str | None:
+    """A merged decoder (Optimum's `decoder_model_merged.onnx`: an If on a boolean input,
+    `use_cache_branch`, between the decoder with past and the one without) as its branch
+    with past, which alone has a cache to fix (with an empty cache it computes the first
+    step too): the input becomes a constant and the If is inlined (passes/control_flow.py).
+    Modifies `model`; returns the input's name, or None when it has no such input. The
+    branch with past is the one that reads more of the graph's inputs (the other reads no
+    past)."""
+    from onnx import numpy_helper
+
+    from onnx2tf_alt.passes.control_flow import free_names, inline_control_flow
+
+    graph = model.graph
+    inputs = {i.name for i in graph.input}
+    for value in graph.input:
+        tensor = value.type.tensor_type
+        ifs = [n for n in graph.node if n.op_type == "If" and n.input[0] == value.name]
+        if tensor.elem_type != onnx.TensorProto.BOOL or not ifs or any(
+                d.dim_value != 1 for d in tensor.shape.dim):
+            continue
+        branches = {a.name: a.g for a in ifs[0].attribute if a.name.endswith("_branch")}
+        reads = {name: len(inputs & set(free_names(g))) for name, g in branches.items()}
+        take = reads.get("then_branch", 0) >= reads.get("else_branch", 0)
+        graph.input.remove(value)
+        graph.initializer.append(numpy_helper.from_array(
+            np.full([1] * len(tensor.shape.dim), take), value.name))
+        inline_control_flow(model)
+        return value.name
+    return None
+
+
 def _is_gqa(node: onnx.NodeProto) -> bool:
     return node.op_type == "GroupQueryAttention" and node.domain == "com.microsoft"
 
@@ -286,6 +317,7 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
     than the model or the target can hold (check_capacity: before anything is built)."""
     if capacity < 1:
         raise InputError(f"--kv_cache_capacity must be at least 1 (got {capacity}).")
+    take_cache_branch(model)
     entries = cache_entries(model)
     if not entries:
         raise InputError(

@@ -6,6 +6,8 @@ steps compute wrong tokens."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -49,9 +51,13 @@ def routed(model: onnx.ModelProto, kind: str, op: str) -> onnx.ModelProto:
     return model
 
 
-def decode_as_onnxruntime(model: onnx.ModelProto) -> None:
+def decode_as_onnxruntime(model: onnx.ModelProto, reference: onnx.ModelProto | None = None
+                          ) -> None:
+    """`model` with a fixed-capacity cache decodes, in onnxruntime, as `reference` (default
+    `model`) with its past growing."""
     prompt = np.random.default_rng(1).integers(0, 512, (BATCH, PROMPT)).astype(np.int64)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession((reference or model).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
     tokens, logits = growing_steps(session, prompt, NEW)
     rewritten, entries = fixed_capacity(model, CAPACITY)
     assert sorted(e.past for e in entries) == sorted(PAST)
@@ -162,3 +168,86 @@ def test_positions_from_the_past_length_are_refused(source):
     assert str(error.value).startswith(
         "--kv_cache_capacity: this decoder computes its positions from the length of its past: "
         f"Gather 'placed' reads a value made from Shape('{source}')."), str(error.value)
+
+
+def merged(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` as Optimum's decoder_model_merged.onnx: an If on a `use_cache_branch` input
+    between the decoder with past (then) and one that reads no past (else: the new entries
+    alone are the present; its attention sees only the step's tokens)."""
+    graph = model.graph
+    outer = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+
+    def branch(tag: str, past: bool) -> onnx.GraphProto:
+        rename = {o: f"{o}/{tag}" for n in graph.node for o in n.output}
+        nodes = []
+        for node in graph.node:
+            copy = onnx.NodeProto()
+            copy.CopyFrom(node)
+            if not past and node.op_type == "Concat" and node.input[0] in PAST:
+                copy.op_type, copy.input[:] = "Identity", [node.input[1]]
+                del copy.attribute[:]
+            copy.input[:] = [rename.get(i, i) for i in copy.input]
+            copy.output[:] = [rename[o] for o in copy.output]
+            nodes.append(copy)
+        if not past:  # the mask's length is the step's: no past positions
+            for copy in nodes:
+                if copy.op_type == "Sub" and copy.output[0] == "past_length/else":
+                    copy.op_type, copy.input[:] = "Sub", ["sequence/else", "sequence/else"]
+        outputs = [helper.make_tensor_value_info(rename[o.name], o.type.tensor_type.elem_type,
+                                                 None) for o in graph.output]
+        return helper.make_graph(nodes, tag, [], outputs)
+
+    assert not outer & {"use_cache_branch"}
+    node = helper.make_node("If", ["use_cache_branch"], [o.name for o in graph.output],
+                            then_branch=branch("then", True), else_branch=branch("else", False))
+    del graph.node[:]
+    graph.node.append(node)
+    graph.input.append(helper.make_tensor_value_info("use_cache_branch", onnx.TensorProto.BOOL,
+                                                     [1]))
+    return model
+
+
+def test_a_merged_decoder_converts_as_its_branch_with_past():
+    model = merged(decoder_model())
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    prompt = np.random.default_rng(1).integers(0, 512, (BATCH, PROMPT)).astype(np.int64)
+    first = {"input_ids": prompt, "attention_mask": np.ones((BATCH, PROMPT), np.int64),
+             "position_ids": np.tile(np.arange(PROMPT), (BATCH, 1)),
+             **{name: np.zeros((BATCH, 2, 0, 16), np.float32) for name in PAST}}
+    branches = [session.run(None, {**first, "use_cache_branch": np.array([flag])})
+                for flag in (True, False)]
+    for a, b in zip(*branches):  # the two branches agree on a first step, as Optimum's do
+        assert_close(a, b, 1e-5, "branches")
+    decode_as_onnxruntime(model, decoder_model())
+    assert "use_cache_branch" not in {i.name for i in model.graph.input}
+
+
+def test_a_merged_decoder_converts_to_prefill_and_decode_signatures(tmp_path):
+    from ai_edge_litert.interpreter import Interpreter
+
+    source = tmp_path / "merged.onnx"
+    onnx.save(merged(decoder_model()), source)
+    out = tmp_path / "out"
+    code = main(["-i", str(source), "-o", str(out), "-dms", "-n", "--kv_cache_capacity",
+                 str(CAPACITY), "--signature", "prefill", f"input_ids:{BATCH},{PROMPT}",
+                 "--signature", "decode", f"input_ids:{BATCH},1"])
+    assert code == 0
+    interpreter = Interpreter(model_path=str(out / "merged_float32.tflite"))
+    layout = json.loads((out / "merged_io_layout.json").read_text())["signatures"]
+
+    def run(name, feeds):
+        runner, entries = interpreter.get_signature_runner(name), layout[name]
+        assert "use_cache_branch" not in {e["onnx_name"] for e in entries["inputs"]}
+        kinds = {k: d["dtype"] for k, d in runner.get_input_details().items()}
+        names = {e["onnx_name"]: e["tflite_name"] for e in entries["inputs"]}
+        got = runner(**{names[k]: v.astype(kinds[names[k]]) for k, v in feeds.items()})
+        return {e["onnx_name"]: got[e["tflite_name"]] for e in entries["outputs"]}
+
+    prompt = np.random.default_rng(1).integers(0, 512, (BATCH, PROMPT)).astype(np.int64)
+    session = ort.InferenceSession(decoder_model().SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    tokens, logits = growing_steps(session, prompt, NEW)
+    got_tokens, got_logits = cached_steps(run, prompt, NEW)
+    np.testing.assert_array_equal(np.array(got_tokens), np.array(tokens))
+    for step, (got, want) in enumerate(zip(got_logits, logits)):
+        assert_close(got, want, 1e-5, f"step {step}")
