@@ -251,3 +251,75 @@ def test_a_merged_decoder_converts_to_prefill_and_decode_signatures(tmp_path):
     np.testing.assert_array_equal(np.array(got_tokens), np.array(tokens))
     for step, (got, want) in enumerate(zip(got_logits, logits)):
         assert_close(got, want, 1e-5, f"step {step}")
+
+
+def without_past(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` as Optimum's decoder_model.onnx beside decoder_with_past_model.onnx: no past
+    inputs, each present the step's new entries, the mask over the step's tokens."""
+    graph = model.graph
+    for node in graph.node:
+        if node.op_type == "Concat" and node.input[0] in PAST:
+            node.op_type, node.input[:] = "Identity", [node.input[1]]
+            del node.attribute[:]
+    for value in [v for v in graph.input if v.name in PAST]:
+        graph.input.remove(value)
+    for value in [*graph.output, next(i for i in graph.input if i.name == "attention_mask")]:
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) > 1 and "past" in dims[-2 if len(dims) == 4 else 1].dim_param:
+            dims[-2 if len(dims) == 4 else 1].dim_param = "sequence"
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_optimums_pair_is_one_file_with_prefill_and_decode(tmp_path):
+    """decoder_model.onnx for prefill (no cache: its presents are the prompt's entries, its
+    mask spans the prompt) and decoder_with_past_model.onnx for decode over the cache: one
+    .tflite, the weights once, onnxruntime's tokens."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    first, past = tmp_path / "decoder_model.onnx", tmp_path / "decoder_with_past_model.onnx"
+    onnx.save(without_past(decoder_model()), first)
+    onnx.save(decoder_model(), past)
+    out = tmp_path / "out"
+    assert main(["-i", str(past), "-o", str(out), "-dms", "-n", "--kv_cache_capacity",
+                 str(CAPACITY), "--signature", "prefill", str(first), f"input_ids:{BATCH},{PROMPT}",
+                 "--signature", "decode", f"input_ids:{BATCH},1"]) == 0
+    path = out / "decoder_with_past_model_float32.tflite"
+    weights = sum(len(i.raw_data) for i in decoder_model().graph.initializer)
+    assert weights < path.stat().st_size < 1.1 * weights + 64 * 1024  # one copy
+    interpreter = Interpreter(model_path=str(path))
+    layout = json.loads((out / "decoder_with_past_model_io_layout.json").read_text())
+    assert layout["signatures"]["prefill"]["kv_cache"] == []
+
+    def run(name, feeds):
+        runner, entries = interpreter.get_signature_runner(name), layout["signatures"][name]
+        kinds = {k: d["dtype"] for k, d in runner.get_input_details().items()}
+        names = {e["onnx_name"]: e["tflite_name"] for e in entries["inputs"]}
+        got = runner(**{names[k]: v.astype(kinds[names[k]]) for k, v in feeds.items()
+                        if k in names})
+        return {e["onnx_name"]: got[e["tflite_name"]] for e in entries["outputs"]}
+
+    prompt = np.random.default_rng(1).integers(0, 512, (BATCH, PROMPT)).astype(np.int64)
+    session = ort.InferenceSession(decoder_model().SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    tokens, logits = growing_steps(session, prompt, NEW)
+    out = run("prefill", {"input_ids": prompt, "attention_mask": np.ones_like(prompt),
+                          "position_ids": np.tile(np.arange(PROMPT), (BATCH, 1))})
+    cache = {name: np.zeros((BATCH, 2, CAPACITY, 16), np.float32) for name in PAST}
+    got_logits, got_tokens = [out["logits"][:, -1]], []
+    for step in range(NEW - 1):
+        start = PROMPT + step
+        for name in PAST:
+            new = out[name.replace("past", "present")]
+            cache[name][:, :, start - new.shape[2]:start] = new
+        ids = got_logits[-1].argmax(-1)[:, None].astype(np.int64)
+        got_tokens.append(ids[:, 0])
+        mask = np.zeros((BATCH, CAPACITY + 1), np.int64)
+        mask[:, :start], mask[:, CAPACITY:] = 1, 1
+        out = run("decode", {"input_ids": ids, "attention_mask": mask,
+                             "position_ids": np.full((BATCH, 1), start), **cache})
+        got_logits.append(out["logits"][:, -1])
+    got_tokens.append(got_logits[-1].argmax(-1))
+    np.testing.assert_array_equal(np.array(got_tokens), np.array(tokens))
+    for step, (got, want) in enumerate(zip(got_logits, logits)):
+        assert_close(got, want, 1e-5, f"step {step}")
