@@ -22,6 +22,9 @@ from harness import assert_close
 from kv_decoder import (
     BATCH,
     CAPACITY,
+    HEAD,
+    HEADS,
+    KV_HEADS,
     LAYERS,
     NEW,
     PAST,
@@ -161,7 +164,7 @@ def test_positions_from_the_past_length_are_refused(source):
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     prompt = np.random.default_rng(1).integers(0, 512, (1, PROMPT)).astype(np.int64)
     feeds = {"input_ids": prompt, "attention_mask": np.ones((1, PROMPT), np.int64),
-             **{name: np.zeros((1, 2, 0, 16), np.float32) for name in PAST}}
+             **{name: np.zeros((1, KV_HEADS, 0, HEAD), np.float32) for name in PAST}}
     session.run(None, feeds)  # a valid model: it runs as exported
     with pytest.raises(UnsupportedFormError) as error:
         fixed_capacity(model, CAPACITY)
@@ -213,7 +216,7 @@ def test_a_merged_decoder_converts_as_its_branch_with_past():
     prompt = np.random.default_rng(1).integers(0, 512, (BATCH, PROMPT)).astype(np.int64)
     first = {"input_ids": prompt, "attention_mask": np.ones((BATCH, PROMPT), np.int64),
              "position_ids": np.tile(np.arange(PROMPT), (BATCH, 1)),
-             **{name: np.zeros((BATCH, 2, 0, 16), np.float32) for name in PAST}}
+             **{name: np.zeros((BATCH, KV_HEADS, 0, HEAD), np.float32) for name in PAST}}
     branches = [session.run(None, {**first, "use_cache_branch": np.array([flag])})
                 for flag in (True, False)]
     for a, b in zip(*branches):  # the two branches agree on a first step, as Optimum's do
@@ -305,7 +308,7 @@ def test_optimums_pair_is_one_file_with_prefill_and_decode(tmp_path):
     tokens, logits = growing_steps(session, prompt, NEW)
     out = run("prefill", {"input_ids": prompt, "attention_mask": np.ones_like(prompt),
                           "position_ids": np.tile(np.arange(PROMPT), (BATCH, 1))})
-    cache = {name: np.zeros((BATCH, 2, CAPACITY, 16), np.float32) for name in PAST}
+    cache = {name: np.zeros((BATCH, KV_HEADS, CAPACITY, HEAD), np.float32) for name in PAST}
     got_logits, got_tokens = [out["logits"][:, -1]], []
     for step in range(NEW - 1):
         start = PROMPT + step
@@ -321,5 +324,73 @@ def test_optimums_pair_is_one_file_with_prefill_and_decode(tmp_path):
         got_logits.append(out["logits"][:, -1])
     got_tokens.append(got_logits[-1].argmax(-1))
     np.testing.assert_array_equal(np.array(got_tokens), np.array(tokens))
+    for step, (got, want) in enumerate(zip(got_logits, logits)):
+        assert_close(got, want, 1e-5, f"step {step}")
+
+
+def transposed_keys(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with its key caches stored transposed, [batch, kv_heads, head, positions], and
+    concatenated on axis 3 (attention then reads them as K^T without a Transpose)."""
+    graph = model.graph
+    for value in [*graph.input, *graph.output]:
+        if value.name.endswith(".key"):
+            dims = value.type.tensor_type.shape.dim
+            head, length = onnx.TensorShapeProto.Dimension(), onnx.TensorShapeProto.Dimension()
+            head.CopyFrom(dims[3])
+            length.CopyFrom(dims[2])
+            dims[2].CopyFrom(head)
+            dims[3].CopyFrom(length)
+    at = {}
+    for layer in range(LAYERS):
+        concat = next(n for n in graph.node if n.op_type == "Concat"
+                      and n.input[0] == f"past.{layer}.key")
+        new = concat.input[1]
+        at[f"{new}/t"] = helper.make_node("Transpose", [new], [f"{new}/t"], perm=[0, 1, 3, 2])
+        concat.input[1] = f"{new}/t"
+        concat.attribute[0].i = 3
+        for node in graph.node:
+            if node.op_type == "Reshape" and node.input[0] == f"l{layer}_key_repeated":
+                node.input[1] = "all_heads_t"
+            if node.op_type == "Transpose" and node.output[0] == f"l{layer}_kt":
+                node.op_type = "Identity"
+                del node.attribute[:]
+    for node in at.values():
+        index = next(k for k, n in enumerate(graph.node) if node.output[0] in n.input)
+        graph.node.insert(index, node)
+    graph.initializer.append(numpy_helper.from_array(np.array([0, HEADS, HEAD, -1], np.int64),
+                                                     "all_heads_t"))
+    return model
+
+
+def test_key_caches_stored_transposed_are_rewritten_on_their_own_axis():
+    model = transposed_keys(decoder_model())
+    prompt = np.random.default_rng(1).integers(0, 512, (BATCH, PROMPT)).astype(np.int64)
+    reference = ort.InferenceSession(decoder_model().SerializeToString(),
+                                     providers=["CPUExecutionProvider"])
+    tokens, logits = growing_steps(reference, prompt, NEW)
+    rewritten, entries = fixed_capacity(model, CAPACITY)
+    axes = {e.past: e.axis for e in entries}
+    assert axes == {name: 3 if name.endswith("key") else 2 for name in PAST}
+    session = ort.InferenceSession(rewritten.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    cache = {name: np.zeros((BATCH, KV_HEADS, HEAD, CAPACITY) if axes[name] == 3
+                            else (BATCH, KV_HEADS, CAPACITY, HEAD), np.float32) for name in PAST}
+    ids, start, got_logits = prompt, 0, []
+    for _ in range(NEW):
+        length = ids.shape[1]
+        mask = np.zeros((BATCH, CAPACITY + length), np.int64)
+        mask[:, :start], mask[:, CAPACITY:] = 1, 1
+        out = dict(zip(names, session.run(None, {
+            "input_ids": ids, "attention_mask": mask,
+            "position_ids": np.tile(np.arange(start, start + length), (BATCH, 1)), **cache})))
+        for name in PAST:  # each cache written on its own axis
+            index = [slice(None)] * 4
+            index[axes[name]] = slice(start, start + length)
+            cache[name][tuple(index)] = out[name.replace("past", "present")]
+        got_logits.append(out["logits"][:, -1])
+        ids, start = got_logits[-1].argmax(-1)[:, None].astype(np.int64), start + length
+    np.testing.assert_array_equal(np.array([g.argmax(-1) for g in got_logits]),
+                                  np.array(tokens))
     for step, (got, want) in enumerate(zip(got_logits, logits)):
         assert_close(got, want, 1e-5, f"step {step}")
