@@ -95,6 +95,9 @@ def convert(
     kv_cache_capacity: int | None = None,
     output_int4_weight_quantized_tflite: bool = False,
     tflite_writer: str = "auto",
+    litertlm: bool = False,
+    tokenizer: str | None = None,
+    litertlm_prefill: list[int] | None = None,
     command_line: list[str] | None = None,
 ):
     """Convert an ONNX model (path or ModelProto) and write its outputs; returns the Keras model.
@@ -177,12 +180,24 @@ def convert(
     makes its present outputs the step's new entries (passes/kv_cache.py, docs/generative.md).
     `output_int4_weight_quantized_tflite` (-oi4) also writes `<stem>_int4_weight_quant.tflite`:
     int4 FULLY_CONNECTED weights in blocks of 32 inputs, int8 others (quant/int4.py).
+
+    `litertlm` (--litertlm, with `kv_cache_capacity` and `tokenizer`: a tokenizer.json,
+    tokenizer.model or the model's folder) writes the decoder in LiteRT-LM's conventions
+    (signatures `prefill_<T>` for each of `litertlm_prefill`, default 32, and `decode`) and
+    bundles each .tflite written (float32, -odrqt, -oi4) with the tokenizer and its start and
+    stop tokens into `<stem>_<variant>.litertlm`, which `litert_lm.Engine` runs
+    (generative/litertlm.py, docs/generative.md).
     """
     call = {k: v for k, v in locals().items() if k not in ("onnx_graph", "command_line")}
     del output_signaturedefs  # always on
     configure_logging("error" if non_verbose else verbosity)
     check_batch_size(batch_size)
     signature_specs = _signature_specs(signatures, locals())
+    found_tokenizer = None
+    if litertlm:
+        from onnx2tf_alt.generative import litertlm as litert_lm
+
+        found_tokenizer, signature_specs = _litertlm_specs(locals())
     micro = _check_target(target)
     if micro:  # the forms TFLite Micro has kernels for (docs/micro.md), measured there
         replace_to_pseudo_operators = [*(replace_to_pseudo_operators or []), *MICRO_FORMS]
@@ -212,6 +227,7 @@ def convert(
     folder.check_claims(planned_outputs(
         stem, output_h5, output_keras_v3, output_tflite, dynamic_range,
         output_integer_quantized_tflite, check, micro, int4, saved_model=not disable_model_save,
+        litertlm=litertlm,
     ))
     command = list(command_line) if command_line is not None else ["onnx2tf_alt.convert", call]
     custom_data = parse_custom_data(custom_input_op_name_np_data_path)
@@ -271,8 +287,21 @@ def convert(
                         options=options,
                     )
 
+                if litertlm:  # the decoder in LiteRT-LM's conventions, its caches in it
+                    from onnx2tf_alt.passes.kv_cache import fixed_capacity
+
+                    loaded = litert_lm.litert_lm_model(
+                        *fixed_capacity(loaded, kv_cache_capacity), kv_cache_capacity)
+                    keep = [i.name for i in loaded.graph.input]  # as LiteRT-LM lays them out
+
+                    def build(model, shapes):
+                        return build_loaded(model, overwrite_input_shape=shapes,
+                                            keep_ncw_or_nchw_or_ncdhw_input_names=keep,
+                                            show_progress=not non_verbose, options=options)
+
                 built = build_signatures(
-                    loaded, signature_specs, overwrite_input_shape, kv_cache_capacity,
+                    loaded, signature_specs, overwrite_input_shape,
+                    None if litertlm else kv_cache_capacity,
                     lambda path: load_model(path, None, allow_newer_opset), build)
             else:
                 if direct:
@@ -291,6 +320,10 @@ def convert(
             with folder.staging() as stage:
                 written = write_signature_files(built, stage, stem, dynamic_range, int4,
                                                 saved_model=not disable_model_save)
+                if litertlm:
+                    with phase("litertlm"):
+                        written += litert_lm.write_bundles(stage, stem, written,
+                                                           found_tokenizer, kv_cache_capacity)
                 folder.publish(stage, Manifest.for_conversion(stem, sources, command))
             from onnx2tf_alt.export.summary import log_written
 
@@ -465,6 +498,27 @@ def _write_int4(results: dict, stage: str, stem: str) -> str:
         log.warning("-oi4: no FULLY_CONNECTED weight has inputs in whole blocks of 32 (and "
                     "1024 elements or more): %s holds int8 weights only", name)
     return name
+
+
+def _litertlm_specs(call: dict) -> tuple:
+    """--litertlm's tokenizer and signatures; InputError for what it needs and lacks, before
+    anything is read."""
+    from onnx2tf_alt.generative import litertlm as litert_lm
+
+    capacity = call.get("kv_cache_capacity")
+    missing = [flag for flag, key in (("--kv_cache_capacity N", "kv_cache_capacity"),
+                                      ("--tokenizer PATH", "tokenizer")) if not call.get(key)]
+    if missing:
+        raise InputError(f"--litertlm needs {' and '.join(missing)}: the cache's positions "
+                         "and the tokenizer (tokenizer.json, tokenizer.model or the model's "
+                         "folder) go into the .litertlm.")
+    if call.get("signatures"):
+        raise InputError("--litertlm writes its own signatures (prefill_<T> for each "
+                         "--litertlm_prefill T, and decode): drop --signature.")
+    _signature_specs([["decode", "tokens:1,1"]], call)  # the same outputs refused
+    tokenizer = litert_lm.find_tokenizer(call["tokenizer"])
+    lengths = litert_lm.prefill_lengths(call.get("litertlm_prefill"), capacity)
+    return tokenizer, litert_lm.signature_specs(lengths)
 
 
 def _signature_specs(signatures: list[list[str]] | None, call: dict) -> dict:

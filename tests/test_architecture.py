@@ -11,9 +11,9 @@ layers, each importing only from the layers below it.
     front        what users run: api, conversion, cli/, batching/
 
 Inside core, rooms in their own order: the base modules at the package root (errors,
-interrupts, logs, startup, supervision, version) < ir/ < passes/ and layout/ (never each other) <
-translate/ < tflite/ < pipeline.py. ir/, passes/ and layout/ never import TensorFlow or Keras: the plan
-is a pure function of the graph.
+interrupts, logs, progress, startup, supervision, version) < ir/ < passes/ and layout/ (never
+each other) < translate/ < tflite/ < pipeline.py. ir/, passes/ and layout/ never import
+TensorFlow or Keras: the plan is a pure function of the graph.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def group_of(module: str) -> str:
 # Rooms of core and their order; a module imports its own room or a lower rank only.
 CORE_ROOMS = {"base": 0, "ir": 1, "passes": 2, "layout": 2, "translate": 3, "tflite": 4,
               "pipeline": 5}
-BASE = {"errors", "interrupts", "logs", "startup", "supervision", "version"}
+BASE = {"errors", "interrupts", "logs", "progress", "startup", "supervision", "version"}
 PURE_ROOMS = ("ir", "passes", "layout")  # never TensorFlow or Keras
 ROOT_MODULE_LIMIT = 12
 

@@ -186,6 +186,12 @@ def _generative_flags(g: _Group) -> None:
                    help="a signature, sharing the weights: NAME [MODEL.onnx] INPUT:SHAPE ...")
     g.add_argument("--kv_cache_capacity", type=int, metavar="N",
                    help="a decoder's KV cache of N positions: the same shapes every step")
+    g.add_argument("--litertlm", action="store_true",
+                   help="also <stem>_<variant>.litertlm for LiteRT-LM (with --tokenizer)")
+    g.add_argument("--tokenizer", metavar="PATH",
+                   help="--litertlm: tokenizer.json, tokenizer.model or the model's folder")
+    g.add_argument("--litertlm_prefill", type=int, nargs="+", metavar="T",
+                   help="--litertlm: the prefill signatures' lengths (default 32)")
 
 
 def _target_flags(g: _Group) -> None:

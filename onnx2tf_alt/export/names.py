@@ -26,6 +26,7 @@ def planned_outputs(
     micro: bool = False,
     int4: bool = False,
     saved_model: bool = True,
+    litertlm: bool = False,
 ) -> list[str]:
     """Every entry of the output folder the options may write (folders end in '/')."""
     names = [*(SAVED_MODEL_ENTRIES if saved_model else ()), f"{stem}_io_layout.json",
@@ -43,6 +44,10 @@ def planned_outputs(
         names.append(f"{stem}_quant_report.json")
     if int4:
         names.append(f"{stem}_{INT4_SUFFIX}.tflite")
+    if litertlm:
+        names += [f"{stem}_{s}.litertlm" for s in ("float32", *(
+            DYNAMIC_RANGE_SUFFIXES[:1] if dynamic_range else ()), *(
+            (INT4_SUFFIX,) if int4 else ()))]
     if micro:
         names.append(f"{stem}_micro.json")
     if check:

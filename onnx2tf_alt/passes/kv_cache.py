@@ -338,7 +338,7 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
     for entry in entries:
         node = producer[_source(producer, entry.present)]
         new = new_entries[_source(producer, entry.present)] if _is_gqa(node) else node.input[1]
-        _rename(graph, entry.present, entry.present + ALL_SUFFIX)
+        rename_value(graph, entry.present, entry.present + ALL_SUFFIX)
         graph.node.append(helper.make_node("Identity", [new], [entry.present],
                                            name=f"{entry.present}/new_entries"))
         dims = next(i for i in graph.input if i.name == entry.past).type.tensor_type.shape.dim
@@ -679,7 +679,7 @@ def _substitute(graph: onnx.GraphProto, symbols: set[str], capacity: int) -> Non
             dim.dim_param = ast.unparse(tree)
 
 
-def _rename(graph: onnx.GraphProto, old: str, new: str) -> None:
+def rename_value(graph: onnx.GraphProto, old: str, new: str) -> None:
     """Every node's reference to tensor `old` (as output or input) now names `new`; the graph
     output named `old` is left for its new producer."""
     for node in graph.node:
