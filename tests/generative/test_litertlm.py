@@ -120,8 +120,7 @@ def test_the_tokenizer_folder_gives_the_start_stop_tokens_and_template(tmp_path)
 
 @pytest.mark.parametrize("flags, phrase", [
     ([], "--litertlm needs --kv_cache_capacity N and --tokenizer PATH"),
-    (["--kv_cache_capacity", "64", "--tokenizer", "."], "neither tokenizer.json nor "
-                                                        "tokenizer.model"),
+    (["--kv_cache_capacity", "64", "--tokenizer", "."], "holds neither tokenizer.json"),
     (["--kv_cache_capacity", "64", "--tokenizer", ".", "--signature", "decode",
       "input_ids:1,1"], "drop --signature")], ids=["flags", "tokenizer", "signature"])
 def test_what_it_needs_is_asked_for_before_anything_is_read(tmp_path, capfd, flags, phrase):
