@@ -85,21 +85,22 @@ def find_tokenizer(path: str) -> Tokenizer:
         except (OSError, ValueError) as exc:
             raise InputError(f"--tokenizer '{path}' is not a tokenizer.json ({exc}).") from exc
     tokenizer = Tokenizer(os.path.abspath(path), kind)
+    known = _token_ids(path) if kind == "hf" else {}
     for name, keys in (("generation_config.json", ()), ("config.json", ()),
-                       ("genai_config.json", ("model",)), ("tokenizer_config.json", ())):
+                       ("genai_config.json", ("model",)), ("tokenizer_config.json", ()),
+                       ("special_tokens_map.json", ())):
         config = _read_json(os.path.join(folder, name))
         for key in keys:
             config = config.get(key, {}) if isinstance(config, dict) else {}
         if not isinstance(config, dict) or not config:
             continue
-        start, stops = config.get("bos_token_id"), config.get("eos_token_id")
+        start = _ids(config.get("bos_token_id"), known) or _ids(config.get("bos_token"), known)
+        stops = _ids(config.get("eos_token_id"), known) or _ids(config.get("eos_token"), known)
         used = False
-        if tokenizer.start is None and isinstance(start, int):
-            tokenizer.start, used = start, True
-        if not tokenizer.stops and stops is not None:
-            stops = stops if isinstance(stops, list) else [stops]
-            tokenizer.stops = [s for s in stops if isinstance(s, int)]
-            used = used or bool(tokenizer.stops)
+        if tokenizer.start is None and start:
+            tokenizer.start, used = start[0], True
+        if not tokenizer.stops and stops:
+            tokenizer.stops, used = stops, True
         if tokenizer.chat_template is None and isinstance(config.get("chat_template"), str):
             tokenizer.chat_template, used = config["chat_template"], True
         if used:
@@ -111,6 +112,33 @@ def find_tokenizer(path: str) -> Tokenizer:
             f"'{folder}'): LiteRT-LM would generate until the cache is full. Save the "
             "model's config beside the tokenizer (transformers: save_pretrained).")
     return tokenizer
+
+
+def _token_ids(path: str) -> dict[str, int]:
+    """{token: id} of a tokenizer.json: its model's vocabulary (when a dict) and added tokens."""
+    data = _read_json(path)
+    vocab = data.get("model", {}).get("vocab") if isinstance(data, dict) else None
+    found = dict(vocab) if isinstance(vocab, dict) else {}
+    found.update({t["content"]: t["id"] for t in data.get("added_tokens") or []
+                  if isinstance(t, dict) and "content" in t and "id" in t})
+    return found
+
+
+def _ids(value, known: dict[str, int]) -> list[int]:
+    """Token ids from a config's value: ids (one or a list) the tokenizer has, or a token
+    (a string, or {"content": ...}) it has. An id past its vocabulary (a config's default,
+    such as GPT-2's 50256 in a smaller model) counts as none."""
+    values = value if isinstance(value, list) else [value]
+    ids = []
+    for item in values:
+        if isinstance(item, dict):
+            item = item.get("content")
+        if isinstance(item, str) and item in known:
+            ids.append(known[item])
+        elif isinstance(item, int) and not isinstance(item, bool) and (
+                not known or item in known.values()):
+            ids.append(item)
+    return ids
 
 
 def _read_json(path: str):

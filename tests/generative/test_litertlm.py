@@ -138,3 +138,14 @@ def test_an_input_litert_lm_does_not_give_is_refused_naming_it():
         "encoder_hidden_states", onnx.TensorProto.FLOAT, [1, 7, 32]))
     with pytest.raises(UnsupportedFormError, match=r"needs \['encoder_hidden_states'\]"):
         litert_lm_model(model, entries, CAPACITY)
+
+
+def test_token_ids_past_the_vocabulary_give_way_to_the_named_tokens(tmp_path):
+    """GPT-2's config keeps bos / eos 50256 in a model of a smaller vocabulary: the tokens
+    tokenizer_config.json names are taken instead."""
+    word_tokenizer(tmp_path, 16, {"bos_token_id": 50256, "eos_token_id": 50256})
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": "<bos>", "eos_token": {"content": "<eos>"}}))
+    found = find_tokenizer(str(tmp_path))
+    assert (found.start, found.stops) == (1, [2])
+    assert found.read == ["tokenizer_config.json"]

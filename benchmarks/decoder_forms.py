@@ -1,0 +1,103 @@
+"""Every decoder form converts to onnxruntime's tokens or is refused: convert each exported
+decoder with a fixed-capacity cache (and, with --litertlm, as a .litertlm) and decode
+greedily with the files, side by side with onnxruntime on the same ONNX.
+
+    python benchmarks/decoder_forms.py NAME=MODEL.onnx [NAME=MODEL.onnx ...]
+        [--capacity 128] [--prompt 16] [--new 32] [--litertlm] [--out DIR]
+
+Each MODEL.onnx (benchmarks/export_decoder_kv.py with --exporter dynamo or torchscript,
+`optimum-cli export onnx --task text-generation-with-past`, ...) is converted by the CLI with
+`--kv_cache_capacity --signature prefill input_ids:1,P --signature decode input_ids:1,1
+-odrqt -dms`; benchmarks/generate.py gives the tokens as onnxruntime's and the logits cosine
+per step of the float32 and int8-weight files. With --litertlm (the tokenizer beside the
+ONNX, a word-level one whose token k is a word `<letter><k>`), the same model is converted
+with `--litertlm` and LiteRT-LM's engine decodes (benchmarks/litertlm_generate.py). One row
+per model and file; a conversion that exits 1 is a row saying so, with its first line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(command: list[str]) -> tuple[int, str]:
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+def convert(model: str, out: str, capacity: int, prompt: int, litertlm: bool) -> tuple[int, str]:
+    command = ["onnx2tf-alt", "-i", model, "-o", out, "-dms", "-n", "-odrqt",
+               "--kv_cache_capacity", str(capacity)]
+    if litertlm:
+        command += ["--litertlm", "--tokenizer", os.path.dirname(os.path.abspath(model)),
+                    "--litertlm_prefill", str(prompt)]
+    else:
+        command += ["--signature", "prefill", f"input_ids:1,{prompt}", "--signature",
+                    "decode", "input_ids:1,1"]
+    return run(command)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+", metavar="NAME=MODEL.onnx")
+    parser.add_argument("--capacity", type=int, default=128)
+    parser.add_argument("--prompt", type=int, default=16)
+    parser.add_argument("--new", type=int, default=32)
+    parser.add_argument("--litertlm", action="store_true")
+    parser.add_argument("--out", default=None)
+    a = parser.parse_args()
+    root = a.out or tempfile.mkdtemp(prefix="decoder_forms_")
+    print("| model | file | tokens as onnxruntime's | cosine min |")
+    print("|---|---|---|---|")
+    for item in a.models:
+        name, model = item.split("=", 1)
+        out = os.path.join(root, name)
+        code, text = convert(model, out, a.capacity, a.prompt, False)
+        if code:
+            first = next((line for line in text.splitlines() if line.startswith("error")), "")
+            print(f"| {name} | exit {code} | {first[:160]} | |")
+            continue
+        stem = os.path.splitext(os.path.basename(model))[0]
+        files = [os.path.join(out, f"{stem}_{v}.tflite") for v in ("float32",
+                                                                  "dynamic_range_quant")]
+        code, text = run([sys.executable, os.path.join(HERE, "generate.py"), model, *files,
+                          "--prompt", str(a.prompt), "--new", str(a.new), "--threads", "1"])
+        for line in text.splitlines():
+            found = re.match(r"\S+/(\S+\.tflite): (\d+) of (\d+) tokens.*cosine per step min "
+                             r"([\d.\-]+)", line)
+            if found:
+                print(f"| {name} | {found[1].replace(stem + '_', '')} | {found[2]}/{found[3]} | "
+                      f"{found[4]} |")
+        if code:
+            print(f"| {name} | generate.py exit {code} | {text.splitlines()[-1][:160]} | |")
+        if not a.litertlm:
+            continue
+        code, text = convert(model, out + "_litertlm", a.capacity, a.prompt, True)
+        if code:
+            first = next((line for line in text.splitlines() if line.startswith("error")), "")
+            print(f"| {name} | .litertlm: exit {code} | {first[:160]} | |")
+            continue
+        bundles = [os.path.join(out + "_litertlm", f"{stem}_{v}.litertlm")
+                   for v in ("float32", "dynamic_range_quant")]
+        code, text = run([sys.executable, os.path.join(HERE, "litertlm_generate.py"), model,
+                          *bundles, "--prompt", str(a.prompt), "--new", str(a.new),
+                          "--threads", "1"])
+        for line in text.splitlines():
+            found = re.match(r"(\S+\.litertlm): (\d+)/(\d+) tokens", line)
+            if found:
+                print(f"| {name} | {found[1].replace(stem + '_', '')} (LiteRT-LM engine) | "
+                      f"{found[2]}/{found[3]} | |")
+        if code:
+            print(f"| {name} | litertlm_generate.py exit {code} | "
+                  f"{text.splitlines()[-1][:160]} | |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""Greedy tokens and decode speed of LiteRT-LM's engine on our `.litertlm` files against
+onnxruntime (or onnxruntime-genai's generator) on the ONNX decoder, side by side in one run.
+
+    python benchmarks/litertlm_generate.py MODEL.onnx FILE.litertlm [FILE.litertlm ...]
+        [--prompt 16] [--new 32] [--threads 1 2] [--seed 0]
+
+MODEL.onnx's folder holds the tokenizer the files were bundled with: a word-level
+tokenizer.json whose token k is a word `<letter><k>` (benchmarks/export_builder.py writes
+`t<k>`, tests/generative/test_litertlm.py `w<k>`), so that ids go in and come back through
+the engine's text exactly. With genai_config.json in the folder (an onnxruntime-genai
+builder model), the reference is onnxruntime-genai's generator; else onnxruntime runs the
+ONNX with its past growing (inputs input_ids, attention_mask, position_ids if it has them,
+past_key_values.* / past.*).
+
+The prompt: --prompt random ids (the start token first where the tokenizer folder gives
+one: the engine adds it). Per file: how many of the --new greedy tokens are the
+reference's; per thread count, decode tokens/s of the engine (streamed tokens, from the
+first to the last) and of the reference, interleaved, best of 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+
+
+def word_prefix(folder: str) -> str:
+    vocab = json.load(open(os.path.join(folder, "tokenizer.json")))["model"]["vocab"]
+    return next(w[0] for w in vocab if len(w) > 1 and w[1:].isdigit() and w[0].isalpha())
+
+
+def start_token(folder: str) -> int | None:
+    for name in ("generation_config.json", "config.json"):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            value = json.load(open(path)).get("bos_token_id")
+            if isinstance(value, int):
+                return value
+    genai = os.path.join(folder, "genai_config.json")
+    if os.path.isfile(genai):
+        return json.load(open(genai))["model"].get("bos_token_id")
+    return None
+
+
+class OnnxRuntime:
+    """Greedy decoding with the past growing, as exported."""
+
+    def __init__(self, path: str, threads: int):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        self.inputs = {i.name: i for i in self.session.get_inputs()}
+        self.outputs = [o.name for o in self.session.get_outputs()]
+
+    def generate(self, prompt: list[int], new: int) -> tuple[list[int], float]:
+        past = {n: np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32)
+                for n, i in self.inputs.items() if "past" in n}
+        ids, start, tokens, times = prompt, 0, [], []
+        for _ in range(new):
+            feeds = {"input_ids": np.array([ids], np.int64),
+                     "attention_mask": np.ones((1, start + len(ids)), np.int64), **past}
+            if "position_ids" in self.inputs:
+                feeds["position_ids"] = np.arange(start, start + len(ids))[None]
+            out = dict(zip(self.outputs, self.session.run(None, feeds)))
+            past = {n: out[n.replace("past_key_values", "present").replace("past", "present")]
+                    for n in past}
+            tokens.append(int(out["logits"][0, -1].argmax()))
+            times.append(time.perf_counter())
+            ids, start = [tokens[-1]], start + len(ids)
+        return tokens, (new - 1) / (times[-1] - times[0])
+
+
+class GenAI:
+    """onnxruntime-genai's own generator, greedy."""
+
+    def __init__(self, folder: str, threads: int):
+        import onnxruntime_genai as og
+
+        config = og.Config(folder)
+        config.clear_providers()
+        self.og, self.model = og, og.Model(config)
+        self.threads = threads  # session options come from genai_config.json
+
+    def generate(self, prompt: list[int], new: int) -> tuple[list[int], float]:
+        params = self.og.GeneratorParams(self.model)
+        params.set_search_options(do_sample=False, max_length=len(prompt) + new)
+        generator = self.og.Generator(self.model, params)
+        generator.append_tokens(np.array([prompt], np.int32))
+        tokens, times = [], []
+        while not generator.is_done() and len(tokens) < new:
+            generator.generate_next_token()
+            tokens.append(int(generator.get_next_tokens()[0]))
+            times.append(time.perf_counter())
+        return tokens, (len(tokens) - 1) / (times[-1] - times[0])
+
+
+def set_genai_threads(folder: str, threads: int) -> str:
+    """A copy of the builder folder's genai_config.json with `threads` intra-op threads (the
+    model files linked): onnxruntime-genai reads its session options from there."""
+    copy = tempfile.mkdtemp(prefix=f"genai_{threads}_")
+    for name in os.listdir(folder):
+        if name != "genai_config.json":
+            os.symlink(os.path.join(os.path.abspath(folder), name), os.path.join(copy, name))
+    config = json.load(open(os.path.join(folder, "genai_config.json")))
+    options = config["model"]["decoder"].setdefault("session_options", {})
+    options["intra_op_num_threads"] = threads
+    json.dump(config, open(os.path.join(copy, "genai_config.json"), "w"))
+    return copy
+
+
+class Engine:
+    """LiteRT-LM's engine on a .litertlm, greedy, streamed."""
+
+    def __init__(self, path: str, threads: int, prefix: str):
+        import litert_lm
+
+        self.litert_lm, self.prefix = litert_lm, prefix
+        self.engine = litert_lm.Engine(path, backend=litert_lm.Backend.CPU(thread_count=threads),
+                                       cache_dir=tempfile.mkdtemp(prefix="litert_lm_"))
+
+    def generate(self, prompt: list[int], new: int) -> tuple[list[int], float]:
+        session = self.engine.create_session(
+            apply_prompt_template=False, max_output_tokens=new,
+            sampler_config=self.litert_lm.SamplerConfig(top_k=1, temperature=1.0, top_p=1.0,
+                                                        seed=0))
+        session.run_prefill([" ".join(f"{self.prefix}{k}" for k in prompt)])
+        chunks, times = [], []
+        for result in session.run_decode_async():
+            chunks.append(result.texts[0])
+            times.append(time.perf_counter())
+        tokens = self.engine.tokenize("".join(chunks))
+        return tokens, (len(times) - 1) / (times[-1] - times[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("onnx")
+    parser.add_argument("litertlm", nargs="+")
+    parser.add_argument("--prompt", type=int, default=16)
+    parser.add_argument("--new", type=int, default=32)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--seed", type=int, default=0)
+    a = parser.parse_args()
+    folder = os.path.dirname(os.path.abspath(a.onnx))
+    prefix, start = word_prefix(folder), start_token(folder)
+    vocab = len(json.load(open(os.path.join(folder, "tokenizer.json")))["model"]["vocab"])
+    ids = [int(k) for k in np.random.default_rng(a.seed).integers(4, vocab, a.prompt)]
+    genai = os.path.isfile(os.path.join(folder, "genai_config.json"))
+
+    def reference(threads: int):
+        if genai:
+            return GenAI(set_genai_threads(folder, threads), threads)
+        return OnnxRuntime(a.onnx, threads)
+
+    full = ([start] if start is not None else []) + ids
+    want, _ = reference(1).generate(full, a.new)
+    name = "onnxruntime-genai" if genai else "onnxruntime"
+    print(f"{name} tokens: {want}")
+    for path in a.litertlm:
+        engines = {t: Engine(path, t, prefix) for t in a.threads}
+        got, _ = engines[a.threads[0]].generate(ids, a.new)
+        same = next((k for k, (x, y) in enumerate(zip(got, want)) if x != y),
+                    min(len(got), len(want)))
+        print(f"{os.path.basename(path)}: {same}/{a.new} tokens as {name}'s"
+              + ("" if same == a.new else f" (first difference at {same}: {got[same:same + 3]} "
+                 f"against {want[same:same + 3]})"))
+        for threads in a.threads:
+            runs = {"engine": [], name: []}
+            ref = reference(threads)
+            for _ in range(3):
+                runs["engine"].append(engines[threads].generate(ids, a.new)[1])
+                runs[name].append(ref.generate(full, a.new)[1])
+            ours, theirs = max(runs["engine"]), max(runs[name])
+            print(f"  {threads} thread(s): decode {ours:.1f} tokens/s (LiteRT-LM), {theirs:.1f} "
+                  f"({name}), speed ratio {ours / theirs:.2f}")
+
+
+if __name__ == "__main__":
+    main()
