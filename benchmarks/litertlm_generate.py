@@ -29,22 +29,24 @@ import time
 import numpy as np
 
 
-def word_prefix(folder: str) -> str:
-    vocab = json.load(open(os.path.join(folder, "tokenizer.json")))["model"]["vocab"]
-    return next(w[0] for w in vocab if len(w) > 1 and w[1:].isdigit() and w[0].isalpha())
+def word_tokens(folder: str) -> tuple[str, dict[str, int], list[int]]:
+    """The word-level tokenizer's letter, its {word: id}, and the ids a prompt may hold: those
+    whose word holds no added token (the tokenizer matches added tokens first: with `w1`
+    added, `w17` is read as `w1`, `7`)."""
+    data = json.load(open(os.path.join(folder, "tokenizer.json")))
+    vocab = data["model"]["vocab"]
+    prefix = next(w[0] for w in vocab if len(w) > 1 and w[1:].isdigit() and w[0].isalpha())
+    added = [t["content"] for t in data.get("added_tokens") or []]
+    usable = [k for w, k in vocab.items() if w[1:].isdigit() and k >= 4
+              and not any(a in w for a in added)]
+    return prefix, vocab, sorted(usable)
 
 
 def start_token(folder: str) -> int | None:
-    for name in ("generation_config.json", "config.json"):
-        path = os.path.join(folder, name)
-        if os.path.isfile(path):
-            value = json.load(open(path)).get("bos_token_id")
-            if isinstance(value, int):
-                return value
-    genai = os.path.join(folder, "genai_config.json")
-    if os.path.isfile(genai):
-        return json.load(open(genai))["model"].get("bos_token_id")
-    return None
+    """The start token the bundle holds (the converter's own reading of the folder)."""
+    from onnx2tf_alt.generative.litertlm import find_tokenizer
+
+    return find_tokenizer(folder).start
 
 
 class OnnxRuntime:
@@ -118,10 +120,10 @@ def set_genai_threads(folder: str, threads: int) -> str:
 class Engine:
     """LiteRT-LM's engine on a .litertlm, greedy, streamed."""
 
-    def __init__(self, path: str, threads: int, prefix: str):
+    def __init__(self, path: str, threads: int, prefix: str, vocab: dict[str, int]):
         import litert_lm
 
-        self.litert_lm, self.prefix = litert_lm, prefix
+        self.litert_lm, self.prefix, self.vocab = litert_lm, prefix, vocab
         self.engine = litert_lm.Engine(path, backend=litert_lm.Backend.CPU(thread_count=threads),
                                        cache_dir=tempfile.mkdtemp(prefix="litert_lm_"))
 
@@ -135,7 +137,7 @@ class Engine:
         for result in session.run_decode_async():
             chunks.append(result.texts[0])
             times.append(time.perf_counter())
-        tokens = self.engine.tokenize("".join(chunks))
+        tokens = [self.vocab.get(w, -1) for w in "".join(chunks).split()]  # one word a token
         return tokens, (len(times) - 1) / (times[-1] - times[0])
 
 
@@ -149,9 +151,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     a = parser.parse_args()
     folder = os.path.dirname(os.path.abspath(a.onnx))
-    prefix, start = word_prefix(folder), start_token(folder)
-    vocab = len(json.load(open(os.path.join(folder, "tokenizer.json")))["model"]["vocab"])
-    ids = [int(k) for k in np.random.default_rng(a.seed).integers(4, vocab, a.prompt)]
+    (prefix, vocab, usable), start = word_tokens(folder), start_token(folder)
+    ids = [int(k) for k in np.random.default_rng(a.seed).choice(usable, a.prompt)]
     genai = os.path.isfile(os.path.join(folder, "genai_config.json"))
 
     def reference(threads: int):
@@ -164,7 +165,7 @@ def main() -> None:
     name = "onnxruntime-genai" if genai else "onnxruntime"
     print(f"{name} tokens: {want}")
     for path in a.litertlm:
-        engines = {t: Engine(path, t, prefix) for t in a.threads}
+        engines = {t: Engine(path, t, prefix, vocab) for t in a.threads}
         got, _ = engines[a.threads[0]].generate(ids, a.new)
         same = next((k for k, (x, y) in enumerate(zip(got, want)) if x != y),
                     min(len(got), len(want)))

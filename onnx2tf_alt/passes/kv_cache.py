@@ -349,6 +349,7 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
     _substitute(graph, {e.symbol for e in entries if e.symbol}, capacity)
     for total, sequence in totals.items():
         _substitute_total(graph, total, f"{capacity} + {sequence}")
+    _mask_over_the_cache(graph, capacity)
     return model, entries
 
 
@@ -499,6 +500,21 @@ def _total_symbols(graph: onnx.GraphProto, entries: list[CacheEntry]) -> dict[st
 
 
 _INTEGERS = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+
+
+def _mask_over_the_cache(graph: onnx.GraphProto, capacity: int) -> None:
+    """An attention mask declared as long as the step (`[batch, sequence_length]`, as
+    Optimum's merged decoders declare it for both branches) spans the cache and the step in
+    the branch with past: its length becomes `capacity + sequence`, else a signature's
+    shapes would give it the step's length and no cache slot could be masked."""
+    inputs = {i.name: i.type.tensor_type.shape.dim for i in graph.input}
+    ids = inputs.get("input_ids")
+    mask = inputs.get("attention_mask")
+    if ids is None or mask is None or len(ids) != 2 or len(mask) != 2:
+        return
+    sequence = ids[1].dim_param
+    if sequence and mask[1].dim_param == sequence:
+        mask[1].dim_param = f"{capacity} + {sequence}"
 
 
 def _substitute_total(graph: onnx.GraphProto, total: str, expression: str) -> None:

@@ -176,7 +176,8 @@ def test_positions_from_the_past_length_are_refused(source):
 def merged(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` as Optimum's decoder_model_merged.onnx: an If on a `use_cache_branch` input
     between the decoder with past (then) and one that reads no past (else: the new entries
-    alone are the present; its attention sees only the step's tokens)."""
+    alone are the present; its attention sees only the step's tokens), its attention mask
+    declared as long as the step (Optimum declares it so for both branches)."""
     graph = model.graph
     outer = {i.name for i in graph.input} | {i.name for i in graph.initializer}
 
@@ -207,6 +208,8 @@ def merged(model: onnx.ModelProto) -> onnx.ModelProto:
     graph.node.append(node)
     graph.input.append(helper.make_tensor_value_info("use_cache_branch", onnx.TensorProto.BOOL,
                                                      [1]))
+    mask = next(i for i in graph.input if i.name == "attention_mask")
+    mask.type.tensor_type.shape.dim[1].dim_param = "sequence"  # as Optimum declares it
     return model
 
 
