@@ -33,7 +33,8 @@ def word_tokens(folder: str) -> tuple[str, dict[str, int], list[int]]:
     """The word-level tokenizer's letter, its {word: id}, and the ids a prompt may hold: those
     whose word holds no added token (the tokenizer matches added tokens first: with `w1`
     added, `w17` is read as `w1`, `7`)."""
-    data = json.load(open(os.path.join(folder, "tokenizer.json")))
+    with open(os.path.join(folder, "tokenizer.json")) as f:
+        data = json.load(f)
     vocab = data["model"]["vocab"]
     prefix = next(w[0] for w in vocab if len(w) > 1 and w[1:].isdigit() and w[0].isalpha())
     added = [t["content"] for t in data.get("added_tokens") or []]
@@ -110,10 +111,12 @@ def set_genai_threads(folder: str, threads: int) -> str:
     for name in os.listdir(folder):
         if name != "genai_config.json":
             os.symlink(os.path.join(os.path.abspath(folder), name), os.path.join(copy, name))
-    config = json.load(open(os.path.join(folder, "genai_config.json")))
+    with open(os.path.join(folder, "genai_config.json")) as f:
+        config = json.load(f)
     options = config["model"]["decoder"].setdefault("session_options", {})
     options["intra_op_num_threads"] = threads
-    json.dump(config, open(os.path.join(copy, "genai_config.json"), "w"))
+    with open(os.path.join(copy, "genai_config.json"), "w") as f:
+        json.dump(config, f)
     return copy
 
 
