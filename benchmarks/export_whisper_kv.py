@@ -5,6 +5,7 @@ Needs torch, transformers, onnx and onnxscript (e.g. in a separate venv). Usage:
 
     python benchmarks/export_whisper_kv.py OUT_DIR [--d-model 256] [--layers 2] [--heads 4]
         [--vocab 1000] [--mels 80] [--frames 200] [--train-steps N]
+        [--exporter dynamo|torchscript]
 
 OUT_DIR/encoder.onnx: `input_features` [batch, mels, frames] -> `encoder_hidden_states` [batch,
 frames / 2, d_model]. OUT_DIR/decoder_kv.onnx: inputs `input_ids`, `position_ids` [batch,
@@ -49,18 +50,22 @@ class DecoderWithPast(torch.nn.Module):
     """(input_ids, attention_mask, position_ids, encoder_hidden_states, *flat past) ->
     (logits, *flat present)."""
 
-    def __init__(self, model):
+    def __init__(self, model, rebuild: str = "assign"):
         super().__init__()
-        self.decoder, self.proj_out = model.get_decoder(), model.proj_out
+        self.decoder, self.proj_out, self.rebuild = model.get_decoder(), model.proj_out, rebuild
         # WhisperConfig maps num_hidden_layers to encoder_layers: size the caches for the decoder
         self.cache_config = copy.deepcopy(model.config)
         self.cache_config.num_hidden_layers = model.config.decoder_layers
 
     def forward(self, input_ids, attention_mask, position_ids, encoder_hidden_states, *past):
         self_cache = DynamicCache(config=self.cache_config)
-        for layer, key, value in zip(self_cache.layers, past[0::2], past[1::2]):
-            layer.lazy_initialization(key, value)
-            layer.keys, layer.values = key, value  # no Concat with an empty tensor first
+        if self.rebuild == "update":  # as a user's script rebuilds it: one update per layer
+            for index, (key, value) in enumerate(zip(past[0::2], past[1::2])):
+                self_cache.update(key, value, index)
+        else:
+            for layer, key, value in zip(self_cache.layers, past[0::2], past[1::2]):
+                layer.lazy_initialization(key, value)
+                layer.keys, layer.values = key, value  # no Concat with an empty tensor first
         # An empty cross-attention cache: each layer computes its cross K/V from
         # encoder_hidden_states (and stores them there, which we discard)
         cache = EncoderDecoderCache(self_cache, DynamicCache(config=self.cache_config))
@@ -85,7 +90,7 @@ def build(d_model: int, layers: int, heads: int, vocab: int, mels: int, frames: 
     return WhisperForConditionalGeneration(config).eval()
 
 
-def export(out_dir: str, model) -> None:
+def export(out_dir: str, model, exporter: str = "dynamo") -> None:
     c = model.config
     head_dim, frames = c.d_model // c.decoder_attention_heads, 2 * c.max_source_positions
     batch, seq, past_len = 2, 3, 4
@@ -109,6 +114,19 @@ def export(out_dir: str, model) -> None:
     past_names = [f"past_key_values.{i}.{kv}" for i in range(c.decoder_layers)
                   for kv in ("key", "value")]
     present_names = [name.replace("past_key_values.", "present.") for name in past_names]
+    if exporter == "torchscript":  # dynamo=False tracing, every sequence axis symbolic
+        names = ["input_ids", "attention_mask", "position_ids", "encoder_hidden_states"]
+        axes = {"input_ids": {0: "batch", 1: "sequence"},
+                "position_ids": {0: "batch", 1: "sequence"},
+                "attention_mask": {0: "batch", 1: "past_sequence + sequence"},
+                "encoder_hidden_states": {0: "batch"}, "logits": {0: "batch", 1: "sequence"},
+                **{n: {0: "batch", 2: "past_sequence"} for n in past_names},
+                **{n: {0: "batch", 2: "past_sequence + sequence"} for n in present_names}}
+        with torch.no_grad():
+            torch.onnx.export(DecoderWithPast(model, "update").eval(), args, dec_path,
+                              dynamo=False, opset_version=17, input_names=[*names, *past_names],
+                              output_names=["logits", *present_names], dynamic_axes=axes)
+        return
     # torch.export has no Dim for past + sequence (derived from two roots): the mask gets DYNAMIC
     dims = ({0: b, 1: s}, {0: b, 1: torch.export.Dim.DYNAMIC}, {0: b, 1: s}, {0: b},
             tuple({0: b, 2: p} for _ in past))
@@ -131,13 +149,15 @@ def main() -> None:
                           ("mels", 80), ("frames", 200)]:
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--train-steps", type=int, default=0)
+    parser.add_argument("--exporter", choices=("dynamo", "torchscript"), default="dynamo",
+                        help="the decoder's exporter (the encoder is always dynamo's)")
     a = parser.parse_args()
     model = build(a.d_model, a.layers, a.heads, a.vocab, a.mels, a.frames)
     if a.train_steps:
         from train_tiny import train
 
         print(f"trained {a.train_steps} steps: loss {train(model, a.train_steps):.3f}")
-    export(a.out_dir, model)
+    export(a.out_dir, model, a.exporter)
     ok = check_concats(os.path.join(a.out_dir, "decoder_kv.onnx"))
     print("Concat check:", "passed" if ok else "FAILED")
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 
@@ -140,6 +141,7 @@ class Engine:
         for result in session.run_decode_async():
             chunks.append(result.texts[0])
             times.append(time.perf_counter())
+        del session  # before its engine: the engine's teardown needs its sessions gone
         tokens = [self.vocab.get(w, -1) for w in "".join(chunks).split()]  # one word a token
         return tokens, (len(times) - 1) / (times[-1] - times[0])
 
@@ -183,8 +185,11 @@ def main() -> None:
                 runs[name].append(ref.generate(full, a.new)[1])
             ours, theirs = max(runs["engine"]), max(runs[name])
             print(f"  {threads} thread(s): decode {ours:.1f} tokens/s (LiteRT-LM), {theirs:.1f} "
-                  f"({name}), speed ratio {ours / theirs:.2f}")
+                  f"({name}), speed ratio {ours / theirs:.2f}", flush=True)
+        engines.clear()
 
 
 if __name__ == "__main__":
     main()
+    sys.stdout.flush()
+    os._exit(0)  # litert_lm 0.18.1's engine teardown at interpreter exit can end in SIGSEGV
