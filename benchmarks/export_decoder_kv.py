@@ -45,6 +45,20 @@ FAMILIES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwe
             "phi3": (Phi3Config, Phi3ForCausalLM), "gpt2": (GPT2Config, GPT2LMHeadModel)}
 
 
+def fill_cache(cache, past, rebuild: str):
+    """`cache` (a DynamicCache) holding the flat `past` (key, value per layer): "update" as a
+    user's script rebuilds it (one update per layer: TorchScript then writes a one-input
+    Concat), "assign" straight into its layers (no Concat with an empty tensor first)."""
+    if rebuild == "update":
+        for index, (key, value) in enumerate(zip(past[0::2], past[1::2])):
+            cache.update(key, value, index)
+    else:
+        for layer, key, value in zip(cache.layers, past[0::2], past[1::2]):
+            layer.lazy_initialization(key, value)
+            layer.keys, layer.values = key, value
+    return cache
+
+
 class WithPast(torch.nn.Module):
     """(input_ids, attention_mask, position_ids, *flat past) -> (logits, *flat present)."""
 
@@ -53,14 +67,7 @@ class WithPast(torch.nn.Module):
         self.model, self.rebuild = model, rebuild
 
     def forward(self, input_ids, attention_mask, position_ids, *past):
-        cache = DynamicCache(config=self.model.config)
-        if self.rebuild == "update":  # as a user's script rebuilds it: one update per layer
-            for index, (key, value) in enumerate(zip(past[0::2], past[1::2])):
-                cache.update(key, value, index)
-        else:
-            for layer, key, value in zip(cache.layers, past[0::2], past[1::2]):
-                layer.lazy_initialization(key, value)
-                layer.keys, layer.values = key, value  # no Concat with an empty tensor first
+        cache = fill_cache(DynamicCache(config=self.model.config), past, self.rebuild)
         out = self.model(input_ids=input_ids, attention_mask=attention_mask,
                          position_ids=position_ids, cache=cache, use_cache=True)
         return (out.logits, *(t for layer in out.cache.layers for t in (layer.keys, layer.values)))

@@ -26,7 +26,7 @@ import os
 
 import onnx
 import torch
-from export_decoder_kv import check_concats
+from export_decoder_kv import check_concats, fill_cache
 from transformers import (
     DynamicCache,
     EncoderDecoderCache,
@@ -58,14 +58,7 @@ class DecoderWithPast(torch.nn.Module):
         self.cache_config.num_hidden_layers = model.config.decoder_layers
 
     def forward(self, input_ids, attention_mask, position_ids, encoder_hidden_states, *past):
-        self_cache = DynamicCache(config=self.cache_config)
-        if self.rebuild == "update":  # as a user's script rebuilds it: one update per layer
-            for index, (key, value) in enumerate(zip(past[0::2], past[1::2])):
-                self_cache.update(key, value, index)
-        else:
-            for layer, key, value in zip(self_cache.layers, past[0::2], past[1::2]):
-                layer.lazy_initialization(key, value)
-                layer.keys, layer.values = key, value  # no Concat with an empty tensor first
+        self_cache = fill_cache(DynamicCache(config=self.cache_config), past, self.rebuild)
         # An empty cross-attention cache: each layer computes its cross K/V from
         # encoder_hidden_states (and stores them there, which we discard)
         cache = EncoderDecoderCache(self_cache, DynamicCache(config=self.cache_config))
