@@ -210,6 +210,22 @@ def _like(entries: list[CacheEntry], value: onnx.ValueInfoProto, tensor, declare
     return None
 
 
+def check_mask(model: onnx.ModelProto, entries: list[CacheEntry]) -> None:
+    """UnsupportedFormError when the decoder takes no attention mask (an input whose name
+    holds "mask"): a cache of fixed capacity has empty slots, and only a mask the caller
+    fills can keep attention off them (Optimum's Whisper decoders mask by the past's
+    length alone). GroupQueryAttention's caches are read up to the mask's sum, so they
+    need one too."""
+    if any("mask" in i.name.lower() for i in model.graph.input):
+        return
+    raise UnsupportedFormError(
+        "--kv_cache_capacity: this decoder takes no attention mask (inputs: "
+        f"{[i.name for i in model.graph.input]}): with a cache of fixed capacity its empty "
+        "slots would be attended to, and every token after the first would be wrong. Export "
+        "the decoder with an attention_mask input over past and new positions, or convert "
+        f"without --kv_cache_capacity (caches: {', '.join(e.past for e in entries[:2])}, ...).")
+
+
 def check_positions(model: onnx.ModelProto, entries: list[CacheEntry]) -> None:
     """UnsupportedFormError when the decoder computes its tokens' positions from the length
     of its past (a Shape of a past input, or of the attention mask that spans past and new
@@ -326,6 +342,7 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
             f"{[i.name for i in model.graph.input]}). Export the decoder with past key/values "
             "(e.g. transformers / Optimum with use_cache), or drop the flag.")
     check_total(model, entries)
+    check_mask(model, entries)
     check_positions(model, entries)
     check_capacity(model, entries, capacity)
     graph = model.graph

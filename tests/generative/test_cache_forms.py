@@ -397,3 +397,16 @@ def test_key_caches_stored_transposed_are_rewritten_on_their_own_axis():
                                   np.array(tokens))
     for step, (got, want) in enumerate(zip(got_logits, logits)):
         assert_close(got, want, 1e-5, f"step {step}")
+
+
+def test_a_decoder_without_an_attention_mask_is_refused():
+    """Optimum's Whisper decoders mask by the past's length alone: a fixed-capacity cache's
+    empty slots could not be kept out of attention."""
+    model = decoder_model()
+    for value in model.graph.input:
+        if value.name == "attention_mask":
+            value.name = "filled"
+    for node in model.graph.node:
+        node.input[:] = ["filled" if i == "attention_mask" else i for i in node.input]
+    with pytest.raises(UnsupportedFormError, match="takes no attention mask"):
+        fixed_capacity(model, CAPACITY)
