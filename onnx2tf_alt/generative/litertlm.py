@@ -181,12 +181,14 @@ def litert_lm_model(model: onnx.ModelProto, entries: list, capacity: int) -> onn
     mask = next((n for n in MASK_INPUTS if n in inputs), None)
     positions = next((n for n in POSITION_INPUTS if n in inputs), None)
     other = sorted(set(inputs) - set(pasts) - {tokens, mask, positions})
-    if tokens is None or mask is None or other:
+    lacking = [name for name, found in (("input_ids", tokens), ("attention_mask", mask))
+               if found is None]
+    if lacking or other:
+        need = f"needs {other}" if other else f"lacks {lacking}"
         raise UnsupportedFormError(
             "--litertlm: LiteRT-LM gives a decoder token ids, their positions and its KV "
-            f"caches only; this one needs {other or [tokens is None and 'input_ids' or 'attention_mask']}"
-            f" (inputs: {sorted(inputs)}). Export the decoder with input_ids, "
-            "attention_mask, position_ids and its past key/values only.")
+            f"caches only; this one {need} (inputs: {sorted(inputs)}). Export the decoder "
+            "with input_ids, attention_mask, position_ids and its past key/values only.")
     reserved = {TOKENS, POSITIONS, *(f"kv_cache_{k}_{i}{suffix}" for k in "kv"
                                      for i in range(len(entries)) for suffix in ("", OUT_SUFFIX))}
     for name in reserved & {o for n in graph.node for o in n.output}:
