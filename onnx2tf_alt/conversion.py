@@ -276,28 +276,27 @@ def convert(
             if signature_specs:
                 from onnx2tf_alt.generative.signatures import build_signatures
 
-                def build(model, shapes):
-                    return build_loaded(
-                        model,
-                        batch_size=batch_size,
-                        overwrite_input_shape=shapes,
-                        keep_ncw_or_nchw_or_ncdhw_input_names=keep_ncw_or_nchw_or_ncdhw_input_names,
-                        keep_nwc_or_nhwc_or_ndhwc_input_names=keep_nwc_or_nhwc_or_ndhwc_input_names,
-                        show_progress=not non_verbose,
-                        options=options,
-                    )
-
+                keep_first, keep_last, batch = (keep_ncw_or_nchw_or_ncdhw_input_names,
+                                                keep_nwc_or_nhwc_or_ndhwc_input_names,
+                                                batch_size)
                 if litertlm:  # the decoder in LiteRT-LM's conventions, its caches in it
                     from onnx2tf_alt.passes.kv_cache import fixed_capacity
 
                     loaded = litert_lm.litert_lm_model(
                         *fixed_capacity(loaded, kv_cache_capacity), kv_cache_capacity)
-                    keep = [i.name for i in loaded.graph.input]  # as LiteRT-LM lays them out
+                    # every input as LiteRT-LM lays it out, at the batch of 1 it declares
+                    keep_first, keep_last, batch = [i.name for i in loaded.graph.input], None, None
 
-                    def build(model, shapes):
-                        return build_loaded(model, overwrite_input_shape=shapes,
-                                            keep_ncw_or_nchw_or_ncdhw_input_names=keep,
-                                            show_progress=not non_verbose, options=options)
+                def build(model, shapes):
+                    return build_loaded(
+                        model,
+                        batch_size=batch,
+                        overwrite_input_shape=shapes,
+                        keep_ncw_or_nchw_or_ncdhw_input_names=keep_first,
+                        keep_nwc_or_nhwc_or_ndhwc_input_names=keep_last,
+                        show_progress=not non_verbose,
+                        options=options,
+                    )
 
                 built = build_signatures(
                     loaded, signature_specs, overwrite_input_shape,
@@ -515,7 +514,7 @@ def _litertlm_specs(call: dict) -> tuple:
     if call.get("signatures"):
         raise InputError("--litertlm writes its own signatures (prefill_<T> for each "
                          "--litertlm_prefill T, and decode): drop --signature.")
-    _signature_specs([["decode", "tokens:1,1"]], call)  # the same outputs refused
+    _refuse_beside_signatures("--litertlm", call)
     tokenizer = litert_lm.find_tokenizer(call["tokenizer"])
     lengths = litert_lm.prefill_lengths(call.get("litertlm_prefill"), capacity)
     return tokenizer, litert_lm.signature_specs(lengths)
@@ -529,6 +528,13 @@ def _signature_specs(signatures: list[list[str]] | None, call: dict) -> dict:
     from onnx2tf_alt.generative.signatures import parse_signatures
 
     specs = parse_signatures(signatures)
+    _refuse_beside_signatures("--signature", call)
+    return specs
+
+
+def _refuse_beside_signatures(flag: str, call: dict) -> None:
+    """InputError when `call` asks, beside the signatures `flag` makes, for an output that
+    does not have several signatures yet."""
     refused = [flag for flag, key in (
         ("-oh5", "output_h5"), ("-okv3", "output_keras_v3"),
         ("-oiqt", "output_integer_quantized_tflite"), ("--target", "target"),
@@ -539,10 +545,9 @@ def _signature_specs(signatures: list[list[str]] | None, call: dict) -> dict:
         ("-onimc", "output_names_to_interrupt_model_conversion")) if call.get(key)]
     if refused or not call.get("output_tflite", True):
         raise InputError(
-            f"--signature writes the saved_model and the float32, float16, (-odrqt) "
+            f"{flag} writes the saved_model and the float32, float16, (-odrqt) "
             f"dynamic-range and (-oi4) int4 .tflite files; it cannot be combined with {', '.join(refused) or 'output_tflite=False'} "
             "yet: convert once per input shape for those outputs.")
-    return specs
 
 
 def _write_quantized(converted: Converted, stage: str, stem: str, quant_plan, builtin_only: bool,

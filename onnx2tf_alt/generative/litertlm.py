@@ -193,10 +193,11 @@ def litert_lm_model(model: onnx.ModelProto, entries: list, capacity: int) -> onn
                                      for i in range(len(entries)) for suffix in ("", OUT_SUFFIX))}
     for name in reserved & {o for n in graph.node for o in n.output}:
         rename_value(graph, name, f"{name}/decoder")  # the decoder's own value of that name
-    nodes, new_inputs, new_outputs = [], [], []
+    head, tail, new_inputs, new_outputs = [], [], [], []  # nodes before and after the decoder's
 
-    def node(op: str, ins: list[str], out: str, domain: str = "", **attrs) -> str:
-        nodes.append(helper.make_node(op, ins, [out], domain=domain, **attrs,
+    def node(op: str, ins: list[str], out: str, domain: str = "", after: bool = False,
+             **attrs) -> str:
+        (tail if after else head).append(helper.make_node(op, ins, [out], domain=domain, **attrs,
                                       name=out if out.startswith("litert_lm/")
                                       else f"litert_lm/{out}"))
         return out
@@ -224,6 +225,7 @@ def litert_lm_model(model: onnx.ModelProto, entries: list, capacity: int) -> onn
     both = node("Concat", [filled, step], "litert_lm/attended", axis=1)
     node("Cast", [both], mask, to=inputs[mask].type.tensor_type.elem_type)
     zero = const("litert_lm/zero", np.array([0], np.int64))
+    start = node("Concat", [zero, zero, first, zero], "litert_lm/start", axis=0)  # on axis 2
     kinds = {"k": 0, "v": 0}
     producer = {o: n for n in graph.node for o in n.output}
     for entry in entries:
@@ -245,12 +247,11 @@ def litert_lm_model(model: onnx.ModelProto, entries: list, capacity: int) -> onn
                                        "the batch.")
         new_inputs.append(helper.make_tensor_value_info(
             name, inputs[entry.past].type.tensor_type.elem_type, shape))
-        back = [order.index(a) for a in range(4)]
-        node("Transpose", [name], entry.past, perm=back)
-        new = _new_entries(producer, entry.present)
-        update = node("Transpose", [new], f"{name}/new", perm=order)
-        start = node("Concat", [zero, zero, first, zero], f"{name}/start", axis=0)
-        node("DynamicUpdateSlice", [name, update, start], name + OUT_SUFFIX, domain=DOMAIN)
+        node("Transpose", [name], entry.past, perm=[order.index(a) for a in range(4)])
+        update = node("Transpose", [_new_entries(producer, entry.present)], f"{name}/new",
+                      after=True, perm=order)
+        node("DynamicUpdateSlice", [name, update, start], name + OUT_SUFFIX, domain=DOMAIN,
+             after=True)
         new_outputs.append(helper.make_tensor_value_info(
             name + OUT_SUFFIX, inputs[entry.past].type.tensor_type.elem_type, shape))
     logits = next((o for o in graph.output if o.name == "logits"), None)
@@ -261,11 +262,11 @@ def litert_lm_model(model: onnx.ModelProto, entries: list, capacity: int) -> onn
         if value.name in inputs:
             graph.input.remove(value)
     graph.input.extend(new_inputs)
-    kept = [logits]
     del graph.output[:]
-    graph.output.extend([*kept, *new_outputs])
-    graph.node.extend(nodes)
-    _sort(graph)
+    graph.output.extend([logits, *new_outputs])
+    decoder = list(graph.node)
+    del graph.node[:]
+    graph.node.extend([*head, *decoder, *tail])
     if not any(o.domain == DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return model
@@ -288,23 +289,6 @@ def _new_entries(producer: dict, present: str) -> str:
     """The tensor fixed_capacity's Identity `present/new_entries` returns."""
     made = producer.get(present)
     return made.input[0] if made is not None and made.op_type == "Identity" else present
-
-
-def _sort(graph: onnx.GraphProto) -> None:
-    """Order the nodes so that each comes after the producers of its inputs."""
-    known = {i.name for i in graph.input} | {i.name for i in graph.initializer}
-    todo, ordered = list(graph.node), []
-    while todo:
-        ready = [n for n in todo if all(not i or i in known for i in n.input)]
-        if not ready:  # inputs from nowhere: left as they are, the checks name them
-            ordered += todo
-            break
-        ordered += ready
-        known.update(o for n in ready for o in n.output)
-        ready_ids = {id(n) for n in ready}
-        todo = [n for n in todo if id(n) not in ready_ids]
-    del graph.node[:]
-    graph.node.extend(ordered)
 
 
 def litert_lm_names(path: str) -> None:

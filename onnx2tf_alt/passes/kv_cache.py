@@ -172,7 +172,7 @@ def check_total(model: onnx.ModelProto, entries: list[CacheEntry]) -> None:
         source = _source(producer, value.name)
         if value.name in presents or source not in producer:
             continue
-        like = _like(entries, value, lambda e: e.present, declared, None)
+        like = _like(entries, value, lambda e: e.present, declared)
         if like is not None:
             problems[value.name] = (
                 f"present output '{value.name}' = {_describe(producer, value.name, declared)}, "
@@ -180,7 +180,7 @@ def check_total(model: onnx.ModelProto, entries: list[CacheEntry]) -> None:
     for value in graph.input:
         if value.name in pasts or value.name in initializers:
             continue
-        like = _like(entries, value, lambda e: e.past, declared, True)
+        like = _like(entries, value, lambda e: e.past, declared, same_symbol=True)
         if like is not None and not any(f"'{value.name}'" in p for p in problems.values()):
             problems[value.name] = (f"past input '{value.name}' (as '{like.past}') reaches no "
                                     "present output as Concat(past, new entries)")
@@ -196,7 +196,7 @@ def check_total(model: onnx.ModelProto, entries: list[CacheEntry]) -> None:
 
 
 def _like(entries: list[CacheEntry], value: onnx.ValueInfoProto, tensor, declared: dict,
-          same_symbol: bool | None) -> CacheEntry | None:
+          same_symbol: bool = False) -> CacheEntry | None:
     """The entry whose `tensor(entry)` `value` is a cache like: named as it with key and value
     swapped, else of its type and shape (with `same_symbol`, the same symbol on the sequence
     axis too)."""
@@ -244,9 +244,7 @@ def check_positions(model: onnx.ModelProto, entries: list[CacheEntry]) -> None:
                if n.op_type == "Shape" and _source(producer, n.input[0]) in spans}
     if not lengths:
         return
-    tables = {i.name for i in graph.initializer if len(i.dims) == 2} | {
-        n.output[0] for n in graph.node if n.op_type == "Constant" and n.attribute
-        and n.attribute[0].name == "value" and len(n.attribute[0].t.dims) == 2}
+    tables = {name for name, dims in _constant_dims(graph).items() if len(dims) == 2}
     for node in graph.node:
         if node.op_type in ("Cos", "Sin"):
             reads = node.input[0]
@@ -353,8 +351,9 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
     for node in [n for n in graph.node if _is_gqa(n) and attentions & set(n.output)]:
         new_entries.update(_rotary_outside(graph, node))
     for entry in entries:
-        node = producer[_source(producer, entry.present)]
-        new = new_entries[_source(producer, entry.present)] if _is_gqa(node) else node.input[1]
+        source = _source(producer, entry.present)
+        node = producer[source]
+        new = new_entries[source] if _is_gqa(node) else node.input[1]
         rename_value(graph, entry.present, entry.present + ALL_SUFFIX)
         graph.node.append(helper.make_node("Identity", [new], [entry.present],
                                            name=f"{entry.present}/new_entries"))
@@ -391,9 +390,7 @@ def max_positions(model: onnx.ModelProto) -> PositionLimit | None:
             found.append(PositionLimit(int(prop.value), f"metadata_props {prop.key} = "
                                                         f"{prop.value.strip()}"))
     graph = model.graph
-    tables = {i.name: list(i.dims) for i in graph.initializer}
-    tables.update({n.output[0]: list(n.attribute[0].t.dims) for n in graph.node
-                   if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})
+    tables = _constant_dims(graph)
     producer = {out: node for node in graph.node for out in node.output}
     inputs = {i.name for i in graph.input}
     for node in graph.node:
@@ -418,6 +415,14 @@ def max_positions(model: onnx.ModelProto) -> PositionLimit | None:
                 found.append(PositionLimit(dims[0], f"the rows of the position table "
                                                     f"'{table}' that {where} reads"))
     return min(found, key=lambda limit: limit.positions, default=None)
+
+
+def _constant_dims(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """{name: dims} of the graph's initializers and Constant nodes' tensors."""
+    dims = {i.name: list(i.dims) for i in graph.initializer}
+    dims.update({n.output[0]: list(n.attribute[0].t.dims) for n in graph.node
+                 if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})
+    return dims
 
 
 def _traced(producer: dict[str, onnx.NodeProto], name: str, carriers: tuple[str, ...]) -> str:
