@@ -33,9 +33,15 @@ def clock(monkeypatch):
     progress.disable()
 
 
-def test_a_counted_step_shows_its_count_detail_and_eta(clock):
-    terminal = Terminal()
-    progress.enable(stream=terminal)
+@pytest.fixture
+def terminal(clock):
+    """A terminal the status line is drawn on (time: `clock`)."""
+    stream = Terminal()
+    progress.enable(stream=stream)
+    return stream
+
+
+def test_a_counted_step_shows_its_count_detail_and_eta(clock, terminal):
     with progress.counting("quantizing", 5) as files:
         files.begin("a.tflite")
         clock[0] += 10  # one file took 10 s: four left
@@ -47,9 +53,7 @@ def test_a_counted_step_shows_its_count_detail_and_eta(clock):
     assert terminal.getvalue().endswith("\r"), "the line is cleared when the step ends"
 
 
-def test_nested_steps_show_outermost_first_and_long_etas_in_minutes(clock):
-    terminal = Terminal()
-    progress.enable(stream=terminal)
+def test_nested_steps_show_outermost_first_and_long_etas_in_minutes(clock, terminal):
     with progress.counting("trying float ops", 32) as trials:
         trials.begin()
         clock[0] += 30
@@ -65,9 +69,7 @@ def test_nested_steps_show_outermost_first_and_long_etas_in_minutes(clock):
         assert terminal.shown().startswith("trying float ops 2/32: cosine 0.9912 (ETA")
 
 
-def test_a_phase_shows_its_time_once_it_lasts_a_second(clock):
-    terminal = Terminal()
-    progress.enable(stream=terminal)
+def test_a_phase_shows_its_time_once_it_lasts_a_second(clock, terminal):
     with progress.phase("saved_model"):
         progress.redraw()
         assert terminal.getvalue() == "", "a phase under a second draws nothing"
@@ -76,9 +78,7 @@ def test_a_phase_shows_its_time_once_it_lasts_a_second(clock):
         assert terminal.shown() == "saved_model 12 s"
 
 
-def test_short_steps_draw_nothing(clock):
-    terminal = Terminal()
-    progress.enable(stream=terminal)
+def test_short_steps_draw_nothing(clock, terminal):
     with progress.counting("translating", 3) as nodes:
         for name in "abc":
             nodes.begin(name)
@@ -86,9 +86,7 @@ def test_short_steps_draw_nothing(clock):
     assert terminal.getvalue() == ""
 
 
-def test_a_log_record_is_printed_above_the_line(clock, monkeypatch):
-    terminal = Terminal()
-    progress.enable(stream=terminal)
+def test_a_log_record_is_printed_above_the_line(clock, terminal, monkeypatch):
     log = logging.getLogger("onnx2tf_alt.test_progress")
     handler = logs._ConsoleHandler(terminal)
     handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
@@ -120,9 +118,7 @@ def test_nothing_is_drawn_off_a_terminal_or_with_n(clock):
         assert stream.getvalue() == ""
 
 
-def test_after_a_signal_nothing_more_is_written(clock):
-    terminal = Terminal()
-    progress.enable(stream=terminal)
+def test_after_a_signal_nothing_more_is_written(clock, terminal):
     with progress.counting("quantizing", 2) as files:
         files.begin()
         clock[0] += 5
