@@ -6,6 +6,7 @@ Needs torch, transformers, onnx and onnxscript (e.g. in a separate venv). Usage:
     python benchmarks/export_decoder_kv.py OUT.onnx --family llama|qwen2|phi3|gpt2
         [--exporter dynamo|torchscript] [--hidden 256] [--layers 2] [--heads 8]
         [--kv-heads 2] [--intermediate 512] [--vocab 1000] [--train-steps N]
+        [--save-pretrained DIR | --from-pretrained DIR]
 
 --exporter torchscript traces the wrapper with `torch.onnx.export(dynamo=False)`, rebuilding
 the cache with one `DynamicCache.update` per layer and every sequence axis symbolic, as a
@@ -159,13 +160,26 @@ def main() -> None:
                           ("intermediate", 512), ("vocab", 1000)]:
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--train-steps", type=int, default=0)
+    parser.add_argument("--save-pretrained", metavar="DIR",
+                        help="also save the (trained) model with save_pretrained, for another "
+                             "exporter (optimum-cli export onnx --model DIR) to export the "
+                             "same weights")
     parser.add_argument("--exporter", choices=("dynamo", "torchscript"), default="dynamo")
+    parser.add_argument("--from-pretrained", metavar="DIR",
+                        help="export the model saved in DIR (--save-pretrained) instead")
     a = parser.parse_args()
-    model = build(a.family, a.hidden, a.layers, a.heads, a.kv_heads, a.intermediate, a.vocab)
+    if a.from_pretrained:
+        model = FAMILIES[a.family][1].from_pretrained(a.from_pretrained).eval()
+        model.config._attn_implementation = "eager"
+    else:
+        model = build(a.family, a.hidden, a.layers, a.heads, a.kv_heads, a.intermediate,
+                      a.vocab)
     if a.train_steps:
         from train_tiny import train
 
         print(f"trained {a.train_steps} steps: loss {train(model, a.train_steps):.3f}")
+    if a.save_pretrained:
+        model.save_pretrained(a.save_pretrained)
     export(a.out, model, a.exporter)
     print("Concat check:", "passed" if check_concats(a.out) else "FAILED")
 

@@ -5,6 +5,7 @@ Needs torch, transformers, onnx and onnxscript (e.g. in a separate venv). Usage:
 
     python benchmarks/export_whisper_kv.py OUT_DIR [--d-model 256] [--layers 2] [--heads 4]
         [--vocab 1000] [--mels 80] [--frames 200] [--train-steps N]
+        [--save-pretrained DIR | --from-pretrained DIR]
         [--exporter dynamo|torchscript]
 
 OUT_DIR/encoder.onnx: `input_features` [batch, mels, frames] -> `encoder_hidden_states` [batch,
@@ -142,14 +143,26 @@ def main() -> None:
                           ("mels", 80), ("frames", 200)]:
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--train-steps", type=int, default=0)
+    parser.add_argument("--save-pretrained", metavar="DIR",
+                        help="also save the (trained) model with save_pretrained, for another "
+                             "exporter (optimum-cli export onnx --model DIR) to export the "
+                             "same weights")
     parser.add_argument("--exporter", choices=("dynamo", "torchscript"), default="dynamo",
                         help="the decoder's exporter (the encoder is always dynamo's)")
+    parser.add_argument("--from-pretrained", metavar="DIR",
+                        help="export the model saved in DIR (--save-pretrained) instead")
     a = parser.parse_args()
-    model = build(a.d_model, a.layers, a.heads, a.vocab, a.mels, a.frames)
+    if a.from_pretrained:
+        model = WhisperForConditionalGeneration.from_pretrained(a.from_pretrained).eval()
+        model.config._attn_implementation = "eager"
+    else:
+        model = build(a.d_model, a.layers, a.heads, a.vocab, a.mels, a.frames)
     if a.train_steps:
         from train_tiny import train
 
         print(f"trained {a.train_steps} steps: loss {train(model, a.train_steps):.3f}")
+    if a.save_pretrained:
+        model.save_pretrained(a.save_pretrained)
     export(a.out_dir, model, a.exporter)
     ok = check_concats(os.path.join(a.out_dir, "decoder_kv.onnx"))
     print("Concat check:", "passed" if ok else "FAILED")

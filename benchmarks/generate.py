@@ -2,7 +2,8 @@
 per-step logits agreement, prefill time and decode tokens/s, side by side in one run.
 
     python benchmarks/generate.py MODEL.onnx FILE.tflite [FILE.tflite ...]
-        [--encoder ENCODER.onnx] [--prompt 16] [--new 32] [--threads 1 2] [--seed 0]
+        [--encoder ENCODER.onnx] [--first DECODER.onnx] [--prompt 16] [--new 32]
+        [--threads 1 2] [--seed 0]
 
 Two kinds of decoder, told apart by their inputs:
 - with a KV cache: MODEL.onnx takes `input_ids`, `attention_mask`, `position_ids` and
@@ -20,6 +21,12 @@ Two kinds of decoder, told apart by their inputs:
 With --encoder (a speech model, benchmarks/export_whisper_kv.py): random input features go
 through ENCODER.onnx in onnxruntime and through the file's `encode` signature, and each side
 feeds its own encoder output to every decoder step (`encoder_hidden_states`).
+
+With --first (Optimum's pair: `decoder_model.onnx` for the prompt, MODEL.onnx =
+`decoder_with_past_model.onnx` for each new token): onnxruntime runs the prompt through
+DECODER.onnx, the file through its `prefill` signature (converted from the same file); a
+present output that the next steps take back unchanged (Whisper's cross-attention keys and
+values, computed once from the encoder's output) is kept and fed to every decode step.
 
 No tokenizer: a random prompt of --prompt token ids, then --new greedy tokens. Per file: how
 many tokens are onnxruntime's, the logits cosine per step on onnxruntime's tokens (fed to
@@ -47,8 +54,9 @@ def _session(path: str, threads: int):
 
 class OnnxDecoder:
     def __init__(self, path: str, threads: int, encoder: str | None = None,
-                 features: np.ndarray | None = None):
+                 features: np.ndarray | None = None, first: str | None = None):
         self.session, self.path = _session(path, threads), path
+        self.first = first and _session(first, threads)
         self.inputs = {i.name: i for i in self.session.get_inputs()}
         self.outputs = [o.name for o in self.session.get_outputs()]
         self.cached = any(n.startswith("past") for n in self.inputs)
@@ -65,7 +73,7 @@ class OnnxDecoder:
         self.past = {name: np.zeros(self._empty_past(i.shape), np.float32)
                      for name, i in self.inputs.items() if name.startswith("past")}
         self.length = 0
-        return self._run(prompt)
+        return self._run(prompt, self.first)
 
     def _empty_past(self, shape: list) -> list[int]:
         """[1, heads, 0, head size]: a symbolic head size (onnxruntime's model builder writes
@@ -84,15 +92,19 @@ class OnnxDecoder:
             return self.session.run(None, {next(iter(self.inputs)): ids})[0][0, -1]
         return self._run(np.array([token]))
 
-    def _run(self, ids: np.ndarray) -> np.ndarray:
+    def _run(self, ids: np.ndarray, session=None) -> np.ndarray:
+        session = session or self.session
         total = self.length + len(ids)
         feeds = {"input_ids": ids[None].astype(np.int64),
                  "attention_mask": np.ones((1, total), np.int64),
                  "position_ids": np.arange(self.length, total, dtype=np.int64)[None], **self.past,
                  **self.extra}
-        feeds = {k: v for k, v in feeds.items() if k in self.inputs}  # builder: no position ids
-        out = dict(zip(self.outputs, self.session.run(None, feeds)))
-        self.past = {name: out["present" + name[name.index("."):]] for name in self.past}
+        taken = {i.name for i in session.get_inputs()}  # builder: no position ids
+        out = dict(zip([o.name for o in session.get_outputs()],
+                       session.run(None, {k: v for k, v in feeds.items() if k in taken})))
+        # a past the step returns no present for (cross-attention's) is kept as it is
+        self.past = {name: out.get("present" + name[name.index("."):], value)
+                     for name, value in self.past.items()}
         self.length = total
         return out["logits"][0, -1]
 
@@ -126,16 +138,17 @@ class TfliteDecoder:
         if not self.cached:
             self.ids = list(prompt)
             return self.step(None)
-        prefill = self.signatures["prefill"]
-        self.capacity = prefill.shapes["attention_mask"][1] - prefill.shapes["input_ids"][1]
+        prefill, decode = self.signatures["prefill"], self.signatures["decode"]
+        self.capacity = next(decode.shapes[name][axis] for name, axis in self.axis.items())
         if len(prompt) != prefill.shapes["input_ids"][1]:
             raise SystemExit(f"the prefill signature takes {prefill.shapes['input_ids'][1]} "
                              f"tokens: run with --prompt {prefill.shapes['input_ids'][1]}")
-        self.cache = {name: np.zeros(prefill.shapes[name], np.float32) for name in self.axis}
+        self.cache = {name: np.zeros(decode.shapes[name], np.float32) for name in self.axis}
         self.length = 0
         if "encode" in self.signatures:
             encoder = self.signatures["encode"]
-            self.extra = encoder.run({next(iter(encoder.inputs)): self.features})
+            encoded = encoder.run({next(iter(encoder.inputs)): self.features})
+            self.extra = {"encoder_hidden_states": next(iter(encoded.values()))}
         return self._run(prefill, prompt)
 
     def step(self, token: int | None) -> np.ndarray:
@@ -163,6 +176,10 @@ class TfliteDecoder:
             where = [slice(None)] * self.cache[name].ndim
             where[axis] = slice(start, end)
             self.cache[name][tuple(where)] = out["present" + name[name.index("."):]]
+        for name in self.signatures["decode"].inputs:  # kept: cross-attention's
+            kept = "present" + name[name.index("."):] if name.startswith("past") else None
+            if name not in self.axis and kept in out:
+                self.extra[name] = out[kept]
         self.length = end
         return out["logits"][0, -1]
 
@@ -216,6 +233,7 @@ def main() -> None:
     parser.add_argument("onnx")
     parser.add_argument("tflite", nargs="+")
     parser.add_argument("--encoder", help="a speech model's encoder (see the docstring)")
+    parser.add_argument("--first", help="Optimum's decoder_model.onnx, for the prompt")
     parser.add_argument("--prompt", type=int, default=16)
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -227,7 +245,7 @@ def main() -> None:
     if args.encoder:
         shape = _session(args.encoder, 1).get_inputs()[0].shape
         features = rng.normal(size=[1, *shape[1:]]).astype(np.float32)
-    reference = OnnxDecoder(args.onnx, args.threads[0], args.encoder, features)
+    reference = OnnxDecoder(args.onnx, args.threads[0], args.encoder, features, args.first)
     vocab = reference.session.get_outputs()[0].shape[-1]
     vocab = vocab if isinstance(vocab, int) else 1000
     prompt = rng.integers(0, vocab, args.prompt).astype(np.int64)
@@ -253,7 +271,7 @@ def main() -> None:
                  if margins else ""))
         for threads in args.threads:
             ours = TfliteDecoder(path, threads, features)
-            theirs = OnnxDecoder(args.onnx, threads, args.encoder, features)
+            theirs = OnnxDecoder(args.onnx, threads, args.encoder, features, args.first)
             runs = [(greedy(ours, prompt, args.new)[2:], greedy(theirs, prompt, args.new)[2:])
                     for _ in range(3)]
             (p_ours, d_ours), (p_theirs, d_theirs) = (

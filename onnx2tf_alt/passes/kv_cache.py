@@ -42,6 +42,8 @@ import onnx
 from onnx import helper
 
 from onnx2tf_alt.errors import InputError, UnsupportedFormError
+from onnx2tf_alt.passes.graph_walk import TABLE_CARRIERS, constant_dims, source_of, traced
+from onnx2tf_alt.passes.kv_mask import fit_mask_and_positions
 from onnx2tf_alt.passes.prepare import symbol_value
 
 ALL_SUFFIX = "/onnx2tf_alt_all_positions"
@@ -58,7 +60,6 @@ POSITION_METADATA = ("max_position_embeddings", "n_positions", "n_ctx", "context
 # `position_ids` input or a Range to the Gather of a position table
 _POSITION_CARRIERS = ("Identity", "Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten",
                       "Expand")
-_TABLE_CARRIERS = ("Identity", "Cast", "Slice", "Squeeze")  # a table's rows, sliced or not
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def cache_entries(model: onnx.ModelProto) -> list[CacheEntry]:
     producer = {out: node for node in graph.node for out in node.output}
     found = []
     for output in graph.output:
-        source = _source(producer, output.name)
+        source = source_of(producer, output.name)
         node = producer.get(source)
         if node is None:
             continue
@@ -93,7 +94,7 @@ def cache_entries(model: onnx.ModelProto) -> list[CacheEntry]:
             continue
         if node.op_type != "Concat" or len(node.input) != 2:
             continue
-        past = inputs.get(_source(producer, node.input[0]))
+        past = inputs.get(source_of(producer, node.input[0]))
         if past is None:
             continue
         dims = past.type.tensor_type.shape.dim
@@ -138,20 +139,6 @@ def _is_gqa(node: onnx.NodeProto) -> bool:
     return node.op_type == "GroupQueryAttention" and node.domain == "com.microsoft"
 
 
-def _is_copy(node: onnx.NodeProto | None) -> bool:
-    """An op whose output is its one input, unchanged: Identity, or a Concat of one tensor
-    (TorchScript exports write one where a cache list is rebuilt)."""
-    return node is not None and (node.op_type == "Identity" or (
-        node.op_type == "Concat" and len([i for i in node.input if i]) == 1))
-
-
-def _source(producer: dict[str, onnx.NodeProto], name: str) -> str:
-    """The tensor `name` copies (see _is_copy), or `name` itself."""
-    node = producer.get(name)
-    while _is_copy(node):
-        name = next(i for i in node.input if i)
-        node = producer.get(name)
-    return name
 
 
 def check_total(model: onnx.ModelProto, entries: list[CacheEntry]) -> None:
@@ -169,7 +156,7 @@ def check_total(model: onnx.ModelProto, entries: list[CacheEntry]) -> None:
     pasts, presents = {e.past for e in entries}, {e.present for e in entries}
     problems: dict[str, str] = {}  # by the cache's input or output
     for value in graph.output:
-        source = _source(producer, value.name)
+        source = source_of(producer, value.name)
         if value.name in presents or source not in producer:
             continue
         like = _like(entries, value, lambda e: e.present, declared)
@@ -210,74 +197,7 @@ def _like(entries: list[CacheEntry], value: onnx.ValueInfoProto, tensor, declare
     return None
 
 
-def check_mask(model: onnx.ModelProto, entries: list[CacheEntry]) -> None:
-    """UnsupportedFormError when the decoder takes no attention mask (an input whose name
-    holds "mask"): a cache of fixed capacity has empty slots, and only a mask the caller
-    fills can keep attention off them (Optimum's Whisper decoders mask by the past's
-    length alone). GroupQueryAttention's caches are read up to the mask's sum, so they
-    need one too."""
-    if any("mask" in i.name.lower() for i in model.graph.input):
-        return
-    raise UnsupportedFormError(
-        "--kv_cache_capacity: this decoder takes no attention mask (inputs: "
-        f"{[i.name for i in model.graph.input]}): with a cache of fixed capacity its empty "
-        "slots would be attended to, and every token after the first would be wrong. Export "
-        "the decoder with an attention_mask input over past and new positions, or convert "
-        f"without --kv_cache_capacity (caches: {', '.join(e.past for e in entries[:2])}, ...).")
 
-
-def check_positions(model: onnx.ModelProto, entries: list[CacheEntry]) -> None:
-    """UnsupportedFormError when the decoder computes its tokens' positions from the length
-    of its past (a Shape of a past input, or of the attention mask that spans past and new
-    positions) rather than reading them (position ids, or the mask's values as onnxruntime-
-    genai's models do): with a fixed-capacity cache that length is always the capacity, so
-    every position would be wrong. Positions are what a position table's Gather reads and
-    what a Cos or Sin (a rotary embedding) computes from."""
-    graph = model.graph
-    producer = {out: node for node in graph.node for out in node.output}
-    symbols = {e.symbol for e in entries if e.symbol}
-    spans = {e.past for e in entries} | {
-        i.name for i in graph.input
-        if any(d.dim_param and d.dim_param != s and s in d.dim_param
-               for d in i.type.tensor_type.shape.dim for s in symbols)}
-    lengths = {n.output[0] for n in graph.node
-               if n.op_type == "Shape" and _source(producer, n.input[0]) in spans}
-    if not lengths:
-        return
-    tables = {name for name, dims in _constant_dims(graph).items() if len(dims) == 2}
-    for node in graph.node:
-        if node.op_type in ("Cos", "Sin"):
-            reads = node.input[0]
-        elif node.op_type == "Gather" and _traced(producer, node.input[0],
-                                                  _TABLE_CARRIERS) in tables:
-            reads = node.input[1]
-        else:
-            continue
-        length = _upstream(producer, reads, lengths)
-        if length is not None:
-            shape = producer[length]
-            raise UnsupportedFormError(
-                f"--kv_cache_capacity: this decoder computes its positions from the length of "
-                f"its past: {node.op_type} '{node.name or node.output[0]}' reads a value made "
-                f"from {shape.op_type}('{shape.input[0]}'). With a fixed-capacity cache that "
-                "length is always the capacity, and every position would be wrong. Export the "
-                "decoder with a position_ids input (transformers: pass position_ids to the "
-                "model; Optimum's exports have it), or convert without --kv_cache_capacity.")
-
-
-def _upstream(producer: dict[str, onnx.NodeProto], name: str, wanted: set[str],
-              limit: int = 400) -> str | None:
-    """The first of `wanted` that `name` is computed from (a bounded walk up), or None."""
-    seen, todo = set(), [name]
-    while todo and len(seen) < limit:
-        name = todo.pop()
-        if name in wanted:
-            return name
-        if name in seen or name not in producer:
-            continue
-        seen.add(name)
-        todo.extend(i for i in producer[name].input if i)
-    return None
 
 
 def _sibling(name: str, paired: str) -> bool:
@@ -340,18 +260,17 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
             f"{[i.name for i in model.graph.input]}). Export the decoder with past key/values "
             "(e.g. transformers / Optimum with use_cache), or drop the flag.")
     check_total(model, entries)
-    check_mask(model, entries)
-    check_positions(model, entries)
     check_capacity(model, entries, capacity)
+    fit_mask_and_positions(model, entries, capacity)
     graph = model.graph
     totals = _total_symbols(graph, entries)
     producer = {out: node for node in graph.node for out in node.output}
     new_entries = {}
-    attentions = {_source(producer, e.present) for e in entries}
+    attentions = {source_of(producer, e.present) for e in entries}
     for node in [n for n in graph.node if _is_gqa(n) and attentions & set(n.output)]:
         new_entries.update(_rotary_outside(graph, node))
     for entry in entries:
-        source = _source(producer, entry.present)
+        source = source_of(producer, entry.present)
         node = producer[source]
         new = new_entries[source] if _is_gqa(node) else node.input[1]
         rename_value(graph, entry.present, entry.present + ALL_SUFFIX)
@@ -390,7 +309,7 @@ def max_positions(model: onnx.ModelProto) -> PositionLimit | None:
             found.append(PositionLimit(int(prop.value), f"metadata_props {prop.key} = "
                                                         f"{prop.value.strip()}"))
     graph = model.graph
-    tables = _constant_dims(graph)
+    tables = constant_dims(graph)
     producer = {out: node for node in graph.node for out in node.output}
     inputs = {i.name for i in graph.input}
     for node in graph.node:
@@ -407,7 +326,7 @@ def max_positions(model: onnx.ModelProto) -> PositionLimit | None:
                                                        f"of {where}"))
         elif node.op_type == "Gather" and not any(a.name == "axis" and a.i
                                                   for a in node.attribute):
-            table = _traced(producer, node.input[0], _TABLE_CARRIERS)
+            table = traced(producer, node.input[0], TABLE_CARRIERS)
             dims = tables.get(table, [])
             while len(dims) > 2 and dims[0] == 1:  # [1, 1, positions, dim], squeezed
                 dims = dims[1:]
@@ -417,23 +336,10 @@ def max_positions(model: onnx.ModelProto) -> PositionLimit | None:
     return min(found, key=lambda limit: limit.positions, default=None)
 
 
-def _constant_dims(graph: onnx.GraphProto) -> dict[str, list[int]]:
-    """{name: dims} of the graph's initializers and Constant nodes' tensors."""
-    dims = {i.name: list(i.dims) for i in graph.initializer}
-    dims.update({n.output[0]: list(n.attribute[0].t.dims) for n in graph.node
-                 if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})
-    return dims
-
-
-def _traced(producer: dict[str, onnx.NodeProto], name: str, carriers: tuple[str, ...]) -> str:
-    """The tensor `name` is made from through `carriers` (their first input)."""
-    while name in producer and producer[name].op_type in carriers:
-        name = producer[name].input[0]
-    return name
 
 
 def _are_positions(producer: dict[str, onnx.NodeProto], inputs: set[str], name: str) -> bool:
-    source = _traced(producer, name, _POSITION_CARRIERS)
+    source = traced(producer, name, _POSITION_CARRIERS)
     if source in inputs:
         return "position" in source.lower()
     return source in producer and producer[source].op_type == "Range"

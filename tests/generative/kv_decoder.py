@@ -164,7 +164,9 @@ def growing_steps(session, prompt: np.ndarray, new: int) -> tuple[list, list[np.
         length = start + ids.shape[1]
         feeds = {"input_ids": ids, "attention_mask": np.ones((batch, length), np.int64),
                  "position_ids": np.tile(np.arange(start, length), (batch, 1)), **past}
-        out = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+        taken = {i.name for i in session.get_inputs()}  # a form without mask or positions
+        out = dict(zip([o.name for o in session.get_outputs()],
+                       session.run(None, {k: v for k, v in feeds.items() if k in taken})))
         past = {name: out[name.replace("past", "present")] for name in past}
         logits.append(out["logits"][:, -1])
         ids, start = logits[-1].argmax(-1)[:, None].astype(np.int64), length

@@ -66,9 +66,9 @@ def decode_as_onnxruntime(model: onnx.ModelProto, reference: onnx.ModelProto | N
     assert sorted(e.past for e in entries) == sorted(PAST)
     session = ort.InferenceSession(rewritten.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    got_tokens, got_logits = cached_steps(
-        lambda _, feeds: dict(zip(names, session.run(None, feeds))), prompt, NEW)
+    names, taken = [o.name for o in session.get_outputs()], {i.name for i in session.get_inputs()}
+    got_tokens, got_logits = cached_steps(lambda _, feeds: dict(zip(names, session.run(
+        None, {k: v for k, v in feeds.items() if k in taken}))), prompt, NEW)
     np.testing.assert_array_equal(np.array(got_tokens), np.array(tokens))
     for step, (got, want) in enumerate(zip(got_logits, logits)):
         assert_close(got, want, 1e-5, f"step {step}")
@@ -128,10 +128,12 @@ def test_the_command_line_exits_1_before_building(tmp_path, capfd):
     assert not out.exists()
 
 
-def positions_from_the_past(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+def positions_from_the_past(model: onnx.ModelProto, source: str,
+                            by_range: bool = True) -> onnx.ModelProto:
     """The decoder without `position_ids`: its positions are Range(past, past + sequence),
     the past length read from the shape of `source` (a past input, or the attention mask
-    less the sequence), as a GPT-2 export without position_ids computes them."""
+    less the sequence), as a GPT-2 export without position_ids computes them; without
+    `by_range`, past + CumSum(ones) - 1."""
     graph = model.graph
     graph.input.remove(next(i for i in graph.input if i.name == "position_ids"))
     graph.initializer.extend([numpy_helper.from_array(np.array(2, np.int64), "two"),
@@ -143,12 +145,27 @@ def positions_from_the_past(model: onnx.ModelProto, source: str) -> onnx.ModelPr
         nodes.append(helper.make_node("Identity", ["source_length"], ["first_position"]))
     else:
         nodes.append(helper.make_node("Sub", ["source_length", "sequence"], ["first_position"]))
-    nodes += [helper.make_node("Add", ["first_position", "sequence"], ["end_position"]),
-              helper.make_node("Range", ["first_position", "end_position", "one"], ["steps"]),
-              helper.make_node("Unsqueeze", ["steps", "axis_0"], ["position_ids"])]
+    if by_range:
+        nodes += [helper.make_node("Add", ["first_position", "sequence"], ["end_position"]),
+                  helper.make_node("Range", ["first_position", "end_position", "one"],
+                                   ["steps"]),
+                  helper.make_node("Unsqueeze", ["steps", "axis_0"], ["position_ids"])]
+    else:
+        nodes += [helper.make_node("ConstantOfShape", ["ids_shape"], ["ones"],
+                                   value=numpy_helper.from_array(np.array([1], np.int64))),
+                  helper.make_node("CumSum", ["ones", "one"], ["counted"]),
+                  helper.make_node("Sub", ["counted", "one"], ["steps"]),
+                  helper.make_node("Add", ["steps", "first_position"], ["position_ids"])]
+    return in_order(model, nodes)
+
+
+def in_order(model: onnx.ModelProto, nodes: list) -> onnx.ModelProto:
+    """`model` with `nodes` added, all in an order onnxruntime accepts: each node after its
+    inputs' producers."""
+    graph = model.graph
     ordered, known, todo = [], {i.name for i in graph.input} | {
         i.name for i in graph.initializer}, [*nodes, *graph.node]
-    while todo:  # in an order onnxruntime accepts: each node after its inputs' producers
+    while todo:
         ready = [n for n in todo if all(not i or i in known for i in n.input)]
         ordered += ready
         known.update(o for n in ready for o in n.output)
@@ -158,9 +175,36 @@ def positions_from_the_past(model: onnx.ModelProto, source: str) -> onnx.ModelPr
     return model
 
 
+def without_mask(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The decoder without an attention mask input, as Optimum's Whisper decoders are: its
+    causal mask spans past + sequence positions, all attended (the past's length read from
+    the shape of a past input)."""
+    graph = model.graph
+    graph.input.remove(next(i for i in graph.input if i.name == "attention_mask"))
+    for node in graph.node:
+        node.input[:] = ["all_filled" if i == "attention_mask" else i for i in node.input]
+    graph.initializer.extend([numpy_helper.from_array(np.array([k], np.int64), f"at_{k}")
+                              for k in (0, 2)])
+    return in_order(model, [
+        helper.make_node("Shape", ["past.0.key"], ["past_shape"]),
+        helper.make_node("Gather", ["past_shape", "at_2"], ["past_count"], axis=0),
+        helper.make_node("Slice", ["ids_shape", "axis_1", "at_2"], ["sequence_1d"]),
+        helper.make_node("Add", ["past_count", "sequence_1d"], ["total_1d"]),
+        helper.make_node("Slice", ["ids_shape", "at_0", "axis_1"], ["batch_1d"]),
+        helper.make_node("Concat", ["batch_1d", "total_1d"], ["filled_shape"], axis=0),
+        helper.make_node("ConstantOfShape", ["filled_shape"], ["all_filled"],
+                         value=numpy_helper.from_array(np.array([1], np.int64)))])
+
+
 @pytest.mark.parametrize("source", ["past.0.key", "attention_mask"])
-def test_positions_from_the_past_length_are_refused(source):
-    model = positions_from_the_past(decoder_model(), source)
+def test_positions_from_the_past_length_are_shifted_to_the_filled_slots(source):
+    """A GPT-2 export without position_ids: with a fixed-capacity cache the past's length is
+    always the capacity; the positions are read from the mask's filled slots instead."""
+    decode_as_onnxruntime(positions_from_the_past(decoder_model(), source))
+
+
+def test_positions_from_the_past_length_without_a_range_are_refused():
+    model = positions_from_the_past(decoder_model(), "past.0.key", by_range=False)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     prompt = np.random.default_rng(1).integers(0, 512, (1, PROMPT)).astype(np.int64)
     feeds = {"input_ids": prompt, "attention_mask": np.ones((1, PROMPT), np.int64),
@@ -170,7 +214,21 @@ def test_positions_from_the_past_length_are_refused(source):
         fixed_capacity(model, CAPACITY)
     assert str(error.value).startswith(
         "--kv_cache_capacity: this decoder computes its positions from the length of its past: "
-        f"Gather 'placed' reads a value made from Shape('{source}')."), str(error.value)
+        "Gather 'placed' reads a value made from Shape('past.0.key'), not through a Range"
+    ), str(error.value)
+
+
+def test_a_decoder_without_mask_or_positions_gets_a_mask_and_filled_positions():
+    """Optimum's Whisper decoder form: no attention mask, positions from the past's length.
+    The rewritten decoder takes an attention_mask over capacity + sequence, and decodes as
+    the original with its past growing."""
+    model = positions_from_the_past(without_mask(decoder_model()), "past.0.key")
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)
+    decode_as_onnxruntime(model, reference)
+    mask = next(i for i in model.graph.input if i.name == "attention_mask")
+    assert [d.dim_value or d.dim_param for d in mask.type.tensor_type.shape.dim] == [
+        "batch", f"{CAPACITY} + sequence"]
 
 
 def merged(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -399,14 +457,12 @@ def test_key_caches_stored_transposed_are_rewritten_on_their_own_axis():
         assert_close(got, want, 1e-5, f"step {step}")
 
 
-def test_a_decoder_without_an_attention_mask_is_refused():
-    """Optimum's Whisper decoders mask by the past's length alone: a fixed-capacity cache's
-    empty slots could not be kept out of attention."""
-    model = decoder_model()
-    for value in model.graph.input:
-        if value.name == "attention_mask":
-            value.name = "filled"
+def test_a_decoder_without_a_mask_or_a_softmax_over_its_keys_is_refused():
+    """No mask, and no Softmax to add one to (a fused attention op would be the same): the
+    cache's empty slots could not be kept out of attention."""
+    model = without_mask(decoder_model())
     for node in model.graph.node:
-        node.input[:] = ["filled" if i == "attention_mask" else i for i in node.input]
-    with pytest.raises(UnsupportedFormError, match="takes no attention mask"):
+        if node.op_type == "Softmax":
+            node.op_type = "LogSoftmax"
+    with pytest.raises(UnsupportedFormError, match="no Softmax over its keys was found"):
         fixed_capacity(model, CAPACITY)

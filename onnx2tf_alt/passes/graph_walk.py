@@ -1,0 +1,68 @@
+"""Walks over an ONNX graph's producers, shared by the KV-cache passes (kv_cache.py,
+kv_mask.py): what a tensor copies, what it is computed from, which constants it reads."""
+
+from __future__ import annotations
+
+import onnx
+
+TABLE_CARRIERS = ("Identity", "Cast", "Slice", "Squeeze")  # a table's rows, sliced or not
+
+
+def is_copy(node: onnx.NodeProto | None) -> bool:
+    """An op whose output is its one input, unchanged: Identity, or a Concat of one tensor
+    (TorchScript exports write one where a cache list is rebuilt)."""
+    return node is not None and (node.op_type == "Identity" or (
+        node.op_type == "Concat" and len([i for i in node.input if i]) == 1))
+
+
+def source_of(producer: dict[str, onnx.NodeProto], name: str) -> str:
+    """The tensor `name` copies (see is_copy), or `name` itself."""
+    node = producer.get(name)
+    while is_copy(node):
+        name = next(i for i in node.input if i)
+        node = producer.get(name)
+    return name
+
+
+def computed_from(producer: dict[str, onnx.NodeProto], name: str, wanted: set[str],
+              limit: int = 400) -> str | None:
+    """The first of `wanted` that `name` is computed from (a bounded walk up), or None."""
+    seen, todo = set(), [name]
+    while todo and len(seen) < limit:
+        name = todo.pop()
+        if name in wanted:
+            return name
+        if name in seen or name not in producer:
+            continue
+        seen.add(name)
+        todo.extend(i for i in producer[name].input if i)
+    return None
+
+
+def constant_dims(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """{name: dims} of the graph's initializers and Constant nodes' tensors."""
+    dims = {i.name: list(i.dims) for i in graph.initializer}
+    dims.update({n.output[0]: list(n.attribute[0].t.dims) for n in graph.node
+                 if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})
+    return dims
+
+
+def traced(producer: dict[str, onnx.NodeProto], name: str, carriers: tuple[str, ...]) -> str:
+    """The tensor `name` is made from through `carriers` (their first input)."""
+    while name in producer and producer[name].op_type in carriers:
+        name = producer[name].input[0]
+    return name
+
+
+def nodes_upstream(producer: dict[str, onnx.NodeProto], name: str,
+                   limit: int = 400) -> list[onnx.NodeProto]:
+    """The nodes `name` is computed by (a bounded walk up), nearest first."""
+    seen, todo, found = set(), [name], []
+    while todo and len(seen) < limit:
+        name = todo.pop()
+        if name in seen or name not in producer:
+            continue
+        seen.add(name)
+        found.append(producer[name])
+        todo.extend(i for i in producer[name].input if i)
+    return found

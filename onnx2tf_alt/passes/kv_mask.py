@@ -1,0 +1,266 @@
+"""The attention mask and the positions of a decoder whose cache gets a fixed capacity
+(passes/kv_cache.py).
+
+A fixed-capacity cache has empty slots, and a past input's length is always the capacity.
+Two forms exporters write would then compute wrong tokens after the first; both are
+rewritten here, or the conversion is refused:
+
+- **No attention mask** (Optimum's Whisper decoders mask by the past's length alone): an
+  `attention_mask` input [batch, past + sequence] is added, as transformers' decoders take
+  it (1 at a filled slot and at the step's positions, 0 at an empty slot), and its bias
+  (-1e9 at the empty slots) is added to each self-attention's scores before their Softmax.
+  A self-attention's Softmax is the one a present key's Concat reaches through a single
+  MatMul (the scores; from a value's Concat the next Softmax is two MatMuls away). A
+  decoder where no cache reaches one (a fused attention op) is refused.
+- **Positions from the past's length** (a Range started at a Shape of a past input, or of
+  the mask less the step: GPT-2 exports without `position_ids`, Whisper's decoders): the
+  position table's Gather or the rotary Cos / Sin that such a Range reaches reads it shifted
+  by (filled slots - capacity), the filled slots counted in the mask's cache part. Anything
+  else that reads the Range (a causal mask over capacity + sequence keys) keeps it, and no
+  shape changes, so the signatures stay static. Positions made from the length some other
+  way than by a Range are refused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx2tf_alt.errors import UnsupportedFormError
+from onnx2tf_alt.passes.graph_walk import (
+    TABLE_CARRIERS,
+    computed_from,
+    constant_dims,
+    nodes_upstream,
+    source_of,
+    traced,
+)
+
+MASK = "attention_mask"
+_MASKED = -1e9  # a bias that keeps a slot out of the Softmax, and still adds to finfo.min
+
+
+def fit_mask_and_positions(model: onnx.ModelProto, entries: list, capacity: int) -> None:
+    """`model` (modified) with a mask input that covers the cache's empty slots, and with
+    positions that do not depend on the past's length (see the module docstring).
+    UnsupportedFormError where neither can be done."""
+    graph = model.graph
+    mask = next((i.name for i in graph.input if "mask" in i.name.lower()), None)
+    if mask is None:
+        taken = {name for node in graph.node for name in node.output}
+        mask = _add_mask(model, entries, MASK if MASK not in taken else f"onnx2tf_alt_{MASK}")
+    _shift_positions(model, entries, capacity, mask)
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
+class _Nodes:
+    """Nodes added to a graph, with the forms of this model's opset."""
+
+    def __init__(self, model: onnx.ModelProto, prefix: str):
+        self.graph, self.opset, self.prefix, self.nodes = model.graph, _opset(model), prefix, []
+
+    def constant(self, name: str, value) -> str:
+        name = f"{self.prefix}/{name}"
+        self.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def add(self, op: str, inputs: list[str], name: str, **attributes) -> str:
+        out = f"{self.prefix}/{name}"
+        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attributes))
+        return out
+
+    def axes(self, op: str, data: str, axes: list[int], name: str, **attributes) -> str:
+        """ReduceSum / Unsqueeze on `axes`: an input from opset 13, an attribute before."""
+        if self.opset >= 13:
+            return self.add(op, [data, self.constant(name + "_axes", np.array(axes, np.int64))],
+                            name, **attributes)
+        return self.add(op, [data], name, axes=axes, **attributes)
+
+    def like(self, data: str, other: str, name: str, fallback: int) -> str:
+        """`data` in `other`'s element type (CastLike from opset 15; `fallback` before)."""
+        if self.opset >= 15:
+            return self.add("CastLike", [data, other], name)
+        return self.add("Cast", [data], name, to=fallback)
+
+    def before(self, node: onnx.NodeProto | None) -> None:
+        """The added nodes into the graph, before `node` (None: at the start)."""
+        at = 0 if node is None else list(self.graph.node).index(node)
+        for k, added in enumerate(self.nodes):
+            self.graph.node.insert(at + k, added)
+        self.nodes = []
+
+
+def _add_mask(model: onnx.ModelProto, entries: list, mask: str) -> str:
+    """An input `mask`, its bias added before each self-attention's Softmax; returns its
+    name. UnsupportedFormError when no self-attention's Softmax is found."""
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    softmaxes: dict[str, onnx.NodeProto] = {}
+    for entry in entries:
+        concat = _present_concat(producer, entry.present)
+        if concat is not None:
+            for node in _softmaxes_reached(graph, concat.output[0]):
+                softmaxes.setdefault(node.output[0], node)
+    if not softmaxes:
+        raise UnsupportedFormError(
+            "--kv_cache_capacity: this decoder takes no attention mask (inputs: "
+            f"{[i.name for i in graph.input]}), and no Softmax over its keys was found to "
+            "add one to (a fused attention op reads no added mask): with a cache of fixed "
+            "capacity its empty slots would be attended to, and every token after the first "
+            "would be wrong. Export the decoder with an attention_mask input over past and "
+            "new positions, or convert without --kv_cache_capacity (caches: "
+            f"{', '.join(e.past for e in entries[:2])}, ...).")
+    past = next(i for i in graph.input if i.name == entries[0].past)
+    dims = past.type.tensor_type.shape.dim
+    present = next((o for o in graph.output if o.name == entries[0].present), None)
+    span = _dim(present, entries[0].axis) if present is not None else ""
+    if not span or entries[0].symbol not in span:
+        ids = next((i for i in graph.input if i.name == "input_ids"), None)
+        span = f"{entries[0].symbol} + {_dim(ids, 1) or 'sequence'}"
+    batch = dims[0].dim_value or dims[0].dim_param or "batch"
+    graph.input.append(helper.make_tensor_value_info(mask, TensorProto.INT64, [batch, span]))
+    added = _Nodes(model, f"{mask}/onnx2tf_alt_bias")
+    filled = added.add("Cast", [mask], "filled", to=TensorProto.FLOAT)
+    empty = added.add("Sub", [added.constant("one", np.array(1, np.float32)), filled], "empty")
+    bias = added.add("Mul", [empty, added.constant("masked", np.array(_MASKED, np.float32))],
+                     "bias")
+    # [batch, keys] -> [batch, 1, ..., keys]: broadcast over the heads and queries
+    bias = added.axes("Unsqueeze", bias, list(range(1, len(dims) - 1)), "bias_nd")
+    added.before(None)
+    for softmax in softmaxes.values():
+        scores = softmax.input[0]
+        typed = added.like(bias, scores, f"{scores}/bias", TensorProto.FLOAT)
+        masked = added.add("Add", [scores, typed], f"{scores}/masked")
+        added.before(softmax)
+        softmax.input[0] = masked
+    return mask
+
+
+def _present_concat(producer: dict, present: str) -> onnx.NodeProto | None:
+    node = producer.get(source_of(producer, present))
+    return node if node is not None and node.op_type == "Concat" else None
+
+
+def _softmaxes_reached(graph: onnx.GraphProto, start: str) -> list[onnx.NodeProto]:
+    """The Softmax nodes that `start` reaches through exactly one MatMul (or Einsum), not
+    through a Shape (its values are not the keys')."""
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    found, seen, todo = [], set(), [(start, 0)]
+    while todo:
+        name, matmuls = todo.pop()
+        for node in consumers.get(name, []):
+            if node.op_type == "Softmax":
+                if matmuls == 1 and node not in found:
+                    found.append(node)
+                continue
+            crossed = matmuls + (node.op_type in ("MatMul", "Einsum"))
+            key = (node.output[0], crossed)
+            if node.op_type == "Shape" or crossed > 1 or key in seen:
+                continue
+            seen.add(key)
+            todo.extend((out, crossed) for out in node.output)
+    return found
+
+
+def _dim(value: onnx.ValueInfoProto | None, axis: int) -> str:
+    dims = value.type.tensor_type.shape.dim if value is not None else []
+    return dims[axis].dim_param if axis < len(dims) else ""
+
+
+def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask: str) -> None:
+    """The position reads that a Range started at the past's length reaches, made from that
+    Range shifted to the filled slots (see the module docstring). UnsupportedFormError when
+    such a read is computed from the length without a Range."""
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    symbols = {e.symbol for e in entries if e.symbol}
+    spans = {e.past for e in entries} | {
+        i.name for i in graph.input
+        if any(d.dim_param and d.dim_param != s and s in d.dim_param
+               for d in i.type.tensor_type.shape.dim for s in symbols)}
+    lengths = {n.output[0] for n in graph.node
+               if n.op_type == "Shape" and source_of(producer, n.input[0]) in spans}
+    if not lengths:
+        return
+    tables = {name for name, dims in constant_dims(graph).items() if len(dims) == 2}
+    reads = []  # (node, input index) of each position read made from a length
+    for node in graph.node:
+        if node.op_type in ("Cos", "Sin"):
+            index = 0
+        elif node.op_type == "Gather" and traced(producer, node.input[0],
+                                                  TABLE_CARRIERS) in tables:
+            index = 1
+        else:
+            continue
+        if computed_from(producer, node.input[index], lengths) is not None:
+            reads.append((node, index))
+    if not reads:
+        return
+    added = _Nodes(model, f"{mask}/onnx2tf_alt_positions")
+    cache_part = added.add("Slice", [mask, added.constant("starts", np.array([0, 0], np.int64)),
+                                     added.constant("ends", np.array([1, capacity], np.int64)),
+                                     added.constant("axes", np.array([0, 1], np.int64))],
+                           "cache_part")
+    filled = added.add("Cast", [cache_part], "filled", to=TensorProto.INT64)
+    count = added.axes("ReduceSum", filled, [1], "count", keepdims=0)
+    shift = added.add("Sub", [count, added.constant("capacity", np.array(capacity, np.int64))],
+                      "shift_1")
+    shift = added.add("Reshape", [shift, added.constant("scalar", np.array([], np.int64))],
+                      "shift")
+    added.before(None)
+    shifted: dict[str, str] = {}  # a tensor -> its copy made from the shifted Range
+    for node, index in reads:
+        read = node.input[index]
+        ranges = [n for n in nodes_upstream(producer, read) if n.op_type == "Range"
+                  and any(computed_from(producer, i, lengths) for i in n.input[:2])]
+        if not ranges:
+            length = producer[computed_from(producer, read, lengths)]
+            raise UnsupportedFormError(
+                f"--kv_cache_capacity: this decoder computes its positions from the length of "
+                f"its past: {node.op_type} '{node.name or node.output[0]}' reads a value made "
+                f"from {length.op_type}('{length.input[0]}'), not through a Range that could be "
+                "started at the cache's filled slots. With a fixed-capacity cache that length "
+                "is always the capacity, and every position would be wrong. Export the decoder "
+                "with a position_ids input (transformers: pass position_ids to the model; "
+                "Optimum's exports have it), or convert without --kv_cache_capacity.")
+        for at in ranges:
+            if at.output[0] in shifted:
+                continue
+            moved = [added.add("Add", [i, added.like(shift, i, f"{at.output[0]}/shift_{k}",
+                                                       TensorProto.INT64)],
+                               f"{at.output[0]}/input_{k}") for k, i in enumerate(at.input[:2])]
+            shifted[at.output[0]] = added.add("Range", [*moved, at.input[2]],
+                                              f"{at.output[0]}/shifted")
+            added.before(at)
+        node.input[index] = _copy_path(graph, producer, read, shifted)
+
+
+
+def _copy_path(graph: onnx.GraphProto, producer: dict, name: str, shifted: dict) -> str:
+    """`name` computed again from the tensors in `shifted` (a copy of each node between
+    them and it, added after the original); returns the copy's name, or `name` when it
+    reads none of them."""
+    if name in shifted:
+        return shifted[name]
+    node = producer.get(name)
+    if node is None:
+        return name
+    inputs = [_copy_path(graph, producer, i, shifted) if i else i for i in node.input]
+    if inputs == list(node.input):
+        return name
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    copy.name = f"{node.name or node.output[0]}/onnx2tf_alt_shifted"
+    copy.input[:] = inputs
+    copy.output[:] = [f"{o}/onnx2tf_alt_shifted" for o in node.output]
+    graph.node.insert(list(graph.node).index(node) + 1, copy)
+    for original, copied in zip(node.output, copy.output):
+        shifted[original] = copied
+    return shifted[name]
