@@ -2,7 +2,7 @@
 decoder with a fixed-capacity cache (and, with --litertlm, as a .litertlm) and decode
 greedily with the files, side by side with onnxruntime on the same ONNX.
 
-    python benchmarks/decoder_forms.py NAME=MODEL.onnx [NAME=MODEL.onnx ...]
+    python benchmarks/decoder_forms.py NAME=MODEL.onnx|NAME=DIR [...]
         [--capacity 128] [--prompt 16] [--new 32] [--litertlm] [--out DIR]
 
 Each MODEL.onnx (benchmarks/export_decoder_kv.py with --exporter dynamo or torchscript,
@@ -13,6 +13,13 @@ per step of the float32 and int8-weight files. With --litertlm (the tokenizer be
 ONNX, a word-level one whose token k is a word `<letter><k>`), the same model is converted
 with `--litertlm` and LiteRT-LM's engine decodes (benchmarks/litertlm_generate.py). One row
 per model and file; a conversion that exits 1 is a row saying so, with its first line.
+
+NAME=DIR: an encoder-decoder as `optimum-cli export onnx --task
+automatic-speech-recognition-with-past` writes it (DIR/encoder_model.onnx,
+decoder_model.onnx, decoder_with_past_model.onnx): one file with `encode`, `prefill`
+(decoder_model.onnx) and `decode` (decoder_with_past_model.onnx over the cache, the
+cross-attention caches at the encoder's output length) signatures, against onnxruntime
+running the same three files (generate.py --encoder --first).
 """
 
 from __future__ import annotations
@@ -32,10 +39,40 @@ def run(command: list[str]) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
+def seq2seq_signatures(folder: str, prompt: int) -> tuple[str, list[str], list[str]]:
+    """Optimum's encoder-decoder in `folder`: the -i model, the --signature flags and the
+    extra generate.py flags. The cross-attention caches' length is the encoder's output's,
+    measured by running it in onnxruntime."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    encoder, first, past = (os.path.join(folder, f"{name}.onnx") for name in (
+        "encoder_model", "decoder_model", "decoder_with_past_model"))
+    session = ort.InferenceSession(encoder, providers=["CPUExecutionProvider"])
+    features = session.get_inputs()[0]
+    shape = [1, *features.shape[1:]]
+    encoded = session.run(None, {features.name: np.zeros(shape, np.float32)})[0].shape
+    crossed = []
+    for value in onnx.load(past, load_external_data=False).graph.input:
+        dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
+        if value.name.startswith("past") and ".encoder." in value.name:
+            crossed.append(f"{value.name}:1,{dims[1]},{encoded[1]},{dims[3]}")
+    flags = ["--signature", "encode", encoder, f"{features.name}:{','.join(map(str, shape))}",
+             "--signature", "prefill", first, f"input_ids:1,{prompt}",
+             f"encoder_hidden_states:{','.join(map(str, encoded))}",
+             "--signature", "decode", "input_ids:1,1", *crossed]
+    return past, flags, ["--encoder", encoder, "--first", first]
+
+
 def convert(model: str, out: str, capacity: int, prompt: int, litertlm: bool) -> tuple[int, str]:
     command = ["onnx2tf-alt", "-i", model, "-o", out, "-dms", "-n", "-odrqt",
                "--kv_cache_capacity", str(capacity)]
-    if litertlm:
+    if os.path.isdir(model):
+        model, flags, _ = seq2seq_signatures(model, prompt)
+        command[2] = model
+        command += flags
+    elif litertlm:
         command += ["--litertlm", "--tokenizer", os.path.dirname(os.path.abspath(model)),
                     "--litertlm_prefill", str(prompt)]
     else:
@@ -64,11 +101,15 @@ def main() -> None:
             first = next((line for line in text.splitlines() if line.startswith("error")), "")
             print(f"| {name} | exit {code} | {first[:160]} | |")
             continue
+        extra = []
+        if os.path.isdir(model):
+            model, _, extra = seq2seq_signatures(model, a.prompt)
         stem = os.path.splitext(os.path.basename(model))[0]
         files = [os.path.join(out, f"{stem}_{v}.tflite") for v in ("float32",
                                                                   "dynamic_range_quant")]
         code, text = run([sys.executable, os.path.join(HERE, "generate.py"), model, *files,
-                          "--prompt", str(a.prompt), "--new", str(a.new), "--threads", "1"])
+                          *extra, "--prompt", str(a.prompt), "--new", str(a.new),
+                          "--threads", "1"])
         for line in text.splitlines():
             found = re.match(r"\S+/(\S+\.tflite): (\d+) of (\d+) tokens.*cosine per step min "
                              r"([\d.\-]+)", line)
@@ -77,7 +118,7 @@ def main() -> None:
                       f"{found[4]} |")
         if code:
             print(f"| {name} | generate.py exit {code} | {text.splitlines()[-1][:160]} | |")
-        if not a.litertlm:
+        if not a.litertlm or extra:  # LiteRT-LM runs decoders alone
             continue
         code, text = convert(model, out + "_litertlm", a.capacity, a.prompt, True)
         if code:

@@ -335,15 +335,18 @@ def without_past(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def test_optimums_pair_is_one_file_with_prefill_and_decode(tmp_path):
+@pytest.mark.parametrize("form", ["mask and positions", "Whisper's: neither"])
+def test_optimums_pair_is_one_file_with_prefill_and_decode(tmp_path, form):
     """decoder_model.onnx for prefill (no cache: its presents are the prompt's entries, its
     mask spans the prompt) and decoder_with_past_model.onnx for decode over the cache: one
-    .tflite, the weights once, onnxruntime's tokens."""
+    .tflite, the weights once, onnxruntime's tokens. Optimum's Whisper decoders take no
+    mask and place tokens by the past's length: the decode signature gets a mask."""
     from ai_edge_litert.interpreter import Interpreter
 
     first, past = tmp_path / "decoder_model.onnx", tmp_path / "decoder_with_past_model.onnx"
     onnx.save(without_past(decoder_model()), first)
-    onnx.save(decoder_model(), past)
+    onnx.save(decoder_model() if form == "mask and positions" else positions_from_the_past(
+        without_mask(decoder_model()), "past.0.key"), past)
     out = tmp_path / "out"
     assert main(["-i", str(past), "-o", str(out), "-dms", "-n", "--kv_cache_capacity",
                  str(CAPACITY), "--signature", "prefill", str(first), f"input_ids:{BATCH},{PROMPT}",
