@@ -18,7 +18,7 @@ NAME=DIR: an encoder-decoder as `optimum-cli export onnx --task
 automatic-speech-recognition-with-past` writes it (DIR/encoder_model.onnx,
 decoder_model.onnx, decoder_with_past_model.onnx): one file with `encode`, `prefill`
 (decoder_model.onnx) and `decode` (decoder_with_past_model.onnx over the cache, the
-cross-attention caches at the encoder's output length) signatures, against onnxruntime
+cross-attention caches as `prefill` computes them) signatures, against onnxruntime
 running the same three files (generate.py --encoder --first).
 """
 
@@ -41,10 +41,9 @@ def run(command: list[str]) -> tuple[int, str]:
 
 def seq2seq_signatures(folder: str, prompt: int) -> tuple[str, list[str], list[str]]:
     """Optimum's encoder-decoder in `folder`: the -i model, the --signature flags and the
-    extra generate.py flags. The cross-attention caches' length is the encoder's output's,
-    measured by running it in onnxruntime."""
+    extra generate.py flags. The encoder's output's length is measured by running it in
+    onnxruntime; `decode` takes the cross-attention caches as `prefill` returns them."""
     import numpy as np
-    import onnx
     import onnxruntime as ort
 
     encoder, first, past = (os.path.join(folder, f"{name}.onnx") for name in (
@@ -53,15 +52,10 @@ def seq2seq_signatures(folder: str, prompt: int) -> tuple[str, list[str], list[s
     features = session.get_inputs()[0]
     shape = [1, *features.shape[1:]]
     encoded = session.run(None, {features.name: np.zeros(shape, np.float32)})[0].shape
-    crossed = []
-    for value in onnx.load(past, load_external_data=False).graph.input:
-        dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
-        if value.name.startswith("past") and ".encoder." in value.name:
-            crossed.append(f"{value.name}:1,{dims[1]},{encoded[1]},{dims[3]}")
     flags = ["--signature", "encode", encoder, f"{features.name}:{','.join(map(str, shape))}",
              "--signature", "prefill", first, f"input_ids:1,{prompt}",
              f"encoder_hidden_states:{','.join(map(str, encoded))}",
-             "--signature", "decode", "input_ids:1,1", *crossed]
+             "--signature", "decode", "input_ids:1,1"]
     return past, flags, ["--encoder", encoder, "--first", first]
 
 

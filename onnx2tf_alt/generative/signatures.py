@@ -131,11 +131,42 @@ def build_signatures(loaded: onnx.ModelProto, specs: dict[str, SignatureSpec],
         for name, spec in specs.items():
             model = onnx.ModelProto()
             model.CopyFrom(models[spec.source])
+            given = [*(shapes or []), *spec.shapes]
+            given += _carried_shapes(name, model, given, caches[spec.source], built)
             with phase(f"signature {name}"):
-                converted = build(model, [*(shapes or []), *spec.shapes])
+                converted = build(model, given)
             _require_static(name, converted)
             built[name] = (converted, caches[spec.source])
     return built
+
+
+def _carried_shapes(name: str, model: onnx.ModelProto, given: list[str],
+                    entries: list[CacheEntry],
+                    built: dict[str, tuple[Converted, list[CacheEntry]]]) -> list[str]:
+    """-ois specs for the past inputs of `model` that no shape in `given` fixes, that are not
+    its fixed-capacity caches (`entries`), and that an earlier signature returns, static, as
+    a present output (`present.0.encoder.key` for `past_key_values.0.encoder.key`): the
+    cross-attention caches a speech decoder's `decode` takes as `prefill` computed them."""
+    returned = {}
+    for other, (converted, _) in built.items():
+        for value in converted.model.graph.output:
+            dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
+            if dims and all(dims):
+                returned[value.name] = (other, dims)
+    named = set(parse_shape_overrides(given)) | {e.past for e in entries}
+    found = []
+    for value in model.graph.input:
+        dims = value.type.tensor_type.shape.dim
+        if (value.name in named or "." not in value.name or not value.name.startswith("past")
+                or all(d.dim_value for d in dims)):
+            continue
+        present = "present" + value.name[value.name.index("."):]
+        if present in returned and len(returned[present][1]) == len(dims):
+            other, shape = returned[present]
+            log.info(f"signature {name}: {value.name} takes the shape of signature {other}'s "
+                     f"{present}, {shape}")
+            found.append(f"{value.name}:{','.join(map(str, shape))}")
+    return found
 
 
 def _require_static(name: str, converted: Converted) -> None:

@@ -29,6 +29,7 @@ from kv_decoder import (
     NEW,
     PAST,
     PROMPT,
+    WIDTH,
     cached_steps,
     decoder_model,
     growing_steps,
@@ -335,22 +336,57 @@ def without_past(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def with_cross_cache(first: onnx.ModelProto, past: onnx.ModelProto) -> None:
+    """The pair given a cross-attention cache as Whisper's has: `first` computes
+    `present.0.cross` [batch, kv_heads, frames, head] from `encoder_hidden_states`, and
+    `past` takes it back as `past.0.cross` (its mean added to the logits: zero for the
+    zero encoder states the test feeds). Modifies both."""
+    graph = first.graph
+    graph.input.append(helper.make_tensor_value_info(
+        "encoder_hidden_states", onnx.TensorProto.FLOAT, ["batch", "frames", WIDTH]))
+    graph.initializer.append(numpy_helper.from_array(
+        np.random.default_rng(3).normal(size=(WIDTH, KV_HEADS * HEAD)).astype(np.float32),
+        "cross_w"))
+    graph.node.extend([
+        helper.make_node("MatMul", ["encoder_hidden_states", "cross_w"], ["cross_flat"]),
+        helper.make_node("Reshape", ["cross_flat", "split_kv"], ["cross_heads"]),
+        helper.make_node("Transpose", ["cross_heads"], ["present.0.cross"], perm=[0, 2, 1, 3])])
+    cross_shape = ["batch", KV_HEADS, "frames", HEAD]
+    graph.output.append(helper.make_tensor_value_info("present.0.cross", onnx.TensorProto.FLOAT,
+                                                      cross_shape))
+    graph = past.graph
+    graph.input.append(helper.make_tensor_value_info("past.0.cross", onnx.TensorProto.FLOAT,
+                                                     cross_shape))
+    final = next(n for n in graph.node if "logits" in n.output)
+    final.output[0] = "logits_alone"
+    graph.node.extend([
+        helper.make_node("ReduceMean", ["past.0.cross"], ["cross_mean"], keepdims=0),
+        helper.make_node("Add", ["logits_alone", "cross_mean"], ["logits"])])
+
+
 @pytest.mark.parametrize("form", ["mask and positions", "Whisper's: neither"])
 def test_optimums_pair_is_one_file_with_prefill_and_decode(tmp_path, form):
     """decoder_model.onnx for prefill (no cache: its presents are the prompt's entries, its
     mask spans the prompt) and decoder_with_past_model.onnx for decode over the cache: one
     .tflite, the weights once, onnxruntime's tokens. Optimum's Whisper decoders take no
-    mask and place tokens by the past's length: the decode signature gets a mask."""
+    mask, place tokens by the past's length (the decode signature gets a mask) and take
+    back the cross-attention cache prefill returns (decode takes its shape)."""
     from ai_edge_litert.interpreter import Interpreter
 
+    whisper = form != "mask and positions"
     first, past = tmp_path / "decoder_model.onnx", tmp_path / "decoder_with_past_model.onnx"
-    onnx.save(without_past(decoder_model()), first)
-    onnx.save(decoder_model() if form == "mask and positions" else positions_from_the_past(
-        without_mask(decoder_model()), "past.0.key"), past)
+    first_model = without_past(decoder_model())
+    past_model = positions_from_the_past(without_mask(decoder_model()), "past.0.key"
+                                         ) if whisper else decoder_model()
+    if whisper:
+        with_cross_cache(first_model, past_model)
+    onnx.save(first_model, first)
+    onnx.save(past_model, past)
     out = tmp_path / "out"
+    frames = [f"encoder_hidden_states:{BATCH},7,{WIDTH}"] if whisper else []
     assert main(["-i", str(past), "-o", str(out), "-dms", "-n", "--kv_cache_capacity",
                  str(CAPACITY), "--signature", "prefill", str(first), f"input_ids:{BATCH},{PROMPT}",
-                 "--signature", "decode", f"input_ids:{BATCH},1"]) == 0
+                 *frames, "--signature", "decode", f"input_ids:{BATCH},1"]) == 0
     path = out / "decoder_with_past_model_float32.tflite"
     weights = sum(len(i.raw_data) for i in decoder_model().graph.initializer)
     assert weights < path.stat().st_size < 1.1 * weights + 64 * 1024  # one copy
@@ -371,8 +407,13 @@ def test_optimums_pair_is_one_file_with_prefill_and_decode(tmp_path, form):
                                    providers=["CPUExecutionProvider"])
     tokens, logits = growing_steps(session, prompt, NEW)
     out = run("prefill", {"input_ids": prompt, "attention_mask": np.ones_like(prompt),
-                          "position_ids": np.tile(np.arange(PROMPT), (BATCH, 1))})
+                          "position_ids": np.tile(np.arange(PROMPT), (BATCH, 1)),
+                          "encoder_hidden_states": np.zeros((BATCH, 7, WIDTH), np.float32)})
     cache = {name: np.zeros((BATCH, KV_HEADS, CAPACITY, HEAD), np.float32) for name in PAST}
+    if whisper:
+        cache["past.0.cross"] = out["present.0.cross"]
+        decode = {e["onnx_name"]: e["onnx_shape"] for e in layout["signatures"]["decode"]["inputs"]}
+        assert decode["past.0.cross"] == [BATCH, KV_HEADS, 7, HEAD]
     got_logits, got_tokens = [out["logits"][:, -1]], []
     for step in range(NEW - 1):
         start = PROMPT + step
