@@ -98,7 +98,8 @@ class OnnxDecoder:
         feeds = {"input_ids": ids[None].astype(np.int64),
                  "attention_mask": np.ones((1, total), np.int64),
                  "position_ids": np.arange(self.length, total, dtype=np.int64)[None], **self.past,
-                 **self.extra}
+                 # Optimum's merged decoder: the branch with past once there is one
+                 "use_cache_branch": np.array([self.length > 0]), **self.extra}
         taken = {i.name for i in session.get_inputs()}  # builder: no position ids
         out = dict(zip([o.name for o in session.get_outputs()],
                        session.run(None, {k: v for k, v in feeds.items() if k in taken})))

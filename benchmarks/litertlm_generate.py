@@ -23,9 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
+import traceback
 
 import numpy as np
 
@@ -51,34 +53,22 @@ def start_token(folder: str) -> int | None:
     return find_tokenizer(folder).start
 
 
+SCRATCH = tempfile.mkdtemp(prefix="litertlm_generate_")  # removed on exit
+
+
 class OnnxRuntime:
-    """Greedy decoding with the past growing, as exported."""
+    """Greedy decoding with the past growing, as exported (generate.py's reference)."""
 
     def __init__(self, path: str, threads: int):
-        import onnxruntime as ort
+        from generate import OnnxDecoder
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        self.inputs = {i.name: i for i in self.session.get_inputs()}
-        self.outputs = [o.name for o in self.session.get_outputs()]
+        self.decoder = OnnxDecoder(path, threads)
 
     def generate(self, prompt: list[int], new: int) -> tuple[list[int], float]:
-        past = {n: np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32)
-                for n, i in self.inputs.items() if "past" in n}
-        ids, start, tokens, times = prompt, 0, [], []
-        for _ in range(new):
-            feeds = {"input_ids": np.array([ids], np.int64),
-                     "attention_mask": np.ones((1, start + len(ids)), np.int64), **past}
-            if "position_ids" in self.inputs:
-                feeds["position_ids"] = np.arange(start, start + len(ids))[None]
-            out = dict(zip(self.outputs, self.session.run(None, feeds)))
-            past = {n: out[n.replace("past_key_values", "present").replace("past", "present")]
-                    for n in past}
-            tokens.append(int(out["logits"][0, -1].argmax()))
-            times.append(time.perf_counter())
-            ids, start = [tokens[-1]], start + len(ids)
-        return tokens, (new - 1) / (times[-1] - times[0])
+        from generate import greedy
+
+        tokens, _, _, decode = greedy(self.decoder, np.array(prompt, np.int64), new)
+        return tokens, (new - 1) / decode
 
 
 class GenAI:
@@ -108,7 +98,7 @@ class GenAI:
 def set_genai_threads(folder: str, threads: int) -> str:
     """A copy of the builder folder's genai_config.json with `threads` intra-op threads (the
     model files linked): onnxruntime-genai reads its session options from there."""
-    copy = tempfile.mkdtemp(prefix=f"genai_{threads}_")
+    copy = tempfile.mkdtemp(prefix=f"genai_{threads}_", dir=SCRATCH)
     for name in os.listdir(folder):
         if name != "genai_config.json":
             os.symlink(os.path.join(os.path.abspath(folder), name), os.path.join(copy, name))
@@ -129,7 +119,8 @@ class Engine:
 
         self.litert_lm, self.prefix, self.vocab = litert_lm, prefix, vocab
         self.engine = litert_lm.Engine(path, backend=litert_lm.Backend.CPU(thread_count=threads),
-                                       cache_dir=tempfile.mkdtemp(prefix="litert_lm_"))
+                                       cache_dir=tempfile.mkdtemp(prefix="litert_lm_",
+                                                                  dir=SCRATCH))
 
     def generate(self, prompt: list[int], new: int) -> tuple[list[int], float]:
         session = self.engine.create_session(
@@ -190,6 +181,14 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    code = 0
+    try:
+        main()
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        shutil.rmtree(SCRATCH, ignore_errors=True)
     sys.stdout.flush()
-    os._exit(0)  # litert_lm 0.18.1's engine teardown at interpreter exit can end in SIGSEGV
+    sys.stderr.flush()
+    os._exit(code)  # litert_lm 0.18.1's engine teardown at interpreter exit can end in SIGSEGV
