@@ -10,7 +10,7 @@ counts by type, TRANSPOSE counts and, with --latency, each file's median latency
 thread (XNNPACK), measured alternately, best of three rounds.
 
     python benchmarks/compare_direct_writer.py MODEL.onnx [...] [--runs 3] [--latency]
-        [--json PATH]
+        [--json PATH] [--ois NAME:D1,D2 ...]
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ from compare_tflite_routes import latency, op_counts, run
 WRITERS = ("tf", "direct")
 
 
-def convert(model: Path, writer: str, out: Path) -> dict:
+def convert(model: Path, writer: str, out: Path, shapes: list[str] | None = None) -> dict:
     report = out.parent / f"{out.name}.time"
     argv = ["/usr/bin/time", "-v", "-o", str(report), sys.executable, "-m", "onnx2tf_alt",
-            "-i", str(model), "-o", str(out), "-dms", "--tflite_writer", writer, "-n"]
+            "-i", str(model), "-o", str(out), "-dms", "--tflite_writer", writer, "-n",
+            *(["-ois", *shapes] if shapes else [])]
     done = subprocess.run(argv, capture_output=True, text=True, check=False,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     wall, peak = parse_time_report(report)
@@ -50,7 +51,8 @@ def max_rel(a: list[np.ndarray], b: list[np.ndarray]) -> float:
                 if x.size else 0.0 for x, y in zip(a, b)), default=0.0)
 
 
-def compare_model(model: Path, runs: int, with_latency: bool) -> dict:
+def compare_model(model: Path, runs: int, with_latency: bool,
+                  shapes: list[str] | None = None) -> dict:
     row: dict = {"model": model.name}
     work = Path(tempfile.mkdtemp(prefix="compare_direct_"))
     try:
@@ -58,7 +60,7 @@ def compare_model(model: Path, runs: int, with_latency: bool) -> dict:
         for k in range(runs):
             for writer in WRITERS:
                 out = work / f"{writer}{k}"
-                result = convert(model, writer, out)
+                result = convert(model, writer, out, shapes)
                 timings[writer].append(result)
                 if result["code"] != 0:
                     row[f"{writer}_error"] = result["tail"]
@@ -119,10 +121,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--latency", action="store_true")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--ois", nargs="+", metavar="NAME:SHAPE",
+                        help="input shapes for every model (a decoder's symbolic dims)")
     args = parser.parse_args(argv)
     rows = []
     for model in args.models:
-        rows.append(compare_model(model, args.runs, args.latency))
+        rows.append(compare_model(model, args.runs, args.latency, args.ois))
         print(line(rows[-1]), flush=True)
     covered = [r for r in rows if "direct_error" not in r and "tf_error" not in r]
     if covered:

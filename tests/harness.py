@@ -414,3 +414,33 @@ def check_with_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
     for i, (a, e) in enumerate(zip(tflite_run(converted, feeds, converted.tflite), expected)):
         assert_close(a, e, tol, f"TFLite output {i}")
     return converted
+
+
+def both_routes(model, feeds: dict[str, np.ndarray], tol: float = 1e-5):
+    """The direct file checked against onnxruntime and against the TF route's file of the
+    same plan (outputs within 1e-6 relative, no more ops or transposes: TF's converter writes
+a dilated depthwise conv as SPACE_TO_BATCH_ND, the conv, BATCH_TO_SPACE_ND and an ADD of
+the bias, the direct writer one DEPTHWISE_CONV_2D); returns the direct result."""
+    from dataclasses import replace
+
+    from onnx2tf_alt.ir.loader import load_model
+    from onnx2tf_alt.pipeline import plan_loaded, translate
+    from onnx2tf_alt.tflite.direct import DirectResult, write_direct
+    from onnx2tf_alt.tflite.lowering import tflite_bytes
+
+    expected = ort_run(model, feeds)
+    planned = plan_loaded(load_model(None, model))
+    result = write_direct(planned.graph, planned.plan, planned.options)
+    assert isinstance(result, DirectResult), str(result)
+    converted = translate(planned)
+    direct = replace(converted, result=result, _tflite_result=result)
+    got = tflite_run(direct, feeds, result.content)
+    for i, (a, e) in enumerate(zip(got, expected)):
+        assert_close(a, e, tol, f"direct output {i}")
+    content = tflite_bytes(converted.tflite_result())
+    for i, (a, e) in enumerate(zip(got, tflite_run(converted, feeds, content))):
+        assert_close(a, e, 1e-6, f"direct against TF route, output {i}")
+    ours, theirs = count_tflite_ops(result.content), count_tflite_ops(content)
+    assert sum(ours.values()) <= sum(theirs.values()), (ours, theirs)
+    assert ours.get("TRANSPOSE", 0) <= theirs.get("TRANSPOSE", 0)
+    return result

@@ -19,6 +19,7 @@ node and the reason, and the caller converts with TF (said at `-v info`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -30,13 +31,16 @@ from onnx2tf_alt.layout.perms import Perm
 from onnx2tf_alt.layout.plan import Plan
 from onnx2tf_alt.tflite.direct_rewrites import rewrite
 from onnx2tf_alt.tflite.flatbuffer import FILE_IDENTIFIER, SIGNATURE, pack_table, schema
-from onnx2tf_alt.tflite.flatgraph import FlatGraph, NotCovered, options
+from onnx2tf_alt.tflite.flatgraph import TYPES, FlatGraph, NotCovered, options
+from onnx2tf_alt.tflite.recorder import record_handler
 from onnx2tf_alt.translate.context import NodeView
 from onnx2tf_alt.translate.io_layout import SignatureIO, keras_name
 from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
-from onnx2tf_alt.translate.registry import find_direct
+from onnx2tf_alt.translate.registry import find_direct, find_handler
 
 DESCRIPTION = b"onnx2tf_alt direct writer"
+# builtins whose kernels are registered from a version above 1 (TFLite's register.cc)
+MIN_VERSION = {"BROADCAST_TO": 2}
 
 
 @dataclass
@@ -86,8 +90,8 @@ class DirectContext(NodeView):
         """RESHAPE `source` to `shape` (one None: -1) into `out`."""
         self._writer.reshape(source, shape, out)
 
-    def temp(self, shape, suffix: str) -> int:
-        return self.flat.tensor(f"{self.node.name}/{suffix}", shape)
+    def temp(self, shape, suffix: str, dtype=np.float32) -> int:
+        return self.flat.tensor(f"{self.node.name}/{suffix}", shape, dtype)
 
     def op(self, name: str, inputs: list[int], outputs, opts=None) -> None:
         outputs = [outputs] if isinstance(outputs, int) else outputs
@@ -129,7 +133,8 @@ class DirectWriter:
             phys = (1,) * extra + phys
         move = P.transpose_between(have, want)
         target = tuple(phys[a] for a in move)
-        out = self.flat.tensor(f"{name}/{'_'.join(map(str, want))}", target)
+        out = self.flat.tensor(f"{name}/{'_'.join(map(str, want))}", target,
+                               self.flat.dtype(value.tensor))
         if extra > 0 or P.moves_only_unit_axes(phys, move):
             self.reshape(value.tensor, target, out)
         else:
@@ -147,9 +152,9 @@ class DirectWriter:
 
     @staticmethod
     def _check_dtype(name: str, dtype) -> None:
-        if np.dtype(dtype) != np.float32:
-            raise NotCovered(f"'{name}' is {np.dtype(dtype)}: the direct writer writes float32 "
-                             "graphs")
+        if np.dtype(dtype) not in TYPES:
+            raise NotCovered(f"'{name}' is {np.dtype(dtype)}: the direct writer writes "
+                             f"{', '.join(sorted(t.name for t in TYPES))} tensors")
 
     def write(self) -> DirectResult:
         graph, plan, flat = self.graph, self.plan, self.flat
@@ -161,7 +166,8 @@ class DirectWriter:
             if shape is None:
                 raise NotCovered(f"input '{name}' has no known shape")
             input_names[name] = key = keras_name(name, taken)
-            index = flat.tensor(f"serving_default_{key}:0", P.physical_shape(shape, perm))
+            index = flat.tensor(f"serving_default_{key}:0", P.physical_shape(shape, perm),
+                                graph.dtypes[name])
             self.values[name] = _Value(index, perm)
             inputs.append(index)
         for position, node in enumerate(graph.nodes):
@@ -185,23 +191,34 @@ class DirectWriter:
                             output_keys)
 
     def _write_node(self, node: Node, wanted: list[Perm | None]) -> None:
+        """By the op's `@direct` writer where it has one and the node's values are float32,
+        else by its handler's own code on the Recorder (tflite/recorder.py)."""
         opset = self.graph.opset_of(node.domain)
         writer = find_direct(node.op_type, node.domain, opset)
         where = f"node '{node.name}' ({node.op_type})"
-        if writer is None:
-            raise NotCovered(f"{where}: no direct writer", node)
+        values = [n for n in (*node.inputs, *node.outputs) if n and n not in self.graph.constants]
+        dtypes = [np.dtype(self.graph.dtypes.get(n, np.float32)) for n in values]
+        if writer is None or any(d != np.float32 for d in dtypes):
+            handler = find_handler(node.op_type, node.domain, opset)
+            if handler is None:
+                raise NotCovered(f"{where}: no direct writer", node)
+            writer = functools.partial(record_handler, handler)
         out_perms = [self.plan.perms.get(o, ()) for o in node.outputs]
         try:
-            for name in (*[n for n in node.inputs if n], *[n for n in node.outputs if n]):
-                if name not in self.graph.constants:
-                    self._check_dtype(name, self.graph.dtypes.get(name, np.float32))
+            for name, dtype in zip(values, dtypes):
+                self._check_dtype(name, dtype)
             result = writer(DirectContext(self, node, wanted, out_perms, opset))
         except NotCovered as reason:
             raise NotCovered(f"{where}: {reason}", node) from None
         results = list(result) if isinstance(result, (list, tuple)) else [result]
-        for name, perm, index in zip(node.outputs, out_perms, results):
-            if name:
-                self.values[name] = _Value(index, perm)
+        for name, perm, value in zip(node.outputs, out_perms, results):
+            if not name or value is None:
+                continue
+            if isinstance(value, np.ndarray):  # folded: a constant, ONNX order
+                array = np.asarray(value, self.graph.dtypes.get(name))
+                self.values[name] = _Value(None, P.identity(array.ndim), array)
+            else:
+                self.values[name] = _Value(value, perm)
 
 
 @dataclass
@@ -253,7 +270,7 @@ def _pack(flat: FlatGraph, inputs: list[int], outputs: list[int], input_keys: li
             code = schema.OperatorCodeT()
             builtin = getattr(schema.BuiltinOperator, op.name)
             code.builtinCode, code.deprecatedBuiltinCode = builtin, min(builtin, 127)
-            code.version = 1
+            code.version = MIN_VERSION.get(op.name, 1)
             codes[op.name] = len(model.operatorCodes)
             model.operatorCodes.append(code)
         table = schema.OperatorT()

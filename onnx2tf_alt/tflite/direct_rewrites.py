@@ -3,7 +3,8 @@ the last node: ops whose results nothing reads dropped, an op computing what ano
 computes merged into it, per-channel MUL / ADD folded into the filter and bias of the CONV_2D,
 DEPTHWISE_CONV_2D or FULLY_CONNECTED before them (or of the FULLY_CONNECTED ops after them),
 RELU / RELU6 / RELU_N1_TO_1 fused into the op before, a RESHAPE of a RESHAPE merged, one to
-its input's own shape or flattening into a FULLY_CONNECTED dropped."""
+its input's own shape, flattening into a FULLY_CONNECTED or adding leading unit axes before
+broadcasting ops dropped, 1 / SQRT(x) written as RSQRT(x)."""
 
 from __future__ import annotations
 
@@ -29,23 +30,26 @@ def rewrite(flat: FlatGraph, outputs: list[int]) -> None:
     fuse_activations(flat, outputs)
     merge_reshapes(flat, outputs)
     flatten_into_dense(flat, outputs)
+    broadcast_leading_units(flat, outputs)
+    reciprocal_roots(flat, outputs)
 
 
 SMALL_CONSTANT = 1024  # bytes up to which constant inputs are compared by value
 
 
 def merge_duplicates(flat: FlatGraph, outputs: list[int]) -> None:
-    """An op that computes what an earlier one computes (same builtin, options and inputs,
-    small constants compared by value: the shape of a RESHAPE each node writes itself) is
-    dropped, its readers reading the earlier one's results, as TF's converter merges them
-    (Swin's patch merging reshapes one value for four slices)."""
+    """An op that computes what an earlier one computes (same builtin, options, inputs and
+    output types, as a CAST says its target by its output alone; small constants compared by
+    value: the shape of a RESHAPE each node writes itself) is dropped, its readers reading
+    the earlier one's results, as TF's converter merges them (Swin's patch merging reshapes
+    one value for four slices)."""
     seen: dict[tuple, Operator] = {}
     same: dict[int, int] = {}
     kept = []
     for op in flat.operators:
         op.inputs = [same.get(i, i) for i in op.inputs]
         key = (op.name, tuple(_input_key(flat, i) for i in op.inputs), _options_key(op.options),
-               tuple(flat.shape(o) for o in op.outputs))
+               tuple((flat.shape(o), flat.tensors[o].type) for o in op.outputs))
         first = seen.get(key)
         if first is not None and not set(op.outputs) & set(outputs):
             same.update(zip(op.outputs, first.outputs))
@@ -304,4 +308,50 @@ def flatten_into_dense(flat: FlatGraph, outputs: list[int]) -> None:
             op.inputs[0] = source.inputs[0]
             if all(u.inputs[0] != source.outputs[0] for u in users):
                 gone.append(source)
+    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+BROADCASTING = {"ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "POW", "SQUARED_DIFFERENCE",
+                "FLOOR_DIV", "FLOOR_MOD", "EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER",
+                "GREATER_EQUAL", "LOGICAL_AND", "LOGICAL_OR", "SELECT_V2"}
+
+
+def broadcast_leading_units(flat: FlatGraph, outputs: list[int]) -> None:
+    """A RESHAPE that only adds leading unit axes (a value rank-aligned for a broadcast), read
+    by broadcasting ops alone: they read its input (broadcasting adds those axes; TF's
+    converter drops such a RESHAPE too)."""
+    readers = _consumers(flat)
+    gone = []
+    for op in flat.operators:
+        if op.name != "RESHAPE" or op.outputs[0] in outputs:
+            continue
+        have, want = flat.shape(op.inputs[0]), flat.shape(op.outputs[0])
+        extra = len(want) - len(have)
+        users = readers.get(op.outputs[0], [])
+        if (extra < 1 or want[extra:] != have or set(want[:extra]) != {1} or not users
+                or any(u.name not in BROADCASTING for u in users)):
+            continue
+        for user in users:
+            user.inputs = [op.inputs[0] if i == op.outputs[0] else i for i in user.inputs]
+        gone.append(op)
+    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def reciprocal_roots(flat: FlatGraph, outputs: list[int]) -> None:
+    """DIV(1, SQRT(x)), the SQRT's result read by it alone: RSQRT(x), as TF's converter
+    writes tf.math.reciprocal(tf.sqrt(x)) (an RMSNorm's scale)."""
+    producers = {o: op for op in flat.operators for o in op.outputs}
+    readers = _consumers(flat)
+    gone = []
+    for op in flat.operators:
+        if op.name != "DIV" or (op.options and op.options[1].fusedActivationFunction):
+            continue
+        one, root = _constant(flat, op.inputs[0]), producers.get(op.inputs[1])
+        if (one is None or one.size != 1 or float(one.reshape(-1)[0]) != 1.0 or root is None
+                or root.name != "SQRT" or root.outputs[0] in outputs
+                or len(readers.get(root.outputs[0], [])) != 1
+                or flat.shape(root.inputs[0]) != flat.shape(op.outputs[0])):
+            continue
+        op.name, op.inputs, op.options = "RSQRT", [root.inputs[0]], None
+        gone.append(root)
     flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]

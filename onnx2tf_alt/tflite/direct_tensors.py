@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnx2tf_alt.tflite.flatgraph import NotCovered, options
+from onnx2tf_alt.tflite.tf_dtypes import as_dtype
 
 _OPTIONS = {"ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions",
             "MINIMUM": None, "MAXIMUM": None}
@@ -34,6 +35,9 @@ class Shape(tuple):
     def as_list(self) -> list:
         return list(self)
 
+    def is_fully_defined(self) -> bool:
+        return None not in self
+
 
 class Tensor:
     """A value of one node's direct writer: a flatbuffer tensor, a constant array, or a
@@ -41,12 +45,20 @@ class Tensor:
 
     def __init__(self, ops: DirectOps, shape, index: int | None = None,
                  const: np.ndarray | None = None, product: tuple | None = None,
-                 view: Tensor | None = None):
+                 view: Tensor | None = None, dtype=None):
         self._ops, self.shape = ops, Shape(shape)
         self._index, self.const, self.product, self.view = index, const, product, view
-        self.dtype = np.dtype(np.float32) if const is None else const.dtype
+        if dtype is None:
+            dtype = np.float32 if const is None else const.dtype
+        self.dtype = as_dtype(dtype)
         self.dense_weight: int | None = None  # a constant matrix's FULLY_CONNECTED weights
         self.derived: dict = {}  # reshapes and slices of it, written once
+
+    def numpy(self) -> np.ndarray:
+        """The value of a constant (tf's EagerTensor.numpy)."""
+        if self.const is None:
+            raise NotCovered("the value of a tensor known only at run time")
+        return self.const
 
     @property
     def index(self) -> int:
@@ -76,12 +88,23 @@ class Tensor:
     def __getitem__(self, key):
         return self._ops.slice_first(self, key)
 
-    def _not_covered(self, *_):
-        raise NotCovered("an operator the direct writer's tensors do not have "
-                         "(comparison, division)")
+    def _call(name: str, swap: bool = False):
+        def operator(self, other=None):
+            function = getattr(self._ops, name)  # NotCovered where the ops have none
+            if other is None:
+                return function(self)
+            return function(other, self) if swap else function(self, other)
 
-    __gt__ = __lt__ = __ge__ = __le__ = _not_covered
-    __truediv__ = __rtruediv__ = __neg__ = _not_covered
+        return operator
+
+    __gt__, __lt__ = _call("greater"), _call("less")
+    __ge__, __le__ = _call("greater_equal"), _call("less_equal")
+    __truediv__, __rtruediv__ = _call("truediv"), _call("truediv", swap=True)
+    __floordiv__, __rfloordiv__ = _call("floordiv"), _call("floordiv", swap=True)
+    __mod__, __rmod__ = _call("floormod"), _call("floormod", swap=True)
+    __and__, __or__, __invert__ = _call("logical_and"), _call("logical_or"), _call("logical_not")
+    __neg__ = _call("negative")
+    del _call
 
 
 class _Namespace:
@@ -116,8 +139,8 @@ class DirectOps:
     def node_input(self, i: int) -> Tensor:
         index = self._ctx.x(i)
         if index not in self._inputs:
-            self._inputs[index] = Tensor(self, self._ctx.flat.shape(index), index=index)
-            self._inputs[index].dtype = np.dtype(self._ctx.dtype(i))
+            self._inputs[index] = Tensor(self, self._ctx.flat.shape(index), index=index,
+                                         dtype=self._ctx.flat.dtype(index))
         return self._inputs[index]
 
     def node_value(self, index: int) -> Tensor:
@@ -153,15 +176,15 @@ class DirectOps:
             return value
         return self.weight(np.asarray(value, np.float32))
 
-    def _temp(self, shape, kind: str) -> int:
+    def _temp(self, shape, kind: str, dtype=np.float32) -> int:
         self._count += 1
-        return self._ctx.temp(shape, f"{kind}_{self._count}")
+        return self._ctx.temp(shape, f"{kind}_{self._count}", np.dtype(dtype))
 
     def materialize(self, t: Tensor) -> int:
         if t.const is not None:
             return self._ctx.weight(t.const, "const")
         if t.view is not None:
-            out = self._temp(t.shape, "reshape")
+            out = self._temp(t.shape, "reshape", t.dtype)
             self._ctx.reshape(t.view.index, t.shape, out)
             return out
         x, matrix, bias = t.product
@@ -257,10 +280,10 @@ class DirectOps:
         extra = len(dims) - source.shape.rank
         if (source._index is not None and extra > 0 and tuple(dims[extra:]) == source.shape
                 and set(dims[:extra]) == {1}):
-            return Tensor(self, dims, view=source)
-        out = self._temp(dims, "reshape")
+            return Tensor(self, dims, view=source, dtype=x.dtype)
+        out = self._temp(dims, "reshape", x.dtype)
         self._ctx.reshape(x.index, dims, out)
-        return Tensor(self, dims, index=out)
+        return Tensor(self, dims, index=out, dtype=x.dtype)
 
     def slice_first(self, x: Tensor, key) -> Tensor:
         """x[start:stop] of the first axis (a STRIDED_SLICE, as TF's converter writes it)."""
@@ -270,13 +293,13 @@ class DirectOps:
         start, stop, _ = key.indices(x.shape[0])
         if ("slice", start, stop) not in x.derived:
             shape = (max(stop - start, 0), *x.shape[1:])
-            out = self._temp(shape, "strided_slice")
+            out = self._temp(shape, "strided_slice", x.dtype)
             rank = x.shape.rank
             self._ctx.op("STRIDED_SLICE", [
                 x.index, self._ctx.ints([start] + [0] * (rank - 1), "begin"),
                 self._ctx.ints([stop, *x.shape[1:]], "end"), self._ctx.ints([1] * rank, "strides")],
                 out, options("StridedSliceOptions"))
-            x.derived["slice", start, stop] = Tensor(self, shape, index=out)
+            x.derived["slice", start, stop] = Tensor(self, shape, index=out, dtype=x.dtype)
         return x.derived["slice", start, stop]
 
     def slice(self, x, begin, size) -> Tensor:
@@ -285,19 +308,19 @@ class DirectOps:
         shape = tuple(d - b if s == -1 else s for b, s, d in zip(begin, size, x.shape))
         if None in shape[1:]:
             raise NotCovered(f"a slice of {list(x.shape)} with unknown sizes")
-        out = self._temp(shape, "slice")
+        out = self._temp(shape, "slice", x.dtype)
         self._ctx.op("SLICE", [x.index, self._ctx.ints(begin, "begin"),
                                self._ctx.ints([-1 if d is None else d for d in shape], "size")],
                      out)
-        return Tensor(self, shape, index=out)
+        return Tensor(self, shape, index=out, dtype=x.dtype)
 
     def pad(self, x, paddings) -> Tensor:
         """PAD with zeros."""
         x = self._tensor(x)
         shape = tuple(None if d is None else d + lo + hi for d, (lo, hi) in zip(x.shape, paddings))
-        out = self._temp(shape, "pad")
+        out = self._temp(shape, "pad", x.dtype)
         self._ctx.op("PAD", [x.index, self._ctx.ints(paddings, "paddings")], out)
-        return Tensor(self, shape, index=out)
+        return Tensor(self, shape, index=out, dtype=x.dtype)
 
     def split(self, x, num_or_sizes, axis: int = 0) -> list[Tensor]:
         """SPLIT into equal parts, SPLIT_V into sizes."""
@@ -307,7 +330,7 @@ class DirectOps:
         sizes = [x.shape[axis] // num_or_sizes] * num_or_sizes if equal else list(num_or_sizes)
         if x.shape[axis] is None or sum(sizes) != x.shape[axis]:
             raise NotCovered(f"a split of {list(x.shape)} into {sizes} on axis {axis}")
-        outs = [self._temp(_with(x.shape, axis, s), "split") for s in sizes]
+        outs = [self._temp(_with(x.shape, axis, s), "split", x.dtype) for s in sizes]
         where = self._ctx.ints(np.int32(axis), "axis")
         if equal:
             self._ctx.op("SPLIT", [where, x.index], outs,
@@ -315,7 +338,8 @@ class DirectOps:
         else:
             self._ctx.op("SPLIT_V", [x.index, self._ctx.ints(sizes, "sizes"), where], outs,
                          options("SplitVOptions", numSplits=len(sizes)))
-        return [Tensor(self, _with(x.shape, axis, s), index=o) for s, o in zip(sizes, outs)]
+        return [Tensor(self, _with(x.shape, axis, s), index=o, dtype=x.dtype)
+                for s, o in zip(sizes, outs)]
 
     def delegated_split(self, x, sizes, axis: int) -> list[Tensor]:
         """As ops/_shapes.delegated_split: equal parts as one SPLIT, unequal ones as one
@@ -329,11 +353,11 @@ class DirectOps:
         parts, start = [], 0
         for size in sizes:
             shape = _with(x.shape, axis, size)
-            out = self._temp(shape, "slice")
+            out = self._temp(shape, "slice", x.dtype)
             begin = [start if a == axis else 0 for a in range(x.shape.rank)]
             self._ctx.op("SLICE", [x.index, self._ctx.ints(begin, "begin"),
                                    self._ctx.ints(shape, "size")], out)
-            parts.append(Tensor(self, shape, index=out))
+            parts.append(Tensor(self, shape, index=out, dtype=x.dtype))
             start += size
         return parts
 
@@ -344,9 +368,9 @@ class DirectOps:
         if count is None or (num is not None and num != count):
             raise NotCovered(f"an unstack of {list(x.shape)} on axis {axis}")
         shape = x.shape[:axis] + x.shape[axis + 1:]
-        outs = [self._temp(shape, "unstack") for _ in range(count)]
+        outs = [self._temp(shape, "unstack", x.dtype) for _ in range(count)]
         self._ctx.op("UNPACK", [x.index], outs, options("UnpackOptions", num=count, axis=axis))
-        return [Tensor(self, shape, index=o) for o in outs]
+        return [Tensor(self, shape, index=o, dtype=x.dtype) for o in outs]
 
     def stack(self, values, axis: int = 0) -> Tensor:
         """PACK; a RESHAPE for one value."""
@@ -358,10 +382,12 @@ class DirectOps:
         out_shape = (*shape[:axis], len(values), *shape[axis:])
         if len(values) == 1:
             return self.reshape(values[0], out_shape)
-        out = self._temp(out_shape, "stack")
+        if any(v.dtype != values[0].dtype for v in values):
+            raise NotCovered("a stack of values of several dtypes")
+        out = self._temp(out_shape, "stack", values[0].dtype)
         self._ctx.op("PACK", [v.index for v in values], out,
                      options("PackOptions", valuesCount=len(values), axis=axis))
-        return Tensor(self, out_shape, index=out)
+        return Tensor(self, out_shape, index=out, dtype=values[0].dtype)
 
     def concat(self, values, axis: int) -> Tensor:
         values = [self._tensor(v) for v in values]
@@ -371,11 +397,13 @@ class DirectOps:
             return self.weight(np.concatenate([v.const for v in values], axis))
         if any(v.shape.rank != rank or v.shape[axis] is None for v in values):
             raise NotCovered("a concatenation of unknown sizes")
+        if any(v.dtype != values[0].dtype for v in values):
+            raise NotCovered("a concatenation of values of several dtypes")
         shape = _with(values[0].shape, axis, sum(v.shape[axis] for v in values))
-        out = self._temp(shape, "concat")
+        out = self._temp(shape, "concat", values[0].dtype)
         self._ctx.op("CONCATENATION", [v.index for v in values], out,
                      options("ConcatenationOptions", axis=axis, fusedActivationFunction=0))
-        return Tensor(self, shape, index=out)
+        return Tensor(self, shape, index=out, dtype=values[0].dtype)
 
 
 def _with(shape, axis: int, size: int) -> tuple:

@@ -10,9 +10,13 @@ import numpy as np
 from onnx2tf_alt.tflite.flatbuffer import RawBufferT, schema
 
 LIMIT_BYTES = 1 << 30  # larger models go through TF's route (files past 2 GB need offsets)
-_TYPES = {np.dtype(np.float32): schema.TensorType.FLOAT32,
+TYPES = {np.dtype(np.float32): schema.TensorType.FLOAT32,
           np.dtype(np.int32): schema.TensorType.INT32,
-          np.dtype(np.int64): schema.TensorType.INT64}
+          np.dtype(np.int64): schema.TensorType.INT64,
+          np.dtype(np.bool_): schema.TensorType.BOOL,
+          np.dtype(np.int8): schema.TensorType.INT8,
+          np.dtype(np.uint8): schema.TensorType.UINT8,
+          np.dtype(np.int16): schema.TensorType.INT16}
 
 
 class NotCovered(Exception):
@@ -55,13 +59,13 @@ class FlatGraph:
     def tensor(self, name: str, shape, dtype=np.float32, data: np.ndarray | None = None) -> int:
         """A new tensor of physical `shape` (None: the batch, known at run time)."""
         dtype = np.dtype(dtype)
-        if dtype not in _TYPES:
+        if dtype not in TYPES:
             raise NotCovered(f"dtype {dtype}")
         if sum(d is None for d in shape) > 1:
             raise NotCovered(f"'{name}' has several unknown dims {list(shape)}")
         t = schema.TensorT()
         t.name = name.encode()
-        t.type = _TYPES[dtype]
+        t.type = TYPES[dtype]
         t.shape = np.array([1 if d is None else d for d in shape], np.int32)
         if any(d is None for d in shape):
             t.shapeSignature = np.array([-1 if d is None else d for d in shape], np.int32)
@@ -81,6 +85,10 @@ class FlatGraph:
         t = self.tensors[index]
         dims = t.shapeSignature if t.shapeSignature is not None else t.shape
         return tuple(None if d < 0 else int(d) for d in dims)
+
+    def dtype(self, index: int) -> np.dtype:
+        kind = self.tensors[index].type
+        return next(d for d, t in TYPES.items() if t == kind)
 
     def op(self, name: str, inputs: list[int], outputs: list[int], opts=None) -> None:
         self.operators.append(Operator(name, list(inputs), list(outputs), opts))

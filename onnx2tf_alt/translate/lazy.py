@@ -12,20 +12,43 @@ module and checks that TensorFlow was not loaded).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
 import types
 
 
 class LazyModule(types.ModuleType):
-    """A module imported at the first read of one of its attributes."""
+    """A module imported at the first read of one of its attributes, or while `standing_in`
+    a namespace that answers for it."""
 
     def __init__(self, name: str):
         super().__init__(name)
+        self._found: dict = {}
 
     def __getattr__(self, attribute: str):
-        value = getattr(importlib.import_module(self.__name__), attribute)
-        setattr(self, attribute, value)  # read directly from now on
-        return value
+        stand_in = _STAND_IN.get()
+        if stand_in is not None and self.__name__ in stand_in:
+            return getattr(stand_in[self.__name__], attribute)
+        found = self.__dict__["_found"]
+        if attribute not in found:
+            found[attribute] = getattr(importlib.import_module(self.__name__), attribute)
+        return found[attribute]
+
+
+_STAND_IN: contextvars.ContextVar[dict | None] = contextvars.ContextVar("stand_in", default=None)
+
+
+@contextlib.contextmanager
+def standing_in(**namespaces):
+    """While inside, `tf.X` (or `tf_keras.X`) reads X of the namespace given for it:
+    handler code run on the direct writer's tensors (tflite/direct_tensors.py)."""
+    names = {{"tf": "tensorflow"}.get(k, k): v for k, v in namespaces.items()}
+    token = _STAND_IN.set(names)
+    try:
+        yield
+    finally:
+        _STAND_IN.reset(token)
 
 
 tf = LazyModule("tensorflow")

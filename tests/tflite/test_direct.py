@@ -19,7 +19,15 @@ from onnx2tf_alt.pipeline import plan_loaded, translate
 from onnx2tf_alt.tflite.direct import DirectResult, NotCovered, write_direct
 
 from cli_runner import cli_env, manifest_files, run_cli, tree
-from harness import assert_close, count_tflite_ops, make_model, node, ort_run, tflite_run
+from harness import (
+    assert_close,
+    both_routes,
+    count_tflite_ops,
+    make_model,
+    node,
+    ort_run,
+    tflite_run,
+)
 
 RNG = np.random.default_rng(7)
 MOBILENET = os.path.join(os.path.dirname(__file__), "..", "data", "mobilenet_block.onnx")
@@ -27,31 +35,6 @@ MOBILENET = os.path.join(os.path.dirname(__file__), "..", "data", "mobilenet_blo
 
 def rand(*shape) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
-
-
-def both_routes(model, feeds: dict[str, np.ndarray], tol: float = 1e-5):
-    """The direct file checked against onnxruntime and against the TF route's file of the
-    same plan (outputs within 1e-6 relative, no more ops or transposes: TF's converter writes
-a dilated depthwise conv as SPACE_TO_BATCH_ND, the conv, BATCH_TO_SPACE_ND and an ADD of
-the bias, the direct writer one DEPTHWISE_CONV_2D); returns the direct result."""
-    from onnx2tf_alt.tflite.lowering import tflite_bytes
-
-    expected = ort_run(model, feeds)
-    planned = plan_loaded(load_model(None, model))
-    result = write_direct(planned.graph, planned.plan, planned.options)
-    assert isinstance(result, DirectResult), str(result)
-    converted = translate(planned)
-    direct = replace(converted, result=result, _tflite_result=result)
-    got = tflite_run(direct, feeds, result.content)
-    for i, (a, e) in enumerate(zip(got, expected)):
-        assert_close(a, e, tol, f"direct output {i}")
-    content = tflite_bytes(converted.tflite_result())
-    for i, (a, e) in enumerate(zip(got, tflite_run(converted, feeds, content))):
-        assert_close(a, e, 1e-6, f"direct against TF route, output {i}")
-    ours, theirs = count_tflite_ops(result.content), count_tflite_ops(content)
-    assert sum(ours.values()) <= sum(theirs.values()), (ours, theirs)
-    assert ours.get("TRANSPOSE", 0) <= theirs.get("TRANSPOSE", 0)
-    return result
 
 
 CONVS = [
@@ -418,13 +401,21 @@ def test_a_constant_infinity_is_kept():
     np.testing.assert_array_equal(got, ort_run(model, {"x": x})[0])
 
 
-def test_what_is_not_covered_is_named():
+UNCOVERED = "(CumSum): tf.math.cumsum in the direct writer"  # the Recorder has no cumsum
+
+
+def uncovered_model():
+    """Relu, then a CumSum, whose handler calls a tf function the Recorder lacks."""
     x = rand(2, 3)
-    model = make_model([node("Relu", ["x"], "r"), node("Erf", ["r"], "y")], {"x": x}, ["y"])
-    planned = plan_loaded(load_model(None, model))
+    return make_model([node("Relu", ["x"], "r"), node("CumSum", ["r", "axis"], "y")],
+                      {"x": x}, ["y"], {"axis": np.array(1, np.int64)})
+
+
+def test_what_is_not_covered_is_named():
+    planned = plan_loaded(load_model(None, uncovered_model()))
     result = write_direct(planned.graph, planned.plan)
     assert isinstance(result, NotCovered)
-    assert "(Erf): no direct writer" in str(result)
+    assert UNCOVERED in str(result), str(result)
     grouped = make_model([node("Conv", ["x4", "w"], "y", group=2)], {"x4": rand(1, 4, 5, 5)},
                          ["y"], {"w": rand(4, 2, 3, 3)})
     planned = plan_loaded(load_model(None, grouped))
@@ -432,31 +423,29 @@ def test_what_is_not_covered_is_named():
 
 
 @pytest.fixture(scope="module")
-def erf_model(tmp_path_factory):
+def cumsum_model(tmp_path_factory):
     import onnx
 
-    folder = tmp_path_factory.mktemp("erf")
-    x = rand(2, 3)
-    model = make_model([node("Relu", ["x"], "r"), node("Erf", ["r"], "y")], {"x": x}, ["y"])
-    path = folder / "erf.onnx"
-    onnx.save(model, path)
+    path = tmp_path_factory.mktemp("cumsum") / "cumsum.onnx"
+    onnx.save(uncovered_model(), path)
     return path
 
 
-def test_cli_auto_falls_back_to_tf_and_says_so(erf_model, tmp_path):
-    code, out = run_cli("-i", erf_model, "-o", tmp_path / "out", "-dms", "-v", "info")
+def test_cli_auto_falls_back_to_tf_and_says_so(cumsum_model, tmp_path):
+    code, out = run_cli("-i", cumsum_model, "-o", tmp_path / "out", "-dms", "-v", "info")
     assert code == 0, out
     assert "direct TFLite writer: node" in out and "converting with TF" in out
-    assert {"erf_float32.tflite", "erf_float16.tflite"} <= set(tree(tmp_path / "out"))
+    assert {"cumsum_float32.tflite", "cumsum_float16.tflite"} <= set(tree(tmp_path / "out"))
 
 
-def test_cli_direct_refuses_what_it_does_not_cover(erf_model, tmp_path):
-    code, out = run_cli("-i", erf_model, "-o", tmp_path / "out", "-dms",
+def test_cli_direct_refuses_what_it_does_not_cover(cumsum_model, tmp_path):
+    code, out = run_cli("-i", cumsum_model, "-o", tmp_path / "out", "-dms",
                         "--tflite_writer", "direct")
     assert code == 1, out
-    assert "(Erf): no direct writer" in out
-    assert not os.path.exists(tmp_path / "out" / "erf_float32.tflite")
-    code, out = run_cli("-i", erf_model, "-o", tmp_path / "out2", "--tflite_writer", "direct")
+    assert UNCOVERED in out, out
+    assert not os.path.exists(tmp_path / "out" / "cumsum_float32.tflite")
+    code, out = run_cli("-i", cumsum_model, "-o", tmp_path / "out2", "--tflite_writer",
+                        "direct")
     assert code == 2 and "add -dms" in out, out
 
 

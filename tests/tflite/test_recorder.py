@@ -1,0 +1,147 @@
+"""The direct writer runs a handler's own code on its Recorder (onnx2tf_alt/tflite/recorder.py)
+where the op has no `@direct` writer or its values are integers or booleans: token ids,
+masks, integer arithmetic and comparisons, written without TensorFlow, checked against
+onnxruntime and against the TF route's file of the same plan (test_direct.both_routes)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from onnx2tf_alt.ir.loader import load_model
+from onnx2tf_alt.pipeline import plan_loaded
+from onnx2tf_alt.tflite.direct import NotCovered, write_direct
+
+from cli_runner import cli_env
+from harness import both_routes, count_tflite_ops, ints, make_model, node
+
+RNG = np.random.default_rng(11)
+
+
+def token_model(batch: int, length: int):
+    """Token ids and an attention mask as a transformer's first nodes take them: embedding
+    rows gathered at the ids, the mask cast to float and broadcast over the width, padding
+    (id 0) replaced by a constant, and the mask's count per row as an int64 output."""
+    ids = RNG.integers(0, 50, (batch, length)).astype(np.int64)
+    ids[0, :2] = 0
+    mask = RNG.integers(0, 2, (batch, length)).astype(np.int64)
+    nodes = [node("Gather", ["emb", "ids"], "e"),
+             node("Cast", ["mask"], "mf", to=1),
+             node("Unsqueeze", ["mf", "at2"], "mf3"),
+             node("Mul", ["e", "mf3"], "em"),
+             node("Equal", ["ids", "zero"], "pad"),
+             node("Not", ["pad"], "real"),
+             node("Unsqueeze", ["pad", "at2"], "pad3"),
+             node("Where", ["pad3", "fill", "em"], "y"),
+             node("ReduceSum", ["mask", "at1"], "count", keepdims=0),
+             node("Cast", ["real"], "real_count", to=7)]
+    inits = {"emb": RNG.standard_normal((50, 6)).astype(np.float32), "at2": ints(2),
+             "at1": ints(1), "zero": np.array(0, np.int64), "fill": np.float32(-1.0)}
+    return make_model(nodes, {"ids": ids, "mask": mask}, ["y", "count", "real_count"],
+                      inits), {"ids": ids, "mask": mask}
+
+
+@pytest.mark.parametrize(("batch", "length"), [(1, 8), (3, 7)])
+def test_token_ids_and_masks_are_written_directly(batch, length):
+    model, feeds = token_model(batch, length)
+    result = both_routes(model, feeds)
+    assert {"GATHER", "CAST", "EQUAL", "SELECT_V2", "SUM"} <= set(count_tflite_ops(
+        result.content))
+
+
+INTEGER_OPS = ["Add", "Sub", "Mul", "Max", "Min", "Greater", "Less", "Equal"]
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("op", INTEGER_OPS)
+def test_integer_arithmetic_and_comparisons_broadcast(op, dtype):
+    a = RNG.integers(-20, 20, (2, 1, 5)).astype(dtype)
+    b = RNG.integers(-20, 20, (4, 1)).astype(dtype)
+    model = make_model([node(op, ["a", "b"], "y")], {"a": a, "b": b}, ["y"])
+    both_routes(model, {"a": a, "b": b})
+
+
+def test_expand_tile_and_stepped_slices_of_integers():
+    x = RNG.integers(0, 100, (2, 1, 6)).astype(np.int64)
+    nodes = [node("Expand", ["x", "shape"], "wide"),
+             node("Tile", ["wide", "reps"], "tiled"),
+             node("Slice", ["tiled", "starts", "ends", "axes", "steps"], "y")]
+    inits = {"shape": ints(2, 3, 6), "reps": ints(1, 2, 1), "starts": ints(1, 0),
+             "ends": ints(6, 5), "axes": ints(1, 2), "steps": ints(2, 2)}
+    model = make_model(nodes, {"x": x}, ["y"], inits)
+    both_routes(model, {"x": x})
+
+
+def test_casts_of_one_value_to_two_types_stay_two():
+    """Two CASTs of one tensor differ by their outputs' types only: the writer's merge of
+    duplicate ops (direct_rewrites.merge_duplicates) must not merge them."""
+    x = np.abs(RNG.standard_normal((3, 4))).astype(np.float32) * 10  # uint8 holds them
+    nodes = [node("Cast", ["x"], "i32", to=6), node("Cast", ["x"], "u8", to=2),
+             node("Cast", ["i32"], "f1", to=1), node("Cast", ["u8"], "f2", to=1),
+             node("Add", ["f1", "f2"], "y")]
+    model = make_model(nodes, {"x": x}, ["y"])
+    result = both_routes(model, {"x": x})
+    assert count_tflite_ops(result.content)["CAST"] == 4
+
+
+@pytest.mark.parametrize("op", ["Erf", "Softplus", "Tan"])
+def test_a_float_op_without_a_direct_writer_is_written_from_its_handler(op):
+    """No `@direct` writer: the handler's composition of builtins, recorded."""
+    x = (RNG.standard_normal((3, 2, 5)) * 0.7).astype(np.float32)
+    model = make_model([node(op, ["x"], "y")], {"x": x}, ["y"])
+    both_routes(model, {"x": x})
+
+
+def test_a_function_the_recorder_lacks_is_named_and_left_to_tf():
+    """CumSum's handler calls tf.math.cumsum, which the Recorder does not have: the model
+    is not written directly, and the reason names the node and the function."""
+    x = RNG.standard_normal((2, 5)).astype(np.float32)
+    model = make_model([node("CumSum", ["x", "axis"], "y")], {"x": x}, ["y"],
+                       {"axis": np.array(1, np.int64)})
+    planned = plan_loaded(load_model(None, model))
+    result = write_direct(planned.graph, planned.plan, planned.options)
+    assert isinstance(result, NotCovered)
+    assert "(CumSum)" in str(result) and "cumsum" in str(result), str(result)
+
+
+def test_a_dms_run_on_token_ids_imports_no_tensorflow(tmp_path):
+    import onnx
+
+    model, _ = token_model(2, 5)
+    path = tmp_path / "tokens.onnx"
+    onnx.save(model, path)
+    script = (
+        "import sys\n"
+        "from onnx2tf_alt.cli.main import main\n"
+        f"code = main(['-i', {str(path)!r}, '-o', {str(tmp_path / 'out')!r}, '-dms', '-n', "
+        "'--tflite_writer', 'direct'])\n"
+        "assert 'tensorflow' not in sys.modules and 'tf_keras' not in sys.modules\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=cli_env(), timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "out" / "tokens_float32.tflite").is_file()
+
+
+def test_tensorflow_cannot_be_imported_while_recording():
+    """A handler that imports TensorFlow itself is not written by the Recorder, and the
+    import does not happen (in a fresh process: this one may have TF loaded)."""
+    script = (
+        "import sys\n"
+        "from onnx2tf_alt.tflite.flatgraph import NotCovered\n"
+        "from onnx2tf_alt.tflite.recorder import _tensorflow_not_imported\n"
+        "try:\n"
+        "    with _tensorflow_not_imported():\n"
+        "        import tensorflow\n"
+        "except NotCovered as error:\n"
+        "    print(error)\n"
+        "assert 'tensorflow' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=cli_env(), timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "its handler's code imports tensorflow" in done.stdout
