@@ -107,6 +107,14 @@ def test_a_function_the_recorder_lacks_is_named_and_left_to_tf():
     assert "(CumSum)" in str(result) and "cumsum" in str(result), str(result)
 
 
+def fresh_process(script: str) -> str:
+    """`script` run by a new Python (no TensorFlow loaded); its stdout. It must exit 0."""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=cli_env(), timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
 def test_a_dms_run_on_token_ids_imports_no_tensorflow(tmp_path):
     import onnx
 
@@ -121,9 +129,7 @@ def test_a_dms_run_on_token_ids_imports_no_tensorflow(tmp_path):
         "assert 'tensorflow' not in sys.modules and 'tf_keras' not in sys.modules\n"
         "sys.exit(code)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=cli_env(), timeout=300, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    fresh_process(script)
     assert (tmp_path / "out" / "tokens_float32.tflite").is_file()
 
 
@@ -141,7 +147,4 @@ def test_tensorflow_cannot_be_imported_while_recording():
         "    print(error)\n"
         "assert 'tensorflow' not in sys.modules\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=cli_env(), timeout=120, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "its handler's code imports tensorflow" in done.stdout
+    assert "its handler's code imports tensorflow" in fresh_process(script)
