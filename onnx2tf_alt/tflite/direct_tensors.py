@@ -60,6 +60,17 @@ class Tensor:
             raise NotCovered("the value of a tensor known only at run time")
         return self.const
 
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return np.asarray(self.numpy(), dtype)
+
+    def __int__(self) -> int:
+        return int(self.numpy())
+
+    __index__ = __int__
+
+    def __float__(self) -> float:
+        return float(self.numpy())
+
     @property
     def index(self) -> int:
         """The tensor's index in the flat graph, written at its first use."""

@@ -65,10 +65,16 @@ class Recorder(DirectOps):
         super().__init__(ctx)
         unary = {name: self._unary_fn(name) for name in _UNARY}
         self.nn = _Namespace("nn", relu=unary["relu"], relu6=unary["relu6"],
-                             leaky_relu=self._leaky_relu, gelu=self.gelu)
+                             leaky_relu=self._leaky_relu, gelu=self.gelu, elu=self.elu,
+                             softmax=self.softmax, log_softmax=self.log_softmax)
+        self.bitwise = _Namespace(
+            "bitwise", bitwise_xor=self._shift_fn("BITWISE_XOR", np.bitwise_xor),
+            right_shift=self._shift_fn("RIGHT_SHIFT", np.right_shift))
         self.math = _Namespace("math", **{k: v for k, v in unary.items()},
                                floormod=self._binary_fn("floormod"),
                                reciprocal=self.reciprocal, divide=self.divide,
+                               argmax=self.argmax, argmin=self.argmin, atan2=self.atan2,
+                               top_k=self.top_k,
                                floordiv=self._binary_fn("floordiv"),
                                **{k: self._compare_fn(k) for k in _COMPARE},
                                **{k: self._reduce_fn(k) for k in _REDUCE})
@@ -112,7 +118,11 @@ class Recorder(DirectOps):
         if like is not None and not isinstance(value, np.ndarray):
             return self.weight(np.asarray(value, as_numpy(like.dtype)))
         array = np.asarray(value)
-        return self.weight(array.astype(np.float32) if array.dtype == np.float64 else array)
+        if isinstance(value, (np.ndarray, np.generic)):
+            return self.weight(array)
+        # Python numbers as tf converts them: int32, float32
+        return self.weight(array.astype({"i": np.int32, "f": np.float32}.get(
+            array.dtype.kind, array.dtype)))
 
     def _out(self, shape, dtype, kind: str) -> tuple[int, Tensor]:
         """A new tensor of the flat graph and its Tensor."""
@@ -372,10 +382,10 @@ class Recorder(DirectOps):
         begin, end = self._static(begin, why), self._static(end, why)
         strides = [1] * len(begin) if strides is None else self._static(strides, why)
         rank = x.shape.rank
+        begin_mask |= sum(1 << a for a in range(len(begin), rank))  # axes not named: whole
+        end_mask |= sum(1 << a for a in range(len(end), rank))
         begin, end = begin + [0] * (rank - len(begin)), end + [0] * (rank - len(end))
         strides = strides + [1] * (rank - len(strides))
-        begin_mask |= sum(1 << a for a in range(len(begin), rank))
-        end_mask |= sum(1 << a for a in range(len(end), rank))
         starts, counts = [], []
         for a, dim in enumerate(x.shape):
             whole = begin_mask >> a & 1 and end_mask >> a & 1 and strides[a] == 1
@@ -478,6 +488,134 @@ class Recorder(DirectOps):
         return self._write("GELU", [x], x.dtype, options("GeluOptions",
                                                           approximate=bool(approximate)))
 
+    def size(self, x, out_type=np.int32, name=None) -> Tensor:
+        x = self._tensor(x)
+        if None in x.shape:
+            raise NotCovered("the size of a shape known only at run time")
+        return self.weight(np.array(int(np.prod(x.shape)), as_numpy(out_type)))
+
+    def one_hot(self, indices, depth, on_value=None, off_value=None, axis: int = -1,
+                dtype=None, name=None) -> Tensor:
+        indices = self._tensor(indices)
+        dtype = as_numpy(dtype or (self._tensor(on_value).dtype if on_value is not None
+                                    else np.float32))
+        depth = self._static([depth], "a one-hot depth known only at run time")[0]
+        on = self._tensor(np.asarray(1 if on_value is None else on_value, dtype))
+        off = self._tensor(np.asarray(0 if off_value is None else off_value, dtype))
+        on, off = self.cast(on, dtype), self.cast(off, dtype)
+        axis = axis % (indices.shape.rank + 1)
+        shape = (*indices.shape[:axis], depth, *indices.shape[axis:])
+        out, tensor = self._out(shape, dtype, "one_hot")
+        self._ctx.op("ONE_HOT", [indices.index, self._ctx.ints(np.int32(depth), "depth"),
+                                 on.index, off.index], out, options("OneHotOptions", axis=axis))
+        return tensor
+
+    def _arg(self, builtin: str, x, axis=None, output_type=np.int64, name=None) -> Tensor:
+        x = self._tensor(x)
+        axis = 0 if axis is None else int(np.asarray(
+            axis.const if isinstance(axis, Tensor) else axis)) % x.shape.rank
+        if x.const is not None:
+            fold = np.argmax if builtin == "ARG_MAX" else np.argmin
+            return self.weight(fold(x.const, axis).astype(as_numpy(output_type)))
+        shape = tuple(d for a, d in enumerate(x.shape) if a != axis)
+        out, tensor = self._out(shape, output_type, builtin.lower())
+        kind = "ArgMaxOptions" if builtin == "ARG_MAX" else "ArgMinOptions"
+        self._ctx.op(builtin, [x.index, self._ctx.ints(np.int32(axis), "axis")], out,
+                     options(kind, outputType=_tensor_type(as_numpy(output_type))))
+        return tensor
+
+    def argmax(self, x, axis=None, output_type=np.int64, name=None) -> Tensor:
+        return self._arg("ARG_MAX", x, axis, output_type)
+
+    def argmin(self, x, axis=None, output_type=np.int64, name=None) -> Tensor:
+        return self._arg("ARG_MIN", x, axis, output_type)
+
+    def bitcast(self, x, dtype, name=None) -> Tensor:
+        x, dtype = self._tensor(x), as_dtype(dtype)
+        if x.dtype.size != dtype.size:
+            raise NotCovered("a bitcast between sizes")
+        if x.const is not None:
+            return self.weight(x.const.view(as_numpy(dtype)))
+        out, tensor = self._out(x.shape, dtype, "bitcast")
+        self._ctx.op("BITCAST", [x.index], out)
+        return tensor
+
+    def add_n(self, values, name=None) -> Tensor:
+        values = [self._tensor(v) for v in values]
+        if len(values) == 1:
+            return values[0]
+        if any(v.shape != values[0].shape or v.dtype != values[0].dtype for v in values):
+            raise NotCovered("an add_n of values of several shapes or dtypes")
+        if all(v.const is not None for v in values):
+            return self.weight(np.sum([v.const for v in values], axis=0).astype(
+                as_numpy(values[0].dtype)))
+        return self._write("ADD_N", values, values[0].dtype)
+
+    def elu(self, x, name=None) -> Tensor:
+        x = self._tensor(x)
+        if x.const is not None:
+            return self.weight(np.where(x.const > 0, x.const, np.expm1(x.const)).astype(
+                as_numpy(x.dtype)))
+        return self._write("ELU", [x], x.dtype)
+
+    def atan2(self, y, x, name=None) -> Tensor:
+        y, x = self._pair(y, x)
+        if y.const is not None and x.const is not None:
+            return self.weight(np.arctan2(y.const, x.const).astype(as_numpy(y.dtype)))
+        return self._write("ATAN2", [y, x], y.dtype)
+
+    def _shift_fn(self, builtin: str, fold):
+        def apply(a, b, name=None):
+            a, b = self._pair(a, b)
+            if a.const is not None and b.const is not None:
+                return self.weight(np.asarray(fold(a.const, b.const)).astype(
+                    as_numpy(a.dtype)))
+            return self._write(builtin, [a, b], a.dtype)
+
+        return apply
+
+    def matmul(self, a, b, transpose_a: bool = False, transpose_b: bool = False,
+               name=None) -> Tensor:
+        """A FULLY_CONNECTED by a constant matrix (DirectOps.matmul), else BATCH_MATMUL."""
+        a, b = self._pair(a, b)
+        if a.const is not None and b.const is not None:
+            x = np.swapaxes(a.const, -1, -2) if transpose_a else a.const
+            y = np.swapaxes(b.const, -1, -2) if transpose_b else b.const
+            return self.weight(np.matmul(x, y).astype(as_numpy(a.dtype)))
+        if a.shape.rank < 2 or b.shape.rank < 2 or a.dtype != np.float32:
+            raise NotCovered("a product of vectors, or of other than float32")
+        if b.const is not None and b.shape.rank == 2 and not transpose_a:
+            return super().matmul(a, self.weight(b.const.T.copy()) if transpose_b else b)
+        m = a.shape[-1] if transpose_a else a.shape[-2]
+        n = b.shape[-2] if transpose_b else b.shape[-1]
+        shape = (*_broadcast(a.shape[:-2], b.shape[:-2]), m, n)
+        out, tensor = self._out(shape, a.dtype, "batch_matmul")
+        self._ctx.op("BATCH_MATMUL", [a.index, b.index], out, options(
+            "BatchMatMulOptions", adjX=bool(transpose_a), adjY=bool(transpose_b)))
+        return tensor
+
+    def reverse(self, x, axis, name=None) -> Tensor:
+        x = self._tensor(x)
+        axes = [a % x.shape.rank for a in self._static(np.atleast_1d(axis), "run-time axes")]
+        if x.const is not None:
+            return self.weight(np.flip(x.const, axes).copy())
+        out, tensor = self._out(x.shape, x.dtype, "reverse_v2")
+        self._ctx.op("REVERSE_V2", [x.index, self._ctx.ints(axes, "axes")], out)
+        return tensor
+
+    def top_k(self, x, k=1, sorted: bool = True, name=None):
+        """TOPK_V2 on the last axis: (values, indices int32), sorted as TFLite's kernel
+        sorts them."""
+        x = self._tensor(x)
+        k = self._static([k], "a top-k count known only at run time")[0]
+        if not sorted or x.shape[-1] is None:
+            raise NotCovered("an unsorted top-k, or over a dim known only at run time")
+        shape = (*x.shape[:-1], k)
+        values, value_tensor = self._out(shape, x.dtype, "topk_values")
+        indices, index_tensor = self._out(shape, np.int32, "topk_indices")
+        self._ctx.op("TOPK_V2", [x.index, self._ctx.ints(np.int32(k), "k")], [values, indices])
+        return _TopK(value_tensor, index_tensor)
+
     def zeros_like(self, x, dtype=None, name=None) -> Tensor:
         return self._filled(x, 0, dtype)
 
@@ -491,16 +629,43 @@ class Recorder(DirectOps):
         return self.weight(np.full(x.shape, value, as_numpy(dtype or x.dtype)))
 
     def range(self, start, limit=None, delta=1, dtype=None, name=None) -> Tensor:
-        values = [self._tensor(v) for v in (start, limit, delta) if v is not None]
+        if limit is None:  # tf.range(n)
+            start, limit = 0, start
+        tensors = [v for v in (start, limit, delta) if isinstance(v, Tensor)]
+        values = [self._tensor(v) for v in (start, limit, delta)]
         if any(v.const is None for v in values):
             raise NotCovered("a range known only at run time")
-        args = [v.const for v in values]
-        array = np.arange(*args)
-        return self.weight(array.astype(as_numpy(dtype) if dtype else np.result_type(*args)))
+        if dtype is None:  # tf's: the tensors', else int32 or float32 for Python numbers
+            dtype = tensors[0].dtype if tensors else np.result_type(*[v.const for v in values])
+        array = np.arange(*[v.const for v in values])
+        return self.weight(array.astype(as_numpy(dtype)))
+
+    def softmax(self, x, axis: int = -1, name=None) -> Tensor:
+        return self._softmax("SOFTMAX", x, axis)
+
+    def log_softmax(self, x, axis: int = -1, name=None) -> Tensor:
+        return self._softmax("LOG_SOFTMAX", x, axis)
+
+    def _softmax(self, builtin: str, x, axis: int) -> Tensor:
+        x = self._tensor(x)
+        if x.const is not None or axis % x.shape.rank != x.shape.rank - 1:
+            raise NotCovered(f"a {builtin.lower()} of a constant or over other than the last axis")
+        opts = options("SoftmaxOptions", beta=1.0) if builtin == "SOFTMAX" else None
+        return self._write(builtin, [x], x.dtype, opts)
 
 
 def _tensor_type(dtype: np.dtype) -> int:
     return TYPES[np.dtype(dtype)]
+
+
+class _TopK(tuple):
+    """tf.math.top_k's result: (values, indices), also by name."""
+
+    def __new__(cls, values: Tensor, indices: Tensor):
+        return super().__new__(cls, (values, indices))
+
+    values = property(lambda self: self[0])
+    indices = property(lambda self: self[1])
 
 
 class _ConstantMeta(type):
@@ -542,12 +707,14 @@ def record_handler(handler, ctx) -> list:
     try:
         with standing_in(tf=recorder, tf_keras=_NoKeras()), _tensorflow_not_imported():
             result = handler.fn(RecordingContext(ctx, recorder))
+        results = list(result) if isinstance(result, (list, tuple)) else [result]
+        # as the builder: one result per named output, the rest unread
+        values = recorder.outputs([r if name else None for r, name in zip(
+            results, ctx.node.outputs)])
     except (AttributeError, TypeError, ValueError, IndexError, KeyError,
             NotImplementedError) as error:  # what the tensors here do not have
         raise NotCovered(f"its handler's code needs more than the direct writer's tensors "
                          f"({type(error).__name__}: {error})") from None
-    results = list(result) if isinstance(result, (list, tuple)) else [result]
-    values = recorder.outputs(results)
     return [P.to_onnx_order(v, ctx.out_perm(j)) if isinstance(v, np.ndarray) else v
             for j, v in enumerate(values)]
 

@@ -74,7 +74,7 @@ class DType:
 def as_numpy(dtype) -> np.dtype:
     """The numpy dtype of a DType, a numpy dtype or type, or a tf-style name."""
     if isinstance(dtype, DType):
-        return dtype._np
+        return dtype.dtype  # NotCovered for one no value has
     if isinstance(dtype, str) and dtype not in _NAMES:
         raise NotCovered(f"dtype {dtype}")
     return np.dtype(dtype)
@@ -85,4 +85,27 @@ def as_dtype(dtype) -> DType:
     return DType(as_numpy(dtype))
 
 
+class _Unheld(DType):
+    """A dtype no value here has (bfloat16: numpy has none): handlers compare with it."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self.as_numpy_dtype = None
+
+    name = property(lambda self: self._name)
+    dtype = size = is_floating = is_integer = is_unsigned = is_bool = min = max = property(
+        lambda self: _unheld(self._name))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Unheld) and other._name == self._name
+
+    def __hash__(self) -> int:
+        return hash(self._name)
+
+
+def _unheld(name: str):
+    raise NotCovered(f"a {name} value")
+
+
 DTYPES = {name: DType(name) for name in _NAMES}
+DTYPES["bfloat16"] = _Unheld("bfloat16")

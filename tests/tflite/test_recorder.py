@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -19,6 +20,13 @@ from cli_runner import cli_env
 from harness import both_routes, count_tflite_ops, ints, make_model, node
 
 RNG = np.random.default_rng(11)
+
+
+@pytest.fixture(autouse=True)
+def _values_of_this_test(request):
+    """Each test draws its own values, seeded by its name, whatever ran before it."""
+    global RNG
+    RNG = np.random.default_rng(zlib.crc32(request.node.name.encode()))
 
 
 def token_model(batch: int, length: int):
@@ -148,3 +156,19 @@ def test_tensorflow_cannot_be_imported_while_recording():
         "assert 'tensorflow' not in sys.modules\n"
     )
     assert "its handler's code imports tensorflow" in fresh_process(script)
+
+
+def test_attention_with_run_time_operands_and_top_k():
+    """Products of two run-time values (BATCH_MATMUL), a softmax over scores, and the
+    indices of the best ones (TOPK_V2, ARG_MAX): a detector's or a decoder's tail."""
+    q = RNG.standard_normal((2, 3, 4, 8)).astype(np.float32)
+    k = RNG.standard_normal((2, 3, 5, 8)).astype(np.float32)
+    nodes = [node("Transpose", ["k"], "kt", perm=[0, 1, 3, 2]),
+             node("MatMul", ["q", "kt"], "scores"),
+             node("Softmax", ["scores"], "p", axis=-1),
+             node("TopK", ["p", "two"], ["best", "where"], axis=-1),
+             node("ArgMax", ["scores"], "first", axis=-1, keepdims=0)]
+    model = make_model(nodes, {"q": q, "k": k}, ["best", "where", "first"],
+                       {"two": ints(2)})
+    ops = count_tflite_ops(both_routes(model, {"q": q, "k": k}).content)
+    assert {"BATCH_MATMUL", "TOPK_V2", "ARG_MAX"} <= set(ops), ops
