@@ -118,6 +118,9 @@ def test_main_in_process_puts_the_signal_handlers_back(tmp_path):
 _INTERRUPTED_LOAD = """
 import importlib.abc, os, runpy, signal, sys
 
+# Ctrl-C as a terminal delivers it: a process started with SIGINT ignored (inherited from a
+# test worker where a library, Ray's driver for one, left it so) would never see it
+signal.signal(signal.SIGINT, signal.default_int_handler)
 interrupt_at, entry = sys.argv[1:3]
 
 class InterruptAt(importlib.abc.MetaPathFinder):
