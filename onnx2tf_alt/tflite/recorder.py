@@ -74,7 +74,7 @@ class Recorder(DirectOps):
                                floormod=self._binary_fn("floormod"),
                                reciprocal=self.reciprocal, divide=self.divide,
                                argmax=self.argmax, argmin=self.argmin, atan2=self.atan2,
-                               top_k=self.top_k,
+                               top_k=self.top_k, cumsum=self.cumsum,
                                floordiv=self._binary_fn("floordiv"),
                                **{k: self._compare_fn(k) for k in _COMPARE},
                                **{k: self._reduce_fn(k) for k in _REDUCE})
@@ -615,6 +615,23 @@ class Recorder(DirectOps):
         indices, index_tensor = self._out(shape, np.int32, "topk_indices")
         self._ctx.op("TOPK_V2", [x.index, self._ctx.ints(np.int32(k), "k")], [values, indices])
         return _TopK(value_tensor, index_tensor)
+
+    def cumsum(self, x, axis: int = 0, exclusive: bool = False, reverse: bool = False,
+               name=None) -> Tensor:
+        """CUMSUM (float32, int32, int64), as TF's converter writes tf.math.cumsum."""
+        x = self._tensor(x)
+        axis = self._static([axis], "a cumulative sum on a run-time axis")[0] % x.shape.rank
+        if x.const is not None:
+            values = np.flip(x.const, axis) if reverse else x.const
+            total = np.cumsum(values, axis).astype(values.dtype)
+            if exclusive:
+                total = total - values
+            return self.weight(np.flip(total, axis).copy() if reverse else total)
+        out, tensor = self._out(x.shape, x.dtype, "cumsum")
+        self._ctx.op("CUMSUM", [x.index, self._ctx.ints(np.int32(axis), "axis")], out,
+                     options("CumsumOptions", exclusive=bool(exclusive),
+                             reverse=bool(reverse)))
+        return tensor
 
     def zeros_like(self, x, dtype=None, name=None) -> Tensor:
         return self._filled(x, 0, dtype)

@@ -410,14 +410,14 @@ def test_a_constant_infinity_is_kept():
     np.testing.assert_array_equal(got, ort_run(model, {"x": x})[0])
 
 
-UNCOVERED = "(CumSum): tf.math.cumsum in the direct writer"  # the Recorder has no cumsum
+UNCOVERED = "(Softsign): tf.nn.softsign in the direct writer"  # the Recorder has none
 
 
 def uncovered_model():
-    """Relu, then a CumSum, whose handler calls a tf function the Recorder lacks."""
+    """Relu, then a Softsign, whose handler calls a tf function the Recorder lacks."""
     x = rand(2, 3)
-    return make_model([node("Relu", ["x"], "r"), node("CumSum", ["r", "axis"], "y")],
-                      {"x": x}, ["y"], {"axis": np.array(1, np.int64)})
+    return make_model([node("Relu", ["x"], "r"), node("Softsign", ["r"], "y")], {"x": x},
+                      ["y"])
 
 
 def test_what_is_not_covered_is_named():
@@ -432,28 +432,28 @@ def test_what_is_not_covered_is_named():
 
 
 @pytest.fixture(scope="module")
-def cumsum_model(tmp_path_factory):
+def softsign_model(tmp_path_factory):
     import onnx
 
-    path = tmp_path_factory.mktemp("cumsum") / "cumsum.onnx"
+    path = tmp_path_factory.mktemp("softsign") / "softsign.onnx"
     onnx.save(uncovered_model(), path)
     return path
 
 
-def test_cli_auto_falls_back_to_tf_and_says_so(cumsum_model, tmp_path):
-    code, out = run_cli("-i", cumsum_model, "-o", tmp_path / "out", "-dms", "-v", "info")
+def test_cli_auto_falls_back_to_tf_and_says_so(softsign_model, tmp_path):
+    code, out = run_cli("-i", softsign_model, "-o", tmp_path / "out", "-dms", "-v", "info")
     assert code == 0, out
     assert "direct TFLite writer: node" in out and "converting with TF" in out
-    assert {"cumsum_float32.tflite", "cumsum_float16.tflite"} <= set(tree(tmp_path / "out"))
+    assert {"softsign_float32.tflite", "softsign_float16.tflite"} <= set(tree(tmp_path / "out"))
 
 
-def test_cli_direct_refuses_what_it_does_not_cover(cumsum_model, tmp_path):
-    code, out = run_cli("-i", cumsum_model, "-o", tmp_path / "out", "-dms",
+def test_cli_direct_refuses_what_it_does_not_cover(softsign_model, tmp_path):
+    code, out = run_cli("-i", softsign_model, "-o", tmp_path / "out", "-dms",
                         "--tflite_writer", "direct")
     assert code == 1, out
     assert UNCOVERED in out, out
-    assert not os.path.exists(tmp_path / "out" / "cumsum_float32.tflite")
-    code, out = run_cli("-i", cumsum_model, "-o", tmp_path / "out2", "--tflite_writer",
+    assert not os.path.exists(tmp_path / "out" / "softsign_float32.tflite")
+    code, out = run_cli("-i", softsign_model, "-o", tmp_path / "out2", "--tflite_writer",
                         "direct")
     assert code == 2 and "add -dms" in out, out
 

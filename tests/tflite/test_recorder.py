@@ -104,15 +104,29 @@ def test_a_float_op_without_a_direct_writer_is_written_from_its_handler(op):
 
 
 def test_a_function_the_recorder_lacks_is_named_and_left_to_tf():
-    """CumSum's handler calls tf.math.cumsum, which the Recorder does not have: the model
+    """Softsign's handler calls tf.nn.softsign, which the Recorder does not have: the model
     is not written directly, and the reason names the node and the function."""
     x = RNG.standard_normal((2, 5)).astype(np.float32)
-    model = make_model([node("CumSum", ["x", "axis"], "y")], {"x": x}, ["y"],
-                       {"axis": np.array(1, np.int64)})
+    model = make_model([node("Softsign", ["x"], "y")], {"x": x}, ["y"])
     planned = plan_loaded(load_model(None, model))
     result = write_direct(planned.graph, planned.plan, planned.options)
     assert isinstance(result, NotCovered)
-    assert "(CumSum)" in str(result) and "cumsum" in str(result), str(result)
+    assert "(Softsign): tf.nn.softsign in the direct writer" in str(result), str(result)
+
+
+@pytest.mark.parametrize(("exclusive", "reverse"), [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_positions_from_a_mask_by_cumulative_sum(exclusive, reverse):
+    """position_ids = cumsum(attention_mask) - 1, as transformers computes them where a
+    decoder is called without them (int64, CUMSUM), beside a float CumSum on axis 2."""
+    mask = np.array([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1]], np.int64)
+    x = RNG.standard_normal((3, 2, 6)).astype(np.float32)
+    nodes = [node("CumSum", ["mask", "one"], "count", exclusive=exclusive, reverse=reverse),
+             node("Sub", ["count", "one"], "positions"),
+             node("CumSum", ["x", "two"], "y", exclusive=exclusive, reverse=reverse)]
+    model = make_model(nodes, {"mask": mask, "x": x}, ["positions", "y"],
+                       {"one": np.array(1, np.int64), "two": np.array(2, np.int64)})
+    ops = count_tflite_ops(both_routes(model, {"mask": mask, "x": x}).content)
+    assert ops["CUMSUM"] == 2, ops
 
 
 def fresh_process(script: str) -> str:
