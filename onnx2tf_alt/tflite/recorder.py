@@ -219,8 +219,8 @@ class Recorder(DirectOps):
 
     def add(self, a, b, name=None) -> Tensor:
         a, b = self._pair(a, b)
-        if a.dtype == np.float32 and a.const is None or b.const is None:
-            return super().add(a, b) if a.dtype == np.float32 else self._binary_fn("add")(a, b)
+        if a.dtype == np.float32:  # a product's bias (DirectOps.add), else ADD
+            return super().add(a, b)
         return self._binary_fn("add")(a, b)
 
     def binary(self, name: str, a, b) -> Tensor:
