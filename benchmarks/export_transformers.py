@@ -1,12 +1,13 @@
 """Export transformers architectures with random weights (no download) to ONNX, at the sizes
 their public checkpoints have: vision encoders (CLIP, ViT, DeiT, DINOv2, BEiT, Swin, ConvNeXt
 V2, PoolFormer, MobileViT, SegFormer, LeViT), text encoders (MiniLM / BERT, T5), speech
-encoders (Whisper, Wav2Vec2) and detectors (YOLOS, RT-DETR).
+encoders (Whisper, Wav2Vec2), detectors (YOLOS) and decoders' prefill (Llama, Qwen2, GPT-2).
 
     python benchmarks/export_transformers.py OUT_DIR [clip_vit_b32 poolformer_s12 ...]
 
-TorchScript export (`dynamo=False`, opset 17), as most users' scripts write it; the first
-output only (the last hidden state or the logits).
+TorchScript export (`dynamo=False`, opset 17), as most users' scripts write it (the decoders
+through torch.export, opset 18); the first output only (the last hidden state or the
+logits), at static shapes.
 """
 
 from __future__ import annotations
@@ -47,6 +48,16 @@ ZOO = {
         "input_features", lambda: torch.randn(1, 80, 3000))),
     "wav2vec2_base": (T.Wav2Vec2Config, T.Wav2Vec2Model, {}, (
         "input_values", lambda: torch.randn(1, 16000))),
+    # decoders' prefill at 128 tokens, no cache (the first step of generation)
+    "llama_prefill": (T.LlamaConfig, T.LlamaForCausalLM, {
+        "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
+        "num_key_value_heads": 2, "intermediate_size": 1376, "vocab_size": 8000,
+        "use_cache": False}, _TEXT),
+    "qwen2_prefill": (T.Qwen2Config, T.Qwen2ForCausalLM, {
+        "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
+        "num_key_value_heads": 2, "intermediate_size": 1376, "vocab_size": 8000,
+        "use_cache": False}, _TEXT),
+    "gpt2_prefill": (T.GPT2Config, T.GPT2LMHeadModel, {"n_layer": 4, "use_cache": False}, _TEXT),
     "yolos_tiny": (T.YolosConfig, T.YolosForObjectDetection, {
         "hidden_size": 192, "num_attention_heads": 3, "intermediate_size": 768,
         "image_size": [512, 512]}, ("pixel_values", lambda: torch.randn(1, 3, 512, 512))),
@@ -85,9 +96,11 @@ def build(name: str) -> tuple[torch.nn.Module, tuple[str, torch.Tensor]]:
 def export(name: str, out_dir: str) -> str:
     model, (input_name, sample) = build(name)
     path = os.path.join(out_dir, f"{name}.onnx")
+    # transformers 5's decoders trace to aten::diff, which TorchScript export lacks
+    dynamo = name.endswith("_prefill")
     with torch.no_grad():
-        torch.onnx.export(model, (sample,), path, dynamo=False, opset_version=17,
-                          input_names=[input_name], output_names=["output"])
+        torch.onnx.export(model, (sample,), path, dynamo=dynamo, opset_version=18 if dynamo else 17,
+                          input_names=[input_name], output_names=["output"], external_data=False)
     return path
 
 

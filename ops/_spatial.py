@@ -73,14 +73,23 @@ def pad_spatial(x, pads, pad_value=0.0):
 def replicate_edges(x, pads):
     """Pad the spatial axes of a channel-last tensor by [(begin, end)] copies of their edges,
     from slices and a concatenation per axis (TFLite STRIDED_SLICE and CONCATENATION, which
-    XNNPACK runs; MIRROR_PAD it does not). Spatial sizes may be unknown."""
+    XNNPACK runs; MIRROR_PAD it does not). Spatial sizes may be unknown; where every size is
+    known the slices have explicit sizes (XNNPACK leaves a SLICE "to the end", size -1, to
+    TFLite's reference kernel, splitting the partition)."""
     for axis, (begin, end) in enumerate(pads, start=1):
-        before = (slice(None),) * axis
-        parts = [x[(*before, slice(None, 1))]] * begin if begin else []
-        parts.append(x)
-        parts += [x[(*before, slice(-1, None))]] * end if end else []
+        parts = [*([_edge(x, axis, 0)] * begin if begin else []), x,
+                 *([_edge(x, axis, -1)] * end if end else [])]
         x = tf.concat(parts, axis) if len(parts) > 1 else x
     return x
+
+
+def _edge(x, axis: int, index: int):
+    """The row `index` (0 or -1) of `x` along `axis`, keeping the axis."""
+    shape = x.shape.as_list()
+    if None in shape:
+        return x[(*(slice(None),) * axis, slice(index, index + 1 or None))]
+    return tf.slice(x, [index % shape[axis] if a == axis else 0 for a in range(len(shape))],
+                    [1 if a == axis else d for a, d in enumerate(shape)])
 
 
 def padding_plan(pads, kernel, strides, dilations, spatial):

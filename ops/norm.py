@@ -17,6 +17,8 @@ from onnx2tf_alt.tflite.direct import NotCovered, options
 from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import direct, handler
 
+from .reduce import innermost
+
 
 @custom_policy
 def broadcast_like_data(node: Node, graph: Graph, in_perms: list[Perm | None]) -> Decision:
@@ -30,11 +32,14 @@ def broadcast_like_data(node: Node, graph: Graph, in_perms: list[Perm | None]) -
 
 
 def normalize(x, axes, epsilon):
-    """((x - mean) * inv_std, mean, inv_std) over physical `axes` (statistics keep dims)."""
-    mean = tf.reduce_mean(x, axes, keepdims=True)
-    centered = x - mean
+    """((x - mean) * inv_std, mean, inv_std) over physical `axes` (statistics keep dims),
+    computed over the innermost axes where a RESHAPE makes them so (see innermost)."""
+    moved, axes = innermost(x, axes)
+    mean = tf.reduce_mean(moved, axes, keepdims=True)
+    centered = moved - mean
     inv_std = tf.math.rsqrt(tf.reduce_mean(centered * centered, axes, keepdims=True) + epsilon)
-    return centered * inv_std, mean, inv_std
+    y = centered * inv_std
+    return (y if moved is x else tf.reshape(y, x.shape)), mean, inv_std
 
 
 def _stashed(ctx, x):
@@ -154,7 +159,10 @@ def _to_channel(vector, ctx):
 def instance_normalization(ctx):
     spatial = list(range(1, ctx.rank(0) - 1))
     y, _, _ = normalize(ctx.x(0), spatial, ctx.attr("epsilon", 1e-5))
-    return y * ctx.x(1) + ctx.x(2)
+    scale, bias = ctx.const(1), ctx.const(2)  # GroupNorm exports: ones and zeros
+    if scale is None or np.any(scale != 1):
+        y = y * ctx.x(1)
+    return y if bias is not None and not np.any(bias) else y + ctx.x(2)
 
 
 # onnxruntime also runs LayerNormalization below opset 17 (a contrib op of the ONNX domain,

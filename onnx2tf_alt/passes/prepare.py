@@ -18,7 +18,9 @@ from onnx2tf_alt.passes.conv_taps import cut_dead_taps
 from onnx2tf_alt.passes.dense_flatten import flatten_channel_last
 from onnx2tf_alt.passes.empty_rows import guard_empty_rows
 from onnx2tf_alt.passes.fusion import fuse_patterns
+from onnx2tf_alt.passes.neutral import drop_neutral_arithmetic
 from onnx2tf_alt.passes.nms_limits import bound_nms_by_slices
+from onnx2tf_alt.passes.one_group_norm import rewrite_one_group_norms
 from onnx2tf_alt.passes.shuffle import absorb_channel_shuffles
 
 log = logging.getLogger("onnx2tf_alt")
@@ -588,6 +590,11 @@ def prepare_model(
         folded = fold_constants(model)
         if not (inline_control_flow(model) or folded):
             break
+        model = infer_shapes(model, infer_foreign)
+    dropped = drop_neutral_arithmetic(model, _subgraph_names(model.graph))
+    if dropped:
+        log.info("%d Mul / Div by 1, Add / Sub of 0 removed", dropped)
+    if rewrite_one_group_norms(model):
         model = infer_shapes(model, infer_foreign)
     if bound_nms_by_slices(model):
         log.info("NonMaxSuppression: limits lowered to the rows a Slice reads")

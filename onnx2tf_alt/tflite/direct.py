@@ -354,7 +354,7 @@ def pad_spatial(ctx: DirectContext, x: int, pads, value: float = 0.0) -> int:
 def replicate_edges(ctx: DirectContext, x: int, pads) -> int:
     """The spatial axes of channel-last `x` padded by [(begin, end)] copies of their edges:
     SLICEs of the first and last rows and a CONCATENATION per axis, as
-    ops/_spatial.replicate_edges (static sizes)."""
+    ops/_spatial.replicate_edges."""
     for axis, (begin, end) in enumerate(pads, start=1):
         if not begin and not end:
             continue
@@ -364,7 +364,9 @@ def replicate_edges(ctx: DirectContext, x: int, pads) -> int:
             edge = ctx.temp(tuple(1 if a == axis else d for a, d in enumerate(shape)),
                             f"edge{axis}_{start}")
             begins = [start if a == axis else 0 for a in range(len(shape))]
-            sizes = [1 if a == axis else -1 for a in range(len(shape))]
+            # explicit sizes: XNNPACK leaves a SLICE of size -1 ("to the end") to TFLite's
+            # reference kernel, splitting the model's partition (resnet's first MaxPool)
+            sizes = [1 if a == axis else d for a, d in enumerate(shape)]
             ctx.op("SLICE", [x, ctx.ints(begins, "begin"), ctx.ints(sizes, "size")], edge)
             return edge
 
