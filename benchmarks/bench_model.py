@@ -53,21 +53,48 @@ def peer_feeds(runner, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
+# The CLI run under a small child that reports the CLI's peak RSS. The ru_maxrss of a
+# child as its parent sees it (wait4) starts from the parent's own peak, which Linux carries
+# across fork and exec: a benchmark process holding onnxruntime sessions reported 2 GB for
+# every conversion. This child's peak is a bare interpreter's, so RUSAGE_CHILDREN after the
+# CLI (and whatever it runs) ended is the CLI's own.
+_MEASURED = """
+import resource, subprocess, sys
+code = subprocess.call([sys.executable, "-m", "onnx2tf_alt", *sys.argv[1:]])
+sys.stderr.write(f"\\nPEAK_KIB {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\\n")
+sys.exit(code)
+"""
+
+
 def convert(path: str, out: str, *flags: str) -> tuple[float, float]:
     """Run the CLI in a child process; return (wall seconds, peak RSS MiB of that child)."""
     start = time.perf_counter()
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "onnx2tf_alt", "-i", path, "-o", out, "-n", *flags],
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        if os.waitstatus_to_exitcode(status) != 0:
-            err.seek(0)
-            raise RuntimeError(err.read().decode(errors="replace"))
-    return wall, usage.ru_maxrss / 1024
+    proc = subprocess.run(
+        [sys.executable, "-c", _MEASURED, "-i", path, "-o", out, "-n", *flags],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False,
+    )
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr)
+    peak = [line for line in proc.stderr.splitlines() if line.startswith("PEAK_KIB ")]
+    return wall, int(peak[-1].split()[1]) / 1024 if peak else float("nan")
+
+
+def output_steps(model: onnx.ModelProto, layout: dict, outputs: dict, expected: list
+                 ) -> list[float]:
+    """Per output made by a DequantizeLinear of constant scale: the largest difference from
+    onnxruntime in steps of that scale (0: the same integers), else nothing."""
+    scales = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    by_output = {n.output[0]: n for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    steps = []
+    for entry, ref in zip(layout["outputs"], expected):
+        node = by_output.get(entry["onnx_name"])
+        scale = scales.get(node.input[1]) if node is not None else None
+        if scale is None or scale.size != 1:
+            continue
+        got = P.to_onnx_order(outputs[entry["tf_name"]], entry["perm"])
+        steps.append(round(float(np.abs(got - ref).max() / float(scale)), 2))
+    return steps
 
 
 def bench(path: str, runs: int, peer_dir: str | None = None) -> dict:
@@ -76,9 +103,12 @@ def bench(path: str, runs: int, peer_dir: str | None = None) -> dict:
     model = onnx.load(path)
     feeds = random_feeds(model)
     stem = os.path.splitext(os.path.basename(path))[0]
+    qdq = any(n.op_type == "QuantizeLinear" for n in model.graph.node)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out")
-        wall, peak_mib = convert(path, out)
+        # a QDQ model's deployable file is its INT8 one: timed beside the float32 one
+        wall, peak_mib = convert(path, out, *(["-oiqt"] if qdq else []))
+        int8_path = os.path.join(out, f"{stem}_integer_quant.tflite") if qdq else None
         with open(os.path.join(out, f"{stem}_io_layout.json")) as f:
             layout = json.load(f)
         tflite_path = os.path.join(out, f"{stem}_float32.tflite")
@@ -98,6 +128,10 @@ def bench(path: str, runs: int, peer_dir: str | None = None) -> dict:
             session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
             fns = {"tflite": run_tflite,
                    "ort": lambda s=session: s.run(None, feeds)}
+            if int8_path:
+                run_int8 = signature_call(Interpreter(model_path=int8_path,
+                                                      num_threads=threads), phys)
+                fns["int8"] = run_int8
             if peer_path and os.path.exists(peer_path) and "peer_error" not in row:
                 try:  # a peer's file that does not run is reported, not fatal
                     peer = Interpreter(model_path=peer_path, num_threads=threads)
@@ -111,6 +145,8 @@ def bench(path: str, runs: int, peer_dir: str | None = None) -> dict:
             row[f"tflite_ms_{threads}t"] = round(ms["tflite"], 3)
             row[f"ort_ms_{threads}t"] = round(ms["ort"], 3)
             row[f"ratio_{threads}t"] = round(ms["tflite"] / ms["ort"], 2)
+            if "int8" in ms:
+                row[f"int8_ratio_{threads}t"] = round(ms["int8"] / ms["ort"], 2)
             if "peer" in ms:
                 row[f"peer_ratio_{threads}t"] = round(ms["peer"] / ms["ort"], 2)
                 row[f"ours_vs_peer_{threads}t"] = round(ms["tflite"] / ms["peer"], 2)
@@ -128,6 +164,8 @@ def bench(path: str, runs: int, peer_dir: str | None = None) -> dict:
                 scale = max(1.0, float(np.abs(ref).max()))
                 errors.append(float(np.abs(got - ref).max()) / scale)
         row["max_rel_err"] = float(f"{max(errors):.3g}")
+        if int8_path:
+            row["int8_output_lsb"] = output_steps(model, layout, run_int8(), expected)
         if mismatched:
             row["output_shapes_differ"] = mismatched
         ops = {}

@@ -10,7 +10,10 @@ as an activated venv has it, so it finds the `onnxsim` it installs; its outputs 
 CLI and times our file, the peer's and onnxruntime in one interleaved loop at 1 and 2
 threads. The summary: geomean ours / peer at each thread count, the worst model, how many
 are above 1.02x, geomean ours / onnxruntime at 1 thread; and for every model where ours is
-above 1.02x, the op census of both files (the starting point for profile_tflite.py).
+above 1.02x, the op census of both files (the starting point for profile_tflite.py). A QDQ
+model is also converted with -oiqt: its INT8 file (the one to deploy) is timed against
+onnxruntime's integer execution of the QDQ graph, its outputs compared in steps of their
+scale (`qdq_int8`), and `geomean_deployed_vs_onnxruntime_1t` counts that file for it.
 
 Export a zoo with benchmarks/export_torchvision.py, export_transformers.py, export_rnn.py,
 export_decoder.py and export_llama.py.
@@ -85,6 +88,13 @@ def summary(rows: list[dict], peer_out: Path) -> dict:
     vs_ort = [r["ratio_1t"] for r in rows if "ratio_1t" in r]
     if vs_ort:
         result["geomean_ours_vs_onnxruntime_1t"] = round(geomean(vs_ort), 3)
+    # as deployed: a QDQ model's INT8 file against onnxruntime's integer execution of it
+    deployed = [r.get("int8_ratio_1t", r["ratio_1t"]) for r in rows if "ratio_1t" in r]
+    if any("int8_ratio_1t" in r for r in rows):
+        result["geomean_deployed_vs_onnxruntime_1t"] = round(geomean(deployed), 3)
+        result["qdq_int8"] = {r["model"]: {k: r.get(k) for k in (
+            "int8_ratio_1t", "int8_ratio_2t", "int8_output_lsb")} for r in rows
+            if "int8_ratio_1t" in r}
     slower = {m for t in (1, 2) for m in result.get(f"{t}t", {}).get("above_1.02", [])}
     result["census_where_slower"] = {
         r["model"]: {"ours": r.get("tflite_ops"), "peer": census(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from onnx import helper
 from onnx2tf_alt.ops._conv_common import depthwise_conv, grouped_conv
 from onnx2tf_alt.ops._spatial import kernel_attrs, tf_padding
 
@@ -124,6 +125,24 @@ def dequantize_linear(ctx):
     if q is not None and _is_numpy(scale) and _is_numpy(zero_point):
         return (q.astype(np.float32) - zero_point) * scale  # weights stay constant for Conv
     return (tf.cast(ctx.x(0), tf.float32) - zero_point) * scale
+
+
+@handler("QuantizeDequantize", domain=FAKE_QUANT_DOMAIN, layout=same_as_input(0),
+         limits="internal: a QuantizeLinear -> DequantizeLinear pair (passes/qdq_pairs.py)")
+def quantize_dequantize(ctx):
+    """DequantizeLinear(QuantizeLinear(x)) in float32, without the integer tensor between:
+    clip(round(x / s), qmin - zp, qmax - zp) * s, which equals (clip(round(x / s) + zp,
+    qmin, qmax) - zp) * s exactly (every value is an integer below 2**24 until the scale)."""
+    qmin, qmax = integer_range(helper.tensor_dtype_to_np_dtype(ctx.attr("qtype")))
+    axis = ctx.attr("axis", 1)
+    scale, zero_point = quant_param(ctx, 1, axis), quant_param(ctx, 2, axis)
+    x = tf.cast(ctx.x(0), tf.float32)
+    if _is_numpy(zero_point):
+        low, high = qmin - zero_point, qmax - zero_point
+        if np.all(low == low.flat[0]) and np.all(high == high.flat[0]):  # one range
+            low, high = float(low.flat[0]), float(high.flat[0])
+        return tf.clip_by_value(tf.round(x / scale), low, high) * scale
+    return (quantize(x, scale, zero_point, qmin, qmax) - zero_point) * scale
 
 
 @handler("FakeQuantize", domain=FAKE_QUANT_DOMAIN, layout=agnostic,

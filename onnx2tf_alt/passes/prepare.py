@@ -21,6 +21,7 @@ from onnx2tf_alt.passes.fusion import fuse_patterns
 from onnx2tf_alt.passes.neutral import drop_neutral_arithmetic
 from onnx2tf_alt.passes.nms_limits import bound_nms_by_slices
 from onnx2tf_alt.passes.one_group_norm import rewrite_one_group_norms
+from onnx2tf_alt.passes.qdq_pairs import fuse_quant_pairs
 from onnx2tf_alt.passes.shuffle import absorb_channel_shuffles
 
 log = logging.getLogger("onnx2tf_alt")
@@ -591,7 +592,11 @@ def prepare_model(
         if not (inline_control_flow(model) or folded):
             break
         model = infer_shapes(model, infer_foreign)
-    dropped = drop_neutral_arithmetic(model, _subgraph_names(model.graph))
+    kept = _subgraph_names(model.graph)
+    pairs = fuse_quant_pairs(model, kept)
+    if pairs:
+        log.info("%d QuantizeLinear -> DequantizeLinear pairs computed in float", pairs)
+    dropped = drop_neutral_arithmetic(model, kept)
     if dropped:
         log.info("%d Mul / Div by 1, Add / Sub of 0 removed", dropped)
     if rewrite_one_group_norms(model):

@@ -44,6 +44,7 @@ from onnx2tf_alt.export.names import DYNAMIC_RANGE_SUFFIXES, INTEGER_SUFFIXES
 from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.ir.weights import to_array
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
+from onnx2tf_alt.passes.qdq_pairs import FUSED
 from onnx2tf_alt.quant.measure import compare_outputs, cosine, figure, gain  # noqa: F401
 from onnx2tf_alt.quant.notes import CONSOLE_WIDTH, Note, console_lines
 from onnx2tf_alt.tflite.lowering import serving_function
@@ -128,7 +129,10 @@ def fake_quant_model(model: onnx.ModelProto) -> onnx.ModelProto | None:
     producers = {o: n for n in graph.node for o in n.output}
     nodes, replaced = [], 0
     for node in graph.node:
-        pair = producers.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+        if node.op_type == FUSED and node.domain == FAKE_QUANT_DOMAIN:
+            pair = node  # passes/qdq_pairs.py: the pair, fused already
+        else:
+            pair = producers.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
         params = _pair_params(pair, node, constants) if pair is not None else None
         if params is None:
             nodes.append(node)
@@ -144,12 +148,16 @@ def fake_quant_model(model: onnx.ModelProto) -> onnx.ModelProto | None:
     nodes = [n for n in nodes if n.op_type != "QuantizeLinear" or n.output[0] in used]
     del graph.node[:]
     graph.node.extend(nodes)
-    model_copy.opset_import.append(helper.make_opsetid(FAKE_QUANT_DOMAIN, 1))
+    if not any(o.domain == FAKE_QUANT_DOMAIN for o in model_copy.opset_import):
+        model_copy.opset_import.append(helper.make_opsetid(FAKE_QUANT_DOMAIN, 1))
     return model_copy
 
 
 def _pair_params(quantize: onnx.NodeProto, dequantize: onnx.NodeProto, constants) -> dict | None:
-    if quantize.op_type != "QuantizeLinear" or quantize.domain not in ("", "ai.onnx"):
+    if quantize is dequantize:  # a fused pair
+        if quantize.op_type != FUSED or len(quantize.input) < 3:
+            return None
+    elif quantize.op_type != "QuantizeLinear" or quantize.domain not in ("", "ai.onnx"):
         return None
     if list(quantize.input[1:]) != list(dequantize.input[1:]) or len(quantize.input) < 3:
         return None
