@@ -1,9 +1,10 @@
 """QDQ models as onnxruntime's quantizer writes them: `quantize_static` (QDQ format, int8
 per-channel weights, uint8 activations) of float ONNX models, calibrated on random inputs.
 
-    python benchmarks/export_qdq.py OUT_DIR model.onnx [more.onnx ...]
+    python benchmarks/export_qdq.py OUT_DIR model.onnx [more.onnx ...] [--per-tensor]
 
-Writes OUT_DIR/<stem>_qdq.onnx for each.
+Writes OUT_DIR/<stem>_qdq.onnx for each (`--per-tensor`: per-tensor weights, as
+quantize_static writes them by default, OUT_DIR/<stem>_qdq_pt.onnx).
 """
 
 from __future__ import annotations
@@ -25,16 +26,17 @@ class _Random(CalibrationDataReader):
         return next(self.feeds, None)
 
 
-def export(path: str, out_dir: str) -> str:
+def export(path: str, out_dir: str, per_channel: bool = True) -> str:
     stem = os.path.splitext(os.path.basename(path))[0]
-    out = os.path.join(out_dir, f"{stem}_qdq.onnx")
+    out = os.path.join(out_dir, f"{stem}_qdq{'' if per_channel else '_pt'}.onnx")
     quantize_static(path, out, _Random(onnx.load(path)), quant_format=QuantFormat.QDQ,
-                    per_channel=True, weight_type=QuantType.QInt8,
+                    per_channel=per_channel, weight_type=QuantType.QInt8,
                     activation_type=QuantType.QUInt8)
     return out
 
 
 if __name__ == "__main__":
-    os.makedirs(sys.argv[1], exist_ok=True)
-    for model in sys.argv[2:]:
-        print(export(model, sys.argv[1]), flush=True)
+    args = [a for a in sys.argv[1:] if a != "--per-tensor"]
+    os.makedirs(args[0], exist_ok=True)
+    for model in args[1:]:
+        print(export(model, args[0], "--per-tensor" not in sys.argv), flush=True)

@@ -45,6 +45,7 @@ from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.ir.weights import to_array
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
 from onnx2tf_alt.passes.qdq_pairs import FUSED
+from onnx2tf_alt.quant.qdq_weights import requantize_per_tensor, weights_per_tensor
 from onnx2tf_alt.quant.measure import compare_outputs, cosine, figure, gain  # noqa: F401
 from onnx2tf_alt.quant.notes import CONSOLE_WIDTH, Note, console_lines
 from onnx2tf_alt.tflite.lowering import serving_function
@@ -576,6 +577,9 @@ class QuantPlan:
     # the INT8 files' conversion when prepared differently (quant/prepare.py): None: the model
     int8_source: object = None
     notes: list[str] = field(default_factory=list)  # what that preparation changed
+    # a QDQ model whose weights are all per tensor: its INT8 files' filters put back on that
+    # grid (quant/qdq_weights.py)
+    qdq_per_tensor: bool = False
     # the conversion each written file was quantized from, by suffix (export/micro.py maps
     # the full-integer file's ops to its ONNX nodes)
     made_from: dict = field(default_factory=dict)
@@ -639,7 +643,12 @@ def plan_quantization(
         raise InputError(f"--keep_float_auto takes a target cosine in (0, 1], got "
                          f"{options.keep_float_auto}.")
     if not options.integer or qdq_model is not None:
-        return QuantPlan(options, samples, qdq_model)
+        per_tensor = qdq_model is not None and weights_per_tensor(converted.model)
+        notes = [Note("QDQ model with per-tensor weights: the INT8 files keep them per tensor "
+                      "(TF's converter quantizes them per channel; quant/qdq_weights.py puts "
+                      "them back on the model's grid)",
+                      "QDQ model: its per-tensor weight scales kept")] if per_tensor else []
+        return QuantPlan(options, samples, qdq_model, notes=notes, qdq_per_tensor=per_tensor)
     from onnx2tf_alt.quant.prepare import prepare_for_int8, prepare_for_quantization
 
     per_channel = options.quant_type == "per-channel"
@@ -675,7 +684,8 @@ def write_quantized(
     options, samples, qdq = plan.options, plan.samples, plan.qdq_model is not None
     rebuilt = converted.rebuild(plan.range_model) if plan.range_model is not None else None
     report = QuantReport(
-        model=stem, quant_type=options.quant_type, qdq=qdq, sources=samples.sources,
+        model=stem, quant_type=("per-tensor" if plan.qdq_per_tensor else "per-channel") if qdq
+        else options.quant_type, qdq=qdq, sources=samples.sources,
         calibration_samples=0 if qdq else len(samples.calibration),
         held_out_samples=len(samples.held_out),
         calibration_method="model's own QDQ ranges" if qdq else options.calibration_method,
@@ -832,7 +842,10 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
         if content is not None:
             return content
     if not two_step(variant, calibration):
-        return quantized_tflite(source, variant, options, calibration).content
+        content = quantized_tflite(source, variant, options, calibration).content
+        if plan.qdq_per_tensor and plan.takes_ranges(variant):
+            content, _ = requantize_per_tensor(content)
+        return content
     if id(source) not in calibrated:
         calibrated[id(source)] = calibrated_tflite(source, options, calibration, report.notes)
     content, flex = calibrated[id(source)]

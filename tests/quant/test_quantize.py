@@ -105,6 +105,17 @@ def token_model(embedding_rows: int = 50) -> onnx.ModelProto:
     return model
 
 
+def filter_scale_counts(content: bytes) -> list[int]:
+    """How many scales each int8 filter of a CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED
+    of the .tflite has."""
+    from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
+
+    model = unpack_model(content)
+    graph = model.subgraphs[0]
+    return [len(graph.tensors[op.inputs[1]].quantization.scale) for op in graph.operators
+            if op_name(model, op) in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")]
+
+
 def held_out_images() -> list[dict[str, np.ndarray]]:
     _, held = image_samples(SIZE, SIZE, 3)
     return [{"x": np.transpose(h[np.newaxis], (0, 3, 1, 2))} for h in held]
@@ -364,12 +375,14 @@ def test_qdq_model_quantizes_with_its_own_ranges(per_channel, tmp_path):
         actual = run_tflite(content, converted, samples)
         cosines = [cosine(a["logits"], e) for a, e in zip(actual, expected)]
         assert min(cosines) >= 0.99, (variant, cosines)
-        if per_channel:
-            # onnxruntime runs the QDQ graph on integer kernels; the INT8 file lands on the
-            # same integers (conv requantization, residual add, pooling, classifier). Not
-            # per tensor: TF's converter quantizes the weights per channel again there.
-            steps = [np.abs(a["logits"] - e) / output_scale for a, e in zip(actual, expected)]
-            assert max(float(d.max()) for d in steps) < 0.5, (variant, [d.max() for d in steps])
+        # onnxruntime runs the QDQ graph on integer kernels; the INT8 file lands on the
+        # same integers (conv requantization, residual add, pooling, classifier; per-tensor
+        # weights kept per tensor)
+        steps = [np.abs(a["logits"] - e) / output_scale for a, e in zip(actual, expected)]
+        assert max(float(d.max()) for d in steps) < 0.5, (variant, [d.max() for d in steps])
+        scales = filter_scale_counts(content)
+        assert len(scales) == 4 and all((n > 1) == per_channel for n in scales), scales
+    assert report["quant_type"] == ("per-channel" if per_channel else "per-tensor")
 
 
 # --- the accuracy checker on the quantized files --------------------------------------------
