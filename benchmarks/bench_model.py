@@ -17,6 +17,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -38,9 +39,13 @@ def peer_feeds(runner, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     order), transposed to its shape (channel-last orders tried first)."""
     wanted = runner.get_input_details()
     by_order = list(feeds.values())
+    # onnx2tf writes `past_key_values.0.key` as `past_key_values_0_key`
+    by_plain_name = {re.sub(r"[^0-9A-Za-z]", "_", name): a for name, a in feeds.items()}
     out = {}
     for k, (key, detail) in enumerate(wanted.items()):
-        array = feeds.get(key, by_order[k] if k < len(by_order) else None)
+        array = feeds.get(key, by_plain_name.get(re.sub(r"[^0-9A-Za-z]", "_", key)))
+        if array is None:
+            array = by_order[k] if k < len(by_order) else None
         shape = tuple(int(d) for d in detail["shape"])
         rank = array.ndim
         last = (0, *range(2, rank), 1) if rank > 2 else tuple(range(rank))
