@@ -48,14 +48,18 @@ def random_feeds(model, seed: int = 0,
 
 def interleaved_medians(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, float]:
     """Median milliseconds of each callable, run in turn (one warm-up each), so that a busy
-    machine slows them alike."""
+    machine slows them alike. The turn starts one callable later each round: each runs
+    after each of the others equally often (what ran just before, onnxruntime with its own
+    weights and threads, leaves the caches and cores to the next one)."""
     for fn in fns.values():
         fn()
+    names = list(fns)
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(runs):
-        for name, fn in fns.items():
+    for round_ in range(runs):
+        for k in range(len(names)):
+            name = names[(round_ + k) % len(names)]
             start = time.perf_counter()
-            fn()
+            fns[name]()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
