@@ -87,8 +87,10 @@ def main() -> None:
                 runner = Interpreter(model_path=os.path.join(tmp, f"{stem}_float32.tflite"),
                                      num_threads=threads).get_signature_runner()
                 key = next(iter(runner.get_input_details()))
-                ms = interleaved_medians({"ort": lambda: session.run(None, {"x": x}),
-                                          "tflite": lambda: runner(**{key: x_last})}, args.runs)
+                feeds, feeds_last = {"x": x}, {key: x_last}
+                ms = interleaved_medians({
+                    "ort": lambda s=session, f=feeds: s.run(None, f),
+                    "tflite": lambda r=runner, f=feeds_last: r(**f)}, args.runs)
                 print(f"{name:18s} {threads}t  onnxruntime {ms['ort']:.3f} ms "
                       f"({gflop / ms['ort'] * 1e3:.0f} GFLOP/s)  tflite {ms['tflite']:.3f} ms "
                       f"({gflop / ms['tflite'] * 1e3:.0f} GFLOP/s)  ratio "

@@ -79,47 +79,36 @@ def _match(node: onnx.NodeProto, index: GraphIndex):
 
 def _expanded(index: GraphIndex, norm: onnx.NodeProto, x: str, out: str, scale: np.ndarray,
               bias: np.ndarray, opset: int) -> list[onnx.NodeProto]:
+    """The nodes computing the norm of `x` into `out` (see the module's docstring)."""
     base = norm.name or norm.output[0]
-    rank = len(index.static_shape(x))
-    dtype = scale.dtype
+    axes = list(range(1, len(index.static_shape(x))))
     epsilon = next((a.f for a in norm.attribute if a.name == "epsilon"), 1e-5)
-    axes = list(range(1, rank))
+    nodes: list[onnx.NodeProto] = []
 
-    def name(suffix: str) -> str:
-        return index.unique(f"{base}/{suffix}")
+    def emit(op: str, inputs: list[str], suffix: str, output: str | None = None,
+             **attrs) -> str:
+        output = output or index.unique(f"{base}/{suffix}")
+        nodes.append(helper.make_node(op, inputs, [output], name=output, **attrs))
+        return output
 
-    def mean(value: str, output: str) -> onnx.NodeProto:
+    def mean(value: str, suffix: str) -> str:
         if opset >= 18:
             axes_name = index.add_constant(f"{base}/axes", np.array(axes, np.int64))
-            return helper.make_node("ReduceMean", [value, axes_name], [output], keepdims=1,
-                                    name=output)
-        return helper.make_node("ReduceMean", [value], [output], axes=axes, keepdims=1,
-                                name=output)
+            return emit("ReduceMean", [value, axes_name], suffix, keepdims=1)
+        return emit("ReduceMean", [value], suffix, axes=axes, keepdims=1)
 
-    names = {k: name(k) for k in ("mean", "centered", "squared", "variance", "shifted",
-                                  "deviation", "inv_std", "normalized", "scaled")}
-    epsilon_name = index.add_constant(f"{base}/epsilon", np.array(epsilon, dtype))
-    nodes = [
-        mean(x, names["mean"]),
-        helper.make_node("Sub", [x, names["mean"]], [names["centered"]], name=names["centered"]),
-        helper.make_node("Mul", [names["centered"], names["centered"]], [names["squared"]],
-                         name=names["squared"]),
-        mean(names["squared"], names["variance"]),
-        helper.make_node("Add", [names["variance"], epsilon_name], [names["shifted"]],
-                         name=names["shifted"]),
-        helper.make_node("Sqrt", [names["shifted"]], [names["deviation"]],
-                         name=names["deviation"]),
-        helper.make_node("Reciprocal", [names["deviation"]], [names["inv_std"]],
-                         name=names["inv_std"]),
-    ]
-    steps = [("Mul", names["inv_std"])]
+    centered = emit("Sub", [x, mean(x, "mean")], "centered")
+    variance = mean(emit("Mul", [centered, centered], "squared"), "variance")
+    shifted = emit("Add", [variance, index.add_constant(f"{base}/epsilon",
+                                                       np.array(epsilon, scale.dtype))],
+                   "shifted")
+    steps = [("Mul", emit("Reciprocal", [emit("Sqrt", [shifted], "deviation")], "inv_std"),
+              "normalized")]
     if scale != 1:
-        steps.append(("Mul", index.add_constant(f"{base}/scale", scale)))
+        steps.append(("Mul", index.add_constant(f"{base}/scale", scale), "scaled"))
     if bias != 0:
-        steps.append(("Add", index.add_constant(f"{base}/bias", bias)))
-    value = names["centered"]
-    for k, (op, operand) in enumerate(steps):
-        output = out if k == len(steps) - 1 else names["normalized" if k == 0 else "scaled"]
-        nodes.append(helper.make_node(op, [value, operand], [output], name=output))
-        value = output
+        steps.append(("Add", index.add_constant(f"{base}/bias", bias), "biased"))
+    value = centered
+    for k, (op, operand, suffix) in enumerate(steps):
+        value = emit(op, [value, operand], suffix, out if k == len(steps) - 1 else None)
     return nodes

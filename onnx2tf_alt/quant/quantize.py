@@ -45,9 +45,9 @@ from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.ir.weights import to_array
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
 from onnx2tf_alt.passes.qdq_pairs import FUSED
-from onnx2tf_alt.quant.qdq_weights import requantize_per_tensor, weights_per_tensor
 from onnx2tf_alt.quant.measure import compare_outputs, cosine, figure, gain  # noqa: F401
 from onnx2tf_alt.quant.notes import CONSOLE_WIDTH, Note, console_lines
+from onnx2tf_alt.quant.qdq_weights import requantize_per_tensor, weights_per_tensor
 from onnx2tf_alt.tflite.lowering import serving_function
 from onnx2tf_alt.tflite.run import as_input, dequantized, run_signature
 
