@@ -1,7 +1,8 @@
 """What a layout plan costs, and the search that lowers it.
 
 The cost of a plan is what its transposes move: for each (value, perm) the builder must
-materialize, the value's elements plus a fixed charge per TRANSPOSE op (its launch, and a
+materialize, the value's elements (weighted by NARROW_TILE where the transpose swaps narrow
+tiles, as a channel shuffle does) plus a fixed charge per TRANSPOSE op (its launch, and a
 boundary where a delegate may split the graph). Constants are permuted at conversion time
 and moves of size-1 axes become reshapes: both are free. Unknown dims count UNKNOWN_DIM.
 
@@ -38,6 +39,12 @@ MAX_SWEEPS = 3
 # skewed; re-measured without them, mobilevit_xxs with its 5-D q/k/v transposes is 3%
 # faster at 1 and 2 threads, and swin_t is as fast with 44 TRANSPOSE as with 68.)
 MAX_ADDED_RANK = 6
+# (width, factor): a transpose that moves the innermost axis between tiles at most `width`
+# wide costs `factor` times per element. XNNPACK, 1 thread: ShuffleNet V2's [784, 2, 58] ->
+# [784, 58, 2] ran at 0.24 ns per element against 0.09 for NHWC -> NCHW [784, 58]; alone,
+# end to end, tiles 4 wide took a third of the excess of tiles 2 wide and 8 wide none
+# (docs/benchmarks.md, ShuffleNet).
+NARROW_TILE = ((2, 3.0), (7, 1.5))
 
 
 @dataclass(frozen=True)
@@ -67,8 +74,34 @@ def _moves(graph: Graph, plan, pairs) -> list[tuple[str, tuple]]:
     return moved
 
 
-def _cost(graph: Graph, moved) -> Cost:
-    return Cost(sum(_elements(graph.shapes.get(name)) for name, _ in moved), len(moved))
+def _cost(graph: Graph, plan, moved) -> Cost:
+    return Cost(sum(round(_elements(graph.shapes.get(name)) * _per_element(
+        graph.shapes.get(name), plan.perms[name], want)) for name, want in moved), len(moved))
+
+
+def _per_element(shape, have, want) -> float:
+    """What one element of the transpose from `have` to `want` costs, in elements of a
+    well-tiled one: NARROW_TILE[n] where the innermost axis moves and the narrower of the
+    tiles it swaps is n wide (a channel shuffle's [HW, 2, C/2] -> [HW, C/2, 2]: 2), else 1
+    (a block copy, or wide tiles such as NHWC <-> NCHW)."""
+    if shape is None:
+        return 1.0
+    dims = [UNKNOWN_DIM if d is None else d for d in P.physical_shape(shape, have)]
+    move = [a for a in P.transpose_between(have, want) if dims[a] != 1]
+    if len(move) < 2:
+        return 1.0
+    groups = [[move[0]]]  # output-order runs of input axes that stay adjacent and in order
+    for axis in move[1:]:
+        if axis == groups[-1][-1] + 1:
+            groups[-1].append(axis)
+        else:
+            groups.append([axis])
+    inner = max(move)  # the input's innermost axis that moves data
+    if inner in groups[-1]:
+        return 1.0  # the innermost run stays innermost: whole rows are copied
+    group_in = next(g for g in groups if inner in g)
+    narrow = min(math.prod(dims[a] for a in group_in), math.prod(dims[a] for a in groups[-1]))
+    return next((f for width, f in NARROW_TILE if narrow <= width), 1.0)
 
 
 def moving_transposes(graph: Graph, plan) -> list[tuple[str, tuple]]:
@@ -78,7 +111,7 @@ def moving_transposes(graph: Graph, plan) -> list[tuple[str, tuple]]:
 
 def plan_cost(graph: Graph, plan) -> Cost:
     """What the transposes the builder inserts for `plan` move."""
-    return _cost(graph, moving_transposes(graph, plan))
+    return _cost(graph, plan, moving_transposes(graph, plan))
 
 
 class _Requests:
@@ -103,7 +136,7 @@ class _Requests:
     @cached_property
     def cost(self) -> int:
         outputs = _moves(self.graph, self.plan, self.plan.output_transposes(self.graph))
-        return _cost(self.graph, set(self.counts) | set(outputs)).total
+        return _cost(self.graph, self.plan, set(self.counts) | set(outputs)).total
 
 
 def _relevant(graph: Graph, plan) -> set[int]:

@@ -59,12 +59,41 @@ def test_cost_counts_elements_and_transposes():
     # x feeds a channel-last op (so arrives channel-last) and a logical one: one transpose
     graph = _graph([helper.make_node("Conv", ["x", "w"], ["y"]),
                     helper.make_node("Identity", ["x"], ["z"])],
-                   {"x": [2, 3, 4, 5]}, ["y", "z"], {"w": _conv_weight(3, 3)})
+                   {"x": [2, 8, 4, 5]}, ["y", "z"], {"w": _conv_weight(8, 8)})
     plan, cost = _plans(graph)["forward"]
     assert plan.perms["x"] == (0, 2, 3, 1)
     # x to ONNX order for Identity; y (channel-last) stays so as a model output
-    assert cost == Cost(elements=2 * 3 * 4 * 5, transposes=1)
-    assert cost.total == 120 + PER_TRANSPOSE
+    assert cost == Cost(elements=2 * 8 * 4 * 5, transposes=1)
+    assert cost.total == 320 + PER_TRANSPOSE
+
+
+def test_narrow_tiles_cost_more_per_element():
+    # the same with 3 channels: NHWC -> NCHW swaps tiles 3 wide
+    graph = _graph([helper.make_node("Conv", ["x", "w"], ["y"]),
+                    helper.make_node("Identity", ["x"], ["z"])],
+                   {"x": [2, 3, 4, 5]}, ["y", "z"], {"w": _conv_weight(3, 3)})
+    _, cost = _plans(graph)["forward"]
+    assert cost == Cost(elements=round(1.5 * 2 * 3 * 4 * 5), transposes=1)
+
+
+@pytest.mark.parametrize("shape, have, want, factor", [
+    # ShuffleNet V2's shuffle channel-last: [N, H, W, 2, C/2] -> [N, H, W, C/2, 2]
+    ((1, 58, 2, 28, 28), (0, 3, 4, 2, 1), (0, 3, 4, 1, 2), 3.0),
+    # the same channel-first moves whole 28 x 28 planes
+    ((1, 58, 2, 28, 28), (0, 2, 1, 3, 4), (0, 1, 2, 3, 4), 1.0),
+    # ShuffleNet V1's groups of 4 channel-last
+    ((1, 28, 4, 56, 56), (0, 3, 4, 2, 1), (0, 3, 4, 1, 2), 1.5),
+    # groups of 8: wide enough
+    ((1, 14, 8, 28, 28), (0, 3, 4, 2, 1), (0, 3, 4, 1, 2), 1.0),
+    # attention heads [B, S, H, D] -> [B, H, S, D]: rows of D stay whole
+    ((1, 50, 4, 16), (0, 1, 2, 3), (0, 2, 1, 3), 1.0),
+    # NHWC -> NCHW of 64 channels: wide tiles
+    ((1, 64, 14, 14), (0, 2, 3, 1), (0, 1, 2, 3), 1.0),
+    # size-1 axes do not count: [1, 1, 7, 2] -> [1, 2, 1, 7] swaps 7 x 2 tiles
+    ((1, 2, 1, 7), (0, 2, 3, 1), (0, 1, 2, 3), 3.0),
+])
+def test_per_element_weight(shape, have, want, factor):
+    assert LC._per_element(shape, have, want) == factor
 
 
 def test_moving_size_one_axes_and_constants_is_free():
