@@ -25,10 +25,11 @@ from onnx2tf_alt.ops._conv_common import depthwise_conv, grouped_conv
 from onnx2tf_alt.ops._spatial import kernel_attrs, tf_padding
 
 from onnx2tf_alt.layout.policies import agnostic, channel_last, same_as_input
+from onnx2tf_alt.passes.qdq_pairs import DOMAIN, FUSED
 from onnx2tf_alt.translate.lazy import tf
 from onnx2tf_alt.translate.registry import handler
 
-FAKE_QUANT_DOMAIN = "onnx2tf_alt"
+FAKE_QUANT_DOMAIN = DOMAIN
 EXACT_LIMIT = 2.0**24  # float32 represents every integer up to here
 _INTEGER_DTYPES = {np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16)}
 
@@ -127,7 +128,7 @@ def dequantize_linear(ctx):
     return (tf.cast(ctx.x(0), tf.float32) - zero_point) * scale
 
 
-@handler("QuantizeDequantize", domain=FAKE_QUANT_DOMAIN, layout=same_as_input(0),
+@handler(FUSED, domain=DOMAIN, layout=same_as_input(0),
          limits="internal: a QuantizeLinear -> DequantizeLinear pair (passes/qdq_pairs.py)")
 def quantize_dequantize(ctx):
     """DequantizeLinear(QuantizeLinear(x)) in float32, without the integer tensor between:

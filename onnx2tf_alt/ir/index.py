@@ -148,6 +148,21 @@ class GraphIndex:
         self.constants[name] = self._values[name] = value
         return name
 
+    def replace_nodes(self, replaced: dict[int, list[onnx.NodeProto]],
+                      dropped: set[int]) -> None:
+        """The graph's nodes rewritten in order: the node at each position of `replaced`
+        becomes its nodes, those at the positions in `dropped` go (positions as `nodes`
+        indexes them); then reindexed."""
+        nodes = []
+        for position, node in enumerate(self.nodes):
+            if position in replaced:
+                nodes.extend(replaced[position])
+            elif position not in dropped:
+                nodes.append(node)
+        del self.graph.node[:]
+        self.graph.node.extend(nodes)
+        self.reindex()
+
     def unique(self, name: str) -> str:
         """`name`, or `name_1`, `name_2`, ...: the first no node output, initializer or graph
         input has."""

@@ -39,16 +39,8 @@ def rewrite_one_group_norms(model: onnx.ModelProto) -> int:
         dropped.add(position)
         replaced[index.producer[last.output[0]]] = _expanded(
             index, node, x, last.output[0], scale, bias, opset)
-    if not replaced:
-        return 0
-    nodes = []
-    for position, node in enumerate(index.nodes):
-        if position in replaced:
-            nodes.extend(replaced[position])
-        elif position not in dropped:
-            nodes.append(node)
-    del graph.node[:]
-    graph.node.extend(nodes)
+    if replaced:
+        index.replace_nodes(replaced, dropped)
     return len(replaced)
 
 

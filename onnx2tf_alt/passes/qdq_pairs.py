@@ -25,9 +25,9 @@ from onnx import helper
 
 from onnx2tf_alt.ir.index import GraphIndex
 
-DOMAIN = "onnx2tf_alt"
+DOMAIN = "onnx2tf_alt"  # the converter's own ops (ops/quant.py takes it from here)
 FUSED = "QuantizeDequantize"
-# the integer types of Q's output: from its zero point's, else its output_dtype attribute
+# the integer types of Q's output a pair is fused for (float8 and 4-bit ones are not)
 _TYPES = {onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16,
           onnx.TensorProto.UINT16}
 
@@ -37,7 +37,7 @@ def fuse_quant_pairs(model: onnx.ModelProto, kept: set[str] = frozenset()) -> in
     returns how many. Names in `kept` (read inside control-flow bodies) stay."""
     graph = model.graph
     index = GraphIndex(graph)
-    fused: dict[int, onnx.NodeProto] = {}  # position of the first DQ -> the fused node
+    fused: dict[int, list[onnx.NodeProto]] = {}  # position of the first DQ -> fused node
     dropped: set[int] = set()
     rename: dict[str, str] = {}
     for position, node in enumerate(index.nodes):
@@ -46,26 +46,19 @@ def fuse_quant_pairs(model: onnx.ModelProto, kept: set[str] = frozenset()) -> in
             continue
         first = min(index.producer[r.output[0]] for r in readers)
         out = index.nodes[first].output[0]
-        fused[first] = helper.make_node(
+        fused[first] = [helper.make_node(
             FUSED, list(node.input), [out], name=f"{node.name}/dequantized", domain=DOMAIN,
             axis=_axis(node), qtype=_qtype(node, index),
-        )
+        )]
         dropped.add(position)
         dropped.update(index.producer[r.output[0]] for r in readers)
         rename.update((r.output[0], out) for r in readers if r.output[0] != out)
     if not fused:
         return 0
-    nodes = []
-    for position, node in enumerate(index.nodes):
-        if position in fused:
-            nodes.append(fused[position])
-        elif position not in dropped:
-            nodes.append(node)
-    for node in nodes:
+    index.replace_nodes(fused, dropped)
+    for node in graph.node:
         for k, name in enumerate(node.input):
             node.input[k] = rename.get(name, name)
-    del graph.node[:]
-    graph.node.extend(nodes)
     if not any(o.domain == DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return len(fused)

@@ -65,7 +65,7 @@ def _per_tensor(name: str, inits: dict, producers: dict) -> bool | None:
         scale = to_array(inits[dequantize.input[1]])
         zero = (to_array(inits[dequantize.input[2]]) if len(dequantize.input) > 2
                 and dequantize.input[2] in inits else np.zeros(1))
-        return scale.size == 1 and not np.any(zero)
+        return bool(scale.size == 1 and not np.any(zero))
     tensor = inits.get(name)
     if tensor is None or tensor.data_type != onnx.TensorProto.FLOAT:
         return None

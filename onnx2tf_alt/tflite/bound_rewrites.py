@@ -5,9 +5,9 @@ weights as inputs, so it left these for here.
 - BATCH_MATMUL(x, rank-2 weight) becomes FULLY_CONNECTED(x, weight stored [units, depth]);
 - a MUL / DIV / ADD / SUB of a constant scalar or per-channel vector after a CONV_2D,
   DEPTHWISE_CONV_2D or FULLY_CONNECTED that it alone reads goes into its weights and bias
-  (TF's converter clones a FULLY_CONNECTED others read too: CLIP's quick GELU, h * sigmoid(
-  1.702 h), got a second 768x3072 product per layer, 1.28x the time), a RELU / RELU6 / RELU_N1_TO_1 after it into its fused
-  activation;
+  (TF's converter clones a FULLY_CONNECTED others read too: CLIP's quick GELU,
+  h * sigmoid(1.702 h), got a second 768x3072 product per layer, 1.28x the time), a RELU /
+  RELU6 / RELU_N1_TO_1 after it into its fused activation;
 - RESHAPE -> FULLY_CONNECTED -> RESHAPE keeping the last axis becomes one RESHAPE, then the
   product.
 
