@@ -28,7 +28,6 @@ from onnx2tf_alt.ir.loader import external_data_paths, load_model
 from onnx2tf_alt.logs import configure_logging, phase, quiet_native_calls
 from onnx2tf_alt.pipeline import (
     Converted,
-    build_loaded,
     check_batch_size,
     check_input_names,
     plan_loaded,
@@ -232,9 +231,11 @@ def convert(
     command = list(command_line) if command_line is not None else ["onnx2tf_alt.convert", call]
     custom_data = parse_custom_data(custom_input_op_name_np_data_path)
     custom_inputs = load_custom_inputs([e[:2] for e in custom_input_op_name_np_data_path or []])
-    tflite_files_only = not any((dynamic_range, int4, check, micro, signature_specs))
+    # what the direct writer makes without TF: the float32 file and those made from it
+    # (float16, -oi4; -odrqt for --signature files, whose dynamic-range file has no report)
     direct = _direct_asked(tflite_writer, output_tflite and disable_model_save and not any((
-        output_h5, output_keras_v3)) and tflite_files_only)
+        output_h5, output_keras_v3, output_integer_quantized_tflite, check, micro,
+        dynamic_range and not signature_specs)))
     spilled_before = set(ir_weights.SPILLED)
     progress.enable(not non_verbose)
     try:
@@ -288,24 +289,22 @@ def convert(
                     keep_first, keep_last, batch = [i.name for i in loaded.graph.input], None, None
 
                 def build(model, shapes):
-                    return build_loaded(
-                        model,
-                        batch_size=batch,
-                        overwrite_input_shape=shapes,
-                        keep_ncw_or_nchw_or_ncdhw_input_names=keep_first,
-                        keep_nwc_or_nhwc_or_ndhwc_input_names=keep_last,
-                        show_progress=not non_verbose,
-                        options=options,
-                    )
+                    planned = plan_loaded(model, batch, shapes, keep_first, keep_last,
+                                          options=options)
+                    return planned if direct else translate(planned, not non_verbose)
 
                 built = build_signatures(
                     loaded, signature_specs, overwrite_input_shape,
                     None if litertlm else kv_cache_capacity,
-                    lambda path: load_model(path, None, allow_newer_opset), build)
+                    lambda path: load_model(path, None, allow_newer_opset), build,
+                    keras=not direct)
+                if direct:
+                    built = _signatures_written(built, tflite_writer, not non_verbose)
             else:
                 if direct:
                     written = _write_direct(planned, folder, stem, tflite_writer, sources,
-                                            command, copy_onnx_input_output_names_to_tflite)
+                                            command, copy_onnx_input_output_names_to_tflite,
+                                            int4)
                     if written is not None:
                         return None
                 converted = translate(planned, show_progress=not non_verbose)
@@ -404,16 +403,50 @@ def _direct_asked(tflite_writer: str, tflite_only: bool) -> bool:
                          f"got '{tflite_writer}'.")
     if tflite_writer == "direct" and not tflite_only:
         raise InputError(
-            "--tflite_writer direct writes the float32 and float16 .tflite files only: add "
-            "-dms, and leave out -oh5, -okv3, -odrqt, -oiqt, -oi4, -coto/-cotof, --target and "
-            "--signature (or use --tflite_writer auto).")
+            "--tflite_writer direct writes the float32, float16 and -oi4 .tflite files, and "
+            "with --signature the -odrqt one: add -dms, and leave out -oh5, -okv3, -oiqt, "
+            "-coto/-cotof, --target and -odrqt without --signature (or use --tflite_writer "
+            "auto).")
     return tflite_writer != "tf" and tflite_only
 
 
+def _signatures_written(built: dict, tflite_writer: str, show_progress: bool) -> dict:
+    """build_signatures' planned signatures ({name: (Planned, cache)}) as Converted holding
+    the direct writer's one file of them all (tflite/direct.py), or where it does not cover
+    a node built with TF ("auto"; "direct": a ConversionError naming the node)."""
+    from onnx2tf_alt.tflite.direct import write_direct_signatures
+
+    with phase("tflite float32 (direct)"):
+        found = write_direct_signatures(
+            {name: (p.graph, p.plan, p.options) for name, (p, _) in built.items()})
+    if isinstance(found, dict):
+        return {name: (Converted(result=found[name], graph=p.graph, plan=p.plan, model=p.model,
+                                 options=p.options, _tflite_result=found[name]), cache)
+                for name, (p, cache) in built.items()}
+    planned = next(p for p, _ in built.values() if found.node is None
+                   or any(n is found.node for n in p.graph.nodes))
+    _not_covered(found, planned, tflite_writer)
+    return {name: (translate(p, show_progress), cache) for name, (p, cache) in built.items()}
+
+
+def _not_covered(reason, planned, tflite_writer: str) -> None:
+    """A ConversionError naming the node the direct writer did not cover (`reason`, a
+    NotCovered) with "direct"; with "auto" said at -v info (the caller converts with TF)."""
+    if tflite_writer == "direct":
+        error = ConversionError(
+            [failure_for(reason.node, planned.graph, str(reason))] if reason.node else [],
+            headline=f"--tflite_writer direct: {reason}; use --tflite_writer auto (TF's "
+            "converter) for this model.")
+        error.prepared_model = planned.model  # replayed by the failure report
+        raise error
+    log.info("direct TFLite writer: %s: converting with TF", reason)
+
+
 def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
-                  sources: list[str], command, onnx_names: bool) -> list[str] | None:
-    """The float32 and float16 .tflite, delegate report and io_layout of the direct writer
-    (tflite/direct.py), published; None when it does not cover the model ("auto": the
+                  sources: list[str], command, onnx_names: bool, int4: bool
+                  ) -> list[str] | None:
+    """The float32 and float16 .tflite (with `int4` the -oi4 one), delegate report and
+    io_layout of the direct writer (tflite/direct.py), published; None when it does not cover the model ("auto": the
     caller converts with TF; "direct": a ConversionError naming the node)."""
     from onnx2tf_alt.tflite.direct import DirectResult, write_direct
     from onnx2tf_alt.translate.io_layout import save_io_layout
@@ -421,14 +454,7 @@ def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
     with phase("tflite float32 (direct)"):
         result = write_direct(planned.graph, planned.plan, planned.options)
     if not isinstance(result, DirectResult):
-        if tflite_writer == "direct":
-            error = ConversionError(
-                [failure_for(result.node, planned.graph, str(result))] if result.node else [],
-                headline=f"--tflite_writer direct: {result}; use --tflite_writer auto (TF's "
-                "converter) for this model.")
-            error.prepared_model = planned.model  # replayed by the failure report
-            raise error
-        log.info("direct TFLite writer: %s: converting with TF", result)
+        _not_covered(result, planned, tflite_writer)
         return None
     converted = Converted(result=result, graph=planned.graph, plan=planned.plan,
                           model=planned.model, options=planned.options, _tflite_result=result)
@@ -436,6 +462,9 @@ def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
     with folder.staging() as stage:
         written = [*_direct_tflite_files(converted, stage, stem), f"{stem}_io_layout.json"]
         save_io_layout(result, planned.graph, os.path.join(stage, written[-1]), onnx_names)
+        if int4:
+            names.append(_write_int4(None, stage, stem))
+            written.append(names[-1])
         if onnx_names:
             from onnx2tf_alt.tflite.names import copy_onnx_names_in_files
 
@@ -484,8 +513,9 @@ def _fits_beside_keras(graph) -> bool:
     return True
 
 
-def _write_int4(results: dict, stage: str, stem: str) -> str:
-    """-oi4's file (quant/int4.py), made from the float32 .tflite in `stage`."""
+def _write_int4(results: dict | None, stage: str, stem: str) -> str:
+    """-oi4's file (quant/int4.py), made from the float32 .tflite in `stage` (TF's
+    converter's: `results` bound again where they can be; the direct writer's: None)."""
     from onnx2tf_alt.export.names import INT4_SUFFIX
     from onnx2tf_alt.quant.int4 import write_int4_file
 

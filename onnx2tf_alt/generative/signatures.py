@@ -2,16 +2,20 @@
 input shapes (a decoder's `prefill` and `decode`, an encoder at several sizes) or per model
 (a speech model's encoder and decoder), sharing one copy of the weights.
 
-Each signature is the model built for its shapes (pipeline.build_loaded on a copy of the
+Each signature is the model planned for its shapes (pipeline.plan_loaded on a copy of the
 loaded model, with the shapes as -ois), so every handler, layout and rewrite is the one a
-single conversion uses. TF's converter then takes all their serving functions at once with
+single conversion uses. The direct writer (tflite/direct.write_direct_signatures) writes
+them all as subgraphs of one file, a constant equal in several stored once; no TensorFlow.
+Where a saved_model or Keras file is asked for, or the direct writer does not cover a node,
+each is built with TF, and TF's converter takes all their serving functions at once with
 the large weights as inputs (tflite/lowering.late_bound_signatures): a weight equal in
-several signatures is one input, bound to one buffer that every subgraph reads. The float16
-and dynamic-range files are made from that bound model as for one signature.
+several signatures is one input, bound to one buffer that every subgraph reads. The float16,
+dynamic-range and int4 files are made from the float32 one, on either route.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,7 +29,7 @@ from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.logs import phase
 from onnx2tf_alt.passes.kv_cache import CacheEntry
 from onnx2tf_alt.passes.prepare import parse_shape_overrides
-from onnx2tf_alt.pipeline import Converted
+from onnx2tf_alt.pipeline import Converted, Planned
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -101,15 +105,15 @@ def sources_of(specs: dict[str, SignatureSpec]) -> list[str]:
 def build_signatures(loaded: onnx.ModelProto, specs: dict[str, SignatureSpec],
                      shapes: list[str] | None, capacity: int | None,
                      load: Callable[[str], onnx.ModelProto],
-                     build: Callable[[onnx.ModelProto, list[str]], Converted]
-                     ) -> dict[str, tuple[Converted, list[CacheEntry]]]:
+                     build: Callable[[onnx.ModelProto, list[str]], Converted | Planned],
+                     keras: bool = True
+                     ) -> dict[str, tuple[Converted | Planned, list[CacheEntry]]]:
     """Each signature built by `build(its model, -ois specs)` (the common -ois `shapes`
-    first), with its KV cache of `capacity` positions where its model has one
-    (passes/kv_cache.py), and its cache's past/present pairs. InputError when a shape names
+    first: a Converted, or Planned for the direct writer with `keras` False), with its KV
+    cache of `capacity` positions where its model has one (passes/kv_cache.py), and its cache's past/present pairs. InputError when a shape names
     an input its model lacks, an input is left with a dim no shape fixed, or `capacity` is
     given and no model has a cache (or cannot hold it)."""
     from onnx2tf_alt.passes.kv_cache import cache_entries, fixed_capacity, take_cache_branch
-    from onnx2tf_alt.translate.keras_layers import shared_constant_weights
 
     models = {None: loaded}
     for spec in specs.values():
@@ -127,7 +131,9 @@ def build_signatures(loaded: onnx.ModelProto, specs: dict[str, SignatureSpec],
     if capacity is not None and not any(caches.values()):
         fixed_capacity(loaded, capacity)  # raises, naming the inputs
     built = {}
-    with shared_constant_weights():  # the weights once, not once per signature
+    if keras:  # Keras models: the weights once, not once per signature
+        from onnx2tf_alt.translate.keras_layers import shared_constant_weights
+    with shared_constant_weights() if keras else contextlib.nullcontext():
         for name, spec in specs.items():
             model = onnx.ModelProto()
             model.CopyFrom(models[spec.source])
@@ -190,11 +196,11 @@ def write_signature_files(built: dict[str, tuple[Converted, list[CacheEntry]]], 
     (with its KV cache) and, with `saved_model`, a saved_model with the same signatures.
     Returns the file names."""
     from onnx2tf_alt.export.delegates import write_signature_delegate_report
-    from onnx2tf_alt.export.float16 import float16_from_float32, float16_model
-    from onnx2tf_alt.tflite.lowering import late_bound_signatures, signatures_bytes
+    from onnx2tf_alt.tflite.direct import DirectResult
     from onnx2tf_alt.translate.io_layout import io_layout
 
     results = {name: c.tflite_result() for name, (c, _) in built.items()}
+    direct = all(isinstance(r, DirectResult) for r in results.values())
     names = [f"{stem}_float32.tflite", f"{stem}_float16.tflite"]
     if saved_model:
         from onnx2tf_alt.export.saved_model import save_signatures_saved_model
@@ -202,35 +208,22 @@ def write_signature_files(built: dict[str, tuple[Converted, list[CacheEntry]]], 
         with phase("saved_model"):
             save_signatures_saved_model({name: c.result for name, (c, _) in built.items()},
                                         folder)
-    with phase("tflite float32"):
-        bound = late_bound_signatures(results)
-        if bound is None:
-            log.info("no weight is bound after conversion: each signature has its own copy "
-                     "of the weights")
-            _write(os.path.join(folder, names[0]), signatures_bytes(results))
-        else:
-            bound.write(os.path.join(folder, names[0]))
-    with phase("tflite float16"):
-        if bound is not None and float16_model(bound.model):
-            bound.write(os.path.join(folder, names[1]))
-        else:
-            with open(os.path.join(folder, names[0]), "rb") as f:
-                half = float16_from_float32(f.read())
-            if half is None:
-                raise InputError("the float16 .tflite of several signatures could not be made")
-            _write(os.path.join(folder, names[1]), half)
+    paths = [os.path.join(folder, n) for n in names]
+    if direct:
+        _write_direct_files(next(iter(results.values())).content, paths[0], paths[1])
+    else:
+        _write_converted_files(results, paths[0], paths[1])
     if dynamic_range:
         with phase("tflite dynamic range"):
             names.append(f"{stem}_dynamic_range_quant.tflite")
-            _write_dynamic_range(results, os.path.join(folder, names[0]),
-                                 os.path.join(folder, names[-1]))
+            _write_dynamic_range(results, paths[0], os.path.join(folder, names[-1]), direct)
     if int4:
         from onnx2tf_alt.export.names import INT4_SUFFIX
         from onnx2tf_alt.quant.int4 import write_int4_file
 
         with phase("tflite int4 weights"):
             names.append(f"{stem}_{INT4_SUFFIX}.tflite")
-            write_int4_file(results, os.path.join(folder, names[0]),
+            write_int4_file(None if direct else results, paths[0],
                             os.path.join(folder, names[-1]))
     with phase("delegate report"):
         names.append(write_signature_delegate_report(
@@ -248,16 +241,55 @@ def write_signature_files(built: dict[str, tuple[Converted, list[CacheEntry]]], 
     return names
 
 
-def _write_dynamic_range(results: dict, float32_path: str, path: str) -> None:
-    """The -odrqt file at `path`: int8 weights (quant/weight_only.py) in the signatures'
-    weights bound again, or, where they cannot be bound (no weight of LATE_ELEMENTS, or an
-    op late binding does not take), in the float32 file at `float32_path` unpacked."""
+def _write_direct_files(content: bytes, float32_path: str, float16_path: str) -> None:
+    """The direct writer's file of every signature (tflite/direct.py), and its float16
+    form."""
+    from onnx2tf_alt.export.float16 import float16_from_float32
+
+    _write(float32_path, content)
+    with phase("tflite float16"):  # no float32 weights: the float32 file is the float16 one
+        _write(float16_path, float16_from_float32(content) or content)
+
+
+def _write_converted_files(results: dict, float32_path: str, float16_path: str) -> None:
+    """TF's converter's file of every signature, its weights bound after conversion where it
+    can (tflite/lowering.late_bound_signatures), and its float16 form."""
+    from onnx2tf_alt.export.float16 import float16_from_float32, float16_model
+    from onnx2tf_alt.tflite.lowering import late_bound_signatures, signatures_bytes
+
+    with phase("tflite float32"):
+        bound = late_bound_signatures(results)
+        if bound is None:
+            log.info("no weight is bound after conversion: each signature has its own copy "
+                     "of the weights")
+            _write(float32_path, signatures_bytes(results))
+        else:
+            bound.write(float32_path)
+    with phase("tflite float16"):
+        if bound is not None and float16_model(bound.model):
+            bound.write(float16_path)
+        else:
+            with open(float32_path, "rb") as f:
+                half = float16_from_float32(f.read())
+            if half is None:
+                raise InputError("the float16 .tflite of several signatures could not be made")
+            _write(float16_path, half)
+
+
+def _write_dynamic_range(results: dict, float32_path: str, path: str, direct: bool) -> None:
+    """The -odrqt file at `path`: int8 weights (quant/weight_only.py) in the float32 file at
+    `float32_path` unpacked (`direct`), or in TF's converter's file with the signatures'
+    weights bound again where they can be (no weight of LATE_ELEMENTS, or an op late
+    binding does not take: the float32 file)."""
     from onnx2tf_alt.quant.weight_only import MIN_ELEMENTS, dynamic_range_model
     from onnx2tf_alt.tflite.flatbuffer import pack_model, unpack_model
     from onnx2tf_alt.tflite.late_weights import mapped
-    from onnx2tf_alt.tflite.lowering import late_bound_signatures
 
-    bound = late_bound_signatures(results)
+    bound = None
+    if not direct:
+        from onnx2tf_alt.tflite.lowering import late_bound_signatures
+
+        bound = late_bound_signatures(results)
     model = bound.model if bound is not None else unpack_model(mapped(float32_path))
     if not dynamic_range_model(model):
         log.warning("-odrqt: no FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, BATCH_MATMUL or "

@@ -156,7 +156,9 @@ class DirectWriter:
             raise NotCovered(f"'{name}' is {np.dtype(dtype)}: the direct writer writes "
                              f"{', '.join(sorted(t.name for t in TYPES))} tensors")
 
-    def write(self) -> DirectResult:
+    def write(self, key: str = SIGNATURE) -> tuple[Part, DirectResult]:
+        """The written subgraph, for signature `key`, and its I/O names and perms (the
+        result's `content` is filled when the file is packed)."""
         graph, plan, flat = self.graph, self.plan, self.flat
         taken: set[str] = set()
         input_names, inputs = {}, []
@@ -165,8 +167,8 @@ class DirectWriter:
             self._check_dtype(name, graph.dtypes[name])
             if shape is None:
                 raise NotCovered(f"input '{name}' has no known shape")
-            input_names[name] = key = keras_name(name, taken)
-            index = flat.tensor(f"serving_default_{key}:0", P.physical_shape(shape, perm),
+            input_names[name] = keras = keras_name(name, taken)
+            index = flat.tensor(f"{key}_{keras}:0", P.physical_shape(shape, perm),
                                 graph.dtypes[name])
             self.values[name] = _Value(index, perm)
             inputs.append(index)
@@ -174,9 +176,9 @@ class DirectWriter:
             self._write_node(node, plan.node_inputs[position])
         output_names, output_keys, outputs = {}, [], []
         for name in graph.outputs:
-            key = keras_name(name, taken)
-            output_names.setdefault(name, key)
-            output_keys.append(key)
+            keras = keras_name(name, taken)
+            output_names.setdefault(name, keras)
+            output_keys.append(keras)
             value = self.values[name]
             if value.const is not None:
                 raise NotCovered(f"output '{name}' is a constant")
@@ -185,10 +187,10 @@ class DirectWriter:
                 raise NotCovered(f"output '{name}' is an input or another output")
             outputs.append(index)
         rewrite(flat, outputs)
-        content = _pack(flat, inputs, outputs, list(input_names.values()), output_keys)
-        return DirectResult(content, input_names, output_names,
-                            {n: plan.perms[n] for n in graph.inputs}, dict(plan.output_perms),
-                            output_keys)
+        part = Part(key, flat, inputs, outputs, list(input_names.values()), output_keys)
+        return part, DirectResult(b"", input_names, output_names,
+                                  {n: plan.perms[n] for n in graph.inputs},
+                                  dict(plan.output_perms), output_keys)
 
     def _write_node(self, node: Node, wanted: list[Perm | None]) -> None:
         """By the op's `@direct` writer where it has one and the node's values are float32,
@@ -239,56 +241,123 @@ def write_direct(graph: Graph, plan: Plan,
                  options: ConversionOptions = DEFAULT_OPTIONS) -> DirectResult | NotCovered:
     """The direct .tflite of a prepared, planned graph, or the NotCovered that says why it
     must go through TF's converter."""
+    found = write_direct_signatures({SIGNATURE: (graph, plan, options)})
+    return found if isinstance(found, NotCovered) else found[SIGNATURE]
+
+
+def write_direct_signatures(planned: dict[str, tuple[Graph, Plan, ConversionOptions]]
+                            ) -> dict[str, DirectResult] | NotCovered:
+    """One .tflite with a subgraph and a signature per entry of `planned` ({key: (graph,
+    plan, options)}, a decoder's prefill and decode): a constant equal in several of them
+    is one buffer. The results share that file's `content`; or the NotCovered of the first
+    node not covered."""
+    parts, results, buffers = [], {}, _SharedBuffers()
     try:
-        return DirectWriter(graph, plan, options).write()
+        for key, (graph, plan, options) in planned.items():
+            part, results[key] = DirectWriter(graph, plan, options).write(key)
+            buffers.share(part.flat)  # the copies of earlier weights dropped now
+            parts.append(part)
     except NotCovered as reason:  # without its frames, which hold the weights written
         return reason.with_traceback(None)
+    content = _pack(parts)
+    for result in results.values():
+        result.content = content
+    return results
 
 
-def _pack(flat: FlatGraph, inputs: list[int], outputs: list[int], input_keys: list[str],
-          output_keys: list[str]) -> bytes:
-    """The model table around the subgraph: only the tensors and buffers still read, the
-    operator codes in first use, one signature."""
-    used = sorted({*inputs, *outputs, *(i for op in flat.operators for i in op.inputs),
-                   *(o for op in flat.operators for o in op.outputs)})
-    renumber = {old: new for new, old in enumerate(used)}
+@dataclass
+class Part:
+    """One written subgraph of a file and its signature: `key`, the input and output
+    tensors (indices into `flat`) and their keys."""
+
+    key: str
+    flat: FlatGraph
+    inputs: list[int]
+    outputs: list[int]
+    input_keys: list[str]
+    output_keys: list[str]
+
+
+class _SharedBuffers:
+    """Constant buffers by content across subgraphs: `share` points each buffer of a new
+    subgraph that equals an earlier one at that one (a weight is stored once)."""
+
+    def __init__(self):
+        self._seen: dict[tuple, list] = {}
+
+    def share(self, flat: FlatGraph) -> None:
+        for k, buffer in enumerate(flat.buffers):
+            data = getattr(buffer, "data", None)
+            if data is None or not len(data):
+                continue
+            key = (len(data), bytes(data[::max(1, len(data) // 64)][:64]))
+            same = self._seen.setdefault(key, [])
+            match = next((b for b in same if np.array_equal(b.data, data)), None)
+            if match is None:
+                same.append(buffer)
+            else:
+                flat.buffers[k] = match
+
+
+def _pack(parts: list[Part]) -> bytes:
+    """The model table around the subgraphs: in each only the tensors still read, a buffer
+    shared by several once, the operator codes in first use, a signature per subgraph."""
     model = schema.ModelT()
     model.version, model.description = 3, DESCRIPTION
-    model.buffers = [flat.buffers[0]]
-    subgraph = schema.SubGraphT()
-    subgraph.name = b"main"
-    subgraph.tensors = []
-    for old in used:
-        tensor = flat.tensors[old]
-        model.buffers.append(flat.buffers[tensor.buffer])
-        tensor.buffer = len(model.buffers) - 1
-        subgraph.tensors.append(tensor)
+    model.buffers, model.subgraphs, model.signatureDefs = [parts[0].flat.buffers[0]], [], []
+    model.operatorCodes = []
+    stored: dict[int, int] = {}  # id(buffer) -> index in model.buffers
     codes: dict[str, int] = {}
-    model.operatorCodes, subgraph.operators = [], []
-    for op in flat.operators:
-        if op.name not in codes:
-            code = schema.OperatorCodeT()
-            builtin = getattr(schema.BuiltinOperator, op.name)
-            code.builtinCode, code.deprecatedBuiltinCode = builtin, min(builtin, 127)
-            code.version = MIN_VERSION.get(op.name, 1)
-            codes[op.name] = len(model.operatorCodes)
-            model.operatorCodes.append(code)
-        table = schema.OperatorT()
-        table.opcodeIndex = codes[op.name]
-        table.inputs = np.array([renumber[i] for i in op.inputs], np.int32)
-        table.outputs = np.array([renumber[o] for o in op.outputs], np.int32)
-        if op.options is not None:
-            table.builtinOptionsType, table.builtinOptions = op.options
-        subgraph.operators.append(table)
-    subgraph.inputs = np.array([renumber[i] for i in inputs], np.int32)
-    subgraph.outputs = np.array([renumber[o] for o in outputs], np.int32)
-    model.subgraphs = [subgraph]
-    signature = schema.SignatureDefT()
-    signature.signatureKey, signature.subgraphIndex = SIGNATURE.encode(), 0
-    signature.inputs = [_tensor_map(k, renumber[i]) for k, i in zip(input_keys, inputs)]
-    signature.outputs = [_tensor_map(k, renumber[o]) for k, o in zip(output_keys, outputs)]
-    model.signatureDefs = [signature]
-    return pack_table(model, flat.weight_bytes + 16 * len(model.buffers) + (1 << 20),
+    weight_bytes = 0
+    for index, part in enumerate(parts):
+        flat, inputs, outputs = part.flat, part.inputs, part.outputs
+        used = sorted({*inputs, *outputs, *(i for op in flat.operators for i in op.inputs),
+                       *(o for op in flat.operators for o in op.outputs)})
+        renumber = {old: new for new, old in enumerate(used)}
+        subgraph = schema.SubGraphT()
+        subgraph.name = b"main" if len(parts) == 1 else part.key.encode()
+        subgraph.tensors = []
+        for old in used:
+            tensor = flat.tensors[old]
+            buffer = flat.buffers[tensor.buffer]
+            data = getattr(buffer, "data", None)
+            if data is None or not len(data):
+                model.buffers.append(schema.BufferT())  # each activation its own, as TF's
+                tensor.buffer = len(model.buffers) - 1
+            else:
+                if id(buffer) not in stored:
+                    model.buffers.append(buffer)
+                    stored[id(buffer)] = len(model.buffers) - 1
+                    weight_bytes += len(data)
+                tensor.buffer = stored[id(buffer)]
+            subgraph.tensors.append(tensor)
+        subgraph.operators = []
+        for op in flat.operators:
+            if op.name not in codes:
+                code = schema.OperatorCodeT()
+                builtin = getattr(schema.BuiltinOperator, op.name)
+                code.builtinCode, code.deprecatedBuiltinCode = builtin, min(builtin, 127)
+                code.version = MIN_VERSION.get(op.name, 1)
+                codes[op.name] = len(model.operatorCodes)
+                model.operatorCodes.append(code)
+            table = schema.OperatorT()
+            table.opcodeIndex = codes[op.name]
+            table.inputs = np.array([renumber[i] for i in op.inputs], np.int32)
+            table.outputs = np.array([renumber[o] for o in op.outputs], np.int32)
+            if op.options is not None:
+                table.builtinOptionsType, table.builtinOptions = op.options
+            subgraph.operators.append(table)
+        subgraph.inputs = np.array([renumber[i] for i in inputs], np.int32)
+        subgraph.outputs = np.array([renumber[o] for o in outputs], np.int32)
+        model.subgraphs.append(subgraph)
+        signature = schema.SignatureDefT()
+        signature.signatureKey, signature.subgraphIndex = part.key.encode(), index
+        signature.inputs = [_tensor_map(k, renumber[i])
+                            for k, i in zip(part.input_keys, inputs)]
+        signature.outputs = [_tensor_map(k, renumber[o])
+                             for k, o in zip(part.output_keys, outputs)]
+        model.signatureDefs.append(signature)
+    return pack_table(model, weight_bytes + 16 * len(model.buffers) + (1 << 20),
                       FILE_IDENTIFIER)
 
 

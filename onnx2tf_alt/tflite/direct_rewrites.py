@@ -1,10 +1,11 @@
 """What TF's converter does to a graph like the direct writer's, done on its FlatGraph after
-the last node: ops whose results nothing reads dropped, an op computing what another
-computes merged into it, per-channel MUL / ADD folded into the filter and bias of the CONV_2D,
-DEPTHWISE_CONV_2D or FULLY_CONNECTED before them (or of the FULLY_CONNECTED ops after them),
-RELU / RELU6 / RELU_N1_TO_1 fused into the op before, a RESHAPE of a RESHAPE merged, one to
-its input's own shape, flattening into a FULLY_CONNECTED or adding leading unit axes before
-broadcasting ops dropped, 1 / SQRT(x) written as RSQRT(x)."""
+the last node: ops whose results nothing reads dropped, logical ops with a neutral constant
+dropped, an op computing what another computes merged into it, per-channel MUL / ADD folded
+into the filter and bias of the CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED before them
+(or of the FULLY_CONNECTED ops after them), RELU / RELU6 / RELU_N1_TO_1 fused into the op
+before, a RESHAPE of a RESHAPE merged, one to its input's own shape, flattening into a
+FULLY_CONNECTED or adding leading unit axes before broadcasting ops dropped, 1 / SQRT(x)
+written as RSQRT(x)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ ACTIVATIONS = {"RELU": schema.ActivationFunctionType.RELU,
 def rewrite(flat: FlatGraph, outputs: list[int]) -> None:
     """All of the module's rewrites, in order; `outputs` (the graph's) are kept."""
     drop_unread(flat, outputs)
+    drop_logical_identities(flat, outputs)
     merge_duplicates(flat, outputs)
     fold_affine(flat, outputs)
     while fold_into_dense(flat, outputs):
@@ -42,20 +44,28 @@ def merge_duplicates(flat: FlatGraph, outputs: list[int]) -> None:
     output types, as a CAST says its target by its output alone; small constants compared by
     value: the shape of a RESHAPE each node writes itself) is dropped, its readers reading
     the earlier one's results, as TF's converter merges them (Swin's patch merging reshapes
-    one value for four slices)."""
+    one value for four slices). Where only the later one writes a graph output, the earlier
+    one writes it instead (a decoder's present key, also read by the cache's CONCATENATION)."""
     seen: dict[tuple, Operator] = {}
     same: dict[int, int] = {}
+    renamed: dict[int, int] = {}  # an earlier op's result -> the graph output it now writes
     kept = []
     for op in flat.operators:
         op.inputs = [same.get(i, i) for i in op.inputs]
         key = (op.name, tuple(_input_key(flat, i) for i in op.inputs), _options_key(op.options),
                tuple((flat.shape(o), flat.tensors[o].type) for o in op.outputs))
         first = seen.get(key)
-        if first is not None and not set(op.outputs) & set(outputs):
-            same.update(zip(op.outputs, first.outputs))
+        if first is not None and not set(first.outputs) & set(outputs):
+            if set(op.outputs) & set(outputs):  # the earlier op writes the graph output
+                renamed.update(zip(first.outputs, op.outputs))
+                first.outputs = list(op.outputs)
+            else:
+                same.update(zip(op.outputs, first.outputs))
             continue
         seen.setdefault(key, op)
         kept.append(op)
+    for op in kept:
+        op.inputs = [renamed.get(i, i) for i in op.inputs]
     flat.operators = kept
 
 
@@ -82,6 +92,33 @@ def _hashable(value):
     if isinstance(value, list):
         return tuple(_hashable(v) for v in value)
     return value
+
+
+IDENTITY_OPERAND = {"LOGICAL_AND": True, "LOGICAL_OR": False}
+
+
+def drop_logical_identities(flat: FlatGraph, outputs: list[int]) -> None:
+    """LOGICAL_AND with a constant all true, LOGICAL_OR with one all false, that does not
+    broadcast the other operand: its readers read that operand (TF's converter folds them;
+    a decoder's causal mask at one new position is all true)."""
+    same: dict[int, int] = {}
+    kept = []
+    for op in flat.operators:
+        op.inputs = [same.get(i, i) for i in op.inputs]
+        neutral = IDENTITY_OPERAND.get(op.name)
+        if neutral is not None and op.outputs[0] not in outputs:
+            for k, index in enumerate(op.inputs):
+                data = flat.buffers[flat.tensors[index].buffer].data
+                other = op.inputs[1 - k]
+                if (data is not None and len(data) and np.all(np.asarray(data) == neutral)
+                        and flat.shape(other) == flat.shape(op.outputs[0])):
+                    same[op.outputs[0]] = other
+                    break
+            else:
+                kept.append(op)
+            continue
+        kept.append(op)
+    flat.operators = kept
 
 
 def _consumers(flat: FlatGraph) -> dict[int, list[Operator]]:
@@ -258,21 +295,17 @@ def fuse_activations(flat: FlatGraph, outputs: list[int]) -> None:
 
 
 def merge_reshapes(flat: FlatGraph, outputs: list[int]) -> None:
-    """RESHAPE(RESHAPE(x)) with the inner result used once: one RESHAPE of x; then a RESHAPE
-    to the shape its input has, that input computed by an op and read by it alone: that op
-    writes its output (as TF's converter drops such a RESHAPE)."""
+    """RESHAPE(RESHAPE(x)): one RESHAPE of x (the inner one dropped when nothing else reads
+    it); two RESHAPEs of x to one shape then merged; then a RESHAPE to the shape its input
+    has, that input computed by an op and read by it alone: that op writes its output (as
+    TF's converter drops such a RESHAPE)."""
     producers = {o: op for op in flat.operators for o in op.outputs}
-    readers = _consumers(flat)
-    gone = []
     for op in flat.operators:
-        if op.name != "RESHAPE":
-            continue
         inner = producers.get(op.inputs[0])
-        if (inner is not None and inner.name == "RESHAPE" and op.inputs[0] not in outputs
-                and len(readers.get(op.inputs[0], [])) == 1):
+        if op.name == "RESHAPE" and inner is not None and inner.name == "RESHAPE":
             op.inputs[0] = inner.inputs[0]
-            gone.append(inner)
-    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+    drop_unread(flat, outputs)
+    merge_duplicates(flat, outputs)
     producers = {o: op for op in flat.operators for o in op.outputs}
     readers = _consumers(flat)
     gone = []

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -17,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.passes.kv_cache import ALL_SUFFIX, fixed_capacity
 
+from cli_runner import cli_env
 from harness import assert_close
 from kv_decoder import (
     BATCH,
@@ -92,7 +95,10 @@ def encoder_model() -> onnx.ModelProto:
 
 
 @pytest.fixture(scope="module")
-def converted(reference, tmp_path_factory):
+def route(reference, tmp_path_factory):
+    """route("tf") / route("direct"): the output folder of the decoder converted with its
+    prefill, decode and encode signatures, with a saved_model through TF, or with -dms by
+    the direct writer alone (tflite/direct.write_direct_signatures); each made once."""
     from onnx2tf_alt import convert
 
     model, _, _ = reference
@@ -100,13 +106,26 @@ def converted(reference, tmp_path_factory):
     source, encoder = str(folder / "decoder.onnx"), str(folder / "encoder.onnx")
     onnx.save(model, source)
     onnx.save(encoder_model(), encoder)
-    convert(source, output_folder_path=str(folder / "out"), kv_cache_capacity=CAPACITY,
-            signatures=[["prefill", f"input_ids:{BATCH},{PROMPT}"],
-                        ["decode", f"input_ids:{BATCH},1"],
-                        ["encode", encoder, f"features:{BATCH},7,32"]],
-            output_dynamic_range_quantized_tflite=True, output_int4_weight_quantized_tflite=True,
-            non_verbose=True)
-    return folder / "out"
+    made = {}
+
+    def converted(name: str):
+        if name not in made:
+            out = folder / name
+            convert(source, output_folder_path=str(out), kv_cache_capacity=CAPACITY,
+                    signatures=[["prefill", f"input_ids:{BATCH},{PROMPT}"],
+                                ["decode", f"input_ids:{BATCH},1"],
+                                ["encode", encoder, f"features:{BATCH},7,32"]],
+                    output_dynamic_range_quantized_tflite=True,
+                    output_int4_weight_quantized_tflite=True, non_verbose=True,
+                    disable_model_save=name == "direct", tflite_writer=name)
+            made[name] = out
+        return made[name]
+    return converted
+
+
+@pytest.fixture(scope="module", params=["tf", "direct"])
+def converted(route, request):
+    return route(request.param)
 
 
 @pytest.mark.parametrize("suffix", ["float32", "float16", "dynamic_range_quant",
@@ -170,11 +189,12 @@ def test_the_signatures_share_one_copy_of_the_weights(reference, converted):
 
 
 
-def test_the_saved_model_has_the_signatures_and_the_weights_once(reference, converted):
+def test_the_saved_model_has_the_signatures_and_the_weights_once(reference, route):
     """TF Serving's view: prefill and decode (and encode) in one saved_model whose variables
     hold each weight once; its prefill step computes what onnxruntime does."""
     import tensorflow as tf
 
+    converted = route("tf")
     model, prompt, (_, logits) = reference
     weight_bytes = sum(len(i.raw_data) for m in (model, encoder_model())
                        for i in m.graph.initializer if len(i.raw_data) > 4096)  # variables
@@ -208,6 +228,54 @@ def test_the_delegate_report_shows_the_decode_step_in_one_xnnpack_partition(conv
                            "MUL", "CONCATENATION"}, name
         assert left <= {"CAST", "LESS", "SELECT", "SELECT_V2", "GATHER", "RESHAPE", "ADD",
                         "LOGICAL_AND", "LESS_EQUAL", "EXPAND_DIMS"}, (name, left)
+
+
+def test_the_direct_route_imports_no_tensorflow_and_computes_as_the_tf_route(route, tmp_path):
+    """`--signature ... -dms` from the CLI in a process that never loads TF: every signature
+    of the float32 file computes what the TF route's does, with no more ops or TRANSPOSEs,
+    and the weights once."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
+
+    tf_route = route("tf")
+    out = tmp_path / "out"
+    args = ["-i", str(tf_route.parent / "decoder.onnx"), "-o", str(out),
+            "--kv_cache_capacity", str(CAPACITY),
+            "--signature", "prefill", f"input_ids:{BATCH},{PROMPT}",
+            "--signature", "decode", f"input_ids:{BATCH},1", "-dms", "-n"]
+    script = ("import sys\nfrom onnx2tf_alt.cli.main import main\n"
+              f"code = main({args!r})\n"
+              "assert 'tensorflow' not in sys.modules and 'tf_keras' not in sys.modules\n"
+              "sys.exit(code)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=cli_env(), timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    files = {"direct": out / "decoder_float32.tflite", "tf": tf_route / "decoder_float32.tflite"}
+    rng = np.random.default_rng(5)
+    for name in ("prefill", "decode"):
+        runners = {k: Interpreter(model_path=str(f)).get_signature_runner(name)
+                   for k, f in files.items()}
+        details = runners["tf"].get_input_details()
+        assert details.keys() == runners["direct"].get_input_details().keys()
+        feeds = {k: (rng.integers(0, 2, d["shape"]) if d["dtype"] != np.float32 else
+                     rng.normal(size=d["shape"])).astype(d["dtype"]) for k, d in details.items()}
+        got, want = (runners[k](**feeds) for k in ("direct", "tf"))
+        assert got.keys() == want.keys()
+        for key in want:
+            assert_close(got[key], want[key], 1e-5, f"{name} {key}")
+    models = {k: unpack_model(f.read_bytes()) for k, f in files.items()}
+    for name in ("prefill", "decode"):
+        ops = {}
+        for route_name, model in models.items():
+            index = next(d.subgraphIndex for d in model.signatureDefs
+                         if d.signatureKey.decode() == name)
+            ops[route_name] = [op_name(model, op) for op in model.subgraphs[index].operators]
+        assert len(ops["direct"]) <= len(ops["tf"]), (name, ops)
+        assert ops["direct"].count("TRANSPOSE") <= ops["tf"].count("TRANSPOSE"), name
+    weights = sum(len(i.raw_data) for i in onnx.load(str(tf_route.parent / "decoder.onnx"))
+                  .graph.initializer)
+    assert weights < files["direct"].stat().st_size < 1.1 * weights + 64 * 1024
 
 
 def test_signature_shapes_that_leave_a_dim_open_are_refused(reference, tmp_path):
