@@ -4,6 +4,7 @@ greedily with the files, side by side with onnxruntime on the same ONNX.
 
     python benchmarks/decoder_forms.py NAME=MODEL.onnx|NAME=DIR [...]
         [--capacity 128] [--prompt 16] [--new 32] [--litertlm] [--out DIR]
+        [--writer auto direct tf]
 
 Each MODEL.onnx (benchmarks/export_decoder_kv.py with --exporter dynamo or torchscript,
 `optimum-cli export onnx --task text-generation-with-past`, ...) is converted by the CLI with
@@ -12,7 +13,9 @@ Each MODEL.onnx (benchmarks/export_decoder_kv.py with --exporter dynamo or torch
 per step of the float32 and int8-weight files. With --litertlm (the tokenizer beside the
 ONNX, a word-level one whose token k is a word `<letter><k>`), the same model is converted
 with `--litertlm` and LiteRT-LM's engine decodes (benchmarks/litertlm_generate.py). One row
-per model and file; a conversion that exits 1 is a row saying so, with its first line.
+per model, writer and file, with the conversion's wall time and peak RSS (with --writer
+tf direct, TF's converter and the direct writer side by side); a conversion that exits 1
+is a row saying so, with its first line.
 
 NAME=DIR: an encoder-decoder as `optimum-cli export onnx --task
 automatic-speech-recognition-with-past` writes it (DIR/encoder_model.onnx,
@@ -30,6 +33,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -59,12 +63,17 @@ def seq2seq_signatures(folder: str, prompt: int) -> tuple[str, list[str], list[s
     return past, flags, ["--encoder", encoder, "--first", first]
 
 
-def convert(model: str, out: str, capacity: int, prompt: int, litertlm: bool) -> tuple[int, str]:
-    command = ["onnx2tf-alt", "-i", model, "-o", out, "-dms", "-n", "-odrqt",
-               "--kv_cache_capacity", str(capacity)]
+def convert(model: str, out: str, capacity: int, prompt: int, litertlm: bool,
+            writer: str = "auto") -> tuple[int, str]:
+    """The CLI run in a small child that reports its peak RSS (bench_model._MEASURED):
+    (exit code, output ending with a `PEAK_KIB n` line)."""
+    from bench_model import _MEASURED
+
+    command = [sys.executable, "-c", _MEASURED, "-i", model, "-o", out, "-dms", "-n",
+               "-odrqt", "--kv_cache_capacity", str(capacity), "--tflite_writer", writer]
     if os.path.isdir(model):
         model, flags, _ = seq2seq_signatures(model, prompt)
-        command[2] = model
+        command[4] = model
         command += flags
     elif litertlm:
         command += ["--litertlm", "--tokenizer", os.path.dirname(os.path.abspath(model)),
@@ -83,17 +92,25 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--litertlm", action="store_true")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--writer", nargs="+", default=["auto"], choices=["auto", "direct", "tf"],
+                        help="--tflite_writer of each conversion (several: a row each)")
     a = parser.parse_args()
     root = a.out or tempfile.mkdtemp(prefix="decoder_forms_")
-    print("| model | file | tokens as onnxruntime's | cosine min |")
-    print("|---|---|---|---|")
-    for item in a.models:
+    print("| model | writer | file | tokens as onnxruntime's | cosine min | conversion s | "
+          "peak MB |")
+    print("|---|---|---|---|---|---|---|")
+    for item, writer in ((m, w) for m in a.models for w in a.writer):
         name, model = item.split("=", 1)
-        out = os.path.join(root, name)
-        code, text = convert(model, out, a.capacity, a.prompt, False)
+        out = os.path.join(root, f"{name}_{writer}")
+        start = time.perf_counter()
+        code, text = convert(model, out, a.capacity, a.prompt, False, writer)
+        seconds = time.perf_counter() - start
+        peak = [int(line.split()[1]) >> 10 for line in text.splitlines()
+                if line.startswith("PEAK_KIB ")]
+        measured = f"{seconds:.1f} | {peak[-1] if peak else '?'}"
         if code:
             first = next((line for line in text.splitlines() if line.startswith("error")), "")
-            print(f"| {name} | exit {code} | {first[:160]} | |")
+            print(f"| {name} | {writer} | exit {code} | {first[:160]} | | {measured} |")
             continue
         extra = []
         if os.path.isdir(model):
@@ -108,16 +125,17 @@ def main() -> None:
             found = re.match(r"\S+/(\S+\.tflite): (\d+) of (\d+) tokens.*cosine per step min "
                              r"([\d.\-]+)", line)
             if found:
-                print(f"| {name} | {found[1].replace(stem + '_', '')} | {found[2]}/{found[3]} | "
-                      f"{found[4]} |")
+                print(f"| {name} | {writer} | {found[1].replace(stem + '_', '')} | "
+                      f"{found[2]}/{found[3]} | {found[4]} | {measured} |")
         if code:
-            print(f"| {name} | generate.py exit {code} | {text.splitlines()[-1][:160]} | |")
+            print(f"| {name} | {writer} | generate.py exit {code} | "
+                  f"{text.splitlines()[-1][:160]} | | |")
         if not a.litertlm or extra:  # LiteRT-LM runs decoders alone
             continue
-        code, text = convert(model, out + "_litertlm", a.capacity, a.prompt, True)
+        code, text = convert(model, out + "_litertlm", a.capacity, a.prompt, True, writer)
         if code:
             first = next((line for line in text.splitlines() if line.startswith("error")), "")
-            print(f"| {name} | .litertlm: exit {code} | {first[:160]} | |")
+            print(f"| {name} | {writer} | .litertlm: exit {code} | {first[:160]} | | | |")
             continue
         bundles = [os.path.join(out + "_litertlm", f"{stem}_{v}.litertlm")
                    for v in ("float32", "dynamic_range_quant")]
@@ -127,11 +145,11 @@ def main() -> None:
         for line in text.splitlines():
             found = re.match(r"(\S+\.litertlm): (\d+)/(\d+) tokens", line)
             if found:
-                print(f"| {name} | {found[1].replace(stem + '_', '')} (LiteRT-LM engine) | "
-                      f"{found[2]}/{found[3]} | |")
+                print(f"| {name} | {writer} | {found[1].replace(stem + '_', '')} (LiteRT-LM "
+                      f"engine) | {found[2]}/{found[3]} | | |")
         if code:
-            print(f"| {name} | litertlm_generate.py exit {code} | "
-                  f"{text.splitlines()[-1][:160]} | |")
+            print(f"| {name} | {writer} | litertlm_generate.py exit {code} | "
+                  f"{text.splitlines()[-1][:160]} | | |")
 
 
 if __name__ == "__main__":

@@ -481,18 +481,14 @@ def _direct_tflite_files(converted: Converted, folder: str, stem: str) -> list[s
     """The float32 .tflite of `converted`'s DirectResult (its `result` too), its delegate
     report and the float16 file, in `folder`."""
     from onnx2tf_alt.export.delegates import write_delegate_report
-    from onnx2tf_alt.export.float16 import float16_from_float32
-    from onnx2tf_alt.tflite.flatbuffer import unpack_model
+    from onnx2tf_alt.export.direct_files import write_float16, write_float32
 
-    content = converted.result.content
     names = [f"{stem}_float32.tflite", f"{stem}_float16.tflite"]
-    _write_bytes(os.path.join(folder, names[0]), content)
-    model = unpack_model(content)
+    content, model = write_float32(converted.result, os.path.join(folder, names[0]))
     with phase("delegate report"):
         report = write_delegate_report(converted, folder, stem, model)
-    with phase("tflite float16"):  # no float32 weights: the float32 file is the float16 one
-        half = float16_from_float32(content, model) or content
-        _write_bytes(os.path.join(folder, names[1]), half)
+    with phase("tflite float16"):
+        write_float16(converted.result, content, model, os.path.join(folder, names[1]))
     return [*names, report]
 
 

@@ -78,7 +78,8 @@ def _dense_direct(ctx, weights: np.ndarray, bias: np.ndarray | None) -> int:
     if swaps_last_two(ctx.perm(0)):
         raise NotCovered("an operand with its last two axes swapped")
     out = ctx.output()
-    inputs = [ctx.x(0), ctx.weight(np.ascontiguousarray(weights.T, np.float32))]
+    inputs = [ctx.x(0), ctx.weight(np.asarray(weights, np.float32).T)]  # a view: written
+    # a block of rows at a time (tflite/flatgraph.ArrayBuffer), never copied whole
     if bias is not None:
         inputs.append(ctx.weight(np.asarray(bias, np.float32), "bias"))
     ctx.op("FULLY_CONNECTED", inputs, out, options(

@@ -210,7 +210,12 @@ def write_signature_files(built: dict[str, tuple[Converted, list[CacheEntry]]], 
                                         folder)
     paths = [os.path.join(folder, n) for n in names]
     if direct:
-        _write_direct_files(next(iter(results.values())).content, paths[0], paths[1])
+        from onnx2tf_alt.export.direct_files import write_float16, write_float32
+
+        first = next(iter(results.values()))  # every signature's result holds the file
+        content, model = write_float32(first, paths[0])
+        with phase("tflite float16"):
+            write_float16(first, content, model, paths[1])
     else:
         _write_converted_files(results, paths[0], paths[1])
     if dynamic_range:
@@ -239,16 +244,6 @@ def write_signature_files(built: dict[str, tuple[Converted, list[CacheEntry]]], 
     with open(os.path.join(folder, names[-1]), "w") as f:
         json.dump(layout, f, indent=2)
     return names
-
-
-def _write_direct_files(content: bytes, float32_path: str, float16_path: str) -> None:
-    """The direct writer's file of every signature (tflite/direct.py), and its float16
-    form."""
-    from onnx2tf_alt.export.float16 import float16_from_float32
-
-    _write(float32_path, content)
-    with phase("tflite float16"):  # no float32 weights: the float32 file is the float16 one
-        _write(float16_path, float16_from_float32(content) or content)
 
 
 def _write_converted_files(results: dict, float32_path: str, float16_path: str) -> None:
@@ -282,15 +277,15 @@ def _write_dynamic_range(results: dict, float32_path: str, path: str, direct: bo
     weights bound again where they can be (no weight of LATE_ELEMENTS, or an op late
     binding does not take: the float32 file)."""
     from onnx2tf_alt.quant.weight_only import MIN_ELEMENTS, dynamic_range_model
-    from onnx2tf_alt.tflite.flatbuffer import pack_model, unpack_model
-    from onnx2tf_alt.tflite.late_weights import mapped
+    from onnx2tf_alt.tflite.flatbuffer import pack_model
+    from onnx2tf_alt.tflite.late_weights import unpacked_file
 
     bound = None
     if not direct:
         from onnx2tf_alt.tflite.lowering import late_bound_signatures
 
         bound = late_bound_signatures(results)
-    model = bound.model if bound is not None else unpack_model(mapped(float32_path))
+    model = bound.model if bound is not None else unpacked_file(float32_path)
     if not dynamic_range_model(model):
         log.warning("-odrqt: no FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, BATCH_MATMUL or "
                     "GATHER reads a float32 weight of %d elements or more: %s holds the "

@@ -198,15 +198,15 @@ def write_int4_file(results: dict | None, float32_path: str, path: str) -> int:
     direct writer's (None), `float32_path` unpacked) with int4 FULLY_CONNECTED weights
     and, as in the dynamic-range file, int8 ones elsewhere. Returns the int4 weight count."""
     from onnx2tf_alt.quant.weight_only import dynamic_range_model
-    from onnx2tf_alt.tflite.flatbuffer import pack_model, unpack_model
-    from onnx2tf_alt.tflite.late_weights import mapped
+    from onnx2tf_alt.tflite.flatbuffer import pack_model
+    from onnx2tf_alt.tflite.late_weights import unpacked_file
 
     bound = None
     if results is not None:
         from onnx2tf_alt.tflite.lowering import late_bound_signatures
 
         bound = late_bound_signatures(results)
-    model = bound.model if bound is not None else unpack_model(mapped(float32_path))
+    model = bound.model if bound is not None else unpacked_file(float32_path)
     count = int4_blockwise_model(model)
     dynamic_range_model(model)
     if bound is not None:

@@ -31,7 +31,8 @@ from onnx2tf_alt.layout.perms import Perm
 from onnx2tf_alt.layout.plan import Plan
 from onnx2tf_alt.tflite.direct_rewrites import rewrite
 from onnx2tf_alt.tflite.flatbuffer import FILE_IDENTIFIER, SIGNATURE, pack_table, schema
-from onnx2tf_alt.tflite.flatgraph import TYPES, FlatGraph, NotCovered, options
+from onnx2tf_alt.tflite.flatgraph import TYPES, ArrayBuffer, FlatGraph, NotCovered, options
+from onnx2tf_alt.tflite.late_weights import Bound
 from onnx2tf_alt.tflite.recorder import record_handler
 from onnx2tf_alt.translate.context import NodeView
 from onnx2tf_alt.translate.io_layout import SignatureIO, keras_name
@@ -41,6 +42,10 @@ from onnx2tf_alt.translate.registry import find_direct, find_handler
 DESCRIPTION = b"onnx2tf_alt direct writer"
 # builtins whose kernels are registered from a version above 1 (TFLite's register.cc)
 MIN_VERSION = {"BROADCAST_TO": 2}
+# Weights past which the file is not packed in memory but written by late_weights.Bound
+# (the bytes of each weight made from its array as it is written; past 2 GB after the
+# flatbuffer): packing holds the builder and the file's bytes besides the arrays.
+BOUND_BYTES = 1 << 30
 
 
 @dataclass
@@ -227,12 +232,13 @@ class DirectWriter:
 class DirectResult(SignatureIO):
     """A direct .tflite and its I/O names and perms (the names BuildResult has)."""
 
-    content: bytes
+    content: bytes  # empty where `bound` holds the file
     input_names: dict[str, str]
     output_names: dict[str, str]
     input_perms: dict[str, Perm]
     output_perms: dict[str, Perm]
     output_keys: list[str]
+    bound: Bound | None = None  # past BOUND_BYTES of weights: written with bound.write(path)
     model = None  # no Keras model
     values = MappingProxyType({})  # nor Keras tensors (export/tflite.layer_owners)
 
@@ -259,9 +265,12 @@ def write_direct_signatures(planned: dict[str, tuple[Graph, Plan, ConversionOpti
             parts.append(part)
     except NotCovered as reason:  # without its frames, which hold the weights written
         return reason.with_traceback(None)
-    content = _pack(parts)
+    packed = _pack(parts)
     for result in results.values():
-        result.content = content
+        if isinstance(packed, Bound):
+            result.bound = packed
+        else:
+            result.content = packed
     return results
 
 
@@ -283,25 +292,35 @@ class _SharedBuffers:
     subgraph that equals an earlier one at that one (a weight is stored once)."""
 
     def __init__(self):
-        self._seen: dict[tuple, list] = {}
+        self._seen: dict[tuple, list[ArrayBuffer]] = {}
 
     def share(self, flat: FlatGraph) -> None:
         for k, buffer in enumerate(flat.buffers):
-            data = getattr(buffer, "data", None)
-            if data is None or not len(data):
+            if not isinstance(buffer, ArrayBuffer) or not buffer.nbytes:
                 continue
-            key = (len(data), bytes(data[::max(1, len(data) // 64)][:64]))
-            same = self._seen.setdefault(key, [])
-            match = next((b for b in same if np.array_equal(b.data, data)), None)
+            array = buffer.array
+            sample = array.flat[::max(1, array.size // 64)][:64]  # no copy of the whole
+            same = self._seen.setdefault((array.dtype, array.shape, sample.tobytes()), [])
+            match = next((b for b in same if _equal(b.array, array)), None)
             if match is None:
                 same.append(buffer)
             else:
                 flat.buffers[k] = match
 
 
-def _pack(parts: list[Part]) -> bytes:
+def _equal(a: np.ndarray, b: np.ndarray, rows: int = 1 << 20) -> bool:
+    """a == b everywhere (same shape), compared a block of leading rows at a time."""
+    if a.ndim == 0:
+        return bool(a == b)
+    step = max(1, rows // max(1, a[0].size))
+    return all(np.array_equal(a[k:k + step], b[k:k + step]) for k in range(0, len(a), step))
+
+
+def _pack(parts: list[Part]) -> bytes | Bound:
     """The model table around the subgraphs: in each only the tensors still read, a buffer
-    shared by several once, the operator codes in first use, a signature per subgraph."""
+    shared by several once, the operator codes in first use, a signature per subgraph. Its
+    bytes; past BOUND_BYTES of weights the table itself, written by Bound.write (past 2 GB
+    with its weights after the flatbuffer), the weights made from their arrays only then."""
     model = schema.ModelT()
     model.version, model.description = 3, DESCRIPTION
     model.buffers, model.subgraphs, model.signatureDefs = [parts[0].flat.buffers[0]], [], []
@@ -320,15 +339,14 @@ def _pack(parts: list[Part]) -> bytes:
         for old in used:
             tensor = flat.tensors[old]
             buffer = flat.buffers[tensor.buffer]
-            data = getattr(buffer, "data", None)
-            if data is None or not len(data):
+            if not isinstance(buffer, ArrayBuffer):
                 model.buffers.append(schema.BufferT())  # each activation its own, as TF's
                 tensor.buffer = len(model.buffers) - 1
             else:
                 if id(buffer) not in stored:
                     model.buffers.append(buffer)
                     stored[id(buffer)] = len(model.buffers) - 1
-                    weight_bytes += len(data)
+                    weight_bytes += buffer.nbytes
                 tensor.buffer = stored[id(buffer)]
             subgraph.tensors.append(tensor)
         subgraph.operators = []
@@ -357,6 +375,8 @@ def _pack(parts: list[Part]) -> bytes:
         signature.outputs = [_tensor_map(k, renumber[o])
                              for k, o in zip(part.output_keys, outputs)]
         model.signatureDefs.append(signature)
+    if weight_bytes > BOUND_BYTES:
+        return Bound(model, {})
     return pack_table(model, weight_bytes + 16 * len(model.buffers) + (1 << 20),
                       FILE_IDENTIFIER)
 

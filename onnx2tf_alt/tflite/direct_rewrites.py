@@ -72,11 +72,10 @@ def merge_duplicates(flat: FlatGraph, outputs: list[int]) -> None:
 def _input_key(flat: FlatGraph, index: int):
     if index < 0:
         return index
-    tensor = flat.tensors[index]
-    data = flat.buffers[tensor.buffer].data
-    if data is None or not len(data) or len(data) > SMALL_CONSTANT:
+    tensor, array = flat.tensors[index], flat.constant(index)
+    if array is None or array.nbytes > SMALL_CONSTANT:
         return index
-    return tensor.type, tuple(tensor.shape), bytes(data)
+    return tensor.type, tuple(tensor.shape), array.tobytes()
 
 
 def _options_key(opts):
@@ -108,9 +107,8 @@ def drop_logical_identities(flat: FlatGraph, outputs: list[int]) -> None:
         neutral = IDENTITY_OPERAND.get(op.name)
         if neutral is not None and op.outputs[0] not in outputs:
             for k, index in enumerate(op.inputs):
-                data = flat.buffers[flat.tensors[index].buffer].data
-                other = op.inputs[1 - k]
-                if (data is not None and len(data) and np.all(np.asarray(data) == neutral)
+                values, other = flat.constant(index), op.inputs[1 - k]
+                if (values is not None and np.all(values == neutral)
                         and flat.shape(other) == flat.shape(op.outputs[0])):
                     same[op.outputs[0]] = other
                     break
@@ -145,12 +143,10 @@ _FILTER_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0}  # o
 
 
 def _constant(flat: FlatGraph, index: int) -> np.ndarray | None:
-    """A float32 constant tensor's values (a view of its buffer), or None."""
-    tensor = flat.tensors[index]
-    data = flat.buffers[tensor.buffer].data
-    if data is None or tensor.type != schema.TensorType.FLOAT32:
+    """A float32 constant tensor's values (its buffer's array), or None."""
+    if flat.tensors[index].type != schema.TensorType.FLOAT32:
         return None
-    return data.view(np.float32).reshape(tuple(tensor.shape))
+    return flat.constant(index)
 
 
 def fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
@@ -187,10 +183,10 @@ def fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
             if op.name == "MUL":
                 shape = [1] * filt.ndim
                 shape[_FILTER_AXIS[source.name]] = values.size
-                _replace(flat, source.inputs[1], filt * values.reshape(shape))
-                _replace(flat, source.inputs[2], bias * values)
+                flat.set_constant(source.inputs[1], filt * values.reshape(shape))
+                flat.set_constant(source.inputs[2], bias * values)
             else:
-                _replace(flat, source.inputs[2], bias + values)
+                flat.set_constant(source.inputs[2], bias + values)
             _absorb(flat, source, op)
             producers[op.outputs[0]] = source
             gone.append(op)
@@ -236,7 +232,7 @@ def fold_into_dense(flat: FlatGraph, outputs: list[int]) -> bool:
             values = np.broadcast_to(factor.reshape(-1), (channels,)).astype(np.float64)
             for user, w in zip(users, weights):
                 if op.name == "MUL":
-                    _replace(flat, user.inputs[1], w * values.astype(np.float32))
+                    flat.set_constant(user.inputs[1], w * values.astype(np.float32))
                     user.inputs[0] = op.inputs[k]
                     continue
                 if len(user.inputs) < 3:
@@ -244,7 +240,7 @@ def fold_into_dense(flat: FlatGraph, outputs: list[int]) -> bool:
                     user.inputs.append(flat.tensor(f"{name}/bias", (w.shape[0],), np.float32,
                                                    np.zeros(w.shape[0], np.float32)))
                 bias = _constant(flat, user.inputs[2])
-                _replace(flat, user.inputs[2], bias + (w.astype(np.float64) @ values))
+                flat.set_constant(user.inputs[2], bias + (w.astype(np.float64) @ values))
                 user.inputs[0] = op.inputs[k]
             flat.operators = [o for o in flat.operators if o is not op]
             return True
@@ -259,10 +255,6 @@ def _own_parameters(flat: FlatGraph, readers: dict, users: list[Operator]) -> bo
                for u in users for i in u.inputs[1:] if i >= 0)
 
 
-def _replace(flat: FlatGraph, index: int, values: np.ndarray) -> None:
-    tensor = flat.tensors[index]
-    flat.buffers[tensor.buffer].data = np.ascontiguousarray(
-        values, np.float32).reshape(-1).view(np.uint8)
 
 
 def fuse_activations(flat: FlatGraph, outputs: list[int]) -> None:

@@ -42,26 +42,6 @@ def pack_table(table, size_hint: int = 1024, file_identifier: bytes | None = Non
     return bytes(memoryview(builder.Bytes)[builder.Head():])  # one copy (Output() makes two)
 
 
-class RawBufferT(schema.BufferT):
-    """A buffer whose bytes (a contiguous uint8 array) are copied into the flatbuffer once,
-    16-byte aligned as TF's converter aligns them: the object API's BufferT copies a numpy
-    array three times (byteswap, tobytes, the builder), 0.25 s for each 100 MB. Packing
-    drops the array (the model is packed once), so weights are not held twice."""
-
-    def Pack(self, builder):
-        if self.data is None or not len(self.data):
-            return super().Pack(builder)
-        size = len(self.data)
-        builder.StartVector(1, size, 16)
-        builder.head -= size
-        builder.Bytes[builder.head:builder.head + size] = memoryview(self.data)
-        self.data = None
-        data = builder.EndVector(size)
-        schema.BufferStart(builder)
-        schema.BufferAddData(builder, data)
-        return schema.BufferEnd(builder)
-
-
 def inline_stored_buffers(model, content) -> None:
     """The buffers of `model` stored after the flatbuffer `content` (offset > 1: files past
     2 GB, or asked for) become views of `content`, kept inside when packed again."""

@@ -1,5 +1,9 @@
 """The flatbuffer graph the direct writer (tflite/direct.py) builds: tensors with their
-buffers, and operators by builtin name, as they are added; packed by direct._pack."""
+buffers, and operators by builtin name, as they are added; packed by direct._pack.
+
+A constant's buffer holds its array as the writer made it (`ArrayBuffer`): a transposed
+view of an ONNX weight stays a view of it, and its bytes are made when the file is written,
+a block of rows at a time, so a 2 GB decoder's weights are never copied whole."""
 
 from __future__ import annotations
 
@@ -7,9 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from onnx2tf_alt.tflite.flatbuffer import RawBufferT, schema
+from onnx2tf_alt.tflite.flatbuffer import schema
+from onnx2tf_alt.tflite.late_weights import PIECE_ELEMENTS, LazyBuffer
 
-LIMIT_BYTES = 1 << 30  # larger models go through TF's route (files past 2 GB need offsets)
 TYPES = {np.dtype(np.float32): schema.TensorType.FLOAT32,
           np.dtype(np.int32): schema.TensorType.INT32,
           np.dtype(np.int64): schema.TensorType.INT64,
@@ -37,6 +41,27 @@ def options(kind: str, **fields):
             raise AttributeError(f"{kind} has no field {name}")
         setattr(table, name, value)
     return getattr(schema.BuiltinOptions, kind), table
+
+
+class ArrayBuffer(LazyBuffer):
+    """A constant's buffer: `array` (its tensor's dtype and physical shape, any strides),
+    packed as its bytes in row order a block of about PIECE_ELEMENTS elements at a time; a
+    LazyBuffer, so everything that writes or reads those (float16 and dynamic-range files,
+    files past 2 GB with their weights after the flatbuffer) takes it as it is."""
+
+    def __init__(self, array: np.ndarray):
+        super().__init__(make=lambda: np.ascontiguousarray(self.array), nbytes=array.nbytes,
+                         pieces=self._rows)
+        self.array = array
+
+    def _rows(self):
+        array = self.array
+        if array.ndim == 0 or array.size == 0:
+            yield np.ascontiguousarray(array)
+            return
+        step = max(1, PIECE_ELEMENTS // max(1, array[0].size))
+        for start in range(0, array.shape[0], step):
+            yield np.ascontiguousarray(array[start:start + step])
 
 
 @dataclass
@@ -69,13 +94,11 @@ class FlatGraph:
         t.shape = np.array([1 if d is None else d for d in shape], np.int32)
         if any(d is None for d in shape):
             t.shapeSignature = np.array([-1 if d is None else d for d in shape], np.int32)
-        buffer = RawBufferT()
-        if data is not None:
-            data = np.ascontiguousarray(data, dtype)
-            buffer.data = data.reshape(-1).view(np.uint8)
-            self.weight_bytes += data.nbytes
-            if self.weight_bytes > LIMIT_BYTES:
-                raise NotCovered(f"weights above {LIMIT_BYTES >> 20} MB")
+        if data is None:
+            buffer = schema.BufferT()
+        else:
+            buffer = ArrayBuffer(np.asarray(data, dtype).reshape(t.shape))
+            self.weight_bytes += buffer.nbytes
         self.buffers.append(buffer)
         t.buffer = len(self.buffers) - 1
         self.tensors.append(t)
@@ -85,6 +108,18 @@ class FlatGraph:
         t = self.tensors[index]
         dims = t.shapeSignature if t.shapeSignature is not None else t.shape
         return tuple(None if d < 0 else int(d) for d in dims)
+
+    def constant(self, index: int) -> np.ndarray | None:
+        """The values of a constant tensor (its array, physical shape), or None."""
+        buffer = self.buffers[self.tensors[index].buffer]
+        return buffer.array if isinstance(buffer, ArrayBuffer) else None
+
+    def set_constant(self, index: int, values: np.ndarray) -> None:
+        """Constant tensor `index` holds `values` now (same shape and dtype)."""
+        tensor = self.tensors[index]
+        array = np.asarray(values, self.dtype(index)).reshape(tensor.shape)
+        self.weight_bytes += array.nbytes - self.buffers[tensor.buffer].nbytes
+        self.buffers[tensor.buffer] = ArrayBuffer(array)
 
     def dtype(self, index: int) -> np.dtype:
         kind = self.tensors[index].type

@@ -39,10 +39,16 @@ from onnx2tf_alt.tflite.bound_rewrites import (
     reshapes_around_products,
     to_fully_connected,
 )
-from onnx2tf_alt.tflite.flatbuffer import FILE_IDENTIFIER, op_name, schema, unpack_model
+from onnx2tf_alt.tflite.flatbuffer import (
+    FILE_IDENTIFIER,
+    inline_stored_buffers,
+    op_name,
+    schema,
+    unpack_model,
+)
 
 __all__ = ["Bound", "LazyBuffer", "Recipe", "Signature", "Unbindable", "bind", "drop_unused",
-           "is_constant", "mapped"]
+           "is_constant", "mapped", "unpacked_file"]
 
 ALIGN = 16  # the alignment TF's converter gives buffer data
 PIECE_ELEMENTS = 1 << 22  # a transposed weight is written this many elements at a time
@@ -431,3 +437,12 @@ def mapped(path: str):
     with open(path, "rb") as f:
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.path.getsize(path) \
             else b""
+
+
+def unpacked_file(path: str):
+    """The .tflite at `path` unpacked (schema.ModelT), the buffers of a file past 2 GB
+    (stored after its flatbuffer) as views of the mapped file."""
+    content = mapped(path)
+    model = unpack_model(content)
+    inline_stored_buffers(model, content)
+    return model
