@@ -484,7 +484,8 @@ def _direct_tflite_files(converted: Converted, folder: str, stem: str) -> list[s
     from onnx2tf_alt.export.direct_files import write_float16, write_float32
 
     names = [f"{stem}_float32.tflite", f"{stem}_float16.tflite"]
-    content, model = write_float32(converted.result, os.path.join(folder, names[0]))
+    with phase("tflite float32 (write)"):
+        content, model = write_float32(converted.result, os.path.join(folder, names[0]))
     with phase("delegate report"):
         report = write_delegate_report(converted, folder, stem, model)
     with phase("tflite float16"):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from onnx2tf_alt.ir.weights import release
 from onnx2tf_alt.tflite.flatbuffer import schema
 from onnx2tf_alt.tflite.late_weights import PIECE_ELEMENTS, LazyBuffer
 
@@ -62,6 +63,7 @@ class ArrayBuffer(LazyBuffer):
         step = max(1, PIECE_ELEMENTS // max(1, array[0].size))
         for start in range(0, array.shape[0], step):
             yield np.ascontiguousarray(array[start:start + step])
+        release(array)  # an ONNX weight kept on disk: its pages read, no longer resident
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """A model past protobuf's and flatbuffers' 2 GB (issue 29): 2.25 GiB of external-data
 weights, generated on the fly, convert without the weights ever being in a proto; the float32
 .tflite keeps its weights after the flatbuffer (Buffer.offset/size) and matches onnxruntime;
-its float16 file (1.1 GiB, one flatbuffer) too.
+its float16 file (1.1 GiB, one flatbuffer) too; through TF's converter with the weights
+bound after it (tflite/late_weights.py) and through the direct writer (tflite/direct.py).
 
 The external-data files are sparse: only the blocks the test reads are written, the rest are
 holes that read as zeros, so the input takes about 0.2 GB of disk. Each .tflite is deleted once
@@ -139,3 +140,44 @@ def _int32_ids(path: str) -> bool:
 
 def _key(outputs: dict, width: int) -> str:
     return next(k for k, v in outputs.items() if v.shape[-1] == width)
+
+
+def test_the_direct_writer_writes_weights_past_2_gb_after_the_flatbuffer(folder):
+    """The same model through the direct writer (what `-dms` runs): the file is written
+    from the writer's arrays by late_weights.Bound, its weights after the flatbuffer; it
+    and its float16 file (one flatbuffer) match onnxruntime."""
+    import onnxruntime as ort
+
+    from onnx2tf_alt.export.direct_files import write_float16, write_float32
+    from onnx2tf_alt.ir.loader import load_model
+    from onnx2tf_alt.pipeline import plan_loaded
+    from onnx2tf_alt.tflite.direct import BOUND_BYTES, DirectResult, write_direct
+    from onnx2tf_alt.tflite.flatbuffer import read_model
+
+    source = _model(str(folder))
+    session = ort.InferenceSession(source, providers=["CPUExecutionProvider"])
+    logits, features = session.run(None, {"ids": IDS})
+    del session
+
+    planned = plan_loaded(load_model(source))
+    result = write_direct(planned.graph, planned.plan)
+    assert isinstance(result, DirectResult), result
+    assert result.bound is not None and result.bound.weight_bytes > max(2**31, BOUND_BYTES)
+    path, half = str(folder / "large_float32.tflite"), str(folder / "large_float16.tflite")
+    content, model = write_float32(result, path)
+    assert model is None and os.path.getsize(path) > 2**31
+    flat = read_model(content[:64 << 20])
+    after = [flat.Buffers(i).Size() for i in range(flat.BuffersLength())
+             if flat.Buffers(i).Offset() > 1]  # every constant, the three weights among them
+    assert sum(size > 1 << 20 for size in after) == 3, after
+    outputs = _run(path, IDS.astype(np.int32) if _int32_ids(path) else IDS)
+    assert_close(outputs[_key(outputs, WIDE)], logits, 1e-5, "float32 logits")
+    assert_close(outputs[_key(outputs, NARROW)], features, 1e-5, "float32 features")
+    del content, outputs
+    os.remove(path)
+
+    write_float16(result, None, None, half)
+    assert os.path.getsize(half) < 2**31
+    outputs = _run(half, IDS.astype(np.int32) if _int32_ids(half) else IDS)
+    assert_close(outputs[_key(outputs, WIDE)], logits, 1e-2, "float16 logits")
+    os.remove(half)

@@ -130,7 +130,8 @@ def test_several_sequences_get_a_run_time_bias_of_their_own():
 
 def test_a_converted_file_is_unpacked_once_for_its_report_and_float16(tmp_path, monkeypatch):
     """The float32 file of a model without bound weights is unpacked once on its way out of
-    TF's converter (tflite/finish.py, then its run-time biases folded); the delegate report
+    TF's converter (tflite/finish.py, then its run-time biases folded) or of the direct
+    writer (export/direct_files.py, the route default flags take here); the delegate report
     reads that unpacked model and the float16 derivation changes it, instead of unpacking
     the file again each (0.45 s each for an unrolled 2-layer LSTM). Both come out as from
     the file itself."""
@@ -139,7 +140,7 @@ def test_a_converted_file_is_unpacked_once_for_its_report_and_float16(tmp_path, 
     import onnx
 
     import onnx2tf_alt
-    from onnx2tf_alt.export import delegates, float16
+    from onnx2tf_alt.export import delegates, direct_files, float16
     from onnx2tf_alt.tflite import finish, flatbuffer, shared_weights
 
     unpacked, unpack = [], flatbuffer.unpack_model
@@ -148,7 +149,7 @@ def test_a_converted_file_is_unpacked_once_for_its_report_and_float16(tmp_path, 
         unpacked.append(len(content))
         return unpack(content)
 
-    for module in (flatbuffer, shared_weights, finish, delegates, float16):
+    for module in (flatbuffer, shared_weights, finish, delegates, float16, direct_files):
         monkeypatch.setattr(module, "unpack_model", counted)
     model, _ = _gru(batch=1)
     source, out = tmp_path / "gru.onnx", tmp_path / "out"
