@@ -30,6 +30,7 @@ from onnx2tf_alt.pipeline import (
     Converted,
     check_batch_size,
     check_input_names,
+    float32_planned,
     plan_loaded,
     stem_of,
     translate,
@@ -416,6 +417,7 @@ def _signatures_written(built: dict, tflite_writer: str, show_progress: bool) ->
     a node built with TF ("auto"; "direct": a ConversionError naming the node)."""
     from onnx2tf_alt.tflite.direct import write_direct_signatures
 
+    built = {name: (float32_planned(p), cache) for name, (p, cache) in built.items()}
     with phase("tflite float32 (direct)"):
         found = write_direct_signatures(
             {name: (p.graph, p.plan, p.options) for name, (p, _) in built.items()})
@@ -451,6 +453,7 @@ def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
     from onnx2tf_alt.tflite.direct import DirectResult, write_direct
     from onnx2tf_alt.translate.io_layout import save_io_layout
 
+    planned = float32_planned(planned)
     with phase("tflite float32 (direct)"):
         result = write_direct(planned.graph, planned.plan, planned.options)
     if not isinstance(result, DirectResult):

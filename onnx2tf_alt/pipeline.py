@@ -46,10 +46,7 @@ class Converted:
 
     def rebuild(self, model: onnx.ModelProto) -> Converted:
         """Build `model` (a rewrite of this one) with exactly this conversion's input layouts."""
-        keep, force = [], []
-        for name, perm in self.result.input_perms.items():
-            if len(perm) >= 3:
-                (keep if P.is_identity(perm) else force).append(name)
+        keep, force = _input_layouts(self.result.input_perms)
         return build(onnx_graph=model, keep_ncw_or_nchw_or_ncdhw_input_names=keep,
                      keep_nwc_or_nhwc_or_ndhwc_input_names=force, options=self.options)
 
@@ -65,6 +62,15 @@ class Converted:
                 log.info("TFLite has few float64/float16 kernels: .tflite files compute in float32")
                 self._tflite_result = self.rebuild(compute_in_float32(self.model)).result
         return self._tflite_result
+
+
+def _input_layouts(input_perms: dict) -> tuple[list[str], list[str]]:
+    """The -k and -kt names that give a model's inputs of rank 3 or more these perms."""
+    keep, force = [], []
+    for name, perm in input_perms.items():
+        if len(perm) >= 3:
+            (keep if P.is_identity(perm) else force).append(name)
+    return keep, force
 
 
 def stem_of(input_onnx_file_path: str | None) -> str:
@@ -201,6 +207,21 @@ def plan_loaded(
         for line in describe(graph, plan):
             log.debug("layout plan: %s", line)
     return Planned(graph, plan, model, options)
+
+
+def float32_planned(planned: Planned) -> Planned:
+    """What the .tflite files are written from: `planned` itself, or for a model with
+    float64 or float16 tensors its rewrite computing in float32 (passes/float32_compute.py),
+    planned with the same input layouts (as Converted.tflite_result rebuilds it)."""
+    from onnx2tf_alt.passes.float32_compute import compute_in_float32, needs_float32_compute
+
+    if not needs_float32_compute(planned.model):
+        return planned
+    log.info("TFLite has few float64/float16 kernels: .tflite files compute in float32")
+    keep, force = _input_layouts({n: planned.plan.perms[n] for n in planned.graph.inputs})
+    return plan_loaded(compute_in_float32(planned.model),
+                       keep_ncw_or_nchw_or_ncdhw_input_names=keep,
+                       keep_nwc_or_nhwc_or_ndhwc_input_names=force, options=planned.options)
 
 
 @deep_graphs()

@@ -42,6 +42,9 @@ from onnx2tf_alt.translate.registry import find_direct, find_handler
 DESCRIPTION = b"onnx2tf_alt direct writer"
 # builtins whose kernels are registered from a version above 1 (TFLite's register.cc)
 MIN_VERSION = {"BROADCAST_TO": 2}
+# value types of a model's inputs and outputs only, cast to float32 on entry and back on
+# exit (pipeline.float32_planned)
+WIDE_OR_HALF = {np.dtype(np.float16), np.dtype(np.float64)}
 # Weights past which the file is not packed in memory but written by late_weights.Bound
 # (the bytes of each weight made from its array as it is written; past 2 GB after the
 # flatbuffer): packing holds the builder and the file's bytes besides the arrays.
@@ -214,6 +217,9 @@ class DirectWriter:
         try:
             for name, dtype in zip(values, dtypes):
                 self._check_dtype(name, dtype)
+                if dtype in WIDE_OR_HALF and node.op_type != "Cast":
+                    raise NotCovered(f"'{name}' is {dtype}: TFLite has few {dtype} kernels "
+                                     "(the file computes in float32: passes/float32_compute)")
             result = writer(DirectContext(self, node, wanted, out_perms, opset))
         except NotCovered as reason:
             raise NotCovered(f"{where}: {reason}", node) from None

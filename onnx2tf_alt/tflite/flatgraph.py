@@ -16,6 +16,8 @@ from onnx2tf_alt.tflite.flatbuffer import schema
 from onnx2tf_alt.tflite.late_weights import PIECE_ELEMENTS, LazyBuffer
 
 TYPES = {np.dtype(np.float32): schema.TensorType.FLOAT32,
+          np.dtype(np.float16): schema.TensorType.FLOAT16,
+          np.dtype(np.float64): schema.TensorType.FLOAT64,
           np.dtype(np.int32): schema.TensorType.INT32,
           np.dtype(np.int64): schema.TensorType.INT64,
           np.dtype(np.bool_): schema.TensorType.BOOL,

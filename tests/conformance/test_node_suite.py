@@ -163,11 +163,14 @@ def direct_run(converted, feeds: dict) -> list:
     """The direct writer's file of the case's plan, run like the TF route's file."""
     from dataclasses import replace
 
+    from onnx2tf_alt.pipeline import Planned, float32_planned
     from onnx2tf_alt.tflite.direct import DirectResult, write_direct
 
     from harness import tflite_run
 
-    result = write_direct(converted.graph, converted.plan, converted.options)
+    planned = float32_planned(Planned(converted.graph, converted.plan, converted.model,
+                                      converted.options))
+    result = write_direct(planned.graph, planned.plan, planned.options)
     if not isinstance(result, DirectResult):
         raise NotDirect(str(result))
     direct = replace(converted, result=result, _tflite_result=result)
