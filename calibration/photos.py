@@ -9,6 +9,8 @@ used there (a mirrored centre zoom) held out to measure the quantized model.
 from __future__ import annotations
 
 import os
+import struct
+import zlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,13 +24,42 @@ LUMA = np.array([0.299, 0.587, 0.114], np.float32)  # ITU-R BT.601 RGB -> gray
 
 def load_photos() -> list[np.ndarray]:
     """The shipped photographs as uint8 (256, 256, 3) arrays."""
-    import tensorflow as tf
-
     photos = []
     for name in PHOTOS:
         with open(os.path.join(HERE, f"{name}.png"), "rb") as f:
-            photos.append(tf.io.decode_png(f.read(), channels=3).numpy())
+            photos.append(decode_png(f.read()))
     return photos
+
+
+def decode_png(content: bytes) -> np.ndarray:
+    """The pixels of an 8-bit RGB, non-interlaced PNG whose rows use the None, Sub or Up
+    filters (the shipped photographs are written so): an (H, W, 3) uint8 array, decoded
+    without TensorFlow."""
+    if content[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG file")
+    pos, header, data = 8, None, []
+    while pos < len(content):
+        (size,), kind = struct.unpack(">I", content[pos:pos + 4]), content[pos + 4:pos + 8]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", content[pos + 8:pos + 21])
+        elif kind == b"IDAT":
+            data.append(content[pos + 8:pos + 8 + size])
+        pos += 12 + size
+    if header is None or header[2:] != (8, 2, 0, 0, 0):
+        raise ValueError(f"PNG header {header}: only 8-bit RGB without interlacing is read")
+    width, height = header[:2]
+    rows = np.frombuffer(zlib.decompress(b"".join(data)), np.uint8).reshape(height, -1)
+    pixels = np.zeros((height, width * 3), np.uint8)
+    above = np.zeros(width * 3, np.uint8)
+    for y, (kind, row) in enumerate(zip(rows[:, 0], rows[:, 1:])):
+        if kind == 1:  # Sub: each byte adds the pixel's to its left, per channel
+            row = np.cumsum(row.reshape(width, 3), axis=0, dtype=np.uint8).reshape(-1)
+        elif kind == 2:  # Up
+            row = row + above
+        elif kind != 0:
+            raise ValueError(f"PNG row {y}: filter {kind} is not read (None, Sub, Up are)")
+        pixels[y] = above = row
+    return pixels.reshape(height, width, 3)
 
 
 def _crop(photo: np.ndarray, fraction: float, where: str) -> np.ndarray:
@@ -63,18 +94,19 @@ def image_samples(
     std: Sequence[float] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(calibration, held_out) float32 arrays of shape (N, height, width, channels): the
-    views resized to the model's size, pixels in [0, 1] normalized as (x - mean) / std
-    (ImageNet's by default; one value, or one per channel). One channel: luma."""
-    import tensorflow as tf
-
+    views resized to the model's size (bilinear, antialiased as tf.image.resize's
+    antialias=True), pixels in [0, 1] normalized as (x - mean) / std (ImageNet's by
+    default; one value, or one per channel). One channel: luma."""
     mean = _norm(mean, IMAGENET_MEAN, channels)
     std = _norm(std, IMAGENET_STD, channels)
 
     def prepare(views: list[np.ndarray]) -> np.ndarray:
-        images = [
-            tf.image.resize(v.astype(np.float32) / 255.0, (height, width), antialias=True)
-            .numpy() for v in views
-        ]
+        images = []
+        for view in views:
+            rows = _resize_weights(view.shape[0], height)
+            cols = _resize_weights(view.shape[1], width)
+            image = np.einsum("ph,hwc->pwc", rows, view.astype(np.float32) / 255.0)
+            images.append(np.einsum("qw,pwc->pqc", cols, image))
         batch = np.clip(np.stack(images), 0.0, 1.0)
         if channels == 1:
             batch = batch @ LUMA[:, np.newaxis]
@@ -85,3 +117,15 @@ def image_samples(
         prepare([v for p in photos for v in calibration_views(p)]),
         prepare([v for p in photos for v in held_out_views(p)]),
     )
+
+
+def _resize_weights(size: int, out: int) -> np.ndarray:
+    """(out, size) float32 weights of an antialiased bilinear resize of one axis: a
+    triangle kernel widened by the downscale factor around each output pixel's centre,
+    normalized over the input pixels it covers (TF's scale_and_translate)."""
+    inv_scale = size / out
+    widen = max(inv_scale, 1.0)
+    centres = (np.arange(out) + 0.5) * inv_scale
+    offsets = (np.arange(size)[np.newaxis, :] + 0.5 - centres[:, np.newaxis]) / widen
+    weights = np.maximum(0.0, 1.0 - np.abs(offsets))
+    return (weights / weights.sum(axis=1, keepdims=True)).astype(np.float32)

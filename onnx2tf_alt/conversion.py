@@ -233,10 +233,9 @@ def convert(
     custom_data = parse_custom_data(custom_input_op_name_np_data_path)
     custom_inputs = load_custom_inputs([e[:2] for e in custom_input_op_name_np_data_path or []])
     # what the direct writer makes without TF: the float32 file and those made from it
-    # (float16, -oi4; -odrqt for --signature files, whose dynamic-range file has no report)
+    # (float16, -oi4, -odrqt)
     direct = _direct_asked(tflite_writer, output_tflite and disable_model_save and not any((
-        output_h5, output_keras_v3, output_integer_quantized_tflite, check, micro,
-        dynamic_range and not signature_specs)))
+        output_h5, output_keras_v3, output_integer_quantized_tflite, check, micro)))
     spilled_before = set(ir_weights.SPILLED)
     progress.enable(not non_verbose)
     try:
@@ -263,17 +262,17 @@ def convert(
                     keep_ncw_or_nchw_or_ncdhw_input_names, keep_nwc_or_nhwc_or_ndhwc_input_names,
                     input_names_to_interrupt_model_conversion,
                     output_names_to_interrupt_model_conversion, options)
-            quant_options = None
-            if not direct:
-                from onnx2tf_alt.quant.quantize import QuantOptions
+            from onnx2tf_alt.quant.quantize import QuantOptions
 
-                quant_options = QuantOptions(
+            quant_options = QuantOptions(
                     dynamic_range, output_integer_quantized_tflite, quant_type,
                     input_quant_dtype, output_quant_dtype, calibration_method,
-                    list(keep_float or []), keep_float_auto,
-                    check_onnx_tf_outputs_elementwise_close_full, bias_correction,
-                    int8_warn_below, integer_kernels_only=micro,
-                )
+                list(keep_float or []), keep_float_auto,
+                check_onnx_tf_outputs_elementwise_close_full, bias_correction,
+                int8_warn_below, integer_kernels_only=micro,
+            )
+            if not direct:  # the Keras build's: loaded while collection is still off
+                import tensorflow  # noqa: F401
             startup.resume()  # modules loaded: collection back on (onnx2tf_alt/startup.py)
             if signature_specs:
                 from onnx2tf_alt.generative.signatures import build_signatures
@@ -303,9 +302,14 @@ def convert(
                     built = _signatures_written(built, tflite_writer, not non_verbose)
             else:
                 if direct:
+                    def beside(converted, stage):  # what the float32 file makes
+                        return _made_from_direct(
+                            converted, stage, stem, int4, quant_options, custom_data,
+                            quant_norm_mean, quant_norm_std, not non_verbose)
+
                     written = _write_direct(planned, folder, stem, tflite_writer, sources,
                                             command, copy_onnx_input_output_names_to_tflite,
-                                            int4)
+                                            beside)
                     if written is not None:
                         return None
                 converted = translate(planned, show_progress=not non_verbose)
@@ -333,7 +337,7 @@ def convert(
 
             check_micro_shapes(converted.graph, f"{stem}_full_integer_quant.tflite")
         quant_plan = None
-        if quant_options is not None and quant_options.any:
+        if quant_options.any:
             from onnx2tf_alt.quant.quantize import plan_quantization
 
             quant_plan = plan_quantization(
@@ -445,10 +449,10 @@ def _not_covered(reason, planned, tflite_writer: str) -> None:
 
 
 def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
-                  sources: list[str], command, onnx_names: bool, int4: bool
+                  sources: list[str], command, onnx_names: bool, beside
                   ) -> list[str] | None:
-    """The float32 and float16 .tflite (with `int4` the -oi4 one), delegate report and
-    io_layout of the direct writer (tflite/direct.py), published; None when it does not cover the model ("auto": the
+    """The float32 and float16 .tflite, delegate report and io_layout of the direct writer
+    (tflite/direct.py) and what `beside(converted, stage)` makes from them, published; None when it does not cover the model ("auto": the
     caller converts with TF; "direct": a ConversionError naming the node)."""
     from onnx2tf_alt.tflite.direct import DirectResult, write_direct
     from onnx2tf_alt.translate.io_layout import save_io_layout
@@ -461,18 +465,15 @@ def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
         return None
     converted = Converted(result=result, graph=planned.graph, plan=planned.plan,
                           model=planned.model, options=planned.options, _tflite_result=result)
-    names = [f"{stem}_float32.tflite", f"{stem}_float16.tflite"]
     with folder.staging() as stage:
         written = [*_direct_tflite_files(converted, stage, stem), f"{stem}_io_layout.json"]
         save_io_layout(result, planned.graph, os.path.join(stage, written[-1]), onnx_names)
-        if int4:
-            names.append(_write_int4(None, stage, stem))
-            written.append(names[-1])
+        written += beside(converted, stage)
         if onnx_names:
             from onnx2tf_alt.tflite.names import copy_onnx_names_in_files
 
-            copy_onnx_names_in_files([os.path.join(stage, n) for n in names], result,
-                                     planned.graph)
+            copy_onnx_names_in_files([os.path.join(stage, n) for n in written
+                                      if n.endswith(".tflite")], result, planned.graph)
         folder.publish(stage, Manifest.for_conversion(stem, sources, command))
     from onnx2tf_alt.export.summary import log_written
 
@@ -511,6 +512,24 @@ def _fits_beside_keras(graph) -> bool:
                  "with TF", weights >> 20)
         return False
     return True
+
+
+def _made_from_direct(converted: Converted, stage: str, stem: str, int4: bool, quant_options,
+                      custom_data, mean, std, print_table: bool) -> list[str]:
+    """The files made from the direct writer's float32 file in `stage`: -oi4's, and
+    -odrqt's with its quant report (quant/quantize.py, which needs no TF for it)."""
+    written = []
+    if int4:
+        written.append(_write_int4(None, stage, stem))
+    if quant_options.any:
+        from onnx2tf_alt.quant.quantize import plan_quantization, write_quantized
+
+        plan = plan_quantization(converted, quant_options, custom_data, mean, std)
+        with phase("quantized files"):
+            written += write_quantized(converted, stage, stem, plan,
+                                       os.path.join(stage, f"{stem}_float32.tflite"),
+                                       print_table=print_table)
+    return written
 
 
 def _write_int4(results: dict | None, stage: str, stem: str) -> str:

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-import tensorflow as tf
 from onnx import helper
 
 from calibration.methods import (
@@ -48,14 +47,18 @@ from onnx2tf_alt.passes.qdq_pairs import FUSED
 from onnx2tf_alt.quant.measure import compare_outputs, cosine, figure, gain  # noqa: F401
 from onnx2tf_alt.quant.notes import CONSOLE_WIDTH, Note, console_lines
 from onnx2tf_alt.quant.qdq_weights import requantize_per_tensor, weights_per_tensor
-from onnx2tf_alt.tflite.lowering import serving_function
+from onnx2tf_alt.tflite.late_weights import mapped
 from onnx2tf_alt.tflite.run import as_input, dequantized, run_signature
 
 log = logging.getLogger("onnx2tf_alt")
 
-QUANT_DTYPES = {"int8": tf.int8, "uint8": tf.uint8, "float32": tf.float32}
+# -iqd / -oqd; a Variant names its ops sets (tf.lite.OpsSet) and integer I/O types (tf
+# dtypes) as strings, looked up in TF only where its converter runs (quantized_tflite): this
+# module loads without TensorFlow (the direct writer's -odrqt files need none)
+QUANT_DTYPES = ("int8", "uint8", "float32")
 QUANT_TYPES = ("per-channel", "per-tensor")
-INT16_OPS = tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+BUILTINS, BUILTINS_INT8 = "TFLITE_BUILTINS", "TFLITE_BUILTINS_INT8"
+INT16_OPS = "EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8"
 
 
 @dataclass
@@ -85,9 +88,9 @@ class Variant:
     """One quantized file: converter settings and whether it needs calibration samples."""
 
     suffix: str
-    supported_ops: tuple
+    supported_ops: tuple  # names of tf.lite.OpsSet members
     calibrated: bool = True
-    io_dtypes: tuple | None = None  # (input, output) types of integer I/O; None: float I/O
+    io_dtypes: tuple | None = None  # (input, output) type names of integer I/O; None: float
 
 
 def variants(options: QuantOptions, qdq: bool, from_ranges: bool | None = None
@@ -98,14 +101,14 @@ def variants(options: QuantOptions, qdq: bool, from_ranges: bool | None = None
     builtins, which the converter allows only with calibration data (the ranges make every
     quantized op integer anyway)."""
     from_ranges = qdq if from_ranges is None else from_ranges
-    builtins = (tf.lite.OpsSet.TFLITE_BUILTINS,)
+    builtins = (BUILTINS,)
     chosen = []
     integer, full_integer, integer_int16, full_integer_int16 = INTEGER_SUFFIXES
     if options.dynamic_range:
         chosen.append(Variant(DYNAMIC_RANGE_SUFFIXES[0], builtins, calibrated=False))
     if options.integer:
-        io = (QUANT_DTYPES[options.input_quant_dtype], QUANT_DTYPES[options.output_quant_dtype])
-        int8_only = builtins if from_ranges else (tf.lite.OpsSet.TFLITE_BUILTINS_INT8,)
+        io = (options.input_quant_dtype, options.output_quant_dtype)
+        int8_only = builtins if from_ranges else (BUILTINS_INT8,)
         chosen += [
             Variant(integer, builtins),
             Variant(full_integer, int8_only, io_dtypes=io),
@@ -113,7 +116,7 @@ def variants(options: QuantOptions, qdq: bool, from_ranges: bool | None = None
         if not qdq:
             chosen += [
                 Variant(integer_int16, (INT16_OPS, *builtins)),
-                Variant(full_integer_int16, (INT16_OPS,), io_dtypes=(tf.int16, tf.int16)),
+                Variant(full_integer_int16, (INT16_OPS,), io_dtypes=("int16", "int16")),
             ]
     return chosen
 
@@ -187,7 +190,7 @@ def calibrated_tflite(converted, options: QuantOptions,
     --calibration_method, or min-max for onnxruntime's methods (their FakeQuantize nodes
     set the others); `auto` picks the method on calibration samples left out of a trial
     measurement (a note in `notes` says which and why)."""
-    calibrate = Variant(INTEGER_SUFFIXES[0], (tf.lite.OpsSet.TFLITE_BUILTINS,))
+    calibrate = Variant(INTEGER_SUFFIXES[0], (BUILTINS,))
     made = quantized_tflite(converted, calibrate, options, calibration, calibrate_only=True)
     content = made.content
     if made.select_tf_ops:  # the interpreter cannot run Select TF ops: TF's records stay
@@ -354,13 +357,17 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
             made.content = _bias_corrected(made.content, calibrated, converted, calibration,
                                            {} if bias_cache is None else bias_cache, made.notes)
         return made
+    import tensorflow as tf
+
+    from onnx2tf_alt.tflite.lowering import serving_function
+
     concrete = serving_function(converted.result).get_concrete_function()
 
     def make(select_tf_ops: bool) -> tf.lite.TFLiteConverter:
         conv = tf.lite.TFLiteConverter.from_concrete_functions(
             [concrete], converted.result.model)
         conv.optimizations = [tf.lite.Optimize.DEFAULT]
-        ops = list(variant.supported_ops)
+        ops = [getattr(tf.lite.OpsSet, name) for name in variant.supported_ops]
         if select_tf_ops:
             ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
         conv.target_spec.supported_ops = ops
@@ -374,7 +381,8 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
             conv.representative_dataset = lambda: (converted.result.to_physical(s) for s in
                                                     progress.each(calibration, "calibrating"))
         if variant.io_dtypes:
-            conv.inference_input_type, conv.inference_output_type = variant.io_dtypes
+            conv.inference_input_type, conv.inference_output_type = map(
+                tf.as_dtype, variant.io_dtypes)
         conv._experimental_calibrate_only = calibrate_only
         return conv
 
@@ -675,11 +683,11 @@ def write_quantized(
     folder: str,
     stem: str,
     plan: QuantPlan,
-    float_tflite: bytes,
+    float_tflite: bytes | str,
     print_table: bool = True,
 ) -> list[str]:
     """Write every requested quantized .tflite and `<stem>_quant_report.json` into
-    `folder`; returns the file names. A variant the TFLite converter cannot produce is
+    `folder` (`float_tflite`: the float32 file's bytes, or path); returns the file names. A variant the TFLite converter cannot produce is
     reported (log and report) and skipped; the others are still written."""
     options, samples, qdq = plan.options, plan.samples, plan.qdq_model is not None
     rebuilt = converted.rebuild(plan.range_model) if plan.range_model is not None else None
@@ -818,14 +826,30 @@ def _verdicts(report: QuantReport, threshold: float) -> list[str]:
     return lines
 
 
-def weight_only_tflite(converted) -> bytearray | None:
-    """The dynamic-range file made from the float32 one with bound weights
-    (quant/weight_only.py), or None where weights cannot be bound (TF's converter then
-    makes it)."""
-    from onnx2tf_alt.quant.weight_only import dynamic_range_model
+def weight_only_tflite(converted, float_tflite=None) -> bytes | bytearray | None:
+    """The dynamic-range file made from the float32 one (quant/weight_only.py): the direct
+    writer's (`float_tflite`, its bytes or path) itself, TF's converter's with its weights
+    bound again; None where they cannot be bound (TF's converter then makes it)."""
+    from onnx2tf_alt.quant.weight_only import MIN_ELEMENTS, dynamic_range_model
+
+    result = converted.tflite_result()
+    if result.model is None:  # the direct writer's: no TF model to convert again
+        from onnx2tf_alt.tflite.flatbuffer import inline_stored_buffers, pack_model, unpack_model
+        from onnx2tf_alt.tflite.late_weights import unpacked_file
+
+        if isinstance(float_tflite, str):
+            model = unpacked_file(float_tflite)
+        else:
+            model = unpack_model(float_tflite)
+            inline_stored_buffers(model, float_tflite)
+        if not dynamic_range_model(model):
+            log.warning("-odrqt: no FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, BATCH_MATMUL "
+                        "or GATHER reads a float32 weight of %d elements or more: the "
+                        "dynamic-range file holds the float32 weights", MIN_ELEMENTS)
+        return pack_model(model)
     from onnx2tf_alt.tflite.lowering import late_bound
 
-    bound = late_bound(converted.tflite_result())
+    bound = late_bound(result)
     if bound is None or not dynamic_range_model(bound.model):
         return None
     return bound.to_bytearray()  # written, then run from its file (write_quantized)
@@ -838,7 +862,7 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
     `report`)."""
     options, calibration = plan.options, plan.calibration_for(variant)
     if variant.suffix == DYNAMIC_RANGE_SUFFIXES[0] and plan.qdq_model is None:
-        content = weight_only_tflite(source)
+        content = weight_only_tflite(source, float_tflite)
         if content is not None:
             return content
     if not two_step(variant, calibration):
@@ -960,14 +984,19 @@ def _choose_float_nodes(source, calibrated: bytes, plan: QuantPlan, report: Quan
 
 def _reference_outputs(float_tflite, converted, samples, notes: list[str]
                        ) -> tuple[list[dict] | None, str]:
-    """The float32 .tflite's outputs on `samples`; for a file over
-    REFERENCE_TFLITE_BYTES the TF model's (same weights, already in memory: loading the
-    file would hold its weights once more, twice under XNNPACK)."""
+    """The float32 .tflite's outputs on `samples` (`float_tflite`: its bytes, or its path,
+    run on TFLite's reference kernels past REFERENCE_TFLITE_BYTES); for TF's converter's
+    file over REFERENCE_TFLITE_BYTES the TF model's (same weights, already in memory:
+    loading the file would hold its weights once more, twice under XNNPACK)."""
+    result = converted.tflite_result()
+    if isinstance(float_tflite, str):
+        if result.model is None or os.path.getsize(float_tflite) <= REFERENCE_TFLITE_BYTES:
+            return _measure(float_tflite, converted, samples)
+        float_tflite = mapped(float_tflite)
     if len(float_tflite) <= REFERENCE_TFLITE_BYTES:
         return _measure(bytes(float_tflite), converted, samples)
     notes.append(f"reference outputs: the TF model's (the float32 .tflite is "
                  f"{len(float_tflite) / 2**30:.1f} GiB)")
-    result = converted.tflite_result()
     found = []
     for sample in samples:
         physical = result.to_physical(sample)

@@ -35,12 +35,15 @@ the all-INT8 one (0.886 against 0.944).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tensorflow as tf
 
 from onnx2tf_alt import progress
 from onnx2tf_alt.errors import InputError
+
+if TYPE_CHECKING:  # TensorFlow is imported where its converter runs
+    import tensorflow as tf
 
 SEARCH_SAMPLES = 8  # calibration samples the ranking and each re-quantization use
 MAX_TRIED_SEGMENTS = 32  # --keep_float_auto measures at most this many re-quantized files
@@ -206,10 +209,12 @@ def calibrate_only(converter: tf.lite.TFLiteConverter) -> bytes:
 
 def quantize_calibrated(calibrated: bytes, per_tensor: bool, io_dtypes: tuple | None,
                         float_tensors: list[str]) -> bytes:
-    """INT8 flatbuffer of a calibrated one; `float_tensors` (op output names) stay float."""
+    """INT8 flatbuffer of a calibrated one; `float_tensors` (op output names) stay float;
+    `io_dtypes`: (input, output) type names of an integer-only file."""
+    import tensorflow as tf
     from tensorflow.lite.python.convert import mlir_quantize
 
-    inputs, outputs = io_dtypes or (tf.float32, tf.float32)
+    inputs, outputs = map(tf.as_dtype, io_dtypes or ("float32", "float32"))
     return mlir_quantize(calibrated, per_tensor, input_data_type=inputs,
                          output_data_type=outputs, denylisted_nodes=sorted(float_tensors) or None)
 
@@ -234,6 +239,7 @@ def noise_scores(int8: bytes, infos: list[OpInfo], converted,
     `int8` gives it; it is taken at the output of the Keras layer the tensor's name starts
     with. Tensors without such a layer (parts of a layer TFLite split into several ops)
     score 0."""
+    import tensorflow as tf
     from ai_edge_litert.interpreter import Interpreter
 
     from onnx2tf_alt.tflite.flatbuffer import SIGNATURE

@@ -206,10 +206,8 @@ def test_per_tensor_weights_and_integer_io_types(cnn):
     feeds = [{"x": np.transpose(c[np.newaxis], (0, 3, 1, 2))} for c in calibration]
     options = QuantOptions(integer=True, quant_type="per-tensor", input_quant_dtype="uint8",
                            output_quant_dtype="float32")
-    import tensorflow as tf
-
-    variant = Variant("full_integer_quant", (tf.lite.OpsSet.TFLITE_BUILTINS_INT8,),
-                      io_dtypes=(tf.uint8, tf.float32))
+    variant = Variant("full_integer_quant", ("TFLITE_BUILTINS_INT8",),
+                      io_dtypes=("uint8", "float32"))
     content = quantized_tflite(converted, variant, options, feeds).content
     from ai_edge_litert.interpreter import Interpreter
 

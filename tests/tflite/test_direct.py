@@ -490,6 +490,43 @@ def test_cli_run_imports_no_tensorflow_and_matches_the_tf_route(tmp_path):
         assert_close(runs[0], runs[1], tol, suffix)
 
 
+def test_cli_dynamic_range_and_int4_files_need_no_tensorflow(tmp_path):
+    """-dms -odrqt -oi4: the dynamic-range file, its quant report and the int4 file are
+    made from the direct writer's float32 file in a process that never loads TF; the
+    dynamic-range file computes as the float32 one does, within its int8 weights, and
+    holds int8 filters."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt.tflite.flatbuffer import unpack_model
+    from onnx2tf_alt.tflite.run import run_signature
+
+    out = tmp_path / "out"
+    script = (
+        "import sys\n"
+        "from onnx2tf_alt.cli.main import main\n"
+        f"code = main(['-i', {MOBILENET!r}, '-o', {str(out)!r}, '-dms', '-odrqt', '-oi4', "
+        "'-n'])\n"
+        "assert 'tensorflow' not in sys.modules and 'tf_keras' not in sys.modules\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=cli_env(), timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    stem = "mobilenet_block"
+    report = json.loads((out / f"{stem}_quant_report.json").read_text())
+    (entry,) = report["files"]
+    assert entry["file"] == f"{stem}_dynamic_range_quant.tflite"
+    assert entry["outputs"]["logits"]["cosine_pooled"] > 0.999, entry
+    feeds = {"image": rand(3, 64, 64, 3)}
+    runs = {s: run_signature(Interpreter(model_path=str(out / f"{stem}_{s}.tflite")),
+                             feeds)["logits"]
+            for s in ("float32", "dynamic_range_quant", "int4_weight_quant")}
+    assert_close(runs["dynamic_range_quant"], runs["float32"], 5e-2, "dynamic range")
+    model = unpack_model((out / f"{stem}_dynamic_range_quant.tflite").read_bytes())
+    int8 = [t for t in model.subgraphs[0].tensors if t.type == 9]  # INT8
+    assert int8 and all(t.quantization.scale is not None for t in int8)
+
+
 @pytest.mark.parametrize("flags", [["-dms"], []], ids=["dms", "default"])
 def test_cli_a_model_without_weights(tmp_path, flags):
     """No float32 weights to halve: the float16 file is the float32 one."""
