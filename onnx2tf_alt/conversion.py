@@ -165,19 +165,21 @@ def convert(
     direct writer (tflite/direct.py) when it covers every node, else TF's
     converter, said at info level; "direct" the direct writer or a ConversionError naming
     the first node it does not cover. With only .tflite files asked for
-    (`disable_model_save`, no Keras, quantized, int4, micro or checked files, no
-    --signature) the direct writer needs no TensorFlow and no Keras model (None is
-    returned); with a saved_model or Keras files beside them, or with quantized, checked or
-    micro files (which read the float32 file only as their reference; no int4 file, no
-    --signature), "auto" writes the .tflite files directly from the plan the Keras model
-    was built from; "direct" takes only the first case.
+    (`disable_model_save`, no Keras, INT8, micro or checked files) the direct writer needs
+    no TensorFlow and no Keras model (None is returned): the float32 and float16 files, the
+    dynamic-range and int4 ones made from them, --signature and --litertlm files; with a
+    saved_model or Keras files beside them, or with INT8, checked or micro files (which read
+    the float32 file only as their reference; no int4 file, no --signature), "auto" writes
+    the .tflite files directly from the plan the Keras model was built from; "direct" takes
+    only the first case.
 
     `signatures` ([[name, ('model.onnx',) 'input:D1,D2', ...], ...], --signature) writes
     .tflite files with one signature per entry, built for those input shapes (from that
-    model, default the -i one) and sharing one copy of the weights, and a saved_model with
-    the same signatures (generative/signatures.py). `kv_cache_capacity`
-    (--kv_cache_capacity) gives a decoder's past key/value inputs that many positions and
-    makes its present outputs the step's new entries (passes/kv_cache.py, docs/generative.md).
+    model, default the -i one) and sharing one copy of the weights, and (unless
+    `disable_model_save`) a saved_model with the same signatures
+    (generative/signatures.py). `kv_cache_capacity` (--kv_cache_capacity) gives a decoder's
+    past key/value inputs that many positions and makes its present outputs the step's new
+    entries (passes/kv_cache.py, docs/generative.md).
     `output_int4_weight_quantized_tflite` (-oi4) also writes `<stem>_int4_weight_quant.tflite`:
     int4 FULLY_CONNECTED weights in blocks of 32 inputs, int8 others (quant/int4.py).
 
