@@ -333,6 +333,13 @@ def range_(ctx):
         start, limit, delta = (v.reshape(()) for v in (start, limit, delta))
         count = max(int(np.ceil((limit - start) / delta)), 0)
         return (start + np.arange(count) * delta).astype(start.dtype)
+    count = (ctx.out_shape(0) or (None,))[0]
+    if delta is not None and count is not None:
+        # a length shape inference fixed (a decoder's positions past a run-time offset):
+        # start + k * delta, an ADD, where TFLite's RANGE would give a run-time shape
+        first = tf.reshape(scalar(ctx, 0), [1])
+        steps = (np.arange(count) * delta.reshape(())).astype(ctx.dtype(0) or delta.dtype)
+        return first + tf.constant(steps, dtype=first.dtype)
     return tf.range(*(tf.reshape(scalar(ctx, i), []) for i in range(3)))
 
 

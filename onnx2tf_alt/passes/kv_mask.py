@@ -14,8 +14,8 @@ rewritten here, or the conversion is refused:
   decoder where no cache reaches one (a fused attention op) is refused.
 - **Positions from the past's length** (a Range started at a Shape of a past input, or of
   the mask less the step: GPT-2 exports without `position_ids`, Whisper's decoders): the
-  position table's Gather or the rotary Cos / Sin that such a Range reaches reads it shifted
-  by (filled slots - capacity), the filled slots counted in the mask's cache part. Anything
+  position table's Gather or the rotary Cos / Sin that such a Range reaches reads it plus
+  (filled slots - capacity), the filled slots counted in the mask's cache part. Anything
   else that reads the Range (a causal mask over capacity + sequence keys) keeps it, and no
   shape changes, so the signatures stay static. Positions made from the length some other
   way than by a Range are refused.
@@ -88,7 +88,13 @@ class _Nodes:
 
     def before(self, node: onnx.NodeProto | None) -> None:
         """The added nodes into the graph, before `node` (None: at the start)."""
-        at = 0 if node is None else list(self.graph.node).index(node)
+        self._insert(0 if node is None else list(self.graph.node).index(node))
+
+    def after(self, node: onnx.NodeProto) -> None:
+        """The added nodes into the graph, right after `node`."""
+        self._insert(list(self.graph.node).index(node) + 1)
+
+    def _insert(self, at: int) -> None:
         for k, added in enumerate(self.nodes):
             self.graph.node.insert(at + k, added)
         self.nodes = []
@@ -233,12 +239,12 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
         for at in ranges:
             if at.output[0] in shifted:
                 continue
-            moved = [added.add("Add", [i, added.like(shift, i, f"{at.output[0]}/shift_{k}",
-                                                       TensorProto.INT64)],
-                               f"{at.output[0]}/input_{k}") for k, i in enumerate(at.input[:2])]
-            shifted[at.output[0]] = added.add("Range", [*moved, at.input[2]],
+            # the Range's values plus the shift: the Range itself stays as it is (constant
+            # once the capacity fixes its start), so the positions keep its static length
+            step = added.like(shift, at.input[0], f"{at.output[0]}/shift", TensorProto.INT64)
+            shifted[at.output[0]] = added.add("Add", [at.output[0], step],
                                               f"{at.output[0]}/shifted")
-            added.before(at)
+            added.after(at)
         node.input[index] = _copy_path(graph, producer, read, shifted)
 
 
