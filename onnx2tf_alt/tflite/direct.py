@@ -75,6 +75,12 @@ class DirectContext(NodeView):
     def x(self, i: int) -> int:
         return self._writer.input_tensor(self.node.inputs[i], self.in_perms[i])
 
+    def x_constant(self, i: int) -> np.ndarray | None:
+        """Input i's value where it is a constant, in the perm it is asked in (what x(i)
+        would hold), else None."""
+        value = self._constant(self.node.inputs[i])
+        return None if value is None else P.constant_in_perm(value, self.in_perms[i])
+
     # --- writing -----------------------------------------------------------------------
     def weight(self, array: np.ndarray, suffix: str = "weight") -> int:
         """A constant tensor holding `array` as it is (physical layout)."""
@@ -187,13 +193,9 @@ class DirectWriter:
             keras = keras_name(name, taken)
             output_names.setdefault(name, keras)
             output_keys.append(keras)
-            value = self.values[name]
-            if value.const is not None:
-                raise NotCovered(f"output '{name}' is a constant")
-            index = self.input_tensor(name, plan.output_perms[name])
-            if index in inputs or index in outputs:
-                raise NotCovered(f"output '{name}' is an input or another output")
-            outputs.append(index)
+            # a constant output is a constant tensor, and an output that is an input or
+            # another output that tensor again, as in TF's converter's files
+            outputs.append(self.input_tensor(name, plan.output_perms[name]))
         rewrite(flat, outputs)
         part = Part(key, flat, inputs, outputs, list(input_names.values()), output_keys)
         return part, DirectResult(b"", input_names, output_names,

@@ -148,6 +148,9 @@ class DirectOps:
     float32 = np.float32
 
     def node_input(self, i: int) -> Tensor:
+        value = getattr(self._ctx, "x_constant", lambda _: None)(i)
+        if value is not None:  # folds with what reads it, as TF's converter folds it
+            return self.weight(value)
         index = self._ctx.x(i)
         if index not in self._inputs:
             self._inputs[index] = Tensor(self, self._ctx.flat.shape(index), index=index,

@@ -23,7 +23,10 @@ TYPES = {np.dtype(np.float32): schema.TensorType.FLOAT32,
           np.dtype(np.bool_): schema.TensorType.BOOL,
           np.dtype(np.int8): schema.TensorType.INT8,
           np.dtype(np.uint8): schema.TensorType.UINT8,
-          np.dtype(np.int16): schema.TensorType.INT16}
+          np.dtype(np.int16): schema.TensorType.INT16,
+          np.dtype(np.uint16): schema.TensorType.UINT16,
+          np.dtype(np.uint32): schema.TensorType.UINT32,
+          np.dtype(np.uint64): schema.TensorType.UINT64}
 
 
 class NotCovered(Exception):

@@ -490,6 +490,32 @@ def test_cli_run_imports_no_tensorflow_and_matches_the_tf_route(tmp_path):
         assert_close(runs[0], runs[1], tol, suffix)
 
 
+def test_outputs_that_are_inputs_or_constants():
+    """An Identity of an input, a Shape folded to a constant and a computed output, as TF's
+    converter writes them: the input tensor and a constant tensor are outputs themselves."""
+    x = rand(2, 3, 5)
+    model = make_model([node("Identity", ["x"], "same"), node("Shape", ["x"], "shape"),
+                        node("Relu", ["x"], "y"), node("Identity", ["y"], "again")],
+                       {"x": x}, ["same", "shape", "y", "again"])
+    result = both_routes(model, {"x": x})
+    assert count_tflite_ops(result.content) == {"RELU": 1}
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
+def test_unsigned_values(dtype):
+    """uint32 / uint64 tensors (the handlers' own code on the Recorder, a constant operand
+    folded), against onnxruntime and the TF route's file. One op for uint64: between two,
+    TF's converter cancels the bitcasts and offsets its handler writes to order uint64 as
+    int64, which the direct writer keeps (2 ops more)."""
+    a = RNG.integers(0, 1000, (2, 3, 4)).astype(dtype)
+    b = RNG.integers(0, 1000, (3, 4)).astype(dtype)
+    nodes = [node("Max", ["a", "b"], "m"), node("Min", ["m", "c"], "y")]
+    if dtype == np.uint64:
+        nodes = [node("Max", ["a", "b"], "y")]
+    model = make_model(nodes, {"a": a, "b": b}, ["y"], {"c": np.full((4,), 700, dtype)})
+    both_routes(model, {"a": a, "b": b})
+
+
 def test_cli_dynamic_range_and_int4_files_need_no_tensorflow(tmp_path):
     """-dms -odrqt -oi4: the dynamic-range file, its quant report and the int4 file are
     made from the direct writer's float32 file in a process that never loads TF; the
