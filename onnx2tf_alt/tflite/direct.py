@@ -203,18 +203,21 @@ class DirectWriter:
                                   dict(plan.output_perms), output_keys)
 
     def _write_node(self, node: Node, wanted: list[Perm | None]) -> None:
-        """By the op's `@direct` writer where it has one and the node's values are float32,
-        else by its handler's own code on the Recorder (tflite/recorder.py)."""
+        """By the op's `@direct` writer where it has one, the node's values are float32 and
+        it takes the node; else by its handler's own code on the Recorder
+        (tflite/recorder.py). What a writer added before it gave up is read by nothing and
+        dropped (direct_rewrites.drop_unread)."""
         opset = self.graph.opset_of(node.domain)
         writer = find_direct(node.op_type, node.domain, opset)
+        handler = find_handler(node.op_type, node.domain, opset)
         where = f"node '{node.name}' ({node.op_type})"
         values = [n for n in (*node.inputs, *node.outputs) if n and n not in self.graph.constants]
         dtypes = [np.dtype(self.graph.dtypes.get(n, np.float32)) for n in values]
-        if writer is None or any(d != np.float32 for d in dtypes):
-            handler = find_handler(node.op_type, node.domain, opset)
-            if handler is None:
-                raise NotCovered(f"{where}: no direct writer", node)
-            writer = functools.partial(record_handler, handler)
+        writers = [] if writer is None or any(d != np.float32 for d in dtypes) else [writer]
+        if handler is not None:
+            writers.append(functools.partial(record_handler, handler))
+        if not writers:
+            raise NotCovered(f"{where}: no direct writer", node)
         out_perms = [self.plan.perms.get(o, ()) for o in node.outputs]
         try:
             for name, dtype in zip(values, dtypes):
@@ -222,9 +225,17 @@ class DirectWriter:
                 if dtype in WIDE_OR_HALF and node.op_type != "Cast":
                     raise NotCovered(f"'{name}' is {dtype}: TFLite has few {dtype} kernels "
                                      "(the file computes in float32: passes/float32_compute)")
-            result = writer(DirectContext(self, node, wanted, out_perms, opset))
         except NotCovered as reason:
             raise NotCovered(f"{where}: {reason}", node) from None
+        first = None  # why the first writer gave up: the op's own writer says it best
+        for write in writers:
+            try:
+                result = write(DirectContext(self, node, wanted, out_perms, opset))
+                break
+            except NotCovered as reason:
+                first = first or reason
+        else:
+            raise NotCovered(f"{where}: {first}", node) from None
         results = list(result) if isinstance(result, (list, tuple)) else [result]
         for name, perm, value in zip(node.outputs, out_perms, results):
             if not name or value is None:

@@ -426,14 +426,27 @@ class Recorder(DirectOps):
         return tensor
 
     def slice_first(self, x, key) -> Tensor:
-        """x[key]: ints, slices and one Ellipsis (tf's indexing) as strided_slice."""
+        """x[key]: ints, slices, new axes (None) and one Ellipsis (tf's indexing) as
+        strided_slice, then a reshape that inserts the new axes."""
         x = self._tensor(x)
         key = key if isinstance(key, tuple) else (key,)
-        if any(k is None for k in key) or sum(k is Ellipsis for k in key) > 1:
+        if sum(k is Ellipsis for k in key) > 1:
             raise NotCovered(f"an indexing by {key!r}")
         if Ellipsis in key:
             at = key.index(Ellipsis)
-            key = key[:at] + (slice(None),) * (x.shape.rank - len(key) + 1) + key[at + 1:]
+            taken = sum(k is not None for k in key) - 1
+            key = key[:at] + (slice(None),) * (x.shape.rank - taken) + key[at + 1:]
+        new_axes, kept = [], 0  # output positions of the new axes
+        for k in key:
+            if k is None:
+                new_axes.append(kept)
+            kept += k is None or isinstance(k, slice)
+        if new_axes:
+            y = self.slice_first(x, tuple(k for k in key if k is not None))
+            shape = list(y.shape)
+            for at in new_axes:
+                shape.insert(at, 1)
+            return self.reshape(y, shape)
         begin, end, strides, begin_mask, end_mask, shrink = [], [], [], 0, 0, 0
         for a, k in enumerate(key):
             if isinstance(k, slice):
