@@ -26,6 +26,7 @@ from types import MappingProxyType
 import numpy as np
 
 from onnx2tf_alt.ir.graph import Graph, Node
+from onnx2tf_alt.ir.weights import release
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.layout.perms import Perm
 from onnx2tf_alt.layout.plan import Plan
@@ -325,6 +326,8 @@ class _SharedBuffers:
                 same.append(buffer)
             else:
                 flat.buffers[k] = match
+                for compared in (array, match.array):  # ONNX weights kept on disk: the
+                    release(compared)  # pages read to compare them, no longer resident
 
 
 def _equal(a: np.ndarray, b: np.ndarray, rows: int = 1 << 20) -> bool:
