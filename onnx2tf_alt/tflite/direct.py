@@ -275,8 +275,8 @@ def write_direct_signatures(planned: dict[str, tuple[Graph, Plan, ConversionOpti
                             ) -> dict[str, DirectResult] | NotCovered:
     """One .tflite with a subgraph and a signature per entry of `planned` ({key: (graph,
     plan, options)}, a decoder's prefill and decode): a constant equal in several of them
-    is one buffer. The results share that file's `content`; or the NotCovered of the first
-    node not covered."""
+    is one buffer. The results share that file's `content` (or, past BOUND_BYTES of
+    weights, its `bound`); or the NotCovered of the first node not covered."""
     parts, results, buffers = [], {}, _SharedBuffers()
     try:
         for key, (graph, plan, options) in planned.items():
