@@ -410,10 +410,9 @@ def _direct_asked(tflite_writer: str, tflite_only: bool) -> bool:
                          f"got '{tflite_writer}'.")
     if tflite_writer == "direct" and not tflite_only:
         raise InputError(
-            "--tflite_writer direct writes the float32, float16 and -oi4 .tflite files, and "
-            "with --signature the -odrqt one: add -dms, and leave out -oh5, -okv3, -oiqt, "
-            "-coto/-cotof, --target and -odrqt without --signature (or use --tflite_writer "
-            "auto).")
+            "--tflite_writer direct writes the float32, float16, -odrqt and -oi4 .tflite "
+            "files (--signature and --litertlm ones too): add -dms, and leave out -oh5, -okv3, "
+            "-oiqt, -coto/-cotof and --target (or use --tflite_writer auto).")
     return tflite_writer != "tf" and tflite_only
 
 
@@ -454,8 +453,9 @@ def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
                   sources: list[str], command, onnx_names: bool, beside
                   ) -> list[str] | None:
     """The float32 and float16 .tflite, delegate report and io_layout of the direct writer
-    (tflite/direct.py) and what `beside(converted, stage)` makes from them, published; None when it does not cover the model ("auto": the
-    caller converts with TF; "direct": a ConversionError naming the node)."""
+    (tflite/direct.py) and what `beside(converted, stage)` makes from them, published;
+    None when it does not cover the model ("auto": the caller converts with TF; "direct": a
+    ConversionError naming the node)."""
     from onnx2tf_alt.tflite.direct import DirectResult, write_direct
     from onnx2tf_alt.translate.io_layout import save_io_layout
 

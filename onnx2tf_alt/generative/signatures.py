@@ -110,9 +110,10 @@ def build_signatures(loaded: onnx.ModelProto, specs: dict[str, SignatureSpec],
                      ) -> dict[str, tuple[Converted | Planned, list[CacheEntry]]]:
     """Each signature built by `build(its model, -ois specs)` (the common -ois `shapes`
     first: a Converted, or Planned for the direct writer with `keras` False), with its KV
-    cache of `capacity` positions where its model has one (passes/kv_cache.py), and its cache's past/present pairs. InputError when a shape names
-    an input its model lacks, an input is left with a dim no shape fixed, or `capacity` is
-    given and no model has a cache (or cannot hold it)."""
+    cache of `capacity` positions where its model has one (passes/kv_cache.py), and its
+    cache's past/present pairs. InputError when a shape names an input its model lacks, an
+    input is left with a dim no shape fixed, or `capacity` is given and no model has a
+    cache (or cannot hold it)."""
     from onnx2tf_alt.passes.kv_cache import cache_entries, fixed_capacity, take_cache_branch
 
     models = {None: loaded}
@@ -272,28 +273,22 @@ def _write_converted_files(results: dict, float32_path: str, float16_path: str) 
 
 
 def _write_dynamic_range(results: dict, float32_path: str, path: str, direct: bool) -> None:
-    """The -odrqt file at `path`: int8 weights (quant/weight_only.py) in the float32 file at
-    `float32_path` unpacked (`direct`), or in TF's converter's file with the signatures'
-    weights bound again where they can be (no weight of LATE_ELEMENTS, or an op late
-    binding does not take: the float32 file)."""
-    from onnx2tf_alt.quant.weight_only import MIN_ELEMENTS, dynamic_range_model
-    from onnx2tf_alt.tflite.flatbuffer import pack_model
-    from onnx2tf_alt.tflite.late_weights import unpacked_file
+    """The -odrqt file at `path`: int8 weights (quant/weight_only.py) in TF's converter's
+    file with the signatures' weights bound again where they can be, else (`direct`, no
+    weight of LATE_ELEMENTS, or an op late binding does not take) in the float32 file at
+    `float32_path`."""
+    from onnx2tf_alt.quant.weight_only import dynamic_range_file, dynamic_range_weights
 
     bound = None
     if not direct:
         from onnx2tf_alt.tflite.lowering import late_bound_signatures
 
         bound = late_bound_signatures(results)
-    model = bound.model if bound is not None else unpacked_file(float32_path)
-    if not dynamic_range_model(model):
-        log.warning("-odrqt: no FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, BATCH_MATMUL or "
-                    "GATHER reads a float32 weight of %d elements or more: %s holds the "
-                    "float32 weights", MIN_ELEMENTS, os.path.basename(path))
-    if bound is not None:
-        bound.write(path)
-    else:
-        _write(path, pack_model(model))
+    if bound is None:
+        _write(path, dynamic_range_file(float32_path, os.path.basename(path)))
+        return
+    dynamic_range_weights(bound.model, os.path.basename(path))
+    bound.write(path)
 
 
 def _write(path: str, content: bytes) -> None:

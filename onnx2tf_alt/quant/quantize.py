@@ -828,25 +828,13 @@ def _verdicts(report: QuantReport, threshold: float) -> list[str]:
 
 def weight_only_tflite(converted, float_tflite=None) -> bytes | bytearray | None:
     """The dynamic-range file made from the float32 one (quant/weight_only.py): the direct
-    writer's (`float_tflite`, its bytes or path) itself, TF's converter's with its weights
-    bound again; None where they cannot be bound (TF's converter then makes it)."""
-    from onnx2tf_alt.quant.weight_only import MIN_ELEMENTS, dynamic_range_model
+    writer's (at the path `float_tflite`) itself, TF's converter's with its weights bound
+    again; None where they cannot be bound (TF's converter then makes it)."""
+    from onnx2tf_alt.quant.weight_only import dynamic_range_file, dynamic_range_model
 
     result = converted.tflite_result()
     if result.model is None:  # the direct writer's: no TF model to convert again
-        from onnx2tf_alt.tflite.flatbuffer import inline_stored_buffers, pack_model, unpack_model
-        from onnx2tf_alt.tflite.late_weights import unpacked_file
-
-        if isinstance(float_tflite, str):
-            model = unpacked_file(float_tflite)
-        else:
-            model = unpack_model(float_tflite)
-            inline_stored_buffers(model, float_tflite)
-        if not dynamic_range_model(model):
-            log.warning("-odrqt: no FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, BATCH_MATMUL "
-                        "or GATHER reads a float32 weight of %d elements or more: the "
-                        "dynamic-range file holds the float32 weights", MIN_ELEMENTS)
-        return pack_model(model)
+        return dynamic_range_file(float_tflite, "the dynamic-range file")
     from onnx2tf_alt.tflite.lowering import late_bound
 
     bound = late_bound(result)

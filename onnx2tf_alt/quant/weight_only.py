@@ -23,11 +23,15 @@ are w / scale rounded half away from zero.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from onnx2tf_alt.export.float16 import record_optimization
-from onnx2tf_alt.tflite.flatbuffer import op_name, opcode_index, schema
-from onnx2tf_alt.tflite.late_weights import LazyBuffer, drop_unused
+from onnx2tf_alt.tflite.flatbuffer import op_name, opcode_index, pack_model, schema
+from onnx2tf_alt.tflite.late_weights import LazyBuffer, drop_unused, unpacked_file
+
+log = logging.getLogger("onnx2tf_alt")
 
 MIN_ELEMENTS = 1024  # TF's default minimum size of a quantized weight
 RUNTIME = "2.17.0"  # what TF's converter records for these op versions
@@ -84,6 +88,23 @@ def dynamic_range_model(model) -> int:
     if count:
         record_optimization(model, RUNTIME, PTQ_DYNAMIC_RANGE, None)
     return count
+
+
+def dynamic_range_weights(model, name: str) -> None:
+    """dynamic_range_model on `model`, the file `name`'s; a warning where no weight
+    qualifies (the file then holds the float32 weights)."""
+    if not dynamic_range_model(model):
+        log.warning("-odrqt: no FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, BATCH_MATMUL or "
+                    "GATHER reads a float32 weight of %d elements or more: %s holds the "
+                    "float32 weights", MIN_ELEMENTS, name)
+
+
+def dynamic_range_file(float32_path: str, name: str) -> bytes:
+    """The bytes of the dynamic-range file `name` made from the float32 .tflite at
+    `float32_path` (past 2 GB too: its stored weights are read from the mapped file)."""
+    model = unpacked_file(float32_path)
+    dynamic_range_weights(model, name)
+    return pack_model(model)
 
 
 def replace_operators(model, subgraph_index: int, operators: list) -> None:

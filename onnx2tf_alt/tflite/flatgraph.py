@@ -13,7 +13,7 @@ import numpy as np
 
 from onnx2tf_alt.ir.weights import release
 from onnx2tf_alt.tflite.flatbuffer import schema
-from onnx2tf_alt.tflite.late_weights import PIECE_ELEMENTS, LazyBuffer
+from onnx2tf_alt.tflite.late_weights import LazyBuffer, row_blocks
 
 TYPES = {np.dtype(np.float32): schema.TensorType.FLOAT32,
           np.dtype(np.float16): schema.TensorType.FLOAT16,
@@ -51,7 +51,7 @@ def options(kind: str, **fields):
 
 class ArrayBuffer(LazyBuffer):
     """A constant's buffer: `array` (its tensor's dtype and physical shape, any strides),
-    packed as its bytes in row order a block of about PIECE_ELEMENTS elements at a time; a
+    packed as its bytes in row order a block of rows at a time (late_weights.row_blocks); a
     LazyBuffer, so everything that writes or reads those (float16 and dynamic-range files,
     files past 2 GB with their weights after the flatbuffer) takes it as it is."""
 
@@ -61,14 +61,8 @@ class ArrayBuffer(LazyBuffer):
         self.array = array
 
     def _rows(self):
-        array = self.array
-        if array.ndim == 0 or array.size == 0:
-            yield np.ascontiguousarray(array)
-            return
-        step = max(1, PIECE_ELEMENTS // max(1, array[0].size))
-        for start in range(0, array.shape[0], step):
-            yield np.ascontiguousarray(array[start:start + step])
-        release(array)  # an ONNX weight kept on disk: its pages read, no longer resident
+        yield from row_blocks(self.array)
+        release(self.array)  # an ONNX weight kept on disk: its pages read, not resident
 
 
 @dataclass

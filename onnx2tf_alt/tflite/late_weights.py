@@ -48,7 +48,7 @@ from onnx2tf_alt.tflite.flatbuffer import (
 )
 
 __all__ = ["Bound", "LazyBuffer", "Recipe", "Signature", "Unbindable", "bind", "drop_unused",
-           "is_constant", "mapped", "unpacked_file"]
+           "is_constant", "mapped", "row_blocks", "unpacked_file"]
 
 ALIGN = 16  # the alignment TF's converter gives buffer data
 PIECE_ELEMENTS = 1 << 22  # a transposed weight is written this many elements at a time
@@ -146,13 +146,7 @@ class Bound:
         if len(recipe.steps) != 1 or recipe.steps[0][0] != "transpose":
             yield self.array(recipe)
             return
-        moved = np.transpose(self.sources[recipe.source](), recipe.steps[0][1])
-        if moved.ndim == 0:
-            yield np.ascontiguousarray(moved)
-            return
-        step = max(1, PIECE_ELEMENTS // max(1, moved[0].size))
-        for start in range(0, moved.shape[0], step):
-            yield np.ascontiguousarray(moved[start:start + step])
+        yield from row_blocks(np.transpose(self.sources[recipe.source](), recipe.steps[0][1]))
 
     def buffer_of(self, recipe: Recipe, shape, dtype) -> int:
         """The index of the buffer holding `recipe` (one per recipe)."""
@@ -437,6 +431,17 @@ def mapped(path: str):
     with open(path, "rb") as f:
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.path.getsize(path) \
             else b""
+
+
+def row_blocks(array: np.ndarray) -> Iterator[np.ndarray]:
+    """`array` (any strides) as contiguous blocks of leading rows of about PIECE_ELEMENTS
+    elements, in order: its bytes without a whole contiguous copy."""
+    if array.ndim == 0 or array.size == 0:
+        yield np.ascontiguousarray(array)
+        return
+    step = max(1, PIECE_ELEMENTS // max(1, array[0].size))
+    for start in range(0, array.shape[0], step):
+        yield np.ascontiguousarray(array[start:start + step])
 
 
 def unpacked_file(path: str):
