@@ -5,7 +5,8 @@ into the filter and bias of the CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED be
 (or of the FULLY_CONNECTED ops after them), RELU / RELU6 / RELU_N1_TO_1 fused into the op
 before, a RESHAPE of a RESHAPE merged, one to its input's own shape, flattening into a
 FULLY_CONNECTED or adding leading unit axes before broadcasting ops dropped, 1 / SQRT(x)
-written as RSQRT(x)."""
+written as RSQRT(x), a TRANSPOSE of the last two axes before a BATCH_MATMUL folded into its
+adjoint flag."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def rewrite(flat: FlatGraph, outputs: list[int]) -> None:
     flatten_into_dense(flat, outputs)
     broadcast_leading_units(flat, outputs)
     reciprocal_roots(flat, outputs)
+    transposed_operands(flat, outputs)
 
 
 SMALL_CONSTANT = 1024  # bytes up to which constant inputs are compared by value
@@ -380,3 +382,56 @@ def reciprocal_roots(flat: FlatGraph, outputs: list[int]) -> None:
         op.name, op.inputs, op.options = "RSQRT", [root.inputs[0]], None
         gone.append(root)
     flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+SCALAR_SCALINGS = {"MUL": (0, 1), "DIV": (0,)}  # op -> positions its scaled value may take
+
+
+def transposed_operands(flat: FlatGraph, outputs: list[int]) -> None:
+    """A TRANSPOSE that swaps the last two axes, read by one BATCH_MATMUL alone, directly
+    or through one MUL (or DIV) by a constant of one value: the BATCH_MATMUL reads the
+    untransposed value with its adjX / adjY flag toggled, the MUL scaling that value (a
+    GPT-2 attention's key, scaled before its product), as TF's converter folds it."""
+    readers = _consumers(flat)
+    gone = []
+    for op in flat.operators:
+        perm = flat.constant(op.inputs[1]) if op.name == "TRANSPOSE" else None
+        rank = len(flat.shape(op.inputs[0]))
+        if (perm is None or rank < 3 or op.outputs[0] in outputs
+                or list(perm) != [*range(rank - 2), rank - 1, rank - 2]):
+            continue
+        chain, value = [], op.outputs[0]
+        users = readers.get(value, [])
+        if len(users) == 1 and users[0].name in SCALAR_SCALINGS:
+            scaling = users[0]
+            k = scaling.inputs.index(value)
+            other = flat.constant(scaling.inputs[1 - k]) if len(scaling.inputs) == 2 else None
+            if (k not in SCALAR_SCALINGS[scaling.name] or other is None or other.size != 1
+                    or scaling.outputs[0] in outputs
+                    or flat.shape(scaling.outputs[0]) != flat.shape(value)):
+                continue
+            chain, value = [scaling], scaling.outputs[0]
+            users = readers.get(value, [])
+        if (len(users) != 1 or users[0].name != "BATCH_MATMUL" or users[0].options is None
+                or users[0].inputs[:2].count(value) != 1):
+            continue
+        product = users[0]
+        for scaling in chain:  # scales the untransposed value now: its shape swaps back
+            scaling.inputs = [op.inputs[0] if i == op.outputs[0] else i for i in scaling.inputs]
+            _swap_last_two(flat, scaling.outputs[0])
+        position = product.inputs.index(value)
+        if not chain:
+            product.inputs[position] = op.inputs[0]
+        flag = "adjX" if position == 0 else "adjY"
+        table = product.options[1]
+        setattr(table, flag, not getattr(table, flag))
+        gone.append(op)
+    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def _swap_last_two(flat: FlatGraph, index: int) -> None:
+    tensor = flat.tensors[index]
+    for field in ("shape", "shapeSignature"):
+        dims = getattr(tensor, field)
+        if dims is not None:
+            setattr(tensor, field, np.array([*dims[:-2], dims[-1], dims[-2]], np.int32))

@@ -490,6 +490,53 @@ def test_cli_run_imports_no_tensorflow_and_matches_the_tf_route(tmp_path):
         assert_close(runs[0], runs[1], tol, suffix)
 
 
+@pytest.mark.parametrize(("scaling", "folds"), [
+    (None, True), ("MUL", True), ("DIV", True),
+    ("MUL by a matrix", False),  # not one value: the TRANSPOSE stays
+    ("read elsewhere", False),  # the transposed value is an output too
+])
+def test_a_transposed_key_folds_into_the_product(scaling, folds):
+    """direct_rewrites.transposed_operands on the form GPT-2's exported attention leaves in
+    the direct writer's graph: the key cache transposed on its last two axes, scaled by a
+    constant, multiplied by q. Folded, the BATCH_MATMUL reads the cache with adjY and no
+    TRANSPOSE is left (as TF's converter folds it); the file computes q @ (k^T * c)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt.tflite.direct import Part, _pack
+    from onnx2tf_alt.tflite.direct_rewrites import rewrite
+    from onnx2tf_alt.tflite.flatgraph import FlatGraph, options
+    from onnx2tf_alt.tflite.run import run_signature
+
+    q, k = rand(2, 4, 6, 8), rand(2, 4, 5, 8)
+    c = rand(1, 1, 8, 5) if scaling == "MUL by a matrix" else np.float32(0.35)
+    flat = FlatGraph()
+    xq, xk = flat.tensor("q", q.shape), flat.tensor("k", k.shape)
+    kt = flat.tensor("kt", (2, 4, 8, 5))
+    flat.op("TRANSPOSE", [xk, flat.tensor("perm", (4,), np.int32, np.array([0, 1, 3, 2],
+                                                                          np.int32))], [kt])
+    operand, outputs = kt, []
+    if scaling not in (None, "read elsewhere"):
+        operand = flat.tensor("ks", (2, 4, 8, 5))
+        name = scaling.split()[0]
+        flat.op(name, [kt, flat.tensor("c", np.shape(c), np.float32, c)], [operand],
+                options(f"{name.title()}Options"))
+    y = flat.tensor("y", (2, 4, 6, 5))
+    flat.op("BATCH_MATMUL", [xq, operand], [y], options("BatchMatMulOptions"))
+    outputs = [y, kt] if scaling == "read elsewhere" else [y]
+    rewrite(flat, outputs)
+    names = [op.name for op in flat.operators]
+    assert ("TRANSPOSE" not in names) == folds, names
+    content = _pack([Part("serving_default", flat, [xq, xk], outputs, ["q", "k"],
+                          ["y", "kt"][:len(outputs)])])
+    got = run_signature(Interpreter(model_content=content), {"q": q, "k": k})["y"]
+    scaled = np.swapaxes(k, -1, -2)
+    if scaling == "DIV":
+        scaled = scaled / c
+    elif scaling is not None and scaling != "read elsewhere":
+        scaled = scaled * c
+    assert_close(got, q @ scaled, 1e-5, str(scaling))
+
+
 def test_outputs_that_are_inputs_or_constants():
     """An Identity of an input, a Shape folded to a constant and a computed output, as TF's
     converter writes them: the input tensor and a constant tensor are outputs themselves."""
