@@ -9,7 +9,6 @@ nearest's rounding at exact ties. This module never imports TensorFlow itself.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -73,10 +72,10 @@ NUMPY = ArrayOps(
 )
 
 
-@functools.cache
 def tensorflow_ops() -> ArrayOps:
-    """The TF functions (TensorFlow imported on first use)."""
-    import tensorflow as tf
+    """The tf functions, of what stands for tf now (translate/lazy.py: TensorFlow, or the
+    direct writer's Recorder)."""
+    from onnx2tf_alt.translate.lazy import tf
 
     def same(v):
         return v

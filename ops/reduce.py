@@ -81,11 +81,25 @@ def _squeeze_like(t, axis, keepdims):
 
 
 def _max(x, reduce):
-    return reduce(tf.reduce_any if x.dtype == tf.bool else tf.reduce_max, x)
+    y = reduce(tf.reduce_any if x.dtype == tf.bool else tf.reduce_max, x)
+    return _over_empty(x, y, reduce, lambda info: -np.inf if info.dtype.kind == "f" else info.min)
 
 
 def _min(x, reduce):
-    return reduce(tf.reduce_all if x.dtype == tf.bool else tf.reduce_min, x)
+    y = reduce(tf.reduce_all if x.dtype == tf.bool else tf.reduce_min, x)
+    return _over_empty(x, y, reduce, lambda info: np.inf if info.dtype.kind == "f" else info.max)
+
+
+def _over_empty(x, y, reduce, identity):
+    """y, with the identity ONNX gives a reduction over an empty set (-inf for ReduceMax)
+    where x has an empty axis and y's values reduced none (TFLite's kernels give the
+    lowest finite value): counted, as the axes may be known only at run time."""
+    if x.dtype == tf.bool or 0 not in list(x.shape):
+        return y
+    dtype = np.dtype(x.dtype.as_numpy_dtype)
+    info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
+    count = reduce(tf.reduce_sum, tf.ones_like(x, dtype=tf.int32))
+    return tf.where(count > 0, y, tf.cast(np.asarray(identity(info), dtype), x.dtype))
 
 
 # Each op as a formula over `reduce(fn, t[, keepdims])`; with noop_with_empty_axes and no

@@ -126,7 +126,7 @@ def make_model(
     missing = [o for o in outputs if not _has_full_type(known.get(o))]
     if missing:
         del model.graph.output[:]
-        model.graph.output.extend(tensor_info(o, np.float32) for o in outputs)
+        model.graph.output.extend(_element_type_only(o, known.get(o)) for o in outputs)
         results = ort_run(model, inputs, check=False)
         typed = []
         for o, r in zip(outputs, results):
@@ -139,6 +139,14 @@ def make_model(
         model.graph.output.extend(known[o] for o in outputs)
     onnx.checker.check_model(model)
     return model
+
+
+def _element_type_only(name: str, info):
+    """An output's inferred element type without its shape (float32 where not inferred),
+    for onnxruntime to give it its shape."""
+    if info is not None and info.type.HasField("tensor_type") and info.type.tensor_type.elem_type:
+        return helper.make_tensor_value_info(name, info.type.tensor_type.elem_type, None)
+    return tensor_info(name, np.float32)
 
 
 def _has_full_type(info) -> bool:

@@ -36,6 +36,7 @@ def rewrite(flat: FlatGraph, outputs: list[int]) -> None:
     broadcast_leading_units(flat, outputs)
     reciprocal_roots(flat, outputs)
     transposed_operands(flat, outputs)
+    pads_into_same_windows(flat, outputs)
 
 
 SMALL_CONSTANT = 1024  # bytes up to which constant inputs are compared by value
@@ -111,7 +112,7 @@ def drop_logical_identities(flat: FlatGraph, outputs: list[int]) -> None:
             for k, index in enumerate(op.inputs):
                 values, other = flat.constant(index), op.inputs[1 - k]
                 if (values is not None and np.all(values == neutral)
-                        and flat.shape(other) == flat.shape(op.outputs[0])):
+                        and same_shape(flat, other, op.outputs[0])):
                     same[op.outputs[0]] = other
                     break
             else:
@@ -119,6 +120,13 @@ def drop_logical_identities(flat: FlatGraph, outputs: list[int]) -> None:
             continue
         kept.append(op)
     flat.operators = kept
+
+
+def same_shape(flat: FlatGraph, a: int, b: int) -> bool:
+    """Tensors a and b have one shape: equal dims, at most one unknown (the batch); two values
+    of several run-time dims may differ."""
+    shape = flat.shape(a)
+    return shape == flat.shape(b) and sum(d is None for d in shape) <= 1
 
 
 def _consumers(flat: FlatGraph) -> dict[int, list[Operator]]:
@@ -226,7 +234,7 @@ def fold_into_dense(flat: FlatGraph, outputs: list[int]) -> bool:
             weights = [_constant(flat, u.inputs[1]) for u in users]
             if (factor.size not in (1, channels) or any(d != 1 for d in factor.shape[:-1])
                     or not _own_parameters(flat, readers, users)
-                    or flat.shape(op.inputs[k]) != flat.shape(op.outputs[0])
+                    or not same_shape(flat, op.inputs[k], op.outputs[0])
                     or any(u.inputs[0] != op.outputs[0]
                            or op.outputs[0] in u.inputs[1:] or w is None
                            or w.shape[1] != channels for u, w in zip(users, weights))):
@@ -307,7 +315,7 @@ def merge_reshapes(flat: FlatGraph, outputs: list[int]) -> None:
         source = producers.get(op.inputs[0])
         if (op.name != "RESHAPE" or source is None or op.inputs[0] in outputs
                 or len(readers.get(op.inputs[0], [])) != 1
-                or flat.shape(op.inputs[0]) != flat.shape(op.outputs[0])):
+                or not same_shape(flat, op.inputs[0], op.outputs[0])):
             continue
         source.outputs = [op.outputs[0] if o == op.inputs[0] else o for o in source.outputs]
         producers[op.outputs[0]] = source
@@ -356,6 +364,7 @@ def broadcast_leading_units(flat: FlatGraph, outputs: list[int]) -> None:
         extra = len(want) - len(have)
         users = readers.get(op.outputs[0], [])
         if (extra < 1 or want[extra:] != have or set(want[:extra]) != {1} or not users
+                or sum(d is None for d in have) > 1
                 or any(u.name not in BROADCASTING for u in users)):
             continue
         for user in users:
@@ -377,7 +386,7 @@ def reciprocal_roots(flat: FlatGraph, outputs: list[int]) -> None:
         if (one is None or one.size != 1 or float(one.reshape(-1)[0]) != 1.0 or root is None
                 or root.name != "SQRT" or root.outputs[0] in outputs
                 or len(readers.get(root.outputs[0], [])) != 1
-                or flat.shape(root.inputs[0]) != flat.shape(op.outputs[0])):
+                or not same_shape(flat, root.inputs[0], op.outputs[0])):
             continue
         op.name, op.inputs, op.options = "RSQRT", [root.inputs[0]], None
         gone.append(root)
@@ -408,7 +417,7 @@ def transposed_operands(flat: FlatGraph, outputs: list[int]) -> None:
             other = flat.constant(scaling.inputs[1 - k]) if len(scaling.inputs) == 2 else None
             if (k not in SCALAR_SCALINGS[scaling.name] or other is None or other.size != 1
                     or scaling.outputs[0] in outputs
-                    or flat.shape(scaling.outputs[0]) != flat.shape(value)):
+                    or not same_shape(flat, scaling.outputs[0], value)):
                 continue
             chain, value = [scaling], scaling.outputs[0]
             users = readers.get(value, [])
@@ -435,3 +444,40 @@ def _swap_last_two(flat: FlatGraph, index: int) -> None:
         dims = getattr(tensor, field)
         if dims is not None:
             setattr(tensor, field, np.array([*dims[:-2], dims[-1], dims[-2]], np.int32))
+
+
+WINDOWS = {"CONV_2D", "DEPTHWISE_CONV_2D"}
+
+
+def pads_into_same_windows(flat: FlatGraph, outputs: list[int]) -> None:
+    """A PAD by zeros of the spatial axes read only by VALID convolutions, by what SAME pads
+    for their sizes: the convolutions read its input with SAME (as TF's converter fuses it;
+    a convolution by run-time weights is padded by its handler's code)."""
+    producers = {o: op for op in flat.operators for o in op.outputs}
+    readers = _consumers(flat)
+    gone = []
+    for op in flat.operators:
+        pad = producers.get(op.inputs[0])
+        if (op.name not in WINDOWS or op.options[1].padding != schema.Padding.VALID
+                or pad is None or pad.name != "PAD" or pad.outputs[0] in outputs):
+            continue
+        widths, shape = flat.constant(pad.inputs[1]), flat.shape(pad.inputs[0])
+        users = readers.get(pad.outputs[0], [])
+        if (widths is None or len(shape) != 4 or None in shape[1:3] or np.any(widths[0])
+                or np.any(widths[3]) or len(users) != 1):
+            continue
+        kernel = flat.shape(op.inputs[1])[1:3]
+        opts = op.options[1]
+        steps = [(opts.strideH, opts.dilationHFactor), (opts.strideW, opts.dilationWFactor)]
+        if all(tuple(widths[a + 1]) == _same_pads(shape[a + 1], kernel[a], *steps[a])
+               for a in (0, 1)):
+            op.inputs[0], opts.padding = pad.inputs[0], schema.Padding.SAME
+            gone.append(pad)
+    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def _same_pads(size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
+    """The (before, after) pads of TF's SAME for one axis."""
+    reach = (kernel - 1) * dilation + 1
+    total = max((-(-size // stride) - 1) * stride + reach - size, 0)
+    return total // 2, total - total // 2

@@ -82,12 +82,14 @@ class FlatGraph:
     operators: list[Operator] = field(default_factory=list)
     weight_bytes: int = 0
 
-    def tensor(self, name: str, shape, dtype=np.float32, data: np.ndarray | None = None) -> int:
-        """A new tensor of physical `shape` (None: the batch, known at run time)."""
+    def tensor(self, name: str, shape, dtype=np.float32, data: np.ndarray | None = None,
+               dynamic: bool = False) -> int:
+        """A new tensor of physical `shape` (None: the batch, known at run time; with
+        `dynamic`, any dims: a value computed from run-time values, tflite/recorder.py)."""
         dtype = np.dtype(dtype)
         if dtype not in TYPES:
             raise NotCovered(f"dtype {dtype}")
-        if sum(d is None for d in shape) > 1:
+        if not dynamic and sum(d is None for d in shape) > 1:
             raise NotCovered(f"'{name}' has several unknown dims {list(shape)}")
         t = schema.TensorT()
         t.name = name.encode()
@@ -104,6 +106,14 @@ class FlatGraph:
         t.buffer = len(self.buffers) - 1
         self.tensors.append(t)
         return len(self.tensors) - 1
+
+    def set_shape(self, index: int, shape) -> None:
+        """Tensor `index` has physical `shape` (what the plan knows of a value the Recorder
+        computed with unknown dims)."""
+        t = self.tensors[index]
+        t.shape = np.array([1 if d is None else d for d in shape], np.int32)
+        t.shapeSignature = (np.array([-1 if d is None else d for d in shape], np.int32)
+                            if None in shape else None)
 
     def shape(self, index: int) -> tuple:
         t = self.tensors[index]

@@ -405,7 +405,7 @@ def _aligned_vector(builder, nbytes: int, parts: Iterator[np.ndarray]) -> int:
     builder.head -= nbytes
     at = builder.head
     for part in parts:
-        payload = memoryview(np.ascontiguousarray(part)).cast("B")
+        payload = memoryview(np.ascontiguousarray(part).reshape(-1)).cast("B")
         builder.Bytes[at:at + len(payload)] = payload
         at += len(payload)
     if at != builder.head + nbytes:

@@ -19,6 +19,7 @@ import numpy as np
 
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.tflite.direct_tensors import DirectOps, Tensor, _broadcast, _Namespace
+from onnx2tf_alt.tflite.flatbuffer import schema
 from onnx2tf_alt.tflite.flatgraph import TYPES, NotCovered, options
 from onnx2tf_alt.tflite.tf_dtypes import DTYPES, DType, as_dtype, as_numpy
 from onnx2tf_alt.translate.lazy import standing_in
@@ -66,7 +67,12 @@ class Recorder(DirectOps):
         unary = {name: self._unary_fn(name) for name in _UNARY}
         self.nn = _Namespace("nn", relu=unary["relu"], relu6=unary["relu6"],
                              leaky_relu=self._leaky_relu, gelu=self.gelu, elu=self.elu,
-                             softmax=self.softmax, log_softmax=self.log_softmax)
+                             softmax=self.softmax, log_softmax=self.log_softmax,
+                             conv2d=self.conv2d, depthwise_conv2d=self.depthwise_conv2d,
+                             max_pool2d=self._pool_fn("MAX_POOL_2D"),
+                             avg_pool2d=self._pool_fn("AVERAGE_POOL_2D"),
+                             bias_add=lambda x, bias, name=None: self.add(x, bias),
+                             local_response_normalization=self.local_response_normalization)
         self.bitwise = _Namespace(
             "bitwise", bitwise_xor=self._shift_fn("BITWISE_XOR", np.bitwise_xor),
             right_shift=self._shift_fn("RIGHT_SHIFT", np.right_shift))
@@ -76,6 +82,8 @@ class Recorder(DirectOps):
                                argmax=self.argmax, argmin=self.argmin, atan2=self.atan2,
                                top_k=self.top_k, cumsum=self.cumsum,
                                floordiv=self._binary_fn("floordiv"),
+                               **{k: self._binary_fn(k) for k in _BINARY if k not in (
+                                   "floormod", "floordiv")},
                                **{k: self._compare_fn(k) for k in _COMPARE},
                                **{k: self._reduce_fn(k) for k in _REDUCE})
         self.__dict__.update(unary)
@@ -101,10 +109,17 @@ class Recorder(DirectOps):
     def convert_to_tensor(self, value, dtype=None) -> Tensor:
         if isinstance(value, Tensor):
             return value if dtype is None else self.cast(value, dtype)
-        return self.weight(np.asarray(value, None if dtype is None else as_numpy(dtype)))
+        return self.constant(value, dtype)
 
     def constant(self, value, dtype=None, shape=None) -> Tensor:
-        array = np.asarray(value, None if dtype is None else as_numpy(dtype))
+        """Python numbers and lists as tf converts them (int32, float32), arrays as they
+        are."""
+        if dtype is None and not isinstance(value, (np.ndarray, np.generic)):
+            array = np.asarray(value)
+            array = array.astype({"i": np.int32, "f": np.float32}.get(array.dtype.kind,
+                                                                         array.dtype))
+        else:
+            array = np.asarray(value, None if dtype is None else as_numpy(dtype))
         return self.weight(array if shape is None else np.broadcast_to(array, shape).copy())
 
     def identity(self, x) -> Tensor:
@@ -128,8 +143,54 @@ class Recorder(DirectOps):
         """A new tensor of the flat graph and its Tensor."""
         self._count += 1
         name = f"{self._ctx.node.name}/{kind}_{self._count}"
-        index = self._ctx.flat.tensor(name, shape, as_numpy(dtype))
+        index = self._ctx.flat.tensor(name, shape, as_numpy(dtype), dynamic=True)
         return index, Tensor(self, shape, index=index, dtype=dtype)
+
+    def _temp(self, shape, kind: str, dtype=np.float32) -> int:
+        return self._out(shape, dtype, kind)[0]
+
+    def _vector(self, values) -> Tensor:
+        """`values` (a Tensor, or a list of ints and scalar or one-element Tensors) as one
+        1-D int32 Tensor: a constant where every value is known, else the run-time values
+        gathered (a CONCATENATION of the known and the computed)."""
+        if isinstance(values, Tensor):
+            if values.shape.rank > 1:
+                raise NotCovered(f"a {values.shape.rank}-D list of sizes")
+            vector = values if values.shape.rank == 1 else self.reshape(values, [1])
+            return self.cast(vector, np.int32)
+        items = [self._tensor(v) for v in values]
+        if all(i.const is not None for i in items):
+            return self.weight(np.array([int(np.asarray(i.const).reshape(-1)[0])
+                                         for i in items], np.int32).reshape(len(items)))
+        if any(i.shape not in ((), (1,)) for i in items):
+            raise NotCovered("a list of sizes with a non-scalar entry")
+        return self.concat([self.reshape(self.cast(i, np.int32), [1]) for i in items], 0)
+
+    @staticmethod
+    def _runtime(values) -> bool:
+        """Whether a list of sizes (a Tensor, or a list of ints and Tensors) has an entry
+        computed at run time."""
+        if isinstance(values, Tensor):
+            return values.const is None
+        return any(isinstance(v, Tensor) and v.const is None for v in values)
+
+    @staticmethod
+    def _known(values) -> list | None:
+        """The entries of a list of sizes known now (None for those computed at run time),
+        or None where not even its length is."""
+        if isinstance(values, Tensor):
+            if values.const is not None:
+                return [int(v) for v in values.const.reshape(-1)]
+            count = values.shape[0] if values.shape.rank == 1 else 1
+            return None if count is None else [None] * count
+        return [None if v is None or isinstance(v, Tensor) and v.const is None else
+                int(np.asarray(v.const if isinstance(v, Tensor) else v).reshape(-1)[0])
+                for v in values]
+
+    def _scalar(self, value, dtype=np.int32) -> Tensor:
+        """A scalar Tensor of `value` in `dtype` (a run-time one-element value reshaped)."""
+        value = self.cast(self._tensor(value), dtype)
+        return value if value.shape == () else self.reshape(value, [])
 
     def outputs(self, results: list) -> list:
         """The node's outputs: tensor indices, or numpy arrays where a result folded to a
@@ -147,8 +208,13 @@ class Recorder(DirectOps):
                 values.append(value.const)
                 continue
             shape = self._ctx.out_phys_shape(j)
-            if shape is None or tuple(value.shape) != tuple(shape):
+            if shape is None:  # not inferred: the shape the Recorder computed
+                values.append(value.index)
+                continue
+            if not _fits(value.shape, shape):
                 raise NotCovered(f"output {j} came out {list(value.shape)}, planned {shape}")
+            if tuple(value.shape) != tuple(shape):  # dims computed at run time: as planned
+                self._ctx.flat.set_shape(value.index, shape)
             values.append(value.index)
         return values
 
@@ -239,9 +305,15 @@ class Recorder(DirectOps):
     truediv = divide
 
     def where(self, condition, x=None, y=None, name=None) -> Tensor:
-        if x is None or y is None:
-            raise NotCovered("tf.where of a condition alone (indices known at run time)")
         condition = self._tensor(condition)
+        if x is None and y is None:  # the coordinates of its true values: WHERE
+            if condition.const is not None:
+                return self.weight(np.argwhere(condition.const).astype(np.int64))
+            out, tensor = self._out((None, condition.shape.rank), np.int64, "where")
+            self._ctx.op("WHERE", [self.cast(condition, np.bool_).index], out)
+            return tensor
+        if x is None or y is None:
+            raise NotCovered("tf.where with one of x and y")
         x, y = self._pair(x, y)
         if all(t.const is not None for t in (condition, x, y)):
             return self.weight(np.where(condition.const, x.const, y.const))
@@ -259,12 +331,24 @@ class Recorder(DirectOps):
         return tensor
 
     def reshape(self, x, dims, name=None) -> Tensor:
-        if isinstance(dims, Tensor):
-            if dims.const is None:
-                raise NotCovered("a reshape to a shape known only at run time")
-            dims = [None if d == -1 else int(d) for d in dims.const.reshape(-1)]
+        """RESHAPE to `dims` (-1 or None: the rest); dims computed at run time are read as
+        -1 where only one is unknown, else from the RESHAPE's run-time shape input."""
         x = self._tensor(x)
-        dims = [None if d is None or int(d) == -1 else int(d) for d in dims]
+        known = self._known(dims)
+        if known is None:
+            raise NotCovered("a reshape to a shape of unknown rank")
+        if sum(d is None for d in known) + known.count(-1) > 1:
+            if (known.count(-1) > 1 or not self._runtime(dims) or not isinstance(dims, Tensor)
+                    and any(d is None for d in dims)):
+                raise NotCovered("a reshape to several unknown dims")
+            shape = tuple(None if d is None or d == -1 else d for d in known)
+            out, tensor = self._out(shape, x.dtype, "reshape")
+            self._ctx.op("RESHAPE", [x.index, self._vector(dims).index], out)
+            return tensor
+        dims = [None if d is None or d == -1 else d for d in known]
+        moved = _as_transpose(x, dims)
+        if moved is not None:  # a TRANSPOSE's value, its unit axes moved: one TRANSPOSE
+            return self.transpose(*moved)
         if x.dtype == np.float32:
             return super().reshape(x, dims)
         if x.const is not None and None not in x.shape:
@@ -279,25 +363,43 @@ class Recorder(DirectOps):
         return tensor
 
     def expand_dims(self, x, axis: int, name=None) -> Tensor:
+        """A RESHAPE; EXPAND_DIMS where several dims are known only at run time."""
         x = self._tensor(x)
-        axis = axis % (x.shape.rank + 1)
-        return self.reshape(x, [*x.shape[:axis], 1, *x.shape[axis:]])
+        axis = int(axis) % (x.shape.rank + 1)
+        shape = (*x.shape[:axis], 1, *x.shape[axis:])
+        if sum(d is None for d in x.shape) <= 1:
+            return self.reshape(x, list(shape))
+        out, tensor = self._out(shape, x.dtype, "expand_dims")
+        self._ctx.op("EXPAND_DIMS", [x.index, self._ctx.ints(np.int32(axis), "axis")], out)
+        return tensor
 
     def squeeze(self, x, axis=None, name=None) -> Tensor:
+        """A RESHAPE; SQUEEZE where several dims are known only at run time."""
         x = self._tensor(x)
         axes = [a for a, d in enumerate(x.shape) if d == 1] if axis is None else [
-            a % x.shape.rank for a in np.atleast_1d(axis)]
-        return self.reshape(x, [d for a, d in enumerate(x.shape) if a not in axes])
+            int(a) % x.shape.rank for a in np.atleast_1d(axis)]
+        shape = [d for a, d in enumerate(x.shape) if a not in axes]
+        if sum(d is None for d in x.shape) <= 1:
+            return self.reshape(x, shape)
+        out, tensor = self._out(tuple(shape), x.dtype, "squeeze")
+        self._ctx.op("SQUEEZE", [x.index], out, options("SqueezeOptions", squeezeDims=axes))
+        return tensor
 
     def transpose(self, x, perm, name=None) -> Tensor:
+        """TRANSPOSE; of a TRANSPOSE written here, one of its input by the composed perm
+        (the first is then read by nothing and dropped, as TF's converter folds them)."""
         x = self._tensor(x)
         perm = [int(p) for p in perm]
         if x.const is not None:
             return self.weight(np.transpose(x.const, perm))
+        before = x.derived.get("transposed")
+        if before is not None:
+            x, perm = before[0], [before[1][p] for p in perm]
         if perm == list(range(len(perm))):
             return x
         out, tensor = self._out(tuple(x.shape[p] for p in perm), x.dtype, "transpose")
         self._ctx.op("TRANSPOSE", [x.index, self._ctx.ints(perm, "perm")], out)
+        tensor.derived["transposed"] = (x, perm)
         return tensor
 
     def gather(self, params, indices, axis: int = 0, batch_dims: int = 0, name=None):
@@ -308,8 +410,6 @@ class Recorder(DirectOps):
         if batch_dims:
             raise NotCovered("a gather with batch dims")
         shape = (*params.shape[:axis], *indices.shape, *params.shape[axis + 1:])
-        if sum(d is None for d in shape) > 1:
-            raise NotCovered(f"a gather into {list(shape)}")
         out, tensor = self._out(shape, params.dtype, "gather")
         self._ctx.op("GATHER", [params.index, indices.index], out,
                      options("GatherOptions", axis=axis, batchDims=0))
@@ -320,6 +420,8 @@ class Recorder(DirectOps):
 
         def apply(x, axis=None, keepdims: bool = False, name=None):
             x = self._tensor(x)
+            if isinstance(axis, Tensor) and axis.const is None:
+                return self._reduce_at_run_time(builtin, x, axis, keepdims)
             axes = list(range(x.shape.rank)) if axis is None else sorted(
                 int(a) % x.shape.rank for a in np.atleast_1d(axis))
             if x.const is not None:
@@ -334,8 +436,28 @@ class Recorder(DirectOps):
 
         return apply
 
+    def _reduce_at_run_time(self, builtin: str, x: Tensor, axis: Tensor, keepdims) -> Tensor:
+        """The reduction over axes computed at run time (no duplicates, as TFLite's kernels
+        want): kept, each dim is 1 or itself; dropped, the rank falls by their count."""
+        count = 1 if axis.shape.rank == 0 else axis.shape[0]
+        if axis.shape.rank > 1 or count is None:
+            raise NotCovered("a reduction over a run-time number of axes")
+        if keepdims:
+            shape = tuple(1 if d == 1 else None for d in x.shape)
+        else:
+            shape = (None,) * max(x.shape.rank - count, 0)
+        out, tensor = self._out(shape, x.dtype, builtin.lower())
+        self._ctx.op(builtin, [x.index, self.cast(axis, np.int32).index], out,
+                     options("ReducerOptions", keepDims=bool(keepdims)))
+        return tensor
+
     def broadcast_to(self, x, shape, name=None) -> Tensor:
         x = self._tensor(x)
+        known = self._known(shape)
+        if self._runtime(shape) and known is not None:
+            out, tensor = self._out(tuple(known), x.dtype, "broadcast_to")
+            self._ctx.op("BROADCAST_TO", [x.index, self._vector(shape).index], out)
+            return tensor
         shape = self._static(shape, "a broadcast to a shape known only at run time")
         if x.const is not None:
             return self.weight(np.broadcast_to(x.const, shape).copy())
@@ -347,6 +469,13 @@ class Recorder(DirectOps):
 
     def tile(self, x, multiples, name=None) -> Tensor:
         x = self._tensor(x)
+        known = self._known(multiples)
+        if self._runtime(multiples) and known is not None:
+            shape = tuple(None if d is None or m is None else d * m
+                          for d, m in zip(x.shape, known))
+            out, tensor = self._out(shape, x.dtype, "tile")
+            self._ctx.op("TILE", [x.index, self._vector(multiples).index], out)
+            return tensor
         multiples = self._static(multiples, "a tile by multiples known only at run time")
         if x.const is not None:
             return self.weight(np.tile(x.const, multiples))
@@ -378,6 +507,9 @@ class Recorder(DirectOps):
         x = self._tensor(x)
         if ellipsis_mask or new_axis_mask:
             raise NotCovered("a strided slice with an ellipsis or new axes")
+        if any(self._runtime(v) for v in (begin, end) + (() if strides is None else (strides,))):
+            return self._strided_slice_at_run_time(x, begin, end, strides, begin_mask, end_mask,
+                                                   shrink_axis_mask)
         why = "a strided slice with bounds known only at run time"
         begin, end = self._static(begin, why), self._static(end, why)
         strides = [1] * len(begin) if strides is None else self._static(strides, why)
@@ -390,7 +522,8 @@ class Recorder(DirectOps):
         for a, dim in enumerate(x.shape):
             whole = begin_mask >> a & 1 and end_mask >> a & 1 and strides[a] == 1
             if dim is None and not (whole and not shrink_axis_mask >> a & 1):
-                raise NotCovered("a strided slice of a dim known only at run time")
+                return self._strided_slice_at_run_time(x, begin, end, strides, begin_mask,
+                                                       end_mask, shrink_axis_mask)
             if dim is None:
                 starts.append(0)
                 counts.append(None)
@@ -425,6 +558,103 @@ class Recorder(DirectOps):
                 shrinkAxisMask=shrink_axis_mask))
         return tensor
 
+    def _strided_slice_at_run_time(self, x: Tensor, begin, end, strides, begin_mask: int,
+                                   end_mask: int, shrink: int) -> Tensor:
+        """STRIDED_SLICE with bounds computed at run time: a dim is known where its bounds
+        and stride are, or it is taken whole."""
+        rank = x.shape.rank
+        bounds = [self._known(v) for v in (begin, end)]
+        steps = [1] * len(bounds[0]) if strides is None else self._known(strides)
+        if None in (bounds[0], bounds[1], steps) or not len(bounds[0]) == len(bounds[1]) == len(
+                steps) or len(steps) > rank:
+            raise NotCovered("a strided slice of run-time bounds of unknown length")
+        named = len(steps)
+        begin_mask |= sum(1 << a for a in range(named, rank))
+        end_mask |= sum(1 << a for a in range(named, rank))
+        rest = rank - named
+        vectors = [self._vector(begin), self._vector(end), self._vector(
+            [1] * named if strides is None else strides)]
+        if rest:
+            vectors = [self.concat([v, self.weight(np.full(rest, fill, np.int32))], 0)
+                       for v, fill in zip(vectors, (0, 0, 1))]
+        b, e, st = bounds[0] + [0] * rest, bounds[1] + [0] * rest, steps + [1] * rest
+        shape = []
+        for a, dim in enumerate(x.shape):
+            if shrink >> a & 1:
+                continue
+            whole_begin, whole_end = begin_mask >> a & 1, end_mask >> a & 1
+            if dim is None or st[a] is None or (b[a] is None and not whole_begin) or (
+                    e[a] is None and not whole_end):
+                shape.append(None)
+                continue
+            cut = slice(None if whole_begin else b[a], None if whole_end else e[a], st[a])
+            shape.append(len(range(*cut.indices(dim))))
+        out, tensor = self._out(tuple(shape), x.dtype, "strided_slice")
+        self._ctx.op("STRIDED_SLICE", [x.index, *(v.index for v in vectors)], out, options(
+            "StridedSliceOptions", beginMask=begin_mask, endMask=end_mask,
+            shrinkAxisMask=shrink))
+        return tensor
+
+    def slice(self, x, begin, size, name=None) -> Tensor:
+        """SLICE (a size of -1: the rest of the dim); begin and size may be computed at run
+        time."""
+        x = self._tensor(x)
+        if not (self._runtime(begin) or self._runtime(size)):
+            begin = self._static(begin, "")
+            size = self._static(size, "")
+            if x.const is not None:
+                index = tuple(slice(b, None if n == -1 else b + n) for b, n in zip(begin, size))
+                return self.weight(np.asarray(x.const[index]))
+            return super().slice(x, begin, size)
+        starts, sizes = self._known(begin), self._known(size)
+        if starts is None or sizes is None:
+            raise NotCovered("a slice of run-time bounds of unknown length")
+        shape = tuple(None if n is None or d is None and n == -1 else
+                      d - b if n == -1 and b is not None else None if n == -1 else n
+                      for b, n, d in zip(starts, sizes, x.shape))
+        out, tensor = self._out(shape, x.dtype, "slice")
+        self._ctx.op("SLICE", [x.index, self._vector(begin).index, self._vector(size).index],
+                     out)
+        return tensor
+
+    def pad(self, x, paddings, mode: str = "CONSTANT", constant_values=0,
+            name=None) -> Tensor:
+        """PAD, PADV2 (a constant other than zero) or MIRROR_PAD (REFLECT, SYMMETRIC);
+        paddings may be computed at run time."""
+        x = self._tensor(x)
+        mode = mode.upper()
+        value = self._tensor(constant_values, x)
+        if isinstance(paddings, Tensor):
+            widths = self._known(self.reshape(paddings, [-1])) if paddings.const is None else [
+                int(v) for v in paddings.const.reshape(-1)]
+            table = paddings
+        else:
+            rows = [[_bound(v) for v in row] for row in paddings]
+            widths = [v if isinstance(v, int) else None for row in rows for v in row]
+            table = self.reshape(self._vector([v for row in rows for v in row]),
+                                 [len(rows), 2])
+        if widths is None or len(widths) != 2 * x.shape.rank:
+            raise NotCovered("paddings of unknown length")
+        shape = tuple(None if d is None or lo is None or hi is None else d + lo + hi
+                      for d, lo, hi in zip(x.shape, widths[0::2], widths[1::2]))
+        if x.const is not None and None not in widths and value.const is not None and (
+                mode == "CONSTANT"):
+            return self.weight(np.pad(x.const, np.reshape(widths, (-1, 2)),
+                                      constant_values=value.const))
+        table = self.cast(table, np.int32)
+        out, tensor = self._out(shape, x.dtype, "pad")
+        if mode in ("REFLECT", "SYMMETRIC"):
+            self._ctx.op("MIRROR_PAD", [x.index, table.index], out, options(
+                "MirrorPadOptions", mode=getattr(schema.MirrorPadMode, mode)))
+        elif mode != "CONSTANT":
+            raise NotCovered(f"a pad of mode {mode}")
+        elif value.const is not None and not np.any(value.const):
+            self._ctx.op("PAD", [x.index, table.index], out)
+        else:
+            self._ctx.op("PADV2", [x.index, table.index, self._scalar(value, x.dtype).index],
+                         out)
+        return tensor
+
     def slice_first(self, x, key) -> Tensor:
         """x[key]: ints, slices, new axes (None) and one Ellipsis (tf's indexing) as
         strided_slice, then a reshape that inserts the new axes."""
@@ -450,15 +680,15 @@ class Recorder(DirectOps):
         begin, end, strides, begin_mask, end_mask, shrink = [], [], [], 0, 0, 0
         for a, k in enumerate(key):
             if isinstance(k, slice):
-                begin.append(0 if k.start is None else int(k.start))
-                end.append(0 if k.stop is None else int(k.stop))
-                strides.append(1 if k.step is None else int(k.step))
+                begin.append(0 if k.start is None else _bound(k.start))
+                end.append(0 if k.stop is None else _bound(k.stop))
+                strides.append(1 if k.step is None else _bound(k.step))
                 begin_mask |= (k.start is None) << a
                 end_mask |= (k.stop is None) << a
             else:
-                k = self._static([k], "an indexing by a run-time index")[0]
+                k = _bound(k)
                 begin.append(k)
-                end.append(k + 1)
+                end.append(k + 1 if not isinstance(k, Tensor) else self.add(k, 1))
                 strides.append(1)
                 shrink |= 1 << a
         return self.strided_slice(x, begin, end, strides, begin_mask, end_mask,
@@ -469,26 +699,47 @@ class Recorder(DirectOps):
         if all(v.const is not None for v in values):
             return self.weight(np.stack([v.const for v in values], axis))
         values = [self.cast(v, values[0].dtype) if v.const is not None else v for v in values]
+        if values[0].dtype == np.bool_ and len(values) > 1:  # TFLite's PACK has no bool
+            return self.concat([self.expand_dims(v, axis) for v in values], axis)
         return super().stack(values, axis)
 
     def concat(self, values, axis: int, name=None) -> Tensor:
+        """CONCATENATION; its dim is computed at run time where a part's is."""
         values = [self._tensor(v) for v in values]
+        dtype = next((v.dtype for v in values if v.const is None), values[0].dtype)
+        values = [self.cast(v, dtype) if v.const is not None else v for v in values]
+        rank = values[0].shape.rank
+        if any(v.shape[int(axis) % rank] is None for v in values if v.shape.rank == rank):
+            if any(v.shape.rank != rank or v.dtype != values[0].dtype for v in values):
+                raise NotCovered("a concatenation of values of several ranks or dtypes")
+            axis = int(axis) % rank
+            shape = tuple(None if a == axis else d for a, d in enumerate(
+                _broadcast_all([v.shape for v in values], axis)))
+            out, tensor = self._out(shape, values[0].dtype, "concat")
+            self._ctx.op("CONCATENATION", [v.index for v in values], out, options(
+                "ConcatenationOptions", axis=axis, fusedActivationFunction=0))
+            return tensor
         return super().concat(values, axis)
 
     def ones(self, shape, dtype=np.float32, name=None) -> Tensor:
-        shape = self._static(shape, "a fill of a shape known only at run time")
-        return self.weight(np.ones(shape, as_numpy(dtype)))
+        return self.fill(shape, np.asarray(1, as_numpy(dtype)))
 
     def zeros(self, shape, dtype=np.float32, name=None) -> Tensor:
-        shape = self._static(shape, "a fill of a shape known only at run time")
-        return self.weight(np.zeros(shape, as_numpy(dtype)))
+        return self.fill(shape, np.asarray(0, as_numpy(dtype)))
 
     def fill(self, dims, value, name=None) -> Tensor:
-        dims = self._static(dims, "a fill of a shape known only at run time")
+        """A constant where the shape and value are known, else FILL."""
         value = self._tensor(value)
-        if value.const is None:
-            raise NotCovered("a fill with a run-time value")
-        return self.weight(np.full(dims, value.const))
+        if not self._runtime(dims) and value.const is not None:
+            dims = self._static(dims, "a fill of a shape known only at run time")
+            return self.weight(np.full(dims, value.const))
+        known = self._known(dims)
+        if known is None:
+            raise NotCovered("a fill of a shape of unknown rank")
+        value = self._scalar(value, value.dtype)
+        out, tensor = self._out(tuple(known), value.dtype, "fill")
+        self._ctx.op("FILL", [self._vector(dims).index, value.index], out)
+        return tensor
 
     def reciprocal(self, x, name=None) -> Tensor:
         x = self._tensor(x)
@@ -502,9 +753,10 @@ class Recorder(DirectOps):
                                                           approximate=bool(approximate)))
 
     def size(self, x, out_type=np.int32, name=None) -> Tensor:
+        """A constant, or the product of the run-time shape (TFLite has no SIZE)."""
         x = self._tensor(x)
         if None in x.shape:
-            raise NotCovered("the size of a shape known only at run time")
+            return self.cast(self.reduce_prod(self.shape(x), axis=0), out_type)
         return self.weight(np.array(int(np.prod(x.shape)), as_numpy(out_type)))
 
     def one_hot(self, indices, depth, on_value=None, off_value=None, axis: int = -1,
@@ -512,15 +764,16 @@ class Recorder(DirectOps):
         indices = self._tensor(indices)
         dtype = as_numpy(dtype or (self._tensor(on_value).dtype if on_value is not None
                                     else np.float32))
-        depth = self._static([depth], "a one-hot depth known only at run time")[0]
-        on = self._tensor(np.asarray(1 if on_value is None else on_value, dtype))
-        off = self._tensor(np.asarray(0 if off_value is None else off_value, dtype))
-        on, off = self.cast(on, dtype), self.cast(off, dtype)
+        depth = self._scalar(depth)
+        on = self._tensor(np.asarray(1, dtype) if on_value is None else on_value)
+        off = self._tensor(np.asarray(0, dtype) if off_value is None else off_value)
+        on, off = self._scalar(on, dtype), self._scalar(off, dtype)
         axis = axis % (indices.shape.rank + 1)
-        shape = (*indices.shape[:axis], depth, *indices.shape[axis:])
+        size = None if depth.const is None else int(depth.const)
+        shape = (*indices.shape[:axis], size, *indices.shape[axis:])
         out, tensor = self._out(shape, dtype, "one_hot")
-        self._ctx.op("ONE_HOT", [indices.index, self._ctx.ints(np.int32(depth), "depth"),
-                                 on.index, off.index], out, options("OneHotOptions", axis=axis))
+        self._ctx.op("ONE_HOT", [indices.index, depth.index, on.index, off.index], out,
+                     options("OneHotOptions", axis=axis))
         return tensor
 
     def _arg(self, builtin: str, x, axis=None, output_type=np.int64, name=None) -> Tensor:
@@ -619,20 +872,25 @@ class Recorder(DirectOps):
     def top_k(self, x, k=1, sorted: bool = True, name=None):
         """TOPK_V2 on the last axis: (values, indices int32), sorted as TFLite's kernel
         sorts them."""
-        x = self._tensor(x)
-        k = self._static([k], "a top-k count known only at run time")[0]
-        if not sorted or x.shape[-1] is None:
-            raise NotCovered("an unsorted top-k, or over a dim known only at run time")
-        shape = (*x.shape[:-1], k)
+        x, k = self._tensor(x), self._scalar(k)
+        if not sorted:
+            raise NotCovered("an unsorted top-k")
+        shape = (*x.shape[:-1], None if k.const is None else int(k.const))
         values, value_tensor = self._out(shape, x.dtype, "topk_values")
         indices, index_tensor = self._out(shape, np.int32, "topk_indices")
-        self._ctx.op("TOPK_V2", [x.index, self._ctx.ints(np.int32(k), "k")], [values, indices])
+        self._ctx.op("TOPK_V2", [x.index, k.index], [values, indices])
         return _TopK(value_tensor, index_tensor)
 
     def cumsum(self, x, axis: int = 0, exclusive: bool = False, reverse: bool = False,
                name=None) -> Tensor:
         """CUMSUM (float32, int32, int64), as TF's converter writes tf.math.cumsum."""
         x = self._tensor(x)
+        if isinstance(axis, Tensor) and axis.const is None:
+            out, tensor = self._out(x.shape, x.dtype, "cumsum")
+            self._ctx.op("CUMSUM", [x.index, self._scalar(axis).index], out,
+                         options("CumsumOptions", exclusive=bool(exclusive),
+                                 reverse=bool(reverse)))
+            return tensor
         axis = self._static([axis], "a cumulative sum on a run-time axis")[0] % x.shape.rank
         if x.const is not None:
             values = np.flip(x.const, axis) if reverse else x.const
@@ -654,21 +912,94 @@ class Recorder(DirectOps):
 
     def _filled(self, x, value, dtype) -> Tensor:
         x = self._tensor(x)
+        value = np.asarray(value, as_numpy(dtype or x.dtype))
         if None in x.shape:
-            raise NotCovered("a fill of a shape known only at run time")
-        return self.weight(np.full(x.shape, value, as_numpy(dtype or x.dtype)))
+            return self.fill(self.shape(x), value)
+        return self.weight(np.full(x.shape, value))
 
     def range(self, start, limit=None, delta=1, dtype=None, name=None) -> Tensor:
         if limit is None:  # tf.range(n)
             start, limit = 0, start
         tensors = [v for v in (start, limit, delta) if isinstance(v, Tensor)]
         values = [self._tensor(v) for v in (start, limit, delta)]
-        if any(v.const is None for v in values):
-            raise NotCovered("a range known only at run time")
         if dtype is None:  # tf's: the tensors', else int32 or float32 for Python numbers
             dtype = tensors[0].dtype if tensors else np.result_type(*[v.const for v in values])
-        array = np.arange(*[v.const for v in values])
-        return self.weight(array.astype(as_numpy(dtype)))
+        if all(v.const is not None for v in values):
+            array = np.arange(*[np.asarray(v.const).reshape(()) for v in values])
+            return self.weight(array.astype(as_numpy(dtype)))
+        values = [self._scalar(v, dtype) for v in values]
+        out, tensor = self._out((None,), dtype, "range")
+        self._ctx.op("RANGE", [v.index for v in values], out)
+        return tensor
+
+    # --- windows (channel-last, as TF's converter writes tf.nn's) ----------------------
+    def conv2d(self, input, filters, strides, padding, data_format=None, dilations=None,
+               name=None) -> Tensor:
+        """CONV_2D of NHWC `input` by HWIO `filters` (a constant, or run-time weights
+        moved to OHWI by a TRANSPOSE, as TF's converter does), groups where I divides C."""
+        x, w = self._tensor(input), self._tensor(filters)
+        if x.dtype != np.float32 or w.dtype != np.float32 or x.shape.rank != 4:
+            raise NotCovered("a convolution of other than float32 NHWC values")
+        kh, kw, depth, count = w.shape
+        if None in (kh, kw, depth, count) or x.shape[3] is None or x.shape[3] % depth:
+            raise NotCovered("a convolution of unknown or unmatched channels")
+        (sh, sw), (dh, dw) = _pair2(strides), _pair2(dilations or 1)
+        filt = self.transpose(w, [3, 0, 1, 2])
+        shape = (x.shape[0], _window_out(x.shape[1], kh, sh, dh, padding),
+                 _window_out(x.shape[2], kw, sw, dw, padding), count)
+        out, tensor = self._out(shape, x.dtype, "conv_2d")
+        bias = self.weight(np.zeros(count, np.float32))
+        self._ctx.op("CONV_2D", [x.index, filt.index, bias.index], out, options(
+            "Conv2DOptions", padding=_PADDING[padding], strideH=sh, strideW=sw,
+            dilationHFactor=dh, dilationWFactor=dw, fusedActivationFunction=0))
+        return tensor
+
+    def depthwise_conv2d(self, input, filter, strides, padding, data_format=None,
+                         dilations=None, name=None) -> Tensor:
+        """DEPTHWISE_CONV_2D of NHWC `input` by (kh, kw, C, M) `filter`, as (1, kh, kw,
+        C * M) with a depth multiplier M."""
+        x, w = self._tensor(input), self._tensor(filter)
+        if x.dtype != np.float32 or w.dtype != np.float32 or x.shape.rank != 4:
+            raise NotCovered("a depthwise convolution of other than float32 NHWC values")
+        kh, kw, channels, multiplier = w.shape
+        if None in (kh, kw, channels, multiplier) or x.shape[3] != channels:
+            raise NotCovered("a depthwise convolution of unknown or unmatched channels")
+        (sh, sw), (dh, dw) = _pair2(strides), _pair2(dilations or 1)
+        filt = self.reshape(w, [1, kh, kw, channels * multiplier])
+        shape = (x.shape[0], _window_out(x.shape[1], kh, sh, dh, padding),
+                 _window_out(x.shape[2], kw, sw, dw, padding), channels * multiplier)
+        out, tensor = self._out(shape, x.dtype, "depthwise_conv_2d")
+        bias = self.weight(np.zeros(channels * multiplier, np.float32))
+        self._ctx.op("DEPTHWISE_CONV_2D", [x.index, filt.index, bias.index], out, options(
+            "DepthwiseConv2DOptions", padding=_PADDING[padding], strideH=sh, strideW=sw,
+            depthMultiplier=multiplier, dilationHFactor=dh, dilationWFactor=dw,
+            fusedActivationFunction=0))
+        return tensor
+
+    def _pool_fn(self, builtin: str):
+        def pool(input, ksize, strides, padding, data_format=None, name=None) -> Tensor:
+            x = self._tensor(input)
+            if x.dtype != np.float32 or x.shape.rank != 4:
+                raise NotCovered(f"a {builtin.lower()} of other than float32 NHWC values")
+            (kh, kw), (sh, sw) = _pair2(ksize), _pair2(strides)
+            shape = (x.shape[0], _window_out(x.shape[1], kh, sh, 1, padding),
+                     _window_out(x.shape[2], kw, sw, 1, padding), x.shape[3])
+            out, tensor = self._out(shape, x.dtype, builtin.lower())
+            self._ctx.op(builtin, [x.index], out, options(
+                "Pool2DOptions", padding=_PADDING[padding], strideH=sh, strideW=sw,
+                filterHeight=kh, filterWidth=kw, fusedActivationFunction=0))
+            return tensor
+
+        return pool
+
+    def local_response_normalization(self, input, depth_radius=5, bias=1.0, alpha=1.0,
+                                     beta=0.5, name=None) -> Tensor:
+        x = self._tensor(input)
+        if x.dtype != np.float32 or x.shape.rank != 4:
+            raise NotCovered("a local response normalization of other than float32 NHWC")
+        return self._write("LOCAL_RESPONSE_NORMALIZATION", [x], x.dtype, options(
+            "LocalResponseNormalizationOptions", radius=int(depth_radius), bias=float(bias),
+            alpha=float(alpha), beta=float(beta)))
 
     def softmax(self, x, axis: int = -1, name=None) -> Tensor:
         return self._softmax("SOFTMAX", x, axis)
@@ -682,6 +1013,70 @@ class Recorder(DirectOps):
             raise NotCovered(f"a {builtin.lower()} of a constant or over other than the last axis")
         opts = options("SoftmaxOptions", beta=1.0) if builtin == "SOFTMAX" else None
         return self._write(builtin, [x], x.dtype, opts)
+
+
+_PADDING = {"SAME": schema.Padding.SAME, "VALID": schema.Padding.VALID}
+
+
+def _pair2(values) -> tuple[int, int]:
+    """tf.nn's 2-D window sizes: one int, two, or four (NHWC) -> (rows, columns)."""
+    values = [int(v) for v in np.atleast_1d(values)]
+    if len(values) == 1:
+        return values[0], values[0]
+    if len(values) == 4:
+        if values[0] != 1 or values[3] != 1:
+            raise NotCovered("a window over the batch or channels")
+        return values[1], values[2]
+    return values[0], values[1]
+
+
+def _window_out(size, k: int, stride: int, dilation: int, padding: str):
+    """A window op's output length (None: known at run time)."""
+    if padding not in _PADDING:
+        raise NotCovered(f"a window with padding {padding!r}")
+    if size is None:
+        return None
+    if padding == "SAME":
+        return -(-size // stride)
+    return -(-(size - (k - 1) * dilation) // stride)
+
+
+def _broadcast_all(shapes: list, axis: int) -> tuple:
+    """The dims of values concatenated on `axis` (others equal, or None where one is known
+    only at run time)."""
+    dims = []
+    for a, column in enumerate(zip(*shapes)):
+        known = {d for d in column if d is not None}
+        dims.append(None if a == axis or len(known) != 1 else known.pop())
+    return tuple(dims)
+
+
+def _as_transpose(x: Tensor, dims: list) -> tuple | None:
+    """(source, perm) where `x` is a TRANSPOSE of source written here and reshaping it to
+    `dims` (same rank, static) only moves unit axes, so one TRANSPOSE of source gives it."""
+    before = x.derived.get("transposed")
+    if before is None or len(dims) != x.shape.rank or None in dims or None in x.shape:
+        return None
+    source, perm = before
+    sizes = [d for d in x.shape if d != 1]
+    if [d for d in dims if d != 1] != sizes:
+        return None
+    big = iter(p for p, d in zip(perm, x.shape) if d != 1)
+    units = iter(a for a, d in enumerate(source.shape) if d == 1)
+    return source, [next(units) if d == 1 else next(big) for d in dims]
+
+
+def _bound(value):
+    """An index or slice bound: an int, or a Tensor where computed at run time."""
+    if isinstance(value, Tensor):
+        return int(value.const) if value.const is not None else value
+    return int(value)
+
+
+def _fits(shape, planned) -> bool:
+    """A value of `shape` (None: computed at run time) can be the planned output."""
+    return len(shape) == len(planned) and all(
+        d is None or d == p for d, p in zip(shape, planned))
 
 
 def _tensor_type(dtype: np.dtype) -> int:

@@ -11,6 +11,7 @@ import zlib
 
 import numpy as np
 import pytest
+from onnx import numpy_helper
 
 from onnx2tf_alt.ir.loader import load_model
 from onnx2tf_alt.pipeline import plan_loaded
@@ -186,3 +187,40 @@ def test_attention_with_run_time_operands_and_top_k():
                        {"two": ints(2)})
     ops = count_tflite_ops(both_routes(model, {"q": q, "k": k}).content)
     assert {"BATCH_MATMUL", "TOPK_V2", "ARG_MAX"} <= set(ops), ops
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_sizes_known_only_at_run_time(keepdims):
+    """Axes, shapes, counts and bounds fed as inputs: SUM over run-time axes, RESHAPE to a
+    run-time shape, RANGE, FILL, TOPK_V2 by a run-time k and STRIDED_SLICE by run-time
+    bounds, each value's dims computed by the interpreter; the planned shape of a node's
+    output is kept, so the Relu after the reduction is written by its own writer."""
+    x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    feeds = {"x": x, "axes": ints(1, 3), "shape": ints(6, 20), "n": np.array(7, np.int64),
+             "k": ints(3), "ends": ints(2, 4)}
+    nodes = [node("ReduceSum", ["x", "axes"], "s", keepdims=keepdims),
+             node("Relu", ["s"], "r"),
+             node("Reshape", ["x", "shape"], "flat"),
+             node("Range", ["zero", "n", "one"], "positions"),
+             node("ConstantOfShape", ["shape"], "filled",
+                  value=numpy_helper.from_array(np.array([1.5], np.float32))),
+             node("TopK", ["flat", "k"], ["best", "where"], axis=-1),
+             node("Slice", ["x", "starts", "ends", "axes"], "part")]
+    model = make_model(nodes, feeds, ["r", "positions", "filled", "best", "where", "part"],
+                       {"zero": np.array(0, np.int64), "one": np.array(1, np.int64),
+                        "starts": ints(0, 1)})
+    ops = count_tflite_ops(both_routes(model, feeds).content)
+    assert {"SUM", "RANGE", "FILL", "TOPK_V2", "STRIDED_SLICE"} <= set(ops), ops
+
+
+@pytest.mark.parametrize(("group", "kernel"), [(1, (3, 3)), (2, (1, 3)), (4, (3, 3))])
+def test_convolution_by_run_time_weights(group, kernel):
+    """Weights fed as an input (a hypernetwork's, a dynamic filter's): CONV_2D or
+    DEPTHWISE_CONV_2D reading them through a TRANSPOSE, as TF's converter writes them."""
+    x = RNG.standard_normal((2, 4, 7, 6)).astype(np.float32)
+    w = RNG.standard_normal((4, 4 // group, *kernel)).astype(np.float32)
+    feeds = {"x": x, "w": w}
+    model = make_model([node("Conv", ["x", "w"], "y", group=group, pads=[1, 1, 1, 1],
+                             strides=[1, 2])], feeds, ["y"])
+    ops = count_tflite_ops(both_routes(model, feeds).content)
+    assert ops.get("CONV_2D", 0) + ops.get("DEPTHWISE_CONV_2D", 0) == 1, ops
