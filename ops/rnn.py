@@ -314,9 +314,7 @@ def _masked(new: tuple, old: tuple, mask, ops) -> tuple:
 def rnn(ctx):
     """Ht = f(Xt W^T + Ht-1 R^T + Wb + Rb)."""
     rec = Recurrence(ctx, 1, ["Tanh"])  # first: it raises on what cannot be converted
-    from onnx2tf_alt.translate.node_layer import own_layer  # Keras, when used
-
-    layered = own_layer(ctx)
+    layered = _own_layer(ctx)
     return _rnn_steps(rec) if layered is None else layered
 
 
@@ -325,6 +323,17 @@ def rnn_direct(ctx):
     """The handler's unrolled steps, written without TensorFlow."""
     ops, rec = _direct_recurrence(ctx, 1, ["Tanh"])
     return ops.outputs(_rnn_steps(rec))
+
+
+def _own_layer(ctx) -> list | None:
+    """The node's outputs from its own Keras layer (translate/node_layer.own_layer), or None
+    where the handler writes its ops itself: inside that layer, or on the direct writer's
+    Recorder (whose context is `in_layer`: Keras is not imported there)."""
+    if ctx.in_layer:
+        return None
+    from onnx2tf_alt.translate.node_layer import own_layer  # Keras, when used
+
+    return own_layer(ctx)
 
 
 def _direct_recurrence(ctx, num_gates: int, activations: list[str]) -> tuple:
@@ -356,14 +365,15 @@ def lstm(ctx, recurrence: type | None = None):
     (f = 1 - i); clip bounds every gate's pre-activation. `recurrence`: a Recurrence
     subclass, for LSTM variants that read their weights otherwise (DynamicQuantizeLSTM)."""
     rec = (recurrence or Recurrence)(ctx, 4, ["Sigmoid", "Tanh", "Tanh"])
+    fused = recurrence is None and _fits_fused_lstm(ctx, rec) and not _unrolls_faster(rec)
+    if ctx.recording and fused:
+        raise NotCovered("a sequence for TFLite's fused LSTM kernel")  # as lstm_direct
     if ctx.in_layer:  # the unrolled recurrence, in its own layer (chosen below)
         pass
-    elif recurrence is None and _fits_fused_lstm(ctx, rec) and not _unrolls_faster(rec):
+    elif fused:
         return _fused_lstm(ctx, rec)
     else:
-        from onnx2tf_alt.translate.node_layer import own_layer  # Keras, when used
-
-        layered = own_layer(ctx)
+        layered = _own_layer(ctx)
         if layered is not None:
             return layered
     return _lstm_steps(rec)
@@ -513,9 +523,7 @@ def gru(ctx):
     """Gates z, r, h (ONNX order); linear_before_reset applies R_h (and its bias) before
     the reset gate instead of after."""
     rec = Recurrence(ctx, 3, ["Sigmoid", "Tanh"])  # first: it raises on what cannot be converted
-    from onnx2tf_alt.translate.node_layer import own_layer  # Keras, when used
-
-    layered = own_layer(ctx)
+    layered = _own_layer(ctx)
     return _gru_steps(rec) if layered is None else layered
 
 

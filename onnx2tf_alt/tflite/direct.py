@@ -131,8 +131,8 @@ class DirectWriter:
             self._check_dtype(name, array.dtype)
             return self.flat.tensor(f"{name}/{'_'.join(map(str, want or ()))}", array.shape,
                                     array.dtype, array)
-        if want is None or tuple(want) == tuple(value.perm):
-            return value.tensor
+        if want is None or tuple(want) == tuple(value.perm) or len(want) < len(value.perm):
+            return value.tensor  # a shorter perm: planned before its rank was known
         key = (name, tuple(want))
         if key not in self._moved:
             self._moved[key] = self._relayout(name, value, tuple(want))

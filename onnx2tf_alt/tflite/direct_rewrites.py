@@ -96,19 +96,21 @@ def _hashable(value):
     return value
 
 
-IDENTITY_OPERAND = {"LOGICAL_AND": True, "LOGICAL_OR": False}
+# an operand that leaves the other as it is (ADD of zeros: a recurrence's absent biases)
+IDENTITY_OPERAND = {"LOGICAL_AND": True, "LOGICAL_OR": False, "ADD": 0, "MUL": 1}
 
 
 def drop_logical_identities(flat: FlatGraph, outputs: list[int]) -> None:
-    """LOGICAL_AND with a constant all true, LOGICAL_OR with one all false, that does not
-    broadcast the other operand: its readers read that operand (TF's converter folds them;
-    a decoder's causal mask at one new position is all true)."""
+    """LOGICAL_AND with a constant all true, LOGICAL_OR with one all false, ADD of zeros and
+    MUL by ones that do not broadcast the other operand: its readers read that operand (TF's
+    converter folds them; a decoder's causal mask at one new position is all true)."""
     same: dict[int, int] = {}
     kept = []
     for op in flat.operators:
         op.inputs = [same.get(i, i) for i in op.inputs]
         neutral = IDENTITY_OPERAND.get(op.name)
-        if neutral is not None and op.outputs[0] not in outputs:
+        fused = op.options is not None and getattr(op.options[1], "fusedActivationFunction", 0)
+        if neutral is not None and op.outputs[0] not in outputs and not fused:
             for k, index in enumerate(op.inputs):
                 values, other = flat.constant(index), op.inputs[1 - k]
                 if (values is not None and np.all(values == neutral)
@@ -173,13 +175,19 @@ def fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
         for k in (0, 1):
             source = producers.get(op.inputs[k])
             factor = _constant(flat, op.inputs[1 - k])
-            if (source is None or source.name not in _FILTER_AXIS or factor is None
+            if (source is None or source.name not in _FILTER_AXIS
                     or op.inputs[k] in outputs or len(readers.get(op.inputs[k], [])) != 1
                     or source.options[1].fusedActivationFunction):
                 continue
             channels = flat.shape(source.outputs[0])[-1]
             filt = _constant(flat, source.inputs[1])
-            if (filt is None or factor.size not in (1, channels)
+            if _run_time_bias(flat, op, k, source, channels):
+                _absorb(flat, source, op)
+                producers[op.outputs[0]] = source
+                gone.append(op)
+                break
+            if ((filt is None and op.name == "MUL") or factor is None
+                    or factor.size not in (1, channels)
                     or any(d != 1 for d in factor.shape[:-1])):
                 continue
             if len(source.inputs) < 3:  # a product without bias (MatMul): a zero one
@@ -210,6 +218,20 @@ def _absorb(flat: FlatGraph, source: Operator, op: Operator) -> None:
     tensor = flat.tensors[op.outputs[0]]
     tensor.name += b";" + flat.tensors[source.outputs[0]].name
     source.outputs = list(op.outputs)
+
+
+def _run_time_bias(flat: FlatGraph, op: Operator, k: int, source: Operator,
+                   channels: int) -> bool:
+    """An ADD of a run-time vector of one value per channel to a FULLY_CONNECTED without a
+    bias: the vector becomes its bias input (the kernel takes a run-time one; TF's converter
+    fuses it so: an unrolled recurrence's biases computed at run time)."""
+    other = op.inputs[1 - k]
+    if (op.name != "ADD" or source.name != "FULLY_CONNECTED" or len(source.inputs) > 2
+            or flat.constant(other) is not None or flat.shape(other) != (channels,)
+            or flat.tensors[other].type != schema.TensorType.FLOAT32):
+        return False
+    source.inputs.append(other)
+    return True
 
 
 def fold_into_dense(flat: FlatGraph, outputs: list[int]) -> bool:

@@ -54,6 +54,9 @@ class Tensor:
         self.dense_weight: int | None = None  # a constant matrix's FULLY_CONNECTED weights
         self.derived: dict = {}  # reshapes and slices of it, written once
 
+    # numpy's operators defer to this class's reflected ones (array * Tensor is a Tensor)
+    __array_priority__ = 1000
+
     def numpy(self) -> np.ndarray:
         """The value of a constant (tf's EagerTensor.numpy)."""
         if self.const is None:
@@ -434,8 +437,10 @@ def _broadcast(a: tuple, b: tuple) -> tuple:
         if x is None or y is None:
             known = y if x is None else x
             out.append(None if known in (1, None) else known)
-        elif x == 1 or y == 1 or x == y:
-            out.append(max(x, y))
+        elif x == 1 or x == y:
+            out.append(y)
+        elif y == 1:
+            out.append(x)
         else:
             raise NotCovered(f"shapes {list(a)} and {list(b)} do not broadcast")
     return tuple(out)

@@ -69,10 +69,14 @@ class Recorder(DirectOps):
                              leaky_relu=self._leaky_relu, gelu=self.gelu, elu=self.elu,
                              softmax=self.softmax, log_softmax=self.log_softmax,
                              conv2d=self.conv2d, depthwise_conv2d=self.depthwise_conv2d,
+                             conv2d_transpose=self.conv2d_transpose,
                              max_pool2d=self._pool_fn("MAX_POOL_2D"),
                              avg_pool2d=self._pool_fn("AVERAGE_POOL_2D"),
                              bias_add=lambda x, bias, name=None: self.add(x, bias),
-                             local_response_normalization=self.local_response_normalization)
+                             local_response_normalization=self.local_response_normalization,
+                             softsign=self.softsign,
+                             depth_to_space=self._blocks_fn("DEPTH_TO_SPACE"),
+                             space_to_depth=self._blocks_fn("SPACE_TO_DEPTH"))
         self.bitwise = _Namespace(
             "bitwise", bitwise_xor=self._shift_fn("BITWISE_XOR", np.bitwise_xor),
             right_shift=self._shift_fn("RIGHT_SHIFT", np.right_shift))
@@ -85,7 +89,14 @@ class Recorder(DirectOps):
                                **{k: self._binary_fn(k) for k in _BINARY if k not in (
                                    "floormod", "floordiv")},
                                **{k: self._compare_fn(k) for k in _COMPARE},
-                               **{k: self._reduce_fn(k) for k in _REDUCE})
+                               **{k: self._reduce_fn(k) for k in _REDUCE},
+                               truncatediv=self.truncatediv,
+                               **{f"unsorted_segment_{k}": self._segment_fn(k)
+                                  for k in ("sum", "max", "min", "prod")})
+        self.random = _Namespace("random", uniform=self._random_fn("RANDOM_UNIFORM"),
+                                 normal=self._random_fn("RANDOM_STANDARD_NORMAL"))
+        self.image = _Namespace("image", non_max_suppression=self.non_max_suppression)
+        self.newaxis = None
         self.__dict__.update(unary)
         self.__dict__.update({k: self._binary_fn(k) for k in _BINARY})
         self.__dict__.update({k: self._compare_fn(k) for k in _COMPARE})
@@ -130,6 +141,8 @@ class Recorder(DirectOps):
         convert a scalar beside a tensor)."""
         if isinstance(value, Tensor):
             return value
+        if isinstance(value, (list, tuple)) and _holds_tensors(value):  # tf packs them
+            return self.stack([self._tensor(v) for v in value])
         if like is not None and not isinstance(value, np.ndarray):
             return self.weight(np.asarray(value, as_numpy(like.dtype)))
         array = np.asarray(value)
@@ -407,12 +420,11 @@ class Recorder(DirectOps):
         axis %= params.shape.rank
         if params.const is not None and indices.const is not None:
             return self.weight(np.take(params.const, indices.const, axis=axis))
-        if batch_dims:
-            raise NotCovered("a gather with batch dims")
-        shape = (*params.shape[:axis], *indices.shape, *params.shape[axis + 1:])
+        batch_dims %= max(indices.shape.rank, 1)
+        shape = (*params.shape[:axis], *indices.shape[batch_dims:], *params.shape[axis + 1:])
         out, tensor = self._out(shape, params.dtype, "gather")
         self._ctx.op("GATHER", [params.index, indices.index], out,
-                     options("GatherOptions", axis=axis, batchDims=0))
+                     options("GatherOptions", axis=axis, batchDims=batch_dims))
         return tensor
 
     def _reduce_fn(self, name: str):
@@ -852,6 +864,12 @@ class Recorder(DirectOps):
             raise NotCovered("a product of vectors, or of other than float32")
         if b.const is not None and b.shape.rank == 2 and not transpose_a:
             return super().matmul(a, self.weight(b.const.T.copy()) if transpose_b else b)
+        if (b.shape.rank == a.shape.rank == 2 and transpose_b and not transpose_a
+                and None not in b.shape):  # by run-time (out, in) weights, as TF's converter
+            out, tensor = self._out((a.shape[0], b.shape[0]), a.dtype, "fully_connected")
+            self._ctx.op("FULLY_CONNECTED", [a.index, b.index], out, options(
+                "FullyConnectedOptions", fusedActivationFunction=0, keepNumDims=False))
+            return tensor
         m = a.shape[-1] if transpose_a else a.shape[-2]
         n = b.shape[-2] if transpose_b else b.shape[-1]
         shape = (*_broadcast(a.shape[:-2], b.shape[:-2]), m, n)
@@ -932,6 +950,157 @@ class Recorder(DirectOps):
         self._ctx.op("RANGE", [v.index for v in values], out)
         return tensor
 
+    # --- integers, segments, scatters, sets, draws ---------------------------------------
+    def truncatediv(self, a, b, name=None) -> Tensor:
+        """Integer division rounding toward zero: TFLite's int32 DIV (C++'s division);
+        narrower integers through int32, as TF's converter writes them."""
+        a, b = self._pair(a, b)
+        if a.const is not None and b.const is not None:
+            quotient = np.trunc(a.const.astype(np.float64) / b.const).astype(a.const.dtype)
+            return self.weight(quotient)
+        if a.dtype.is_floating or a.dtype.size > 4 or a.dtype == np.uint32:
+            raise NotCovered(f"a truncated division of {a.dtype.name}")
+        if a.dtype == np.int32:
+            return self._write("DIV", [a, b], a.dtype, options("DivOptions",
+                                                                fusedActivationFunction=0))
+        return self.cast(self.truncatediv(self.cast(a, np.int32), self.cast(b, np.int32)),
+                         a.dtype)
+
+    def _blocks_fn(self, builtin: str):
+        """DEPTH_TO_SPACE / SPACE_TO_DEPTH of NHWC values."""
+        def move(input, block_size, data_format="NHWC", name=None) -> Tensor:
+            x, block = self._tensor(input), int(block_size)
+            if x.shape.rank != 4:
+                raise NotCovered(f"a {builtin.lower()} of other than NHWC values")
+            n, h, w, c = x.shape
+            if builtin == "DEPTH_TO_SPACE":
+                shape = (n, _times(h, block), _times(w, block),
+                         None if c is None else c // (block * block))
+            else:
+                shape = (n, None if h is None else h // block, None if w is None else w // block,
+                         _times(c, block * block))
+            kind = "DepthToSpaceOptions" if builtin == "DEPTH_TO_SPACE" else "SpaceToDepthOptions"
+            return self._write_shaped(builtin, [x], shape, x.dtype, options(kind, blockSize=block))
+
+        return move
+
+    def _write_shaped(self, builtin: str, inputs: list[Tensor], shape, dtype,
+                      opts=None) -> Tensor:
+        out, tensor = self._out(tuple(shape), dtype, builtin.lower())
+        self._ctx.op(builtin, [t.index for t in inputs], out, opts)
+        return tensor
+
+    def argsort(self, values, axis: int = -1, direction: str = "ASCENDING",
+                stable: bool = False, name=None) -> Tensor:
+        """The order of the last axis by TOPK_V2 over all of it (equal values keep their
+        index order), of the negated values for ASCENDING."""
+        x = self._tensor(values)
+        if int(axis) % x.shape.rank != x.shape.rank - 1 or x.shape[-1] is None:
+            raise NotCovered("an argsort over other than a known last axis")
+        if direction == "ASCENDING":
+            x = self.negative(x if x.dtype.is_floating or x.dtype == np.int32 else
+                              self.cast(x, np.int32))
+        return self.top_k(x, x.shape[-1]).indices
+
+    def softsign(self, x, name=None) -> Tensor:
+        x = self._tensor(x)
+        return self.divide(x, self.add(self.abs(x), 1))
+
+    def _segment_fn(self, kind: str):
+        builtin = f"UNSORTED_SEGMENT_{kind.upper()}"
+
+        def segments(data, segment_ids, num_segments, name=None) -> Tensor:
+            data, ids = self._tensor(data), self._tensor(segment_ids)
+            count = self._scalar(num_segments)
+            shape = (None if count.const is None else int(count.const),
+                     *data.shape[ids.shape.rank:])
+            out, tensor = self._out(shape, data.dtype, builtin.lower())
+            self._ctx.op(builtin, [data.index, self.cast(ids, np.int32).index, count.index], out)
+            return tensor
+
+        return segments
+
+    def scatter_nd(self, indices, updates, shape, name=None) -> Tensor:
+        indices, updates = self._tensor(indices), self._tensor(updates)
+        known = self._known(shape)
+        if known is None:
+            raise NotCovered("a scatter into a shape of unknown rank")
+        out, tensor = self._out(tuple(known), updates.dtype, "scatter_nd")
+        self._ctx.op("SCATTER_ND", [self.cast(indices, np.int32).index, updates.index,
+                                    self._vector(shape).index], out)
+        return tensor
+
+    def unique(self, x, out_idx=np.int32, name=None):
+        """UNIQUE of a vector: (values in first-seen order, each one's index in them)."""
+        x = self._tensor(x)
+        if x.shape.rank != 1:
+            raise NotCovered("a unique of other than a vector")
+        values, value_tensor = self._out((None,), x.dtype, "unique_values")
+        where, index_tensor = self._out(x.shape, out_idx, "unique_indices")
+        self._ctx.op("UNIQUE", [x.index], [values, where], options(
+            "UniqueOptions", idxOutType=_tensor_type(as_numpy(out_idx))))
+        return value_tensor, index_tensor
+
+    def reverse_sequence(self, input, seq_lengths, seq_axis=None, batch_axis=None,
+                         name=None) -> Tensor:
+        x, lengths = self._tensor(input), self._tensor(seq_lengths)
+        rank = x.shape.rank
+        seq_axis, batch_axis = int(seq_axis) % rank, int(batch_axis or 0) % rank
+        return self._write("REVERSE_SEQUENCE", [x, lengths], x.dtype, options(
+            "ReverseSequenceOptions", seqDim=seq_axis, batchDim=batch_axis))
+
+    def non_max_suppression(self, boxes, scores, max_output_size, iou_threshold=0.5,
+                            score_threshold=float("-inf"), name=None) -> Tensor:
+        """NON_MAX_SUPPRESSION_V4 (its output padded to max_output_size), then the
+        selected indices alone (a SLICE by its count), as tf.image's."""
+        boxes, scores = self._tensor(boxes), self._tensor(scores)
+        limit = self._scalar(max_output_size)
+        iou = self._scalar(iou_threshold, np.float32)
+        least = self._scalar(score_threshold, np.float32)
+        padded = None if limit.const is None else int(limit.const)
+        selected, selected_tensor = self._out((padded,), np.int32, "nms_selected")
+        count, count_tensor = self._out((), np.int32, "nms_count")
+        self._ctx.op("NON_MAX_SUPPRESSION_V4", [boxes.index, scores.index, limit.index,
+                                                iou.index, least.index], [selected, count])
+        return self.slice(selected_tensor, [0], self.reshape(count_tensor, [1]))
+
+    def _random_fn(self, builtin: str):
+        """RANDOM_UNIFORM in [0, 1) or RANDOM_STANDARD_NORMAL, scaled as asked (a draw per
+        run: its values are the runtime's, as TF's converter's files draw them)."""
+
+        def draw(shape, minval=0, maxval=None, dtype=np.float32, seed=None, name=None,
+                 mean=None, stddev=None):
+            known = self._known(shape)
+            if known is None or not as_dtype(dtype).is_floating:
+                raise NotCovered("a draw of a shape of unknown rank, or of integers")
+            out, tensor = self._out(tuple(known), np.float32, builtin.lower())
+            self._ctx.op(builtin, [self._vector(shape).index], out, options(
+                "RandomOptions", seed=int(seed or 0), seed2=0))
+            if builtin == "RANDOM_UNIFORM" and (minval != 0 or maxval not in (None, 1)):
+                tensor = self.add(self.multiply(tensor, np.float32(
+                    (1.0 if maxval is None else maxval) - minval)), np.float32(minval))
+            if builtin != "RANDOM_UNIFORM" and (mean or stddev not in (None, 1)):
+                tensor = self.add(self.multiply(tensor, np.float32(
+                    1.0 if stddev is None else stddev)), np.float32(mean or 0))
+            return self.cast(tensor, dtype)
+
+        return draw
+
+    def broadcast_dynamic_shape(self, shape_x, shape_y) -> Tensor:
+        """The broadcast of two shapes (vectors of static length): a constant where both
+        are known, else, each padded with leading ones, y's dim where x's is 1."""
+        a, b = self._tensor(shape_x), self._tensor(shape_y)
+        if a.const is not None and b.const is not None:
+            return self.weight(np.array(np.broadcast_shapes(tuple(a.const), tuple(b.const)),
+                                        a.dtype.as_numpy_dtype))
+        if a.shape[0] is None or b.shape[0] is None:
+            raise NotCovered("a broadcast of shapes of unknown length")
+        rank = max(a.shape[0], b.shape[0])
+        a, b = (self.concat([self.weight(np.ones(rank - v.shape[0], as_numpy(v.dtype))), v], 0)
+                if v.shape[0] < rank else v for v in (a, b))
+        b = self.cast(b, a.dtype)
+        return self.where(self.equal(a, 1), b, a)
+
     # --- windows (channel-last, as TF's converter writes tf.nn's) ----------------------
     def conv2d(self, input, filters, strides, padding, data_format=None, dilations=None,
                name=None) -> Tensor:
@@ -974,6 +1143,27 @@ class Recorder(DirectOps):
             "DepthwiseConv2DOptions", padding=_PADDING[padding], strideH=sh, strideW=sw,
             depthMultiplier=multiplier, dilationHFactor=dh, dilationWFactor=dw,
             fusedActivationFunction=0))
+        return tensor
+
+    def conv2d_transpose(self, input, filters, output_shape, strides, padding="SAME",
+                         data_format=None, dilations=None, name=None) -> Tensor:
+        """TRANSPOSE_CONV of NHWC `input` by (kh, kw, out, in) `filters` (moved to
+        (out, kh, kw, in)) to `output_shape`, without a bias (as TF's converter writes
+        it)."""
+        x, w = self._tensor(input), self._tensor(filters)
+        if x.dtype != np.float32 or w.dtype != np.float32 or x.shape.rank != 4:
+            raise NotCovered("a transposed convolution of other than float32 NHWC values")
+        if _pair2(dilations or 1) != (1, 1):
+            raise NotCovered("a dilated transposed convolution")
+        (sh, sw), known = _pair2(strides), self._known(output_shape)
+        _window_out(None, 1, 1, 1, padding)  # a padding TFLite has
+        if known is None or len(known) != 4:
+            raise NotCovered("a transposed convolution to a shape of unknown rank")
+        out, tensor = self._out(tuple(known), x.dtype, "transpose_conv")
+        self._ctx.op("TRANSPOSE_CONV", [self._vector(output_shape).index,
+                                        self.transpose(w, [2, 0, 1, 3]).index, x.index], out,
+                     options("TransposeConvOptions", padding=_PADDING[padding], strideH=sh,
+                             strideW=sw, fusedActivationFunction=0))
         return tensor
 
     def _pool_fn(self, builtin: str):
@@ -1066,6 +1256,16 @@ def _as_transpose(x: Tensor, dims: list) -> tuple | None:
     return source, [next(units) if d == 1 else next(big) for d in dims]
 
 
+def _times(dim, factor: int):
+    return None if dim is None else dim * factor
+
+
+def _holds_tensors(values) -> bool:
+    """Whether a (nested) list holds a Tensor."""
+    return any(isinstance(v, Tensor) or isinstance(v, (list, tuple)) and _holds_tensors(v)
+               for v in values)
+
+
 def _bound(value):
     """An index or slice bound: an int, or a Tensor where computed at run time."""
     if isinstance(value, Tensor):
@@ -1076,7 +1276,7 @@ def _bound(value):
 def _fits(shape, planned) -> bool:
     """A value of `shape` (None: computed at run time) can be the planned output."""
     return len(shape) == len(planned) and all(
-        d is None or d == p for d, p in zip(shape, planned))
+        d is None or p is None or d == p for d, p in zip(shape, planned))
 
 
 def _tensor_type(dtype: np.dtype) -> int:
@@ -1107,7 +1307,8 @@ class RecordingContext:
     same attributes, constants, shapes and perms, with its inputs as the Recorder's
     tensors."""
 
-    in_layer = False
+    in_layer = True  # the handler writes its ops itself, as inside its own Keras layer
+    recording = True
 
     def __init__(self, ctx, recorder: Recorder):
         self._ctx, self._recorder = ctx, recorder

@@ -86,6 +86,8 @@ class ModelBuilder:
     def _relayout(self, name: str, value: Value, want: Perm):
         tensor, have = value.tensor, value.perm
         extra = len(want) - len(have)
+        if extra < 0:  # planned before its rank was known (run-time axes): as it is
+            return tensor
         if extra > 0:
             for _ in range(extra):
                 tensor = tf.expand_dims(tensor, 0)

@@ -113,10 +113,12 @@ class NodeContext(NodeView):
     `x(i)` is input i as a TF tensor in `perm(i)`; `const(i)` its value when it is a constant
     (in ONNX order, untouched). Shapes and dtypes are the logical ONNX ones. `options` are
     the user's lowering choices (onnx2tf_alt/translate/options.py). `in_layer`: the
-    handler runs inside its node's own Keras layer (translate/node_layer.py).
+    handler runs inside its node's own Keras layer (translate/node_layer.py); `recording`:
+    on the direct writer's Recorder (tflite/recorder.py), without TensorFlow.
     """
 
     in_layer = False
+    recording = False
 
     def __init__(self, builder, node: Node, graph: Graph, in_perms, out_perms, opset: int,
                  options: ConversionOptions = DEFAULT_OPTIONS):

@@ -410,14 +410,15 @@ def test_a_constant_infinity_is_kept():
     np.testing.assert_array_equal(got, ort_run(model, {"x": x})[0])
 
 
-UNCOVERED = "(Softsign): tf.nn.softsign in the direct writer"  # the Recorder has none
+UNCOVERED = "(CumProd): tf.math.cumprod in the direct writer"  # the Recorder has none
 
 
 def uncovered_model():
-    """Relu, then a Softsign, whose handler calls a tf function the Recorder lacks."""
-    x = rand(2, 3)
-    return make_model([node("Relu", ["x"], "r"), node("Softsign", ["r"], "y")], {"x": x},
-                      ["y"])
+    """Relu, then a CumProd over 80 values, whose handler calls tf.math.cumprod (a Select TF
+    op in TFLite), which the Recorder lacks."""
+    x = np.random.default_rng(3).uniform(0.9, 1.1, (2, 80)).astype(np.float32)
+    return make_model([node("Relu", ["x"], "r"), node("CumProd", ["r", "axis"], "y")],
+                      {"x": x}, ["y"], {"axis": np.array(1, np.int64)}, opset=26)
 
 
 def test_what_is_not_covered_is_named():
@@ -432,28 +433,28 @@ def test_what_is_not_covered_is_named():
 
 
 @pytest.fixture(scope="module")
-def softsign_model(tmp_path_factory):
+def uncovered_path(tmp_path_factory):
     import onnx
 
-    path = tmp_path_factory.mktemp("softsign") / "softsign.onnx"
+    path = tmp_path_factory.mktemp("cumprod") / "cumprod.onnx"
     onnx.save(uncovered_model(), path)
     return path
 
 
-def test_cli_auto_falls_back_to_tf_and_says_so(softsign_model, tmp_path):
-    code, out = run_cli("-i", softsign_model, "-o", tmp_path / "out", "-dms", "-v", "info")
+def test_cli_auto_falls_back_to_tf_and_says_so(uncovered_path, tmp_path):
+    code, out = run_cli("-i", uncovered_path, "-o", tmp_path / "out", "-dms", "-v", "info")
     assert code == 0, out
     assert "direct TFLite writer: node" in out and "converting with TF" in out
-    assert {"softsign_float32.tflite", "softsign_float16.tflite"} <= set(tree(tmp_path / "out"))
+    assert {"cumprod_float32.tflite", "cumprod_float16.tflite"} <= set(tree(tmp_path / "out"))
 
 
-def test_cli_direct_refuses_what_it_does_not_cover(softsign_model, tmp_path):
-    code, out = run_cli("-i", softsign_model, "-o", tmp_path / "out", "-dms",
+def test_cli_direct_refuses_what_it_does_not_cover(uncovered_path, tmp_path):
+    code, out = run_cli("-i", uncovered_path, "-o", tmp_path / "out", "-dms",
                         "--tflite_writer", "direct")
     assert code == 1, out
     assert UNCOVERED in out, out
-    assert not os.path.exists(tmp_path / "out" / "softsign_float32.tflite")
-    code, out = run_cli("-i", softsign_model, "-o", tmp_path / "out2", "--tflite_writer",
+    assert not os.path.exists(tmp_path / "out" / "cumprod_float32.tflite")
+    code, out = run_cli("-i", uncovered_path, "-o", tmp_path / "out2", "--tflite_writer",
                         "direct")
     assert code == 2 and "add -dms" in out, out
 
@@ -693,18 +694,14 @@ def test_recurrence(op, batch, attrs):
     assert census["FULLY_CONNECTED"] >= 5 and "WHILE" not in census
 
 
-def test_recurrences_it_does_not_cover_go_through_tf():
-    """TFLite's fused LSTM kernel (several sequences), run-time weights, an activation
-    DirectOps does not have: NotCovered naming the node and why."""
-    cases = [
-        (_recurrence_model("LSTM", 3)[0], "fused LSTM kernel"),
-        (_recurrence_model("RNN", 2, activations=["Softsign"])[0], "softsign"),
-    ]
-    x, w = rand(5, 1, 4), rand(1, 6, 4)
-    runtime = make_model([node("RNN", ["x", "w", "r"], ["y"], hidden_size=6)],
-                         {"x": x, "w": w, "r": rand(1, 6, 6)}, ["y"])
-    cases.append((runtime, "weights computed at run time"))
-    for model, reason in cases:
-        planned = plan_loaded(load_model(None, model))
-        result = write_direct(planned.graph, planned.plan, planned.options)
-        assert isinstance(result, NotCovered) and reason in str(result), str(result)
+def test_recurrences_the_recorder_writes_and_the_fused_lstm_it_leaves_to_tf():
+    """TFLite's fused LSTM kernel (several sequences) goes through TF's converter, named; an
+    RNN with an activation DirectOps lacks (Softsign) or with weights fed at run time is
+    written by its handler's code on the Recorder, equal to onnxruntime and the TF route."""
+    planned = plan_loaded(load_model(None, _recurrence_model("LSTM", 3)[0]))
+    result = write_direct(planned.graph, planned.plan, planned.options)
+    assert isinstance(result, NotCovered) and "fused LSTM kernel" in str(result), str(result)
+    both_routes(*_recurrence_model("RNN", 2, activations=["Softsign"]))
+    feeds = {"x": rand(5, 1, 4), "w": rand(1, 6, 4), "r": rand(1, 6, 6)}
+    both_routes(make_model([node("RNN", ["x", "w", "r"], ["y"], hidden_size=6)], feeds, ["y"]),
+                feeds)

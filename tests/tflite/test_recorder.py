@@ -105,14 +105,16 @@ def test_a_float_op_without_a_direct_writer_is_written_from_its_handler(op):
 
 
 def test_a_function_the_recorder_lacks_is_named_and_left_to_tf():
-    """Softsign's handler calls tf.nn.softsign, which the Recorder does not have: the model
-    is not written directly, and the reason names the node and the function."""
-    x = RNG.standard_normal((2, 5)).astype(np.float32)
-    model = make_model([node("Softsign", ["x"], "y")], {"x": x}, ["y"])
+    """CumProd over an axis longer than its handler unrolls calls tf.math.cumprod (a Select
+    TF op in TFLite), which the Recorder does not have: the model is not written directly,
+    and the reason names the node and the function."""
+    x = RNG.uniform(0.9, 1.1, (2, 80)).astype(np.float32)
+    model = make_model([node("CumProd", ["x", "axis"], "y")], {"x": x}, ["y"],
+                       {"axis": np.array(1, np.int64)}, opset=26)
     planned = plan_loaded(load_model(None, model))
     result = write_direct(planned.graph, planned.plan, planned.options)
     assert isinstance(result, NotCovered)
-    assert "(Softsign): tf.nn.softsign in the direct writer" in str(result), str(result)
+    assert "(CumProd): tf.math.cumprod in the direct writer" in str(result), str(result)
 
 
 @pytest.mark.parametrize(("exclusive", "reverse"), [(0, 0), (1, 0), (0, 1), (1, 1)])
