@@ -26,6 +26,7 @@ from onnx2tf_alt.layout.policies import LayoutPolicy
 from onnx2tf_alt.logs import phase
 from onnx2tf_alt.passes.prepare import parse_shape_overrides, prepare_model
 from onnx2tf_alt.translate.failures import failure_for
+from onnx2tf_alt.translate.lazy import stand_in
 from onnx2tf_alt.translate.options import DEFAULT_OPTIONS, ConversionOptions
 from onnx2tf_alt.translate.recursion import deep_graphs
 from onnx2tf_alt.translate.registry import find_handler, foreign_inference
@@ -269,11 +270,14 @@ def run_subgraph_model(prepared: onnx.ModelProto, feeds: dict) -> list:
     """Convert a prepared subgraph model (an If / Loop / Scan body) and run it on `feeds`
     (TF tensors, or arrays for constants, by input name); its inputs stay in ONNX order.
     Returns its outputs in ONNX order and layout."""
-    from onnx2tf_alt.translate.builder import ModelBuilder
-
     graph = graph_from_model(prepared)
     missing = unsupported_nodes(graph)
     if missing:
         raise ConversionError(missing, headline="a subgraph has unsupported ops:")
+    recorder = stand_in()
+    if recorder is not None:  # the direct writer's Recorder (tflite/recorder.py)
+        return recorder.run_subgraph(graph, feeds)
+    from onnx2tf_alt.translate.builder import ModelBuilder
+
     plan = plan_graph(graph, keep_channel_first=frozenset(graph.inputs))
     return ModelBuilder(graph, plan).run(feeds)

@@ -60,7 +60,7 @@ def _control_node(ctx):
     tensors = [v for v in values.values() if not isinstance(v, np.ndarray)]
     if not tensors:
         return [np.asarray(t) for t in run_control_node(node, values, opsets)]
-    if not any(tf_keras.backend.is_keras_tensor(t) for t in tensors):
+    if ctx.recording or not any(tf_keras.backend.is_keras_tensor(t) for t in tensors):
         return run_control_node(node, values, opsets)
     return control_flow_layer().of(node, values, opsets)
 

@@ -32,7 +32,14 @@ from onnx2tf_alt.layout.perms import Perm
 from onnx2tf_alt.layout.plan import Plan
 from onnx2tf_alt.tflite.direct_rewrites import rewrite
 from onnx2tf_alt.tflite.flatbuffer import FILE_IDENTIFIER, SIGNATURE, pack_table, schema
-from onnx2tf_alt.tflite.flatgraph import TYPES, ArrayBuffer, FlatGraph, NotCovered, options
+from onnx2tf_alt.tflite.flatgraph import (
+    TYPES,
+    ArrayBuffer,
+    FlatGraph,
+    NotCovered,
+    Part,
+    options,
+)
 from onnx2tf_alt.tflite.late_weights import Bound
 from onnx2tf_alt.tflite.recorder import record_handler
 from onnx2tf_alt.translate.context import NodeView
@@ -294,19 +301,6 @@ def write_direct_signatures(planned: dict[str, tuple[Graph, Plan, ConversionOpti
     return results
 
 
-@dataclass
-class Part:
-    """One written subgraph of a file and its signature: `key`, the input and output
-    tensors (indices into `flat`) and their keys."""
-
-    key: str
-    flat: FlatGraph
-    inputs: list[int]
-    outputs: list[int]
-    input_keys: list[str]
-    output_keys: list[str]
-
-
 class _SharedBuffers:
     """Constant buffers by content across subgraphs: `share` points each buffer of a new
     subgraph that equals an earlier one at that one (a weight is stored once)."""
@@ -338,11 +332,26 @@ def _equal(a: np.ndarray, b: np.ndarray, rows: int = 1 << 20) -> bool:
     return all(np.array_equal(a[k:k + step], b[k:k + step]) for k in range(0, len(a), step))
 
 
+def _with_subgraphs(parts: list[Part]) -> list[Part]:
+    """`parts`, then every subgraph their IF / WHILE ops run (and theirs), each once."""
+    ordered, seen = list(parts), {id(p) for p in parts}
+    for part in ordered:  # grows while walked
+        for sub in part.flat.subgraphs:
+            if id(sub) not in seen:
+                seen.add(id(sub))
+                ordered.append(sub)
+    return ordered
+
+
 def _pack(parts: list[Part]) -> bytes | Bound:
     """The model table around the subgraphs: in each only the tensors still read, a buffer
-    shared by several once, the operator codes in first use, a signature per subgraph. Its
+    shared by several once, the operator codes in first use, a signature per subgraph of
+    `parts` (the IF branches and WHILE bodies they run follow them, without one). Its
     bytes; past BOUND_BYTES of weights the table itself, written by Bound.write (past 2 GB
     with its weights after the flatbuffer), the weights made from their arrays only then."""
+    signed = len(parts)
+    parts = _with_subgraphs(parts)
+    numbers = {id(p): k for k, p in enumerate(parts)}
     model = schema.ModelT()
     model.version, model.description = 3, DESCRIPTION
     model.buffers, model.subgraphs, model.signatureDefs = [parts[0].flat.buffers[0]], [], []
@@ -356,7 +365,11 @@ def _pack(parts: list[Part]) -> bytes | Bound:
                        *(o for op in flat.operators for o in op.outputs)})
         renumber = {old: new for new, old in enumerate(used)}
         subgraph = schema.SubGraphT()
-        subgraph.name = b"main" if len(parts) == 1 else part.key.encode()
+        subgraph.name = b"main" if signed == 1 and index == 0 else part.key.encode()
+        for op in flat.operators:  # an IF's branches, a WHILE's condition and body
+            for field_name, sub in getattr(op.options[1] if op.options else None,
+                                           "subgraph_parts", {}).items():
+                setattr(op.options[1], field_name, numbers[id(sub)])
         subgraph.tensors = []
         for old in used:
             tensor = flat.tensors[old]
@@ -390,6 +403,8 @@ def _pack(parts: list[Part]) -> bytes | Bound:
         subgraph.inputs = np.array([renumber[i] for i in inputs], np.int32)
         subgraph.outputs = np.array([renumber[o] for o in outputs], np.int32)
         model.subgraphs.append(subgraph)
+        if index >= signed:
+            continue
         signature = schema.SignatureDefT()
         signature.signatureKey, signature.subgraphIndex = part.key.encode(), index
         signature.inputs = [_tensor_map(k, renumber[i])

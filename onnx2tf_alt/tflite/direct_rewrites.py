@@ -93,6 +93,8 @@ def _hashable(value):
         return tuple(value.tolist())
     if isinstance(value, list):
         return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):  # an IF's or WHILE's subgraphs: the same only if they are
+        return tuple(sorted((k, id(v)) for k, v in value.items()))
     return value
 
 

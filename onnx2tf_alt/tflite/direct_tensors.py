@@ -38,6 +38,9 @@ class Shape(tuple):
     def is_fully_defined(self) -> bool:
         return None not in self
 
+    def num_elements(self) -> int | None:
+        return int(np.prod(self)) if None not in self else None
+
 
 class Tensor:
     """A value of one node's direct writer: a flatbuffer tensor, a constant array, or a
@@ -48,11 +51,14 @@ class Tensor:
                  view: Tensor | None = None, dtype=None):
         self._ops, self.shape = ops, Shape(shape)
         self._index, self.const, self.product, self.view = index, const, product, view
+        # the flat graph `index` is in: the one written when it was made (an IF branch's,
+        # a WHILE body's, or the model's)
+        self.owner = None if index is None else ops.target()
         if dtype is None:
             dtype = np.float32 if const is None else const.dtype
         self.dtype = as_dtype(dtype)
-        self.dense_weight: int | None = None  # a constant matrix's FULLY_CONNECTED weights
-        self.derived: dict = {}  # reshapes and slices of it, written once
+        self.dense_weight: dict = {}  # a constant matrix's FULLY_CONNECTED weights, by graph
+        self.derived: dict = {}  # reshapes and slices of it, written once (in each graph)
 
     # numpy's operators defer to this class's reflected ones (array * Tensor is a Tensor)
     __array_priority__ = 1000
@@ -76,10 +82,9 @@ class Tensor:
 
     @property
     def index(self) -> int:
-        """The tensor's index in the flat graph, written at its first use."""
-        if self._index is None:
-            self._index = self._ops.materialize(self)
-        return self._index
+        """The tensor's index in the flat graph being written (written at its first use;
+        read from an enclosing graph, an input of this one: DirectOps.local)."""
+        return self._ops.local(self)
 
     def __add__(self, other):
         return self._ops.add(self, other)
@@ -150,6 +155,16 @@ class DirectOps:
     # --- values ------------------------------------------------------------------------
     float32 = np.float32
 
+    def target(self):
+        """The flat graph being written."""
+        return self._ctx.flat
+
+    def local(self, t: Tensor) -> int:
+        """t's index in the graph being written, written there at its first use."""
+        if t._index is None:
+            t._index, t.owner = self.materialize(t), self.target()
+        return t._index
+
     def node_input(self, i: int) -> Tensor:
         value = getattr(self._ctx, "x_constant", lambda _: None)(i)
         if value is not None:  # folds with what reads it, as TF's converter folds it
@@ -207,10 +222,12 @@ class DirectOps:
         x, matrix, bias = t.product
         if x.view is not None and x.shape.rank <= 2:  # FULLY_CONNECTED flattens it alike
             x = x.view
-        if matrix.dense_weight is None:  # one copy for every product with it
-            matrix.dense_weight = self._ctx.weight(
+        here = id(self.target())
+        if here not in matrix.dense_weight:  # one copy for every product with it
+            matrix.dense_weight[here] = self._ctx.weight(
                 np.ascontiguousarray(matrix.const.T, np.float32), "matrix")
-        inputs = [x.index, matrix.dense_weight, *([] if bias is None else [bias.index])]
+        inputs = [x.index, matrix.dense_weight[here],
+                  *([] if bias is None else [bias.index])]
         out = self._temp(t.shape, "dense")
         self._ctx.op("FULLY_CONNECTED", inputs, out, options(
             "FullyConnectedOptions", fusedActivationFunction=0, keepNumDims=x.shape.rank > 2))
@@ -288,9 +305,10 @@ class DirectOps:
             return self.weight(x.const.reshape(dims))
         if tuple(dims) == tuple(x.shape):
             return x
-        if ("reshape", tuple(dims)) not in x.derived:
-            x.derived["reshape", tuple(dims)] = self._reshaped(x, dims)
-        return x.derived["reshape", tuple(dims)]
+        key = ("reshape", tuple(dims), id(self.target()))
+        if key not in x.derived:
+            x.derived[key] = self._reshaped(x, dims)
+        return x.derived[key]
 
     def _reshaped(self, x: Tensor, dims: list) -> Tensor:
         source = x.view or x
@@ -308,7 +326,8 @@ class DirectOps:
                 or x.const is not None):
             raise NotCovered(f"an indexing by {key!r}")
         start, stop, _ = key.indices(x.shape[0])
-        if ("slice", start, stop) not in x.derived:
+        cached = ("slice", start, stop, id(self.target()))
+        if cached not in x.derived:
             shape = (max(stop - start, 0), *x.shape[1:])
             out = self._temp(shape, "strided_slice", x.dtype)
             rank = x.shape.rank
@@ -316,8 +335,8 @@ class DirectOps:
                 x.index, self._ctx.ints([start] + [0] * (rank - 1), "begin"),
                 self._ctx.ints([stop, *x.shape[1:]], "end"), self._ctx.ints([1] * rank, "strides")],
                 out, options("StridedSliceOptions"))
-            x.derived["slice", start, stop] = Tensor(self, shape, index=out, dtype=x.dtype)
-        return x.derived["slice", start, stop]
+            x.derived[cached] = Tensor(self, shape, index=out, dtype=x.dtype)
+        return x.derived[cached]
 
     def slice(self, x, begin, size) -> Tensor:
         """SLICE (a size of -1: the rest of the dim)."""

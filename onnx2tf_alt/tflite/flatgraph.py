@@ -66,6 +66,20 @@ class ArrayBuffer(LazyBuffer):
 
 
 @dataclass
+class Part:
+    """One written subgraph of a file: `key` (its signature's, or its name where it has
+    none: an IF branch, a WHILE body), the input and output tensors (indices into `flat`)
+    and their keys."""
+
+    key: str
+    flat: FlatGraph
+    inputs: list[int]
+    outputs: list[int]
+    input_keys: list[str]
+    output_keys: list[str]
+
+
+@dataclass
 class Operator:
     name: str
     inputs: list[int]
@@ -81,6 +95,16 @@ class FlatGraph:
     buffers: list = field(default_factory=lambda: [schema.BufferT()])  # 0: the empty one
     operators: list[Operator] = field(default_factory=list)
     weight_bytes: int = 0
+    subgraphs: list = field(default_factory=list)  # Parts its IF / WHILE ops run
+
+    def subgraph_op(self, name: str, inputs: list[int], outputs: list[int], kind: str,
+                    **parts) -> None:
+        """An IF or WHILE running `parts` (Parts by options field: thenSubgraphIndex=...),
+        their indices set when the file is packed."""
+        opts = options(kind)
+        opts[1].subgraph_parts = parts
+        self.subgraphs.extend(parts.values())
+        self.op(name, inputs, outputs, opts)
 
     def tensor(self, name: str, shape, dtype=np.float32, data: np.ndarray | None = None,
                dynamic: bool = False) -> int:

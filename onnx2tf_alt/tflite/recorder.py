@@ -20,7 +20,8 @@ import numpy as np
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.tflite.direct_tensors import DirectOps, Tensor, _broadcast, _Namespace
 from onnx2tf_alt.tflite.flatbuffer import schema
-from onnx2tf_alt.tflite.flatgraph import TYPES, NotCovered, options
+from onnx2tf_alt.tflite.direct_rewrites import rewrite
+from onnx2tf_alt.tflite.flatgraph import TYPES, FlatGraph, NotCovered, Part, options
 from onnx2tf_alt.tflite.tf_dtypes import DTYPES, DType, as_dtype, as_numpy
 from onnx2tf_alt.translate.lazy import standing_in
 
@@ -64,6 +65,7 @@ class Recorder(DirectOps):
 
     def __init__(self, ctx):
         super().__init__(ctx)
+        self._branches: list[_Branch] = []  # the IF branches being written, innermost last
         unary = {name: self._unary_fn(name) for name in _UNARY}
         self.nn = _Namespace("nn", relu=unary["relu"], relu6=unary["relu6"],
                              leaky_relu=self._leaky_relu, gelu=self.gelu, elu=self.elu,
@@ -107,6 +109,100 @@ class Recorder(DirectOps):
 
     def __getattr__(self, name: str):
         raise NotCovered(f"tf.{name} in the direct writer")
+
+    # --- graphs: the model's, and the IF branches it runs ------------------------------
+    def local(self, t: Tensor) -> int:
+        """t's index in the graph being written: where it was written; a constant, a view
+        or a product written again in each graph that reads it; a value of an enclosing
+        graph read inside a branch, an input of the branch (IF passes it in)."""
+        flat = self.target()
+        if t._index is not None and t.owner is flat:
+            return t._index
+        if t._index is None or t.const is not None or t.view is not None or t.product:
+            key = ("written in", id(flat))
+            if t._index is None:
+                t._index, t.owner = self.materialize(t), flat
+                return t._index
+            if key not in t.derived:
+                t.derived[key] = self.materialize(t)
+            return t.derived[key]
+        if not self._branches:
+            raise NotCovered("a value of a graph the direct writer has left")
+        return self._branches[-1].capture(t)
+
+    def cond(self, pred, true_fn, false_fn, name=None):
+        """IF of two branches, each written into its own subgraph, with the values of this
+        graph they read as inputs (a constant condition runs one branch here)."""
+        pred = self._scalar(pred, np.bool_)
+        if pred.const is not None:
+            return (true_fn if pred.const else false_fn)()
+        branches = [self._branch(fn, kind) for fn, kind in ((true_fn, "then"),
+                                                            (false_fn, "else"))]
+        results = [b.results for b in branches]
+        if len(results[0]) != len(results[1]):
+            raise NotCovered("If branches with different numbers of outputs")
+        read = list({id(t): t for b in branches for t, _ in b.captured.values()}.values())
+        outputs, tensors = [], []
+        for first, second in zip(*results):
+            if first.dtype != second.dtype or first.shape.rank != second.shape.rank:
+                raise NotCovered("If branches with outputs of different dtypes or ranks")
+            shape = tuple(a if a == b else None for a, b in zip(first.shape, second.shape))
+            index, tensor = self._out(shape, first.dtype, "if")
+            outputs.append(index)
+            tensors.append(tensor)
+        parts = {field: b.part(read, f"{self._ctx.node.name}/{b.kind}")
+                 for field, b in zip(("thenSubgraphIndex", "elseSubgraphIndex"), branches)}
+        self.target().subgraph_op("IF", [pred.index, *(self.local(t) for t in read)], outputs,
+                                  "IfOptions", **parts)
+        return tensors if branches[0].several else tensors[0]
+
+    def _branch(self, fn, kind: str) -> _Branch:
+        """`fn` run with its ops written into a new subgraph."""
+        branch = _Branch(self, kind)
+        ctx, writer = self._ctx, self._ctx._writer
+        saved = ctx.flat, writer.flat
+        ctx.flat = writer.flat = branch.flat
+        self._branches.append(branch)
+        try:
+            result = fn()
+            branch.several = isinstance(result, (list, tuple))
+            branch.results = [self._tensor(r) for r in (result if branch.several else [result])]
+            branch.outputs = [self.local(r) for r in branch.results]
+        finally:
+            self._branches.pop()
+            ctx.flat, writer.flat = saved
+        rewrite(branch.flat, branch.outputs)
+        return branch
+
+    def run_subgraph(self, graph, feeds: dict) -> list:
+        """A prepared subgraph (an If branch) written into the graph being written, its
+        nodes by their writers as the model's (tflite/direct.DirectWriter), on `feeds`
+        (Tensors, or arrays for constants, in ONNX order); its outputs, in ONNX order."""
+        from onnx2tf_alt.pipeline import plan_graph
+        from onnx2tf_alt.tflite.direct import DirectWriter, _Value
+
+        plan = plan_graph(graph, keep_channel_first=frozenset(graph.inputs))
+        writer = DirectWriter(graph, plan, self._ctx.options)
+        flat = writer.flat = self.target()
+        for name, value in feeds.items():
+            if isinstance(value, np.ndarray):
+                writer.values[name] = _Value(None, P.identity(value.ndim), value)
+                continue
+            value = self._tensor(value)
+            rank = P.identity(value.shape.rank)
+            writer.values[name] = (_Value(None, rank, value.const) if value.const is not None
+                                   else _Value(self.local(value), rank))
+        for position, node in enumerate(graph.nodes):
+            writer._write_node(node, plan.node_inputs[position])
+        outputs = []
+        for name in graph.outputs:
+            value = writer.values[name]
+            if value.const is not None:
+                outputs.append(self.weight(value.const))
+                continue
+            index = writer.input_tensor(name, P.identity(len(value.perm)))
+            outputs.append(Tensor(self, flat.shape(index), index=index, dtype=flat.dtype(index)))
+        return outputs
 
     # --- values ------------------------------------------------------------------------
     @staticmethod
@@ -617,7 +713,8 @@ class Recorder(DirectOps):
             if x.const is not None:
                 index = tuple(slice(b, None if n == -1 else b + n) for b, n in zip(begin, size))
                 return self.weight(np.asarray(x.const[index]))
-            return super().slice(x, begin, size)
+            if None not in x.shape:
+                return super().slice(x, begin, size)
         starts, sizes = self._known(begin), self._known(size)
         if starts is None or sizes is None:
             raise NotCovered("a slice of run-time bounds of unknown length")
@@ -1302,6 +1399,33 @@ class _EagerTensor(metaclass=_ConstantMeta):
     """tf.__internal__.EagerTensor for handler code: a Tensor of a value known now."""
 
 
+class _Branch:
+    """An IF branch being written: its subgraph, and the values of enclosing graphs it
+    reads (each an input of the subgraph, in the order first read)."""
+
+    def __init__(self, recorder: Recorder, kind: str):
+        self.recorder, self.kind, self.flat = recorder, kind, FlatGraph()
+        self.captured: dict[int, tuple[Tensor, int]] = {}  # id(outer Tensor) -> it, input
+        self.results: list[Tensor] = []
+        self.outputs: list[int] = []
+        self.several = False
+
+    def capture(self, t: Tensor) -> int:
+        if id(t) not in self.captured:
+            index = self.flat.tensor(f"{self.kind}_input_{len(self.captured)}", t.shape,
+                                     as_numpy(t.dtype), dynamic=True)
+            self.captured[id(t)] = (t, index)
+        return self.captured[id(t)][1]
+
+    def part(self, read: list[Tensor], key: str) -> Part:
+        """The branch's subgraph taking every value either branch reads, in `read` order
+        (one this branch does not read is an input it ignores)."""
+        inputs = [self.captured[id(t)][1] if id(t) in self.captured else self.flat.tensor(
+            f"{self.kind}_unread_{k}", t.shape, as_numpy(t.dtype), dynamic=True)
+            for k, t in enumerate(read)]
+        return Part(key, self.flat, inputs, self.outputs, [], [])
+
+
 class RecordingContext:
     """The NodeContext a handler reads (translate/context.py), over a DirectContext: the
     same attributes, constants, shapes and perms, with its inputs as the Recorder's
@@ -1323,7 +1447,15 @@ class RecordingContext:
         return self._recorder.weight(np.asarray(array))
 
     def value(self, name: str):
-        raise NotCovered("a subgraph's read of its enclosing scope")
+        """A value of the graph by name (what a subgraph reads from the enclosing scope):
+        its array when constant, else its Tensor in identity (ONNX) layout."""
+        writer = self._ctx._writer
+        value = writer.values[name]
+        if value.const is not None:
+            return value.const
+        index = writer.input_tensor(name, P.identity(len(value.perm)))
+        flat = writer.flat
+        return Tensor(self._recorder, flat.shape(index), index=index, dtype=flat.dtype(index))
 
 
 def record_handler(handler, ctx) -> list:

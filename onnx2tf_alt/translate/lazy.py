@@ -51,6 +51,11 @@ def standing_in(**namespaces):
         _STAND_IN.reset(token)
 
 
+def stand_in(name: str = "tensorflow"):
+    """What stands for module `name` now (`standing_in`), or None."""
+    return (_STAND_IN.get() or {}).get(name)
+
+
 tf = LazyModule("tensorflow")
 tf_keras = LazyModule("tf_keras")
 

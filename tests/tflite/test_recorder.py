@@ -226,3 +226,29 @@ def test_convolution_by_run_time_weights(group, kernel):
                              strides=[1, 2])], feeds, ["y"])
     ops = count_tflite_ops(both_routes(model, feeds).content)
     assert ops.get("CONV_2D", 0) + ops.get("DEPTHWISE_CONV_2D", 0) == 1, ops
+
+
+def test_if_by_a_run_time_condition_runs_branch_subgraphs():
+    """An If whose condition is computed at run time: IF with two subgraphs, each reading
+    the enclosing graph's values it needs as inputs (the detector's `boxes.numel() == 0`
+    branch of torchvision's batched NMS); a branch computing from them, one passing a
+    constant; both conditions checked against onnxruntime and the TF route."""
+    from onnx import TensorProto, helper
+
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    then_branch = helper.make_graph(
+        [node("Mul", ["x", "x"], "sq"), node("Add", ["sq", "bias"], "t_out")], "then", [],
+        [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, [2, 3])])
+    else_branch = helper.make_graph(
+        [node("Neg", ["x"], "e_out")], "else", [],
+        [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, [2, 3])])
+    nodes = [node("ReduceSum", ["x"], "total", keepdims=0),
+             node("Greater", ["total", "zero"], "positive"),
+             node("If", ["positive"], "y", then_branch=then_branch, else_branch=else_branch),
+             node("Relu", ["y"], "z")]
+    inits = {"zero": np.array(0, np.float32), "bias": np.full((2, 3), 0.5, np.float32)}
+    for sign in (1, -1):
+        feeds = {"x": np.abs(x) * sign}
+        model = make_model(nodes, feeds, ["z"], inits)
+        ops = count_tflite_ops(both_routes(model, feeds).content)
+        assert ops["IF"] == 1, ops
