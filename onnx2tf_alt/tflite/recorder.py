@@ -18,9 +18,9 @@ import sys
 import numpy as np
 
 from onnx2tf_alt.layout import perms as P
+from onnx2tf_alt.tflite.direct_rewrites import rewrite
 from onnx2tf_alt.tflite.direct_tensors import DirectOps, Tensor, _broadcast, _Namespace
 from onnx2tf_alt.tflite.flatbuffer import schema
-from onnx2tf_alt.tflite.direct_rewrites import rewrite
 from onnx2tf_alt.tflite.flatgraph import TYPES, FlatGraph, NotCovered, Part, options
 from onnx2tf_alt.tflite.tf_dtypes import DTYPES, DType, as_dtype, as_numpy
 from onnx2tf_alt.translate.lazy import standing_in
