@@ -42,6 +42,52 @@ class Shape(tuple):
         return int(np.prod(self)) if None not in self else None
 
 
+class TensorShape:
+    """tf.TensorShape for handler code: dims (None: unknown), or an unknown rank."""
+
+    def __init__(self, dims=None):
+        self.dims = None if dims is None else tuple(None if d is None else int(d)
+                                                    for d in dims)
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.dims is None else len(self.dims)
+
+    def as_list(self) -> list:
+        return list(self.dims)
+
+    def is_fully_defined(self) -> bool:
+        return self.dims is not None and None not in self.dims
+
+    def num_elements(self) -> int | None:
+        return int(np.prod(self.dims)) if self.is_fully_defined() else None
+
+    def __iter__(self):
+        return iter(self.dims)
+
+    def __len__(self) -> int:
+        return len(self.dims)
+
+    def __getitem__(self, key):
+        return TensorShape(self.dims[key]) if isinstance(key, slice) else self.dims[key]
+
+    def __eq__(self, other) -> bool:
+        other = other.dims if isinstance(other, TensorShape) else (
+            None if other is None else tuple(other))
+        return self.dims == other
+
+    __hash__ = None
+
+
+class TensorSpec:
+    """tf.TensorSpec for handler code: a shape and a dtype."""
+
+    def __init__(self, shape, dtype, name=None):
+        self.shape = shape if isinstance(shape, TensorShape) else TensorShape(
+            None if shape is None else list(shape))
+        self.dtype = as_dtype(dtype)
+
+
 class Tensor:
     """A value of one node's direct writer: a flatbuffer tensor, a constant array, or a
     product not written yet (see the module's docstring)."""
@@ -106,6 +152,12 @@ class Tensor:
 
     def __getitem__(self, key):
         return self._ops.slice_first(self, key)
+
+    def set_shape(self, shape) -> None:
+        """What is known of the dims (tf's set_shape): unknown ones take the given."""
+        dims = list(shape)
+        if len(dims) == len(self.shape):
+            self.shape = Shape(d if d is not None else g for d, g in zip(self.shape, dims))
 
     def _call(name: str, swap: bool = False):
         def operator(self, other=None):

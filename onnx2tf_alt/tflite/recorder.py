@@ -19,7 +19,14 @@ import numpy as np
 
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.tflite.direct_rewrites import rewrite
-from onnx2tf_alt.tflite.direct_tensors import DirectOps, Tensor, _broadcast, _Namespace
+from onnx2tf_alt.tflite.direct_tensors import (
+    DirectOps,
+    Tensor,
+    TensorShape,
+    TensorSpec,
+    _broadcast,
+    _Namespace,
+)
 from onnx2tf_alt.tflite.flatbuffer import schema
 from onnx2tf_alt.tflite.flatgraph import TYPES, FlatGraph, NotCovered, Part, options
 from onnx2tf_alt.tflite.tf_dtypes import DTYPES, DType, as_dtype, as_numpy
@@ -62,6 +69,7 @@ class Recorder(DirectOps):
     """The tf namespace of a handler's code (see the module's docstring)."""
 
     DType = DType
+    TensorShape, TensorSpec = TensorShape, TensorSpec
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -156,15 +164,52 @@ class Recorder(DirectOps):
                                   "IfOptions", **parts)
         return tensors if branches[0].several else tensors[0]
 
-    def _branch(self, fn, kind: str) -> _Branch:
-        """`fn` run with its ops written into a new subgraph."""
+    def while_loop(self, cond, body, loop_vars, shape_invariants=None, name=None):
+        """WHILE: `cond` and `body` each written into a subgraph taking every loop value
+        (nested tuples flattened) and, after them, the values of this graph they read
+        (passed through by the body). A value's dims that change between steps are
+        unknown in both (its `shape_invariants`)."""
+        values, rebuild = _flatten(loop_vars)
+        values = [self._tensor(v) for v in values]
+        shapes = values if shape_invariants is None else _flatten(shape_invariants)[0]
+        if len(shapes) != len(values):
+            raise NotCovered("shape invariants that do not match the loop values")
+        specs = [(tuple(v.shape) if s is v else _invariant(s, v), v.dtype)
+                 for v, s in zip(values, shapes)]
+        test = self._branch(lambda *vs: cond(*rebuild(list(vs))), "cond", specs)
+        step = self._branch(lambda *vs: _flatten(body(*rebuild(list(vs))))[0], "body", specs)
+        if len(step.results) != len(values):
+            raise NotCovered("a loop body whose outputs do not match its values")
+        read = list({id(t): t for b in (test, step) for t, _ in b.captured.values()}.values())
+        outputs, tensors = [], []
+        for (shape, dtype) in specs:
+            index, tensor = self._out(shape, dtype, "while")
+            outputs.append(index)
+            tensors.append(tensor)
+        extra = [self._out(t.shape, t.dtype, "while_read")[0] for t in read]
+        parts = {"condSubgraphIndex": test.part(read, f"{self._ctx.node.name}/cond"),
+                 "bodySubgraphIndex": step.part(read, f"{self._ctx.node.name}/body",
+                                                passed=True)}
+        inputs = [self.local(v) for v in values] + [self.local(t) for t in read]
+        self.target().subgraph_op("WHILE", inputs, outputs + extra, "WhileOptions", **parts)
+        return rebuild(tensors)
+
+    def _branch(self, fn, kind: str, formal: list | None = None) -> _Branch:
+        """`fn` run with its ops written into a new subgraph; `formal`: (shape, dtype) of
+        the subgraph's own inputs, fed to fn as Tensors (a WHILE's loop values)."""
         branch = _Branch(self, kind)
         ctx, writer = self._ctx, self._ctx._writer
         saved = ctx.flat, writer.flat
         ctx.flat = writer.flat = branch.flat
         self._branches.append(branch)
         try:
-            result = fn()
+            args = []
+            for k, (shape, dtype) in enumerate(formal or []):
+                index = branch.flat.tensor(f"{kind}_value_{k}", shape, as_numpy(dtype),
+                                           dynamic=True)
+                branch.formal.append(index)
+                args.append(Tensor(self, shape, index=index, dtype=dtype))
+            result = fn(*args)
             branch.several = isinstance(result, (list, tuple))
             branch.results = [self._tensor(r) for r in (result if branch.several else [result])]
             branch.outputs = [self.local(r) for r in branch.results]
@@ -1328,6 +1373,32 @@ def _window_out(size, k: int, stride: int, dilation: int, padding: str):
     return -(-(size - (k - 1) * dilation) // stride)
 
 
+def _flatten(structure) -> tuple[list, object]:
+    """The leaves of nested lists and tuples, and a function that nests a list of leaves
+    alike again."""
+    if type(structure) not in (list, tuple):  # a leaf: a value, a shape (a Shape too)
+        return [structure], lambda leaves: leaves[0]
+    parts = [_flatten(s) for s in structure]
+    sizes = [len(leaves) for leaves, _ in parts]
+
+    def rebuild(leaves: list):
+        nested, at = [], 0
+        for (_, inner), size in zip(parts, sizes):
+            nested.append(inner(leaves[at:at + size]))
+            at += size
+        return type(structure)(nested) if isinstance(structure, tuple) else nested
+
+    return [leaf for leaves, _ in parts for leaf in leaves], rebuild
+
+
+def _invariant(shape, value: Tensor) -> tuple:
+    """A loop value's dims kept across steps (None: changing), from its shape invariant."""
+    dims = list(shape) if getattr(shape, "rank", 0) is not None else None
+    if dims is None or len(dims) != value.shape.rank:
+        raise NotCovered("a loop value whose rank changes between steps")
+    return tuple(None if d is None else int(d) for d in dims)
+
+
 def _broadcast_all(shapes: list, axis: int) -> tuple:
     """The dims of values concatenated on `axis` (others equal, or None where one is known
     only at run time)."""
@@ -1408,6 +1479,7 @@ class _Branch:
         self.captured: dict[int, tuple[Tensor, int]] = {}  # id(outer Tensor) -> it, input
         self.results: list[Tensor] = []
         self.outputs: list[int] = []
+        self.formal: list[int] = []  # a WHILE subgraph's inputs for the loop values
         self.several = False
 
     def capture(self, t: Tensor) -> int:
@@ -1417,13 +1489,15 @@ class _Branch:
             self.captured[id(t)] = (t, index)
         return self.captured[id(t)][1]
 
-    def part(self, read: list[Tensor], key: str) -> Part:
-        """The branch's subgraph taking every value either branch reads, in `read` order
-        (one this branch does not read is an input it ignores)."""
+    def part(self, read: list[Tensor], key: str, passed: bool = False) -> Part:
+        """The branch's subgraph taking its own inputs, then every value either branch
+        reads, in `read` order (one this branch does not read is an input it ignores);
+        `passed`: those are outputs too, as they came in (a WHILE body's)."""
         inputs = [self.captured[id(t)][1] if id(t) in self.captured else self.flat.tensor(
             f"{self.kind}_unread_{k}", t.shape, as_numpy(t.dtype), dynamic=True)
             for k, t in enumerate(read)]
-        return Part(key, self.flat, inputs, self.outputs, [], [])
+        outputs = self.outputs + (inputs if passed else [])
+        return Part(key, self.flat, self.formal + inputs, outputs, [], [])
 
 
 class RecordingContext:

@@ -252,3 +252,31 @@ def test_if_by_a_run_time_condition_runs_branch_subgraphs():
         model = make_model(nodes, feeds, ["z"], inits)
         ops = count_tflite_ops(both_routes(model, feeds).content)
         assert ops["IF"] == 1, ops
+
+
+def test_loop_by_a_run_time_trip_count_runs_a_while_subgraph():
+    """A Loop whose trip count is an input: WHILE with a condition and a body subgraph,
+    the body reading a weight and a value of the enclosing graph (passed through each
+    step), carrying a state and stacking a scan output (a greedy decoder's form); 1 and 4
+    steps, against onnxruntime and the TF route."""
+    from onnx import TensorProto, helper
+
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    body = helper.make_graph(
+        [node("MatMul", ["state", "w"], "mixed"), node("Add", ["mixed", "x"], "summed"),
+         node("Tanh", ["summed"], "next"), node("Identity", ["cond_in"], "cond_out"),
+         node("ReduceMax", ["next"], "best", axes=[1], keepdims=0)],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("next", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("best", TensorProto.FLOAT, [2])])
+    nodes = [node("Loop", ["steps", "go", "x"], ["final", "bests"], body=body)]
+    inits = {"go": np.array(True), "w": RNG.standard_normal((3, 3)).astype(np.float32)}
+    for steps in (1, 4):
+        feeds = {"x": x, "steps": np.array(steps, np.int64)}
+        model = make_model(nodes, feeds, ["final", "bests"], inits, opset=13)
+        ops = count_tflite_ops(both_routes(model, feeds).content)
+        assert ops["WHILE"] == 1, ops
