@@ -236,10 +236,11 @@ def corrupt_op_name(r):
 
 @case(1, "--tflite_writer direct")
 def direct_writer_not_covering(r):
-    # Softsign's handler calls tf.nn.softsign, which the direct writer's Recorder lacks
+    # CumProd over 80 values calls tf.math.cumprod, which the direct writer's Recorder lacks
+    axis = numpy_helper.from_array(np.array(1, np.int64), "axis")
     m = model([helper.make_node("Relu", ["x"], ["a"], name="relu"),
-               helper.make_node("Softsign", ["a"], ["y"], name="softsign")],
-              [("x", [2, 5])], [("y", [2, 5])])
+               helper.make_node("CumProd", ["a", "axis"], ["y"], name="cumprod")],
+              [("x", [2, 80])], [("y", [2, 80])], [axis], opset=26)
     return ["-i", save(r, "hard.onnx", m), "-o", "out", "-dms", "--tflite_writer", "direct"]
 
 

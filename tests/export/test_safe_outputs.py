@@ -446,22 +446,22 @@ def test_a_malformed_manifest_is_ignored_with_a_warning(work, content):
 
 
 def test_a_node_the_direct_writer_does_not_cover_gets_a_failure_report(work):
-    x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
-    # Softsign's handler calls tf.nn.softsign, which the direct writer's Recorder lacks
+    x = np.random.default_rng(0).uniform(0.9, 1.1, (2, 80)).astype(np.float32)
+    # CumProd over 80 values calls tf.math.cumprod, which the direct writer's Recorder lacks
     model = make_model([helper.make_node("Relu", ["x"], ["a"], name="relu"),
-                        helper.make_node("Softsign", ["a"], ["y"], name="softsign")],
-                       {"x": x}, ["y"])
+                        helper.make_node("CumProd", ["a", "axis"], ["y"], name="cumprod")],
+                       {"x": x}, ["y"], {"axis": np.array(1, np.int64)}, opset=26)
     path = work.root / "hard.onnx"
     onnx.save(model, path)
     output = work("-i", path, "-o", work.root / "out", "-dms", "--tflite_writer", "direct",
                   input_path=path, expect=1,
-                  phrases=["--tflite_writer direct: node 'softsign' (Softsign)"])
+                  phrases=["--tflite_writer direct: node 'cumprod' (CumProd)"])
     reports = work.root / "out" / "reports" / "hard"
     assert str(reports) in output
     listed = json.loads((reports / "conversion_errors.json").read_text())["failures"]
-    assert [(f["node_name"], f["op_type"]) for f in listed] == [("softsign", "Softsign")]
+    assert [(f["node_name"], f["op_type"]) for f in listed] == [("cumprod", "CumProd")]
     repro = onnx.load(reports / listed[0]["repro_model"])
-    assert [n.op_type for n in repro.graph.node] == ["Softsign"]
+    assert [n.op_type for n in repro.graph.node] == ["CumProd"]
     assert set(tree(work.root / "out")) == {f"reports/hard/{n}" for n in (
         "conversion_errors.json", "manifest.json", listed[0]["repro_model"],
         listed[0]["inputs_npz"])}
