@@ -11,9 +11,9 @@ the graph gets what TF's converter would do to it (tflite/direct_rewrites.py: fo
 per-channel MUL / ADD, fused activations, fewer RESHAPEs). tflite/flatgraph.py holds the
 tensors, buffers and operators as they are added; `_pack` makes the file.
 
-A model is written directly only when every node is covered: a float32 graph whose tensors
-have known shapes but for the batch, and a writer that takes the node's attributes (a writer
-raises `NotCovered` for the rest). `write_direct` returns the NotCovered otherwise, with the
+A model is written directly only when every node is covered: its inputs' shapes known but
+for the batch (values the Recorder computes may have dims known only at run time), and a
+writer that takes the node's attributes (a writer raises `NotCovered` for the rest). `write_direct` returns the NotCovered otherwise, with the
 node and the reason, and the caller converts with TF (said at `-v info`).
 """
 

@@ -7,6 +7,12 @@ direct writer's tensors (tflite/direct_tensors.Tensor) and with `tf` standing fo
 TFLite builtin TF's converter writes for it, or folds constants with numpy as TF's converter
 folds them. A function the recorder does not have raises NotCovered, and the model goes
 through TF's converter (said at `-v info`).
+
+Sizes, bounds, axes and counts computed at run time are the builtins' run-time inputs (a dim
+known only then is None in a Tensor's shape). `tf.cond` and `tf.while_loop` (ops/control.py's
+If, Loop and Scan) write IF and WHILE ops whose branches and bodies are subgraphs of the
+file, each written into its own FlatGraph (`_Branch`), the enclosing values they read
+passed in as inputs.
 """
 
 from __future__ import annotations

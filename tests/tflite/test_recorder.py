@@ -140,10 +140,13 @@ def fresh_process(script: str) -> str:
     return done.stdout
 
 
-def test_a_dms_run_on_token_ids_imports_no_tensorflow(tmp_path):
+@pytest.mark.parametrize("make", [lambda: token_model(2, 5), lambda: if_model(1),
+                                  lambda: loop_model(3)], ids=["tokens", "if", "loop"])
+def test_a_dms_run_imports_no_tensorflow(tmp_path, make):
+    """Token ids, an If and a Loop by run-time values: written without TensorFlow."""
     import onnx
 
-    model, _ = token_model(2, 5)
+    model, _ = make()
     path = tmp_path / "tokens.onnx"
     onnx.save(model, path)
     script = (
@@ -228,14 +231,12 @@ def test_convolution_by_run_time_weights(group, kernel):
     assert ops.get("CONV_2D", 0) + ops.get("DEPTHWISE_CONV_2D", 0) == 1, ops
 
 
-def test_if_by_a_run_time_condition_runs_branch_subgraphs():
-    """An If whose condition is computed at run time: IF with two subgraphs, each reading
-    the enclosing graph's values it needs as inputs (the detector's `boxes.numel() == 0`
-    branch of torchvision's batched NMS); a branch computing from them, one passing a
-    constant; both conditions checked against onnxruntime and the TF route."""
+def if_model(sign: int):
+    """An If whose condition is computed at run time (the sign of x's sum): its then branch
+    computes from x and a constant of the enclosing graph, its else branch from x alone."""
     from onnx import TensorProto, helper
 
-    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    x = np.abs(RNG.standard_normal((2, 3)).astype(np.float32)) * sign
     then_branch = helper.make_graph(
         [node("Mul", ["x", "x"], "sq"), node("Add", ["sq", "bias"], "t_out")], "then", [],
         [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, [2, 3])])
@@ -247,18 +248,21 @@ def test_if_by_a_run_time_condition_runs_branch_subgraphs():
              node("If", ["positive"], "y", then_branch=then_branch, else_branch=else_branch),
              node("Relu", ["y"], "z")]
     inits = {"zero": np.array(0, np.float32), "bias": np.full((2, 3), 0.5, np.float32)}
-    for sign in (1, -1):
-        feeds = {"x": np.abs(x) * sign}
-        model = make_model(nodes, feeds, ["z"], inits)
-        ops = count_tflite_ops(both_routes(model, feeds).content)
-        assert ops["IF"] == 1, ops
+    return make_model(nodes, {"x": x}, ["z"], inits), {"x": x}
 
 
-def test_loop_by_a_run_time_trip_count_runs_a_while_subgraph():
-    """A Loop whose trip count is an input: WHILE with a condition and a body subgraph,
-    the body reading a weight and a value of the enclosing graph (passed through each
-    step), carrying a state and stacking a scan output (a greedy decoder's form); 1 and 4
-    steps, against onnxruntime and the TF route."""
+@pytest.mark.parametrize("sign", [1, -1])
+def test_if_by_a_run_time_condition_runs_branch_subgraphs(sign):
+    """IF with two subgraphs, each reading the enclosing graph's values it needs as inputs
+    (the form of torchvision's `boxes.numel() == 0` branch in batched NMS); both conditions
+    against onnxruntime and the TF route."""
+    ops = count_tflite_ops(both_routes(*if_model(sign)).content)
+    assert ops["IF"] == 1, ops
+
+
+def loop_model(steps: int):
+    """A Loop whose trip count is an input, its body reading a weight and a value of the
+    enclosing graph, carrying a state and stacking a scan output (a greedy decoder's form)."""
     from onnx import TensorProto, helper
 
     x = RNG.standard_normal((2, 3)).astype(np.float32)
@@ -275,8 +279,13 @@ def test_loop_by_a_run_time_trip_count_runs_a_while_subgraph():
          helper.make_tensor_value_info("best", TensorProto.FLOAT, [2])])
     nodes = [node("Loop", ["steps", "go", "x"], ["final", "bests"], body=body)]
     inits = {"go": np.array(True), "w": RNG.standard_normal((3, 3)).astype(np.float32)}
-    for steps in (1, 4):
-        feeds = {"x": x, "steps": np.array(steps, np.int64)}
-        model = make_model(nodes, feeds, ["final", "bests"], inits, opset=13)
-        ops = count_tflite_ops(both_routes(model, feeds).content)
-        assert ops["WHILE"] == 1, ops
+    feeds = {"x": x, "steps": np.array(steps, np.int64)}
+    return make_model(nodes, feeds, ["final", "bests"], inits, opset=13), feeds
+
+
+@pytest.mark.parametrize("steps", [1, 4])
+def test_loop_by_a_run_time_trip_count_runs_a_while_subgraph(steps):
+    """WHILE with a condition and a body subgraph, the enclosing values the body reads
+    passed through each step; against onnxruntime and the TF route."""
+    ops = count_tflite_ops(both_routes(*loop_model(steps)).content)
+    assert ops["WHILE"] == 1, ops
