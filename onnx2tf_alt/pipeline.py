@@ -274,10 +274,10 @@ def run_subgraph_model(prepared: onnx.ModelProto, feeds: dict) -> list:
     missing = unsupported_nodes(graph)
     if missing:
         raise ConversionError(missing, headline="a subgraph has unsupported ops:")
+    plan = plan_graph(graph, keep_channel_first=frozenset(graph.inputs))
     recorder = stand_in()
     if recorder is not None:  # the direct writer's Recorder (tflite/recorder.py)
-        return recorder.run_subgraph(graph, feeds)
+        return recorder.run_subgraph(graph, plan, feeds)
     from onnx2tf_alt.translate.builder import ModelBuilder
 
-    plan = plan_graph(graph, keep_channel_first=frozenset(graph.inputs))
     return ModelBuilder(graph, plan).run(feeds)

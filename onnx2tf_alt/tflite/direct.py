@@ -165,6 +165,26 @@ class DirectWriter:
             self.flat.op("TRANSPOSE", [value.tensor, perm], [out])
         return out
 
+    def run_subgraph(self, graph: Graph, plan: Plan, feeds: dict) -> list:
+        """A prepared, planned subgraph's nodes (an If branch's, a Loop body's) written into
+        this writer's flat graph as it is now, on `feeds` by input name ((tensor index,
+        rank) in identity layout, or arrays); its outputs in ONNX order: tensor indices in
+        identity layout, or arrays."""
+        writer = DirectWriter(graph, plan, self.options)
+        writer.flat = self.flat
+        for name, value in feeds.items():
+            writer.values[name] = (_Value(None, P.identity(value.ndim), value)
+                                   if isinstance(value, np.ndarray)
+                                   else _Value(value[0], P.identity(value[1])))
+        for position, node in enumerate(graph.nodes):
+            writer._write_node(node, plan.node_inputs[position])
+        outputs = []
+        for name in graph.outputs:
+            value = writer.values[name]
+            outputs.append(value.const if value.const is not None else
+                           writer.input_tensor(name, P.identity(len(value.perm))))
+        return outputs
+
     def reshape(self, source: int, shape, out: int) -> None:
         """RESHAPE `source` to `shape` (one None: -1) into `out`."""
         dims = [-1 if d is None else int(d) for d in shape]

@@ -225,34 +225,22 @@ class Recorder(DirectOps):
         rewrite(branch.flat, branch.outputs)
         return branch
 
-    def run_subgraph(self, graph, feeds: dict) -> list:
-        """A prepared subgraph (an If branch) written into the graph being written, its
-        nodes by their writers as the model's (tflite/direct.DirectWriter), on `feeds`
-        (Tensors, or arrays for constants, in ONNX order); its outputs, in ONNX order."""
-        from onnx2tf_alt.pipeline import plan_graph
-        from onnx2tf_alt.tflite.direct import DirectWriter, _Value
-
-        plan = plan_graph(graph, keep_channel_first=frozenset(graph.inputs))
-        writer = DirectWriter(graph, plan, self._ctx.options)
-        flat = writer.flat = self.target()
+    def run_subgraph(self, graph, plan, feeds: dict) -> list:
+        """A prepared, planned subgraph (an If branch, a Loop body) written into the graph
+        being written, its nodes by their writers as the model's
+        (tflite/direct.DirectWriter.run_subgraph), on `feeds` (Tensors, or arrays for
+        constants, in ONNX order); its outputs, in ONNX order."""
+        fed = {}
         for name, value in feeds.items():
-            if isinstance(value, np.ndarray):
-                writer.values[name] = _Value(None, P.identity(value.ndim), value)
-                continue
-            value = self._tensor(value)
-            rank = P.identity(value.shape.rank)
-            writer.values[name] = (_Value(None, rank, value.const) if value.const is not None
-                                   else _Value(self.local(value), rank))
-        for position, node in enumerate(graph.nodes):
-            writer._write_node(node, plan.node_inputs[position])
-        outputs = []
-        for name in graph.outputs:
-            value = writer.values[name]
-            if value.const is not None:
-                outputs.append(self.weight(value.const))
-                continue
-            index = writer.input_tensor(name, P.identity(len(value.perm)))
-            outputs.append(Tensor(self, flat.shape(index), index=index, dtype=flat.dtype(index)))
+            value = value if isinstance(value, np.ndarray) else self._tensor(value)
+            if isinstance(value, Tensor) and value.const is not None:
+                value = value.const
+            fed[name] = value if isinstance(value, np.ndarray) else (self.local(value),
+                                                                   value.shape.rank)
+        flat, outputs = self.target(), []
+        for value in self._ctx._writer.run_subgraph(graph, plan, fed):
+            outputs.append(self.weight(value) if isinstance(value, np.ndarray) else Tensor(
+                self, flat.shape(value), index=value, dtype=flat.dtype(value)))
         return outputs
 
     # --- values ------------------------------------------------------------------------
