@@ -86,6 +86,7 @@ class Recorder(DirectOps):
                              softmax=self.softmax, log_softmax=self.log_softmax,
                              conv2d=self.conv2d, depthwise_conv2d=self.depthwise_conv2d,
                              conv2d_transpose=self.conv2d_transpose,
+                             conv3d_transpose=self.conv3d_transpose,
                              max_pool2d=self._pool_fn("MAX_POOL_2D"),
                              avg_pool2d=self._pool_fn("AVERAGE_POOL_2D"),
                              bias_add=lambda x, bias, name=None: self.add(x, bias),
@@ -1300,6 +1301,29 @@ class Recorder(DirectOps):
                                         self.transpose(w, [2, 0, 1, 3]).index, x.index], out,
                      options("TransposeConvOptions", padding=_PADDING[padding], strideH=sh,
                              strideW=sw, fusedActivationFunction=0))
+        return tensor
+
+    def conv3d_transpose(self, input, filters, output_shape, strides, padding="SAME",
+                         data_format=None, dilations=None, name=None) -> Tensor:
+        """CONV_3D_TRANSPOSE of NDHWC `input` by (kd, kh, kw, out, in) `filters` (TFLite's
+        layout too) to `output_shape`."""
+        x, w = self._tensor(input), self._tensor(filters)
+        if x.dtype != np.float32 or w.dtype != np.float32 or x.shape.rank != 5:
+            raise NotCovered("a 3-D transposed convolution of other than float32 NDHWC values")
+        steps = [int(v) for v in np.atleast_1d(strides)]
+        steps = steps[1:4] if len(steps) == 5 else steps * (3 // len(steps))
+        if [int(v) for v in np.atleast_1d(dilations or 1)] not in ([1], [1] * 3, [1] * 5):
+            raise NotCovered("a dilated transposed convolution")
+        known = self._known(output_shape)
+        _window_out(None, 1, 1, 1, padding)  # a padding TFLite has
+        if known is None or len(known) != 5 or len(steps) != 3:
+            raise NotCovered("a 3-D transposed convolution to a shape of unknown rank")
+        out, tensor = self._out(tuple(known), x.dtype, "conv_3d_transpose")
+        self._ctx.op("CONV_3D_TRANSPOSE", [self._vector(output_shape).index, w.index, x.index],
+                     out, options("Conv3DOptions", padding=_PADDING[padding], strideD=steps[0],
+                                  strideH=steps[1], strideW=steps[2], dilationDFactor=1,
+                                  dilationHFactor=1, dilationWFactor=1,
+                                  fusedActivationFunction=0))
         return tensor
 
     def _pool_fn(self, builtin: str):
