@@ -138,8 +138,8 @@ class DirectWriter:
             self._check_dtype(name, array.dtype)
             return self.flat.tensor(f"{name}/{'_'.join(map(str, want or ()))}", array.shape,
                                     array.dtype, array)
-        if want is None or tuple(want) == tuple(value.perm) or len(want) < len(value.perm):
-            return value.tensor  # a shorter perm: planned before its rank was known
+        if want is None or tuple(want) == tuple(value.perm):
+            return value.tensor
         key = (name, tuple(want))
         if key not in self._moved:
             self._moved[key] = self._relayout(name, value, tuple(want))
@@ -191,6 +191,16 @@ class DirectWriter:
         target = self.flat.tensor(f"{self.flat.tensors[out].name.decode()}/shape", (len(dims),),
                                   np.int32, np.array(dims, np.int32))
         self.flat.op("RESHAPE", [source, target], [out])
+
+    def _as_it_is(self, name: str, want: Perm | None) -> Perm | None:
+        """The perm a node reads input `name` in: the planned one, or the value's own where
+        the plan gave one of a lower rank (planned before its rank was known, behind axes
+        computed at run time), so the handler sees the perm the value has."""
+        value = self.values.get(name) if name else None
+        if (want is None or value is None or value.const is not None
+                or len(want) >= len(value.perm)):
+            return want
+        return value.perm
 
     @staticmethod
     def _check_dtype(name: str, dtype) -> None:
@@ -247,6 +257,7 @@ class DirectWriter:
         if not writers:
             raise NotCovered(f"{where}: no direct writer", node)
         out_perms = [self.plan.perms.get(o, ()) for o in node.outputs]
+        wanted = [self._as_it_is(name, want) for name, want in zip(node.inputs, wanted)]
         try:
             for name, dtype in zip(values, dtypes):
                 self._check_dtype(name, dtype)

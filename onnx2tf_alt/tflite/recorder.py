@@ -426,7 +426,11 @@ class Recorder(DirectOps):
         shape = inputs[0].shape
         for other in inputs[1:]:
             shape = _broadcast(shape, other.shape)
-        if len(shape) > 6:
+        if len(shape) > 6 and None not in shape:  # TFLite broadcasts up to 6-D: a constant
+            inputs = [self.weight(np.broadcast_to(t.const, shape).copy())  # full, as TF's
+                      if t.const is not None and tuple(t.shape) != tuple(shape) else t
+                      for t in inputs]
+        if len(shape) > 6 and any(tuple(t.shape) != tuple(shape) for t in inputs):
             raise NotCovered("broadcasting above rank 6")
         out, tensor = self._out(shape, dtype, builtin.lower())
         self._ctx.op(builtin, [t.index for t in inputs], out, opts)
@@ -553,6 +557,8 @@ class Recorder(DirectOps):
 
     def gather(self, params, indices, axis: int = 0, batch_dims: int = 0, name=None):
         params, indices = self._tensor(params), self._tensor(indices)
+        if indices.const is not None and indices.const.size == 0:  # [] reads as int32
+            indices = self.weight(indices.const.astype(np.int32))
         axis %= params.shape.rank
         if params.const is not None and indices.const is not None:
             return self.weight(np.take(params.const, indices.const, axis=axis))
@@ -947,11 +953,17 @@ class Recorder(DirectOps):
 
     def bitcast(self, x, dtype, name=None) -> Tensor:
         x, dtype = self._tensor(x), as_dtype(dtype)
-        if x.dtype.size != dtype.size:
-            raise NotCovered("a bitcast between sizes")
+        shape = tuple(x.shape)
+        if x.dtype.size > dtype.size:  # as tf.bitcast: a new last axis of the parts
+            shape = (*shape, x.dtype.size // dtype.size)
+        elif x.dtype.size < dtype.size:  # the last axis holds the parts of one value
+            if not shape or shape[-1] != dtype.size // x.dtype.size:
+                raise NotCovered("a bitcast to a wider type of other than its last axis")
+            shape = shape[:-1]
         if x.const is not None:
-            return self.weight(x.const.view(as_numpy(dtype)))
-        out, tensor = self._out(x.shape, dtype, "bitcast")
+            return self.weight(np.ascontiguousarray(x.const).view(as_numpy(dtype)).reshape(
+                shape))
+        out, tensor = self._out(shape, dtype, "bitcast")
         self._ctx.op("BITCAST", [x.index], out)
         return tensor
 
