@@ -30,6 +30,7 @@ def rewrite(flat: FlatGraph, outputs: list[int]) -> None:
     fold_affine(flat, outputs)
     while fold_into_dense(flat, outputs):
         pass
+    maxima_as_relu(flat, outputs)
     fuse_activations(flat, outputs)
     merge_reshapes(flat, outputs)
     flatten_into_dense(flat, outputs)
@@ -289,6 +290,20 @@ def _own_parameters(flat: FlatGraph, readers: dict, users: list[Operator]) -> bo
                for u in users for i in u.inputs[1:] if i >= 0)
 
 
+
+
+def maxima_as_relu(flat: FlatGraph, outputs: list[int]) -> None:
+    """MAXIMUM of a float32 value and a constant zero that does not broadcast it: RELU (as
+    TF's converter writes it; it can then go into the op before it)."""
+    for op in flat.operators:
+        if op.name != "MAXIMUM" or flat.tensors[op.outputs[0]].type != schema.TensorType.FLOAT32:
+            continue
+        for k in (0, 1):
+            zero = flat.constant(op.inputs[1 - k])
+            if (zero is not None and zero.size == 1 and float(zero.reshape(-1)[0]) == 0.0
+                    and same_shape(flat, op.inputs[k], op.outputs[0])):
+                op.name, op.inputs, op.options = "RELU", [op.inputs[k]], None
+                break
 
 
 def fuse_activations(flat: FlatGraph, outputs: list[int]) -> None:
