@@ -85,8 +85,8 @@ class Recorder(DirectOps):
                              leaky_relu=self._leaky_relu, gelu=self.gelu, elu=self.elu,
                              softmax=self.softmax, log_softmax=self.log_softmax,
                              conv2d=self.conv2d, depthwise_conv2d=self.depthwise_conv2d,
-                             conv2d_transpose=self.conv2d_transpose,
-                             conv3d_transpose=self.conv3d_transpose,
+                             conv2d_transpose=self.conv_transpose,
+                             conv3d_transpose=self.conv_transpose,
                              max_pool2d=self._pool_fn("MAX_POOL_2D"),
                              avg_pool2d=self._pool_fn("AVERAGE_POOL_2D"),
                              bias_add=lambda x, bias, name=None: self.add(x, bias),
@@ -156,7 +156,7 @@ class Recorder(DirectOps):
         results = [b.results for b in branches]
         if len(results[0]) != len(results[1]):
             raise NotCovered("If branches with different numbers of outputs")
-        read = list({id(t): t for b in branches for t, _ in b.captured.values()}.values())
+        read = _read_by(branches)
         outputs, tensors = [], []
         for first, second in zip(*results):
             if first.dtype != second.dtype or first.shape.rank != second.shape.rank:
@@ -187,7 +187,7 @@ class Recorder(DirectOps):
         step = self._branch(lambda *vs: _flatten(body(*rebuild(list(vs))))[0], "body", specs)
         if len(step.results) != len(values):
             raise NotCovered("a loop body whose outputs do not match its values")
-        read = list({id(t): t for b in (test, step) for t, _ in b.captured.values()}.values())
+        read = _read_by([test, step])
         outputs, tensors = [], []
         for (shape, dtype) in specs:
             index, tensor = self._out(shape, dtype, "while")
@@ -423,6 +423,7 @@ class Recorder(DirectOps):
         return a, b
 
     def _write(self, builtin: str, inputs: list[Tensor], dtype, opts=None) -> Tensor:
+        """A builtin whose result has its inputs' broadcast shape."""
         shape = inputs[0].shape
         for other in inputs[1:]:
             shape = _broadcast(shape, other.shape)
@@ -432,7 +433,12 @@ class Recorder(DirectOps):
                       for t in inputs]
         if len(shape) > 6 and any(tuple(t.shape) != tuple(shape) for t in inputs):
             raise NotCovered("broadcasting above rank 6")
-        out, tensor = self._out(shape, dtype, builtin.lower())
+        return self._write_shaped(builtin, inputs, shape, dtype, opts)
+
+    def _write_shaped(self, builtin: str, inputs: list[Tensor], shape, dtype,
+                      opts=None) -> Tensor:
+        """A one-output builtin on `inputs`, its result of `shape` and `dtype`."""
+        out, tensor = self._out(tuple(shape), dtype, builtin.lower())
         self._ctx.op(builtin, [t.index for t in inputs], out, opts)
         return tensor
 
@@ -1133,12 +1139,6 @@ class Recorder(DirectOps):
 
         return move
 
-    def _write_shaped(self, builtin: str, inputs: list[Tensor], shape, dtype,
-                      opts=None) -> Tensor:
-        out, tensor = self._out(tuple(shape), dtype, builtin.lower())
-        self._ctx.op(builtin, [t.index for t in inputs], out, opts)
-        return tensor
-
     def argsort(self, values, axis: int = -1, direction: str = "ASCENDING",
                 stable: bool = False, name=None) -> Tensor:
         """The order of the last axis by TOPK_V2 over all of it (equal values keep their
@@ -1163,9 +1163,8 @@ class Recorder(DirectOps):
             count = self._scalar(num_segments)
             shape = (None if count.const is None else int(count.const),
                      *data.shape[ids.shape.rank:])
-            out, tensor = self._out(shape, data.dtype, builtin.lower())
-            self._ctx.op(builtin, [data.index, self.cast(ids, np.int32).index, count.index], out)
-            return tensor
+            return self._write_shaped(builtin, [data, self.cast(ids, np.int32), count], shape,
+                                      data.dtype)
 
         return segments
 
@@ -1174,10 +1173,8 @@ class Recorder(DirectOps):
         known = self._known(shape)
         if known is None:
             raise NotCovered("a scatter into a shape of unknown rank")
-        out, tensor = self._out(tuple(known), updates.dtype, "scatter_nd")
-        self._ctx.op("SCATTER_ND", [self.cast(indices, np.int32).index, updates.index,
-                                    self._vector(shape).index], out)
-        return tensor
+        return self._write_shaped("SCATTER_ND", [self.cast(indices, np.int32), updates,
+                                                 self._vector(shape)], known, updates.dtype)
 
     def unique(self, x, out_idx=np.int32, name=None):
         """UNIQUE of a vector: (values in first-seen order, each one's index in them)."""
@@ -1195,7 +1192,7 @@ class Recorder(DirectOps):
         x, lengths = self._tensor(input), self._tensor(seq_lengths)
         rank = x.shape.rank
         seq_axis, batch_axis = int(seq_axis) % rank, int(batch_axis or 0) % rank
-        return self._write("REVERSE_SEQUENCE", [x, lengths], x.dtype, options(
+        return self._write_shaped("REVERSE_SEQUENCE", [x, lengths], x.shape, x.dtype, options(
             "ReverseSequenceOptions", seqDim=seq_axis, batchDim=batch_axis))
 
     def non_max_suppression(self, boxes, scores, max_output_size, iou_threshold=0.5,
@@ -1261,16 +1258,14 @@ class Recorder(DirectOps):
         kh, kw, depth, count = w.shape
         if None in (kh, kw, depth, count) or x.shape[3] is None or x.shape[3] % depth:
             raise NotCovered("a convolution of unknown or unmatched channels")
-        (sh, sw), (dh, dw) = _pair2(strides), _pair2(dilations or 1)
-        filt = self.transpose(w, [3, 0, 1, 2])
+        (sh, sw), (dh, dw) = _spatial(strides, 2), _spatial(dilations or 1, 2)
         shape = (x.shape[0], _window_out(x.shape[1], kh, sh, dh, padding),
                  _window_out(x.shape[2], kw, sw, dw, padding), count)
-        out, tensor = self._out(shape, x.dtype, "conv_2d")
-        bias = self.weight(np.zeros(count, np.float32))
-        self._ctx.op("CONV_2D", [x.index, filt.index, bias.index], out, options(
-            "Conv2DOptions", padding=_PADDING[padding], strideH=sh, strideW=sw,
-            dilationHFactor=dh, dilationWFactor=dw, fusedActivationFunction=0))
-        return tensor
+        return self._write_shaped(
+            "CONV_2D", [x, self.transpose(w, [3, 0, 1, 2]),
+                        self.weight(np.zeros(count, np.float32))], shape, x.dtype,
+            options("Conv2DOptions", padding=_padding(padding), strideH=sh, strideW=sw,
+                    dilationHFactor=dh, dilationWFactor=dw, fusedActivationFunction=0))
 
     def depthwise_conv2d(self, input, filter, strides, padding, data_format=None,
                          dilations=None, name=None) -> Tensor:
@@ -1282,75 +1277,55 @@ class Recorder(DirectOps):
         kh, kw, channels, multiplier = w.shape
         if None in (kh, kw, channels, multiplier) or x.shape[3] != channels:
             raise NotCovered("a depthwise convolution of unknown or unmatched channels")
-        (sh, sw), (dh, dw) = _pair2(strides), _pair2(dilations or 1)
-        filt = self.reshape(w, [1, kh, kw, channels * multiplier])
+        (sh, sw), (dh, dw) = _spatial(strides, 2), _spatial(dilations or 1, 2)
+        depth = channels * multiplier
         shape = (x.shape[0], _window_out(x.shape[1], kh, sh, dh, padding),
-                 _window_out(x.shape[2], kw, sw, dw, padding), channels * multiplier)
-        out, tensor = self._out(shape, x.dtype, "depthwise_conv_2d")
-        bias = self.weight(np.zeros(channels * multiplier, np.float32))
-        self._ctx.op("DEPTHWISE_CONV_2D", [x.index, filt.index, bias.index], out, options(
-            "DepthwiseConv2DOptions", padding=_PADDING[padding], strideH=sh, strideW=sw,
-            depthMultiplier=multiplier, dilationHFactor=dh, dilationWFactor=dw,
-            fusedActivationFunction=0))
-        return tensor
+                 _window_out(x.shape[2], kw, sw, dw, padding), depth)
+        return self._write_shaped(
+            "DEPTHWISE_CONV_2D", [x, self.reshape(w, [1, kh, kw, depth]),
+                                  self.weight(np.zeros(depth, np.float32))], shape, x.dtype,
+            options("DepthwiseConv2DOptions", padding=_padding(padding), strideH=sh,
+                    strideW=sw, depthMultiplier=multiplier, dilationHFactor=dh,
+                    dilationWFactor=dw, fusedActivationFunction=0))
 
-    def conv2d_transpose(self, input, filters, output_shape, strides, padding="SAME",
-                         data_format=None, dilations=None, name=None) -> Tensor:
-        """TRANSPOSE_CONV of NHWC `input` by (kh, kw, out, in) `filters` (moved to
-        (out, kh, kw, in)) to `output_shape`, without a bias (as TF's converter writes
-        it)."""
+    def conv_transpose(self, input, filters, output_shape, strides, padding="SAME",
+                       data_format=None, dilations=None, name=None) -> Tensor:
+        """tf.nn.conv2d_transpose / conv3d_transpose, by the input's rank: TRANSPOSE_CONV of
+        NHWC values by (kh, kw, out, in) filters moved to (out, kh, kw, in), without a bias
+        (as TF's converter writes it), or CONV_3D_TRANSPOSE of NDHWC values by (kd, kh, kw,
+        out, in) filters (TFLite's layout too), to `output_shape`."""
         x, w = self._tensor(input), self._tensor(filters)
-        if x.dtype != np.float32 or w.dtype != np.float32 or x.shape.rank != 4:
-            raise NotCovered("a transposed convolution of other than float32 NHWC values")
-        if _pair2(dilations or 1) != (1, 1):
+        n = x.shape.rank - 2
+        if x.dtype != np.float32 or w.dtype != np.float32 or n not in (2, 3):
+            raise NotCovered("a transposed convolution of other than float32 2-D / 3-D values")
+        if _spatial(dilations or 1, n) != (1,) * n:
             raise NotCovered("a dilated transposed convolution")
-        (sh, sw), known = _pair2(strides), self._known(output_shape)
-        _window_out(None, 1, 1, 1, padding)  # a padding TFLite has
-        if known is None or len(known) != 4:
+        steps, known = _spatial(strides, n), self._known(output_shape)
+        if known is None or len(known) != n + 2:
             raise NotCovered("a transposed convolution to a shape of unknown rank")
-        out, tensor = self._out(tuple(known), x.dtype, "transpose_conv")
-        self._ctx.op("TRANSPOSE_CONV", [self._vector(output_shape).index,
-                                        self.transpose(w, [2, 0, 1, 3]).index, x.index], out,
-                     options("TransposeConvOptions", padding=_PADDING[padding], strideH=sh,
-                             strideW=sw, fusedActivationFunction=0))
-        return tensor
-
-    def conv3d_transpose(self, input, filters, output_shape, strides, padding="SAME",
-                         data_format=None, dilations=None, name=None) -> Tensor:
-        """CONV_3D_TRANSPOSE of NDHWC `input` by (kd, kh, kw, out, in) `filters` (TFLite's
-        layout too) to `output_shape`."""
-        x, w = self._tensor(input), self._tensor(filters)
-        if x.dtype != np.float32 or w.dtype != np.float32 or x.shape.rank != 5:
-            raise NotCovered("a 3-D transposed convolution of other than float32 NDHWC values")
-        steps = [int(v) for v in np.atleast_1d(strides)]
-        steps = steps[1:4] if len(steps) == 5 else steps * (3 // len(steps))
-        if [int(v) for v in np.atleast_1d(dilations or 1)] not in ([1], [1] * 3, [1] * 5):
-            raise NotCovered("a dilated transposed convolution")
-        known = self._known(output_shape)
-        _window_out(None, 1, 1, 1, padding)  # a padding TFLite has
-        if known is None or len(known) != 5 or len(steps) != 3:
-            raise NotCovered("a 3-D transposed convolution to a shape of unknown rank")
-        out, tensor = self._out(tuple(known), x.dtype, "conv_3d_transpose")
-        self._ctx.op("CONV_3D_TRANSPOSE", [self._vector(output_shape).index, w.index, x.index],
-                     out, options("Conv3DOptions", padding=_PADDING[padding], strideD=steps[0],
-                                  strideH=steps[1], strideW=steps[2], dilationDFactor=1,
-                                  dilationHFactor=1, dilationWFactor=1,
-                                  fusedActivationFunction=0))
-        return tensor
+        if n == 2:
+            builtin, filt = "TRANSPOSE_CONV", self.transpose(w, [2, 0, 1, 3])
+            opts = options("TransposeConvOptions", padding=_padding(padding), strideH=steps[0],
+                           strideW=steps[1], fusedActivationFunction=0)
+        else:
+            builtin, filt = "CONV_3D_TRANSPOSE", w
+            opts = options("Conv3DOptions", padding=_padding(padding), strideD=steps[0],
+                           strideH=steps[1], strideW=steps[2], dilationDFactor=1,
+                           dilationHFactor=1, dilationWFactor=1, fusedActivationFunction=0)
+        return self._write_shaped(builtin, [self._vector(output_shape), filt, x], known,
+                                  x.dtype, opts)
 
     def _pool_fn(self, builtin: str):
         def pool(input, ksize, strides, padding, data_format=None, name=None) -> Tensor:
             x = self._tensor(input)
             if x.dtype != np.float32 or x.shape.rank != 4:
                 raise NotCovered(f"a {builtin.lower()} of other than float32 NHWC values")
-            (kh, kw), (sh, sw) = _pair2(ksize), _pair2(strides)
+            (kh, kw), (sh, sw) = _spatial(ksize, 2), _spatial(strides, 2)
             shape = (x.shape[0], _window_out(x.shape[1], kh, sh, 1, padding),
                      _window_out(x.shape[2], kw, sw, 1, padding), x.shape[3])
-            out, tensor = self._out(shape, x.dtype, builtin.lower())
-            self._ctx.op(builtin, [x.index], out, options(
-                "Pool2DOptions", padding=_PADDING[padding], strideH=sh, strideW=sw,
+            return self._write_shaped(builtin, [x], shape, x.dtype, options(
+                "Pool2DOptions", padding=_padding(padding), strideH=sh, strideW=sw,
                 filterHeight=kh, filterWidth=kw, fusedActivationFunction=0))
-            return tensor
 
         return pool
 
@@ -1380,22 +1355,31 @@ class Recorder(DirectOps):
 _PADDING = {"SAME": schema.Padding.SAME, "VALID": schema.Padding.VALID}
 
 
-def _pair2(values) -> tuple[int, int]:
-    """tf.nn's 2-D window sizes: one int, two, or four (NHWC) -> (rows, columns)."""
-    values = [int(v) for v in np.atleast_1d(values)]
+def _spatial(values, n: int) -> tuple:
+    """tf.nn's window sizes for `n` spatial axes: one int, n, or n + 2 (batch and channels
+    first and last, of 1)."""
+    values = tuple(int(v) for v in np.atleast_1d(values))
     if len(values) == 1:
-        return values[0], values[0]
-    if len(values) == 4:
-        if values[0] != 1 or values[3] != 1:
+        return values * n
+    if len(values) == n + 2:
+        if values[0] != 1 or values[-1] != 1:
             raise NotCovered("a window over the batch or channels")
-        return values[1], values[2]
-    return values[0], values[1]
+        return values[1:-1]
+    if len(values) != n:
+        raise NotCovered(f"{len(values)} window sizes for {n} spatial axes")
+    return values
+
+
+def _padding(padding: str) -> int:
+    """The schema's Padding of tf.nn's `padding` (SAME or VALID)."""
+    if padding not in _PADDING:
+        raise NotCovered(f"a window with padding {padding!r}")
+    return _PADDING[padding]
 
 
 def _window_out(size, k: int, stride: int, dilation: int, padding: str):
     """A window op's output length (None: known at run time)."""
-    if padding not in _PADDING:
-        raise NotCovered(f"a window with padding {padding!r}")
+    _padding(padding)
     if size is None:
         return None
     if padding == "SAME":
@@ -1498,6 +1482,12 @@ class _ConstantMeta(type):
 
 class _EagerTensor(metaclass=_ConstantMeta):
     """tf.__internal__.EagerTensor for handler code: a Tensor of a value known now."""
+
+
+def _read_by(branches: list[_Branch]) -> list[Tensor]:
+    """The enclosing graphs' values the subgraphs of one IF or WHILE read, each once, in the
+    order first read: the op's extra inputs."""
+    return list({id(t): t for b in branches for t, _ in b.captured.values()}.values())
 
 
 class _Branch:
