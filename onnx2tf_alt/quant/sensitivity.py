@@ -1,11 +1,10 @@
 """Which ops of an INT8 .tflite lose the most accuracy, and mixed precision that keeps
 them in float (--keep_float NODE..., --keep_float_auto COSINE).
 
-The INT8 files are made in two steps, as TF's QuantizationDebugger makes them: one
-calibration of the float model (the converter's calibrate-only mode: a float flatbuffer
-carrying every tensor's range), then the MLIR quantizer on it. The second step takes under
-a second and takes a denylist of op output tensors that stay in float, so many denylists
-can be tried on one calibration.
+The INT8 files are made in two steps: one calibration of the float model (a float
+flatbuffer carrying every tensor's range), then the project's own quantizer on it
+(quant/integer.py). The second step takes a tenth of a second and takes a denylist of op
+output tensors that stay in float, so many denylists can be tried on one calibration.
 
 An op left in float alone gains almost nothing: its input is still dequantized from INT8
 and its output re-quantized for the next op. What loses accuracy is an activation tensor's
@@ -209,16 +208,25 @@ def calibrate_only(converter: tf.lite.TFLiteConverter) -> bytes:
 
 def quantize_calibrated(calibrated: bytes, per_tensor: bool, io_dtypes: tuple | None,
                         float_tensors: list[str]) -> bytes:
-    """INT8 flatbuffer of a calibrated one; `float_tensors` (op output names) stay float;
-    `io_dtypes`: (input, output) type names of an integer-only file."""
+    """INT8 flatbuffer of a calibrated one, by the project's own quantizer
+    (quant/integer.py); `float_tensors` (op output names) stay float; `io_dtypes`: (input,
+    output) type names of an integer-only file."""
+    from onnx2tf_alt.quant.integer import quantize
+
+    return quantize(calibrated, per_tensor, io_dtypes, float_tensors)
+
+
+def tf_quantize_calibrated(calibrated: bytes, per_tensor: bool, io_dtypes: tuple | None,
+                           float_tensors: list[str]) -> bytes:
+    """quantize_calibrated by TF's MLIR quantizer: the oracle the own quantizer is tested
+    and benchmarked against (tests/quant/test_integer.py, benchmarks/compare_quantizers.py),
+    never a file's maker."""
     import tensorflow as tf
     from tensorflow.lite.python.convert import mlir_quantize
 
     inputs, outputs = map(tf.as_dtype, io_dtypes or ("float32", "float32"))
     return mlir_quantize(calibrated, per_tensor, input_data_type=inputs,
                          output_data_type=outputs, denylisted_nodes=sorted(float_tensors) or None)
-
-
 
 
 # --- one-pass ranking ------------------------------------------------------------------------

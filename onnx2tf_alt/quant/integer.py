@@ -1,0 +1,561 @@
+"""The project's own quantizer: a calibrated float flatbuffer becomes an INT8 or an
+INT16-activation one, without TensorFlow.
+
+Its input is the float model with every activation's calibrated range recorded on its
+tensor (quantization min / max: the calibrate-only flatbuffer of TF's converter, or the
+direct writer's file with ranges measured in the interpreter, calibration/ranges.py). Each
+op with a rule in op_rules.py is rewritten in place into its integer form:
+- activations take an asymmetric int8 grid over their range (0 exact), or a symmetric
+  int16 one, the grid a kernel's rule fixes, or one grid shared by every tensor that a
+  SAME op joins (a reshape's input and output, a concatenation's inputs): the tensors a
+  chain of such ops connects are one group whose range is the union of its members'. Two
+  fixed grids never merge: the later input is re-quantized (a QUANTIZE from int8 to int8);
+- kernels become symmetric int8 per output channel ([-127, 127], or one scale per tensor
+  with `per_tensor`), their biases int32 (int64 beside 16-bit activations) on the scale
+  input x weight of each channel;
+- other constants read as values take their own grid, or their group's.
+Ops without a rule, and the ops whose output tensors `float_tensors` names, stay float:
+they read a DEQUANTIZE of each integer input and their outputs go through a QUANTIZE to
+the integer ops after them. Each tensor keeps its name: the reports, bias correction and
+--keep_float find them by it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+
+from onnx2tf_alt.quant.op_rules import FIXED, READS, RULES, SAME, Rule
+from onnx2tf_alt.tflite.flatbuffer import op_name, opcode_index, pack_model, unpack_model
+
+TT = schema.TensorType
+IO_TYPES = {"float32": TT.FLOAT32, "int8": TT.INT8, "uint8": TT.UINT8, "int16": TT.INT16}
+NUMPY = {TT.INT8: np.int8, TT.UINT8: np.uint8, TT.INT16: np.int16, TT.INT32: np.int32,
+         TT.INT64: np.int64}
+LIMITS = {TT.INT8: (-128, 127), TT.UINT8: (0, 255), TT.INT16: (-32767, 32767)}
+KERNEL_LIMIT = 127  # symmetric int8 weights: -128 is never used
+BIAS_TYPES = {TT.INT8: TT.INT32, TT.INT16: TT.INT64}
+# builtin versions that name the integer kernels (TFLite's op_version.cc), raised to at least
+# these when an op of the builtin is quantized
+VERSIONS = {TT.INT8: {
+    "CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 4, "TRANSPOSE_CONV": 3,
+    "ADD": 2, "SUB": 2, "MUL": 2, "MEAN": 2, "SUM": 2, "CONCATENATION": 2, "RESHAPE": 1,
+    "MAX_POOL_2D": 2, "AVERAGE_POOL_2D": 2, "PAD": 2, "PADV2": 2, "SOFTMAX": 2,
+    "LOGISTIC": 2, "TANH": 2, "RESIZE_BILINEAR": 2, "RESIZE_NEAREST_NEIGHBOR": 2,
+    "TRANSPOSE": 2, "STRIDED_SLICE": 2, "SLICE": 2, "GATHER": 2, "SPLIT": 2, "SPLIT_V": 2,
+    "MAXIMUM": 2, "MINIMUM": 2, "QUANTIZE": 2, "DEQUANTIZE": 2, "BATCH_MATMUL": 2,
+    "LEAKY_RELU": 2, "PRELU": 2, "RELU": 2, "RELU6": 2, "HARD_SWISH": 1, "PACK": 2,
+    "UNPACK": 2, "DEPTH_TO_SPACE": 2, "SPACE_TO_DEPTH": 2, "REDUCE_MAX": 2,
+    "SQUARED_DIFFERENCE": 2, "RSQRT": 2, "SELECT_V2": 1, "ARG_MAX": 2,
+}, TT.INT16: {
+    "CONV_2D": 4, "DEPTHWISE_CONV_2D": 5, "FULLY_CONNECTED": 7, "TRANSPOSE_CONV": 3,
+    "ADD": 3, "SUB": 3, "MUL": 4, "MEAN": 3, "CONCATENATION": 3, "MAX_POOL_2D": 3,
+    "AVERAGE_POOL_2D": 3, "PAD": 4, "SOFTMAX": 3, "LOGISTIC": 3, "TANH": 3, "TRANSPOSE": 5,
+    "STRIDED_SLICE": 4, "QUANTIZE": 3, "DEQUANTIZE": 4, "RESIZE_BILINEAR": 4,
+    "RESIZE_NEAREST_NEIGHBOR": 4, "LEAKY_RELU": 2, "RELU": 3, "RELU6": 3,
+}}
+
+
+@dataclass(frozen=True)
+class Grid:
+    """An integer grid: value = scale * (code - zero_point)."""
+
+    scale: float
+    zero_point: int
+    type: int  # schema.TensorType
+
+    def params(self) -> schema.QuantizationParametersT:
+        q = schema.QuantizationParametersT()
+        q.scale, q.zeroPoint = [float(self.scale)], [int(self.zero_point)]
+        return q
+
+    def codes(self, value: np.ndarray) -> np.ndarray:
+        low, high = LIMITS[self.type]
+        return np.clip(np.round(value / self.scale) + self.zero_point, low, high).astype(
+            NUMPY[self.type])
+
+    def retyped(self, type_: int) -> Grid:
+        """The same values on `type_` (uint8 codes sit 128 above int8's)."""
+        shift = 128 if type_ == TT.UINT8 and self.type == TT.INT8 else 0
+        return Grid(self.scale, self.zero_point + shift, type_)
+
+
+def activation_grid(low: float, high: float, type_: int) -> Grid:
+    """The grid of a tensor whose values span [low, high]: asymmetric 8-bit with 0 on a
+    code, or symmetric 16-bit."""
+    low, high = min(float(low), 0.0), max(float(high), 0.0)
+    if type_ == TT.INT16:
+        return Grid(max(-low, high) / 32767 or 1.0, 0, type_)
+    qmin, qmax = LIMITS[type_]
+    scale = (high - low) / (qmax - qmin)
+    if scale <= 0 or not np.isfinite(scale):
+        return Grid(1.0, qmin if low == 0 else 0, type_)
+    return Grid(scale, int(np.clip(round(qmin - low / scale), qmin, qmax)), type_)
+
+
+def quantize(calibrated: bytes, per_tensor: bool = False, io_dtypes: tuple | None = None,
+             float_tensors: Iterable[str] = (), activations: str = "int8") -> bytes:
+    """The quantized flatbuffer of a calibrated one (module docstring): `activations`
+    "int8" or "int16"; `io_dtypes` (input, output) type names of an integer-only file (the
+    signature's inputs and outputs on the integer grid), None for float ones."""
+    model = unpack_model(calibrated)
+    _Quantizer(model, IO_TYPES[activations], per_tensor, set(float_tensors)).run()
+    if io_dtypes:
+        integer_io(model, *(IO_TYPES[t] for t in io_dtypes))
+    drop_unused(model)
+    return pack_model(model, len(calibrated) + (1 << 16))
+
+
+class _Quantizer:
+    """One rewrite of a model's main subgraph (module docstring)."""
+
+    def __init__(self, model, activation_type: int, per_tensor: bool,
+                 float_tensors: set[str]):
+        self.model, self.graph = model, model.subgraphs[0]
+        self.type, self.per_tensor = activation_type, per_tensor
+        self.float_tensors = float_tensors
+        self.parent: dict[int, int] = {}
+        self.spans: dict[int, tuple | None] = {}  # group root -> its members' value span
+        self.fixed: dict[int, Grid | None] = {}  # group root -> its kernel-fixed grid
+        self.requantized: set[tuple[int, int]] = set()  # (op, input tensor) across groups
+        self.views: dict[tuple[int, int], int] = {}  # (tensor, type) -> converted tensor
+        self.constants: dict[tuple, int] = {}  # (tensor, role...) -> quantized copy
+        self.emitted: list = []
+
+    # --- which ops -------------------------------------------------------------------------
+    def tensor(self, index: int):
+        return self.graph.tensors[index]
+
+    def constant(self, index: int) -> bool:
+        data = self.model.buffers[self.tensor(index).buffer].data
+        return data is not None and len(data) > 0
+
+    def value(self, index: int) -> np.ndarray:
+        t = self.tensor(index)
+        data = np.asarray(self.model.buffers[t.buffer].data, np.uint8)
+        return data.view(np.float32).reshape([] if t.shape is None else [int(d) for d in t.shape])
+
+    def measured(self, index: int) -> tuple[float, float] | None:
+        q = self.tensor(index).quantization
+        if q is None or q.min is None or len(q.min) != 1 or q.max is None:
+            return None
+        return float(q.min[0]), float(q.max[0])
+
+    def value_inputs(self, op, rule: Rule) -> list[int]:
+        return [i for pos, i in enumerate(op.inputs) if i >= 0 and pos not in (
+            rule.kernel, rule.bias) and (rule.values is None or pos in rule.values)
+            and self.tensor(i).type == TT.FLOAT32]
+
+    def rule_of(self, op) -> Rule | None:
+        """The rule `op` is quantized by, or None: it stays float."""
+        rule = RULES.get(op_name(self.model, op))
+        if rule is None or (self.type == TT.INT16 and not rule.int16):
+            return None
+        if any(self.tensor(t).name.decode() in self.float_tensors for t in op.outputs):
+            return None
+        values = self.value_inputs(op, rule)
+        if rule.values is not None and len(values) != len(
+                [p for p in rule.values if p < len(op.inputs) and op.inputs[p] >= 0]):
+            return None  # a value input that is not float (indices, integers)
+        if not values or all(self.constant(i) for i in values):
+            return None
+        if any(not self.constant(i) and self.measured(i) is None for i in values):
+            return None
+        for pos in (rule.kernel, rule.bias):
+            if pos is not None and pos < len(op.inputs) and op.inputs[pos] >= 0 and not (
+                    self.constant(op.inputs[pos])
+                    and self.tensor(op.inputs[pos]).type == TT.FLOAT32):
+                return None  # weights computed at run time stay float
+        others = [i for pos, i in enumerate(op.inputs) if i >= 0 and i not in values
+                  and pos not in (rule.kernel, rule.bias)]
+        if any(self.tensor(i).type == TT.FLOAT32 for i in others):
+            return None
+        outputs = [self.tensor(t) for t in op.outputs]
+        if rule.output == READS:
+            return rule if all(t.type != TT.FLOAT32 for t in outputs) else None
+        if any(t.type != TT.FLOAT32 for t in outputs):
+            return None
+        if rule.output not in (SAME, FIXED) and any(self.measured(t) is None
+                                                   for t in op.outputs):
+            return None
+        if rule.output == FIXED and (rule.fixed16 if self.type == TT.INT16
+                                     else rule.fixed8) is None:
+            return None
+        return rule
+
+    # --- grids ----------------------------------------------------------------------------
+    def find(self, index: int) -> int:
+        if index not in self.parent:
+            self.parent[index] = index
+            self.spans[index] = self.span(index)
+        root = index
+        while root != self.parent[root]:
+            root = self.parent[root]
+        self.parent[index] = root
+        return root
+
+    def join(self, a: int, b: int) -> bool:
+        """Whether `a` and `b` are on one grid now: False where both groups have fixed grids
+        that differ, or one has a fixed grid the other's values do not fit in."""
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return True
+        fa, fb = self.fixed.get(ra), self.fixed.get(rb)
+        if fa is not None and fb is not None and fa != fb:
+            return False
+        if (fa is None) != (fb is None) and not _fits(fa or fb, self.spans[rb if fa else ra]):
+            return False
+        self.parent[rb] = ra
+        self.fixed[ra] = fa or fb
+        spans = [s for s in (self.spans[ra], self.spans[rb]) if s is not None]
+        self.spans[ra] = (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None
+        return True
+
+    def plan_groups(self, chosen: dict[int, Rule]) -> None:
+        ops = self.graph.operators
+        for k, rule in chosen.items():
+            if rule.output == FIXED:
+                fixed = rule.fixed16 if self.type == TT.INT16 else rule.fixed8
+                self.fixed[self.find(ops[k].outputs[0])] = Grid(*fixed, self.type)
+        for k, rule in chosen.items():
+            if rule.output != SAME:
+                continue
+            op = ops[k]
+            first = op.outputs[0]
+            for t in op.outputs[1:]:
+                self.join(first, t)
+            for i in self.values[k]:
+                if not self.join(first, i):
+                    self.requantized.add((k, i))
+        self.grids: dict[int, Grid] = {}
+        for root in {self.find(t) for t in self.parent}:
+            span = self.spans[root] or (0.0, 0.0)
+            self.grids[root] = self.fixed.get(root) or activation_grid(*span, self.type)
+
+    def span(self, index: int) -> tuple[float, float] | None:
+        """The values `index` needs on its grid: a constant's, or its calibrated range;
+        None where only SAME ops read it that keep no value outside their output's range
+        (a ReLU6 written as a MINIMUM: the input's values above 6 need no codes)."""
+        if self.constant(index):
+            value = self.value(index)
+            return (float(value.min()), float(value.max())) if value.size else None
+        readers = self.readers.get(index, [])
+        if readers and index not in self.graph.outputs and all(
+                (rule := self.chosen.get(k)) is not None and rule.output == SAME
+                and not rule.mixes for k in readers):
+            return None
+        return self.measured(index)
+
+    def grid(self, index: int) -> Grid:
+        return self.grids[self.find(index)]
+
+    # --- the rewrite -----------------------------------------------------------------------
+    def run(self) -> None:
+        ops = self.graph.operators
+        self.chosen = chosen = {k: r for k, op in enumerate(ops)
+                                if (r := self.rule_of(op)) is not None}
+        # the value inputs, read before any is retyped
+        self.values = {k: self.value_inputs(ops[k], r) for k, r in chosen.items()}
+        self.readers: dict[int, list[int]] = {}
+        for k, op in enumerate(ops):
+            for i in op.inputs:
+                self.readers.setdefault(int(i), []).append(k)
+        # every float activation an integer op reads or writes has a group
+        for k, rule in chosen.items():
+            for i in self.values[k]:
+                self.find(i)
+            if rule.output != READS:
+                for t in ops[k].outputs:
+                    self.find(t)
+        self.plan_groups(chosen)
+        integer = {t for k, r in chosen.items() if r.output != READS for t in ops[k].outputs}
+        for t in integer:
+            tensor = self.tensor(t)
+            tensor.type, tensor.quantization = self.type, self.grid(t).params()
+        for k, op in enumerate(ops):
+            rule = chosen.get(k)
+            if rule is None:
+                op.inputs = [self.view(i, TT.FLOAT32) if i >= 0 and self.tensor(i).type in (
+                    TT.INT8, TT.UINT8, TT.INT16) and i in self.parent else i
+                    for i in op.inputs]
+            else:
+                self.rewrite(k, op, rule)
+                self.raise_version(op)
+            self.emitted.append(op)
+        self.outputs()
+        self.graph.operators = self.emitted
+        for t in self.graph.tensors:  # the calibrated ranges are not part of a float tensor
+            if t.type == TT.FLOAT32 and t.quantization is not None:
+                t.quantization = None
+
+    def rewrite(self, k: int, op, rule: Rule) -> None:
+        values = set(self.values[k])
+        inputs = list(op.inputs)
+        kernel_scales = None
+        if rule.kernel is not None:
+            kernel_scales = self.kernel(op, rule)
+            inputs[rule.kernel] = kernel_scales[0]
+        for pos, i in enumerate(op.inputs):
+            if i < 0 or i not in values:
+                continue
+            if self.constant(i):
+                inputs[pos] = self.constant_codes(i, self.grid(i))
+            elif (k, i) in self.requantized:
+                inputs[pos] = self.view(i, self.type, self.grid(op.outputs[0]))
+            else:
+                inputs[pos] = self.view(i, self.type)
+        if rule.bias is not None and rule.bias < len(op.inputs) and op.inputs[rule.bias] >= 0:
+            value = op.inputs[(rule.values or (0,))[0]]
+            inputs[rule.bias] = self.bias(op.inputs[rule.bias], self.grid(value).scale,
+                                          kernel_scales[1])
+        op.inputs = inputs
+
+    def raise_version(self, op) -> None:
+        wanted = VERSIONS[self.type].get(op_name(self.model, op))
+        code = self.model.operatorCodes[op.opcodeIndex]
+        if wanted and code.version < wanted:
+            op.opcodeIndex = opcode_index(self.model, max(code.builtinCode,
+                                          code.deprecatedBuiltinCode), wanted, exact=True)
+
+    # --- tensors ---------------------------------------------------------------------------
+    def new_tensor(self, like: int, name: str, type_: int, grid: Grid | None,
+                   data: np.ndarray | None = None) -> int:
+        source = self.tensor(like)
+        t = schema.TensorT()
+        t.name, t.type = name.encode(), type_
+        t.shape = [] if source.shape is None else list(source.shape)
+        t.shapeSignature = None if source.shapeSignature is None else list(
+            source.shapeSignature)
+        t.quantization = grid.params() if grid is not None else None
+        buffer = schema.BufferT()
+        if data is not None:
+            buffer.data = np.frombuffer(np.ascontiguousarray(data).tobytes(), np.uint8)
+        self.model.buffers.append(buffer)
+        t.buffer = len(self.model.buffers) - 1
+        self.graph.tensors.append(t)
+        return len(self.graph.tensors) - 1
+
+    def view(self, index: int, type_: int, grid: Grid | None = None) -> int:
+        """`index` as `type_` (FLOAT32 or the activation type, on `grid` or its own): itself
+        when it is stored so, else a QUANTIZE / DEQUANTIZE emitted once before its reader."""
+        source = self.tensor(index)
+        if source.type == type_ and (grid is None or _same_grid(source, grid)):
+            return index
+        key = (index, type_, grid)
+        if key not in self.views:
+            if type_ == TT.FLOAT32:
+                name, builtin, target = "dequantized", schema.BuiltinOperator.DEQUANTIZE, None
+            else:
+                name, builtin = "quantized", schema.BuiltinOperator.QUANTIZE
+                target = grid or self.grid(index)
+            suffix = f"{name}_{len(self.views)}" if grid is not None else name
+            view = self.new_tensor(index, f"{source.name.decode()}/{suffix}", type_, target)
+            self.emit(builtin, [index], [view])
+            self.views[key] = view
+        return self.views[key]
+
+    def emit(self, builtin: int, inputs: list[int], outputs: list[int]) -> None:
+        op = schema.OperatorT()
+        op.opcodeIndex = opcode_index(self.model, builtin,
+                                      VERSIONS[self.type][OP_KEYS[builtin]])
+        op.inputs, op.outputs = inputs, outputs
+        self.emitted.append(op)
+
+    def kernel(self, op, rule: Rule) -> tuple[int, np.ndarray]:
+        """(the int8 copy of `op`'s kernel, its scales per output channel)."""
+        index = op.inputs[rule.kernel]
+        key = (index, "kernel", rule.axis, self.per_tensor)
+        weights = self.value(index)
+        axis = rule.axis % weights.ndim
+        others = tuple(d for d in range(weights.ndim) if d != axis)
+        peak = (np.abs(weights).max(keepdims=True).ravel() if self.per_tensor else
+                np.abs(weights).max(axis=others)).astype(np.float64)
+        scales = np.where(peak > 0, peak / KERNEL_LIMIT, 1.0)
+        # a bias too large for int32 on scale input x weight widens that channel's scale
+        bias = op.inputs[rule.bias] if rule.bias is not None and rule.bias < len(
+            op.inputs) else -1
+        if bias >= 0 and BIAS_TYPES[self.type] == TT.INT32:
+            value = op.inputs[(rule.values or (0,))[0]]
+            need = np.abs(self.value(bias).astype(np.float64)) / (
+                self.grid(value).scale * (2**31 - 1))
+            scales = np.maximum(scales, need.max() if self.per_tensor else need)
+        scales = scales.astype(np.float32)
+        key += (scales.tobytes(),)
+        if key not in self.constants:
+            shape = [1] * weights.ndim
+            shape[axis] = -1
+            codes = np.clip(np.round(weights / scales.reshape(shape)), -KERNEL_LIMIT,
+                            KERNEL_LIMIT).astype(np.int8)
+            q = schema.QuantizationParametersT()
+            q.scale = [float(s) for s in scales]
+            q.zeroPoint = [0] * len(scales)
+            q.quantizedDimension = 0 if self.per_tensor else axis
+            t = self.new_tensor(index, self.tensor(index).name.decode(), TT.INT8, None, codes)
+            self.tensor(t).quantization = q
+            self.constants[key] = t
+        return self.constants[key], scales
+
+    def bias(self, index: int, input_scale: float, kernel_scales: np.ndarray) -> int:
+        type_ = BIAS_TYPES[self.type]
+        scales = (np.float64(input_scale) * kernel_scales.astype(np.float64))
+        key = (index, "bias", type_, scales.tobytes())
+        if key not in self.constants:
+            value = self.value(index).astype(np.float64)
+            limit = np.iinfo(NUMPY[type_]).max
+            codes = np.clip(np.round(value / scales), -limit, limit).astype(NUMPY[type_])
+            q = schema.QuantizationParametersT()
+            q.scale = [float(s) for s in scales]
+            q.zeroPoint = [0] * len(q.scale)
+            t = self.new_tensor(index, self.tensor(index).name.decode(), type_, None, codes)
+            self.tensor(t).quantization = q
+            self.constants[key] = t
+        return self.constants[key]
+
+    def constant_codes(self, index: int, grid: Grid) -> int:
+        """The integer copy of a constant read as a value, on its group's grid."""
+        value = self.value(index)
+        key = (index, "value", grid)
+        if key not in self.constants:
+            self.constants[key] = self.new_tensor(
+                index, self.tensor(index).name.decode(), grid.type, grid, grid.codes(value))
+        return self.constants[key]
+
+    def outputs(self) -> None:
+        """Each integer signature output read through a DEQUANTIZE, which takes its name."""
+        replaced = {}
+        self.graph.outputs = [int(i) for i in self.graph.outputs]
+        for position, index in enumerate(self.graph.outputs):
+            t = self.tensor(index)
+            if t.type not in (TT.INT8, TT.INT16) or index not in self.parent:
+                continue
+            view = self.view(index, TT.FLOAT32)
+            t.name, self.tensor(view).name = t.name + b"/" + _type_name(t.type), t.name
+            replaced[index] = view
+            self.graph.outputs[position] = view
+        _renumber_signature(self.model, replaced, outputs=True)
+
+
+def integer_io(model, input_type: int, output_type: int) -> None:
+    """A quantized model's signature inputs and outputs on the integer grid (an
+    integer-only file): a float input that only QUANTIZE ops read becomes their int8 (or
+    int16) output, or holds uint8 codes they move to int8; a float output a DEQUANTIZE
+    writes becomes the integer tensor it reads, or a QUANTIZE's uint8 copy of it. Each
+    keeps the signature's name. Inputs and outputs of ops kept float stay float."""
+    graph = model.subgraphs[0]
+    ops = graph.operators
+    readers: dict[int, list] = {}
+    for op in ops:
+        for i in op.inputs:
+            readers.setdefault(int(i), []).append(op)
+    quantize = schema.BuiltinOperator.QUANTIZE
+    dequantize = schema.BuiltinOperator.DEQUANTIZE
+    dropped, inputs = set(), {}
+    for index in [int(i) for i in graph.inputs]:
+        t = graph.tensors[index]
+        users = readers.get(index, [])
+        if t.type != TT.FLOAT32 or not users or any(_builtin(model, op) != quantize
+                                                    for op in users):
+            continue
+        target = graph.tensors[int(users[0].outputs[0])]
+        if input_type == TT.UINT8 and target.type == TT.INT8:
+            grid = _grid_of(target)
+            t.type, t.quantization = TT.UINT8, grid.retyped(TT.UINT8).params()
+            continue
+        if len(users) > 1 or target.type != input_type:
+            continue
+        dropped.add(id(users[0]))
+        inputs[index] = int(users[0].outputs[0])
+        t.name, target.name = t.name + b"/float32", t.name
+    outputs = {}
+    writer = {int(o): op for op in ops for o in op.outputs}
+    for index in [int(i) for i in graph.outputs]:
+        op = writer.get(index)
+        if op is None or _builtin(model, op) != dequantize:
+            continue
+        source = int(op.inputs[0])
+        t, code = graph.tensors[index], graph.tensors[source]
+        if output_type == TT.UINT8 and code.type == TT.INT8:
+            op.opcodeIndex = opcode_index(model, quantize, 2)
+            t.type, t.quantization = TT.UINT8, _grid_of(code).retyped(TT.UINT8).params()
+        elif code.type == output_type and len(readers.get(index, [])) == 0:
+            dropped.add(id(op))
+            outputs[index] = source
+            t.name, code.name = t.name + b"/float32", t.name
+    graph.operators = [op for op in ops if id(op) not in dropped]
+    graph.inputs = [inputs.get(int(i), int(i)) for i in graph.inputs]
+    graph.outputs = [outputs.get(int(i), int(i)) for i in graph.outputs]
+    _renumber_signature(model, inputs, outputs=False)
+    _renumber_signature(model, outputs, outputs=True)
+
+
+def drop_unused(model) -> None:
+    """The main subgraph without the tensors no op or signature reads any more (float
+    weights whose integer copies replaced them), and the file without their data."""
+    graph = model.subgraphs[0]
+    read = {int(i) for op in graph.operators
+            for i in [*op.inputs, *op.outputs, *(op.intermediates or [])] if i >= 0}
+    read |= {int(i) for i in [*graph.inputs, *graph.outputs]}
+    kept = sorted(read)
+    index = {old: new for new, old in enumerate(kept)}
+    graph.tensors = [graph.tensors[i] for i in kept]
+    for op in graph.operators:
+        op.inputs = [index[int(i)] if i >= 0 else -1 for i in op.inputs]
+        op.outputs = [index[int(i)] for i in op.outputs]
+        if op.intermediates is not None and len(op.intermediates):
+            op.intermediates = [index[int(i)] for i in op.intermediates]
+    graph.inputs = [index[int(i)] for i in graph.inputs]
+    graph.outputs = [index[int(i)] for i in graph.outputs]
+    for signature in model.signatureDefs or []:
+        if signature.subgraphIndex == 0:
+            for entry in [*signature.inputs, *signature.outputs]:
+                entry.tensorIndex = index[int(entry.tensorIndex)]
+    used = {t.buffer for g in model.subgraphs for t in g.tensors}
+    used |= {m.buffer for m in model.metadata or []}
+    for k, buffer in enumerate(model.buffers):
+        if k not in used and buffer.data is not None and len(buffer.data):
+            buffer.data = None
+
+
+def _renumber_signature(model, moved: dict[int, int], outputs: bool) -> None:
+    for signature in model.signatureDefs or []:
+        if signature.subgraphIndex == 0:
+            for entry in signature.outputs if outputs else signature.inputs:
+                entry.tensorIndex = moved.get(int(entry.tensorIndex), int(entry.tensorIndex))
+
+
+def _builtin(model, op) -> int:
+    code = model.operatorCodes[op.opcodeIndex]
+    return max(code.builtinCode, code.deprecatedBuiltinCode)
+
+
+def _grid_of(tensor) -> Grid:
+    q = tensor.quantization
+    return Grid(float(q.scale[0]), int(q.zeroPoint[0]), tensor.type)
+
+
+OP_KEYS = {schema.BuiltinOperator.QUANTIZE: "QUANTIZE",
+           schema.BuiltinOperator.DEQUANTIZE: "DEQUANTIZE"}
+
+
+def _same_grid(tensor, grid: Grid) -> bool:
+    q = tensor.quantization
+    return (q is not None and q.scale is not None and len(q.scale) == 1
+            and np.float32(q.scale[0]) == np.float32(grid.scale)
+            and int(q.zeroPoint[0]) == grid.zero_point)
+
+
+def _fits(grid: Grid, span: tuple | None) -> bool:
+    """Whether values over `span` fit on `grid` (within a step)."""
+    if span is None:
+        return True
+    low, high = LIMITS[grid.type]
+    return (span[0] >= grid.scale * (low - grid.zero_point - 1)
+            and span[1] <= grid.scale * (high - grid.zero_point + 1))
+
+
+def _type_name(type_: int) -> bytes:
+    return {TT.FLOAT32: b"float32", TT.INT8: b"int8", TT.INT16: b"int16",
+            TT.UINT8: b"uint8"}[type_]
