@@ -22,6 +22,8 @@ the integer ops after them. Each tensor keeps its name: the reports, bias correc
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -29,7 +31,16 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from onnx2tf_alt.quant.op_rules import FIXED, READS, RULES, SAME, Rule
-from onnx2tf_alt.tflite.flatbuffer import op_name, opcode_index, pack_model, unpack_model
+from onnx2tf_alt.tflite.flatbuffer import (
+    op_name,
+    opcode_index,
+    pack_model,
+    read_model,
+    unpack_model,
+)
+
+log = logging.getLogger("onnx2tf_alt")
+MAX_REFUSED = 32  # ops kept float because the interpreter refuses their integer kernel
 
 TT = schema.TensorType
 IO_TYPES = {"float32": TT.FLOAT32, "int8": TT.INT8, "uint8": TT.UINT8, "int16": TT.INT16}
@@ -100,13 +111,46 @@ def quantize(calibrated: bytes, per_tensor: bool = False, io_dtypes: tuple | Non
              float_tensors: Iterable[str] = (), activations: str = "int8") -> bytes:
     """The quantized flatbuffer of a calibrated one (module docstring): `activations`
     "int8" or "int16"; `io_dtypes` (input, output) type names of an integer-only file (the
-    signature's inputs and outputs on the integer grid), None for float ones."""
-    model = unpack_model(calibrated)
-    _Quantizer(model, IO_TYPES[activations], per_tensor, set(float_tensors)).run()
-    if io_dtypes:
-        integer_io(model, *(IO_TYPES[t] for t in io_dtypes))
-    drop_unused(model)
-    return pack_model(model, len(calibrated) + (1 << 16))
+    signature's inputs and outputs on the integer grid), None for float ones.
+
+    The file is prepared once in the interpreter: an op whose integer kernel TFLite refuses
+    (a type its build lacks) is kept float and the model quantized again."""
+    kept = set(float_tensors)
+    for _ in range(MAX_REFUSED + 1):
+        model = unpack_model(calibrated)
+        quantized = _Quantizer(model, IO_TYPES[activations], per_tensor, kept)
+        quantized.run()
+        if io_dtypes:
+            integer_io(model, *(IO_TYPES[t] for t in io_dtypes))
+        drop_unused(model)
+        content = pack_model(model, len(calibrated) + (1 << 16))
+        refused = _refused_op(content, quantized.names)
+        if refused is None:
+            return content
+        log.debug("quantizer: %s has no %s kernel here; kept float", refused[0], activations)
+        kept |= refused[1]
+    raise RuntimeError(f"more than {MAX_REFUSED} ops refused their {activations} kernels")
+
+
+def _refused_op(content: bytes, quantized: set[str]) -> tuple[str, set[str]] | None:
+    """(the op, its output names) of the first quantized op the interpreter fails to
+    prepare; None when every op prepares (or the one that fails was never quantized)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    try:
+        Interpreter(model_content=content, experimental_op_resolver_type=(
+            OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)).allocate_tensors()
+        return None
+    except (RuntimeError, ValueError) as exc:
+        found = re.search(r"Node number (\d+) \((\w+)\) failed to prepare", str(exc))
+    if found is None:
+        return None
+    model = read_model(content)
+    graph = model.Subgraphs(0)
+    op = graph.Operators(int(found.group(1)))
+    names = {graph.Tensors(op.Outputs(k)).Name().decode() for k in range(op.OutputsLength())}
+    names = {n.removesuffix("/int8").removesuffix("/int16") for n in names}  # outputs()
+    return (f"{found.group(2)} {min(names)}", names) if names & quantized else None
 
 
 class _Quantizer:
@@ -271,6 +315,7 @@ class _Quantizer:
                 for t in ops[k].outputs:
                     self.find(t)
         self.plan_groups(chosen)
+        self.names = {self.tensor(t).name.decode() for k in chosen for t in ops[k].outputs}
         integer = {t for k, r in chosen.items() if r.output != READS for t in ops[k].outputs}
         for t in integer:
             tensor = self.tensor(t)
@@ -284,6 +329,8 @@ class _Quantizer:
             else:
                 self.rewrite(k, op, rule)
                 self.raise_version(op)
+                if self.type == TT.INT16:
+                    _general_int16_scales(op)
             self.emitted.append(op)
         self.outputs()
         self.graph.operators = self.emitted
@@ -545,6 +592,16 @@ def _same_grid(tensor, grid: Grid) -> bool:
     return (q is not None and q.scale is not None and len(q.scale) == 1
             and np.float32(q.scale[0]) == np.float32(grid.scale)
             and int(q.zeroPoint[0]) == grid.zero_point)
+
+
+def _general_int16_scales(op) -> None:
+    """16-bit ADD / SUB with any scales: their options default to power-of-two scales."""
+    kinds = {schema.BuiltinOptions.AddOptions: schema.AddOptionsT,
+             schema.BuiltinOptions.SubOptions: schema.SubOptionsT}
+    if op.builtinOptionsType in kinds:
+        if op.builtinOptions is None:
+            op.builtinOptions = kinds[op.builtinOptionsType]()
+        op.builtinOptions.potScaleInt16 = False
 
 
 def _fits(grid: Grid, span: tuple | None) -> bool:

@@ -177,17 +177,22 @@ def _pair_params(quantize: onnx.NodeProto, dequantize: onnx.NodeProto, constants
 
 # --- conversion ----------------------------------------------------------------------------
 def two_step(variant: Variant, calibration: list) -> bool:
-    """Whether `variant` is calibrated once and then quantized by the MLIR quantizer with
-    a denylist (quant/sensitivity.py): the 8-bit files of float models."""
-    return variant.calibrated and bool(calibration) and INT16_OPS not in variant.supported_ops
+    """Whether `variant` is calibrated once and then quantized by the own quantizer
+    (quant/integer.py): the INT8 and INT16-activation files of float models."""
+    return variant.calibrated and bool(calibration)
+
+
+def int16_activations(variant: Variant) -> bool:
+    return INT16_OPS in variant.supported_ops
 
 
 def calibrated_tflite(converted, options: QuantOptions,
                       calibration: list[dict[str, np.ndarray]],
-                      notes: list[str] | None = None) -> tuple[bytes, bool]:
+                      notes: list[str] | None = None, method: str | None = None
+                      ) -> tuple[bytes, bool]:
     """(calibrated float flatbuffer, whether it needed Select TF ops) for the INT8 files; its
-    ranges measured again on the TFLite graph (calibration/ranges.py) by
-    --calibration_method, or min-max for onnxruntime's methods (their FakeQuantize nodes
+    ranges measured again on the TFLite graph (calibration/ranges.py) by `method` (default
+    --calibration_method), or min-max for onnxruntime's methods (their FakeQuantize nodes
     set the others); `auto` picks the method on calibration samples left out of a trial
     measurement (a note in `notes` says which and why)."""
     calibrate = Variant(INTEGER_SUFFIXES[0], (BUILTINS,))
@@ -195,7 +200,7 @@ def calibrated_tflite(converted, options: QuantOptions,
     content = made.content
     if made.select_tf_ops:  # the interpreter cannot run Select TF ops: TF's records stay
         return content, True
-    method = options.calibration_method
+    method = method or options.calibration_method
     feeds = [converted.result.to_physical(s) for s in calibration]
     try:  # TF's calibrator records some ranges wrong (calibration/ranges.py)
         if method == AUTO_METHOD:
@@ -328,10 +333,14 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
     from one calibration share the corrections and the decision to keep them."""
     if not calibrate_only and two_step(variant, calibration):
         flex = False
+        int16 = int16_activations(variant)
         if calibrated is None:
-            calibrated, flex = calibrated_tflite(converted, options, calibration)
+            calibrated, flex = calibrated_tflite(converted, options, calibration,
+                                                 method=MINMAX if int16 else None)
             if flex and variant.io_dtypes:
                 raise ValueError("integer-only files cannot fall back to Select TF ops")
+        if int16:
+            return QuantizedTflite(quantize_16x8(calibrated, variant.io_dtypes), flex)
         from onnx2tf_alt.quant.sensitivity import (
             denylist,
             op_infos,
@@ -371,7 +380,7 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
         if select_tf_ops:
             ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
         conv.target_spec.supported_ops = ops
-        int16 = INT16_OPS in variant.supported_ops
+        int16 = int16_activations(variant)
         # -qt per-tensor: the INT8 files. TFLite's 16x8 mode cannot quantize depthwise
         # kernels per tensor ("Quantized dimension ... do not match"): INT16 files stay
         # per-channel (the report says so).
@@ -396,6 +405,16 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
             log.warning("%s: TFLite builtins cannot express this model; using Select TF ops",
                         variant.suffix)
             return QuantizedTflite(make(select_tf_ops=True).convert(), select_tf_ops=True)
+
+
+def quantize_16x8(calibrated: bytes, io_dtypes: tuple | None) -> bytes:
+    """An INT16-activation file of a calibrated flatbuffer (min-max ranges: 16 bits need no
+    clipping), weights per channel (TFLite has no per-tensor 16x8 depthwise kernels), no op
+    kept float but those without a 16-bit kernel, no bias correction (its error is a
+    rounding of 1/256 of the 8-bit one's)."""
+    from onnx2tf_alt.quant.integer import quantize
+
+    return quantize(calibrated, False, io_dtypes, (), activations="int16")
 
 
 def _bias_corrected(content: bytes, calibrated: bytes, converted,
@@ -599,7 +618,7 @@ class QuantPlan:
 
     def takes_ranges(self, variant: Variant) -> bool:
         """Whether `variant` is quantized from `range_model` (no calibration samples)."""
-        int16 = INT16_OPS in variant.supported_ops
+        int16 = int16_activations(variant)
         return self.range_model is not None and variant.calibrated and not int16
 
     def source_for(self, variant: Variant, converted, rebuilt):
@@ -611,7 +630,7 @@ class QuantPlan:
         INT16-activation files from 0.919 to 0.993 (320x320) and 0.972 to 0.999 (640)."""
         if self.takes_ranges(variant):
             return rebuilt
-        int16 = INT16_OPS in variant.supported_ops
+        int16 = int16_activations(variant)
         prepared = (self.quant_source if int16 else self.int8_source) if variant.calibrated \
             else None
         return converted if prepared is None else prepared
@@ -704,9 +723,9 @@ def write_quantized(
     if plan.calibrated_model is not None:
         report.notes.append(Note(
             f"INT8 files: activation ranges from onnxruntime's {options.calibration_method} "
-            "calibrator on the ONNX graph; INT16-activation files: TF's min-max calibration",
+            "calibrator on the ONNX graph; INT16-activation files: min-max ranges",
             f"INT8 ranges: onnxruntime's {options.calibration_method} calibrator; INT16 files: "
-            "TF's min-max"))
+            "min-max"))
     if qdq:
         report.notes.append("QDQ model: quantized with its own 8-bit ranges, without "
                             "calibration; no INT16-activation files")
@@ -858,11 +877,16 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
         if plan.qdq_per_tensor and plan.takes_ranges(variant):
             content, _ = requantize_per_tensor(content)
         return content
-    if id(source) not in calibrated:
-        calibrated[id(source)] = calibrated_tflite(source, options, calibration, report.notes)
-    content, flex = calibrated[id(source)]
+    int16 = int16_activations(variant)
+    key = (id(source), int16)
+    if key not in calibrated:
+        calibrated[key] = calibrated_tflite(source, options, calibration, report.notes,
+                                            method=MINMAX if int16 else None)
+    content, flex = calibrated[key]
     if flex and variant.io_dtypes:
         raise ValueError("integer-only files cannot fall back to Select TF ops")
+    if int16:
+        return quantize_16x8(content, variant.io_dtypes)
     biases = calibrated.setdefault(("biases", id(source)), {})
 
     def made(nodes: list[str]) -> QuantizedTflite:
