@@ -30,7 +30,7 @@ import numpy as np
 
 from calibration.methods import BY_NAME, MINMAX, MSE, PERCENTILE, TFLITE_GRAPH, RangeMethod
 from onnx2tf_alt import progress
-from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, unpack_model
+from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, schema, unpack_model
 
 # Keeping every tensor costs their sum at once: about 420 MiB for a 640x640 PP-OCR detector
 # (1.3 GB resident). Above this, TF's records are kept (calibrated_tflite warns).
@@ -165,14 +165,17 @@ def remeasured(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
 
 
 def with_ranges(content: bytes, ranges: dict[int, tuple]) -> tuple[bytes, int]:
-    """(`content` with the recorded range of each tensor of `ranges` replaced, how many
-    changed by more than 1%)."""
+    """(`content` with the range of each float tensor of `ranges` recorded (replaced, or
+    added where none was: the direct writer's file), how many changed by more than 1%)."""
     model = unpack_model(content)
     changed = 0
     for index, tensor in enumerate(model.subgraphs[0].tensors):
-        if index not in ranges or not _recorded(tensor):
+        if index not in ranges or tensor.type != schema.TensorType.FLOAT32:
             continue
         low, high = ranges[index]
+        if not _recorded(tensor):
+            tensor.quantization = tensor.quantization or schema.QuantizationParametersT()
+            tensor.quantization.min, tensor.quantization.max = [0.0], [0.0]
         q = tensor.quantization
         old = float(q.max[0]) - float(q.min[0])
         changed += abs((high - low) - old) > 0.01 * max(old, 1e-12)

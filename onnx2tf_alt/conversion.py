@@ -237,7 +237,9 @@ def convert(
     # what the direct writer makes without TF: the float32 file and those made from it
     # (float16, -oi4, -odrqt)
     direct = _direct_asked(tflite_writer, output_tflite and disable_model_save and not any((
-        output_h5, output_keras_v3, output_integer_quantized_tflite, check, micro)))
+        output_h5, output_keras_v3, check, micro)) and (
+        not output_integer_quantized_tflite or _quantized_directly(
+            keep_float, keep_float_auto, calibration_method)))
     spilled_before = set(ir_weights.SPILLED)
     progress.enable(not non_verbose)
     try:
@@ -273,6 +275,9 @@ def convert(
                 check_onnx_tf_outputs_elementwise_close_full, bias_correction,
                 int8_warn_below, integer_kernels_only=micro,
             )
+            if direct and output_integer_quantized_tflite and _has_qdq_pairs(loaded):
+                _direct_asked(tflite_writer, False)  # "direct": refused
+                direct = False
             if not direct:  # the Keras build's: loaded while collection is still off
                 import tensorflow  # noqa: F401
             startup.resume()  # modules loaded: collection back on (onnx2tf_alt/startup.py)
@@ -410,10 +415,32 @@ def _direct_asked(tflite_writer: str, tflite_only: bool) -> bool:
                          f"got '{tflite_writer}'.")
     if tflite_writer == "direct" and not tflite_only:
         raise InputError(
-            "--tflite_writer direct writes the float32, float16, -odrqt and -oi4 .tflite "
-            "files (--signature and --litertlm ones too): add -dms, and leave out -oh5, -okv3, "
-            "-oiqt, -coto/-cotof and --target (or use --tflite_writer auto).")
+            "--tflite_writer direct writes the float32, float16, -odrqt, -oiqt and -oi4 "
+            ".tflite files (--signature and --litertlm ones too): add -dms, and leave out "
+            "-oh5, -okv3, -coto/-cotof, --target, and beside -oiqt --keep_float, "
+            "--keep_float_auto, onnxruntime's calibration methods and QDQ models (or use "
+            "--tflite_writer auto).")
     return tflite_writer != "tf" and tflite_only
+
+
+def _quantized_directly(keep_float, keep_float_auto, calibration_method: str) -> bool:
+    """Whether the INT8 files can be made without TF: their ranges measured on the direct
+    writer's file and quantized by the own quantizer. Nodes kept float are found through
+    the Keras layers (quant/sensitivity.py), onnxruntime's ranges become FakeQuantize ops
+    that TF's converter quantizes."""
+    from calibration.methods import BY_NAME, ONNXRUNTIME
+
+    method = BY_NAME.get(calibration_method)
+    return not keep_float and keep_float_auto is None and (
+        method is None or method.measurer != ONNXRUNTIME)
+
+
+def _has_qdq_pairs(model: onnx.ModelProto) -> bool:
+    """Whether a QDQ model's own ranges make its INT8 files (TF's converter quantizes
+    them, quant/quantize.py)."""
+    from onnx2tf_alt.quant.quantize import fake_quant_model
+
+    return fake_quant_model(model) is not None
 
 
 def _signatures_written(built: dict, tflite_writer: str, show_progress: bool) -> dict:

@@ -46,8 +46,21 @@ class Converted:
     _tflite_result: object = None
 
     def rebuild(self, model: onnx.ModelProto) -> Converted:
-        """Build `model` (a rewrite of this one) with exactly this conversion's input layouts."""
+        """Build `model` (a rewrite of this one) with exactly this conversion's input layouts,
+        as this one was built: by TF, or by the direct writer (no Keras model)."""
         keep, force = _input_layouts(self.result.input_perms)
+        if self.result.model is None:
+            from onnx2tf_alt.tflite.direct import DirectResult, write_direct
+
+            planned = float32_planned(plan_loaded(model, None, None, keep, force,
+                                                  options=self.options))
+            result = write_direct(planned.graph, planned.plan, planned.options)
+            if not isinstance(result, DirectResult):
+                raise ConversionError(f"the direct writer does not cover the model rewritten "
+                                      f"for quantization: {result}")
+            return Converted(result=result, graph=planned.graph, plan=planned.plan,
+                             model=planned.model, options=planned.options,
+                             _tflite_result=result)
         return build(onnx_graph=model, keep_ncw_or_nchw_or_ncdhw_input_names=keep,
                      keep_nwc_or_nhwc_or_ndhwc_input_names=force, options=self.options)
 

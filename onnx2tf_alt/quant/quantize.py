@@ -195,11 +195,13 @@ def calibrated_tflite(converted, options: QuantOptions,
     --calibration_method), or min-max for onnxruntime's methods (their FakeQuantize nodes
     set the others); `auto` picks the method on calibration samples left out of a trial
     measurement (a note in `notes` says which and why)."""
-    calibrate = Variant(INTEGER_SUFFIXES[0], (BUILTINS,))
-    made = quantized_tflite(converted, calibrate, options, calibration, calibrate_only=True)
-    content = made.content
-    if made.select_tf_ops:  # the interpreter cannot run Select TF ops: TF's records stay
-        return content, True
+    content = getattr(converted.result, "content", b"")
+    if not content:  # TF's converter records the ranges; the direct writer's file has none
+        calibrate = Variant(INTEGER_SUFFIXES[0], (BUILTINS,))
+        made = quantized_tflite(converted, calibrate, options, calibration, calibrate_only=True)
+        content = made.content
+        if made.select_tf_ops:  # the interpreter cannot run Select TF ops: TF's records stay
+            return content, True
     method = method or options.calibration_method
     feeds = [converted.result.to_physical(s) for s in calibration]
     try:  # TF's calibrator records some ranges wrong (calibration/ranges.py)
@@ -210,6 +212,9 @@ def calibrated_tflite(converted, options: QuantOptions,
             method = MINMAX
         content, changed = remeasured(content, feeds, (method,))[method]
     except (RuntimeError, ValueError) as exc:  # a kernel the interpreter lacks
+        if getattr(converted.result, "content", b""):  # nothing recorded: no INT8 file
+            raise ValueError(f"the float model's activation ranges cannot be measured in the "
+                             f"interpreter ({_short(exc)})") from exc
         log.warning("INT8 calibration: TF's recorded ranges kept; the float model "
                     "cannot run in the interpreter to measure them again (%s)", _short(exc))
         return content, False

@@ -358,6 +358,8 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
     file the denylist leaves unchanged is not run): a segment that gains on top of those
     kept is added and the rest ranked again on the new file (its output error is another),
     until the score reaches the target or MAX_TRIED_SEGMENTS were measured."""
+    if not keep and not rank and target is None:  # nothing to find (nor Keras layers needed)
+        return MixedPrecision([], [], [])
     infos = op_infos(calibrated, converted)
     nodes, float_ops = set(keep), denylist(infos, set(keep))
     chosen = MixedPrecision([], sorted(nodes), float_ops)
