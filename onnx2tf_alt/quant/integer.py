@@ -161,10 +161,7 @@ class _Quantizer:
         self.model, self.graph = model, model.subgraphs[0]
         self.type, self.per_tensor = activation_type, per_tensor
         self.float_tensors = float_tensors
-        self.parent: dict[int, int] = {}
-        self.spans: dict[int, tuple | None] = {}  # group root -> its members' value span
-        self.fixed: dict[int, Grid | None] = {}  # group root -> its kernel-fixed grid
-        self.requantized: set[tuple[int, int]] = set()  # (op, input tensor) across groups
+        self.parent: dict[int, int] = {}  # tensor -> its group (a tensor of it)
         self.views: dict[tuple[int, int], int] = {}  # (tensor, type) -> converted tensor
         self.constants: dict[tuple, int] = {}  # (tensor, role...) -> quantized copy
         self.emitted: list = []
@@ -232,52 +229,45 @@ class _Quantizer:
 
     # --- grids ----------------------------------------------------------------------------
     def find(self, index: int) -> int:
-        if index not in self.parent:
-            self.parent[index] = index
-            self.spans[index] = self.span(index)
-        root = index
+        root = self.parent.setdefault(index, index)
         while root != self.parent[root]:
             root = self.parent[root]
         self.parent[index] = root
         return root
 
-    def join(self, a: int, b: int) -> bool:
-        """Whether `a` and `b` are on one grid now: False where both groups have fixed grids
-        that differ, or one has a fixed grid the other's values do not fit in."""
-        ra, rb = self.find(a), self.find(b)
-        if ra == rb:
-            return True
-        fa, fb = self.fixed.get(ra), self.fixed.get(rb)
-        if fa is not None and fb is not None and fa != fb:
-            return False
-        if (fa is None) != (fb is None) and not _fits(fa or fb, self.spans[rb if fa else ra]):
-            return False
-        self.parent[rb] = ra
-        self.fixed[ra] = fa or fb
-        spans = [s for s in (self.spans[ra], self.spans[rb]) if s is not None]
-        self.spans[ra] = (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None
-        return True
-
     def plan_groups(self, chosen: dict[int, Rule]) -> None:
+        """The grid of every tensor a quantized op reads or writes. The tensors SAME ops
+        connect are one group over the union of what its members need (span). A kernel's
+        fixed output grid is the group's when it is the group's only one and the group's
+        values fit on it; else that output keeps its grid and the SAME ops reading it
+        re-quantize it (rewrite)."""
         ops = self.graph.operators
         for k, rule in chosen.items():
-            if rule.output == FIXED:
-                fixed = rule.fixed16 if self.type == TT.INT16 else rule.fixed8
-                self.fixed[self.find(ops[k].outputs[0])] = Grid(*fixed, self.type)
+            if rule.output == SAME:
+                first = self.find(ops[k].outputs[0])
+                for t in [*ops[k].outputs[1:], *self.values[k]]:
+                    self.parent[self.find(t)] = first
+        members: dict[int, list[int]] = {}
+        for t in list(self.parent):
+            members.setdefault(self.find(t), []).append(t)
+        fixed = {}
         for k, rule in chosen.items():
-            if rule.output != SAME:
-                continue
-            op = ops[k]
-            first = op.outputs[0]
-            for t in op.outputs[1:]:
-                self.join(first, t)
-            for i in self.values[k]:
-                if not self.join(first, i):
-                    self.requantized.add((k, i))
+            if rule.output == FIXED:
+                pair = rule.fixed16 if self.type == TT.INT16 else rule.fixed8
+                fixed[ops[k].outputs[0]] = Grid(*pair, self.type)
         self.grids: dict[int, Grid] = {}
-        for root in {self.find(t) for t in self.parent}:
-            span = self.spans[root] or (0.0, 0.0)
-            self.grids[root] = self.fixed.get(root) or activation_grid(*span, self.type)
+        for root, group in members.items():
+            spans = [s for t in group if (s := self.span(t)) is not None]
+            span = (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else (0.0, 0.0)
+            kept = {fixed[t] for t in group if t in fixed}
+            if len(kept) == 1 and _fits(next(iter(kept)), span):
+                self.grids[root] = next(iter(kept))
+                continue
+            self.grids[root] = activation_grid(*span, self.type)
+            for t in group:
+                if t in fixed:  # its own grid, moved onto the group's where read
+                    self.parent[t] = t
+                    self.grids[t] = fixed[t]
 
     def span(self, index: int) -> tuple[float, float] | None:
         """The values `index` needs on its grid: a constant's, or its calibrated range;
@@ -350,7 +340,7 @@ class _Quantizer:
                 continue
             if self.constant(i):
                 inputs[pos] = self.constant_codes(i, self.grid(i))
-            elif (k, i) in self.requantized:
+            elif rule.output == SAME and self.grid(i) != self.grid(op.outputs[0]):
                 inputs[pos] = self.view(i, self.type, self.grid(op.outputs[0]))
             else:
                 inputs[pos] = self.view(i, self.type)

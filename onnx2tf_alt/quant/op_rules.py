@@ -60,6 +60,8 @@ RULES: dict[str, Rule] = {
     "RELU6": Rule(FREE),
     "RELU_N1_TO_1": Rule(FREE),
     "RSQRT": Rule(FREE, int16=False),
+    "SQRT": Rule(FREE, int16=False),
+    "DIV": Rule(FREE, int16=False),  # quant/sensitivity.unsafe_divisions keeps some float
     "ABS": Rule(FREE),
     "EXP": Rule(FREE, int16=False),
     "ELU": Rule(FREE, int16=False),
