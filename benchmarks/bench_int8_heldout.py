@@ -2,10 +2,13 @@
 quantization on the same calibration samples, in one run.
 
     python benchmarks/bench_int8_heldout.py model.onnx --cal cal.npy --held held.npy \
-        [--input x] [--shape 1,3,640,640] [--variants default percentile no_bias keep_auto]
+        [--input x] [--shape 1,3,640,640]
+        [--variants default direct tf_quantizer percentile no_bias keep_auto]
         [--ort MinMax Percentile Entropy] [--out DIR] [--json out.json]
 
-Each variant is one CLI run (`-oiqt -cind INPUT cal.npy` plus its flags, timed); every
+Each variant is one CLI run (`-oiqt -cind INPUT cal.npy` plus its flags, timed: `direct`
+adds -dms, which calibrates and quantizes without TF; `tf_quantizer` makes the 8-bit files
+with TF's MLIR quantizer, the oracle the own quantizer replaced); every
 quantized .tflite it writes is run on the held-out samples and compared with the float32
 TFLite of the same run: mean and lowest per-sample cosine (samples whose float output is
 empty left out and counted), pooled cosine and SQNR (onnx2tf_alt/quant/measure.py), plus
@@ -38,10 +41,21 @@ from onnx2tf_alt.tflite.run import as_input, run_signature
 
 VARIANTS = {
     "default": [],
+    "direct": ["-dms"],  # the direct writer's float file, calibrated and quantized without TF
+    "tf_quantizer": [],  # the INT8 files by TF's MLIR quantizer (the oracle), as before 2026-12
     "percentile": ["--calibration_method", "percentile"],
     "no_bias": ["--no_bias_correction"],
     "keep_auto": ["--keep_float_auto", "0.99"],
 }
+
+
+# the CLI with TF's MLIR quantizer in place of the own one for the 8-bit files (the INT16
+# ones stay the own quantizer's: TF's 16x8 mode fails on a MUL by a constant)
+ORACLE = ("import sys\n"
+          "import onnx2tf_alt.quant.sensitivity as s\n"
+          "s.quantize_calibrated = s.tf_quantize_calibrated\n"
+          "from onnx2tf_alt.cli.main import main\n"
+          "sys.exit(main(sys.argv[1:]))\n")
 
 
 def run_tflite(path: str, samples: np.ndarray, name: str) -> list[np.ndarray]:
@@ -133,7 +147,9 @@ def main() -> None:
     rows = []
     for variant in args.variants:
         folder = os.path.join(out, variant)
-        command = [sys.executable, "-m", "onnx2tf_alt", "-i", args.model, "-o", folder, "-oiqt",
+        launch = [sys.executable, "-c", ORACLE] if variant == "tf_quantizer" else [
+            sys.executable, "-m", "onnx2tf_alt"]
+        command = [*launch, "-i", args.model, "-o", folder, "-oiqt",
                    "-cind", args.input, os.path.abspath(args.cal), *VARIANTS[variant]]
         if args.shape:
             command += ["-ois", f"{args.input}:{args.shape}"]

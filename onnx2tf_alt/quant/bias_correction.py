@@ -18,10 +18,12 @@ held-out cosine of the INT8 file from 0.976 to 0.985 without changing an op.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, unpack_model
-from onnx2tf_alt.tflite.run import as_input
+from onnx2tf_alt.tflite.run import as_input, exposed
 
 BIAS_SAMPLES = 8  # calibration samples the mean errors are measured on
 BIAS_FOLD_BELOW = 8  # fewer unused calibration samples: the correction is judged in folds
@@ -69,12 +71,12 @@ def corrected_biases(int8: bytes, calibrated: bytes, feeds: list[dict[str, np.nd
         expected.append({op: _channel_means(reference.get_tensor(index))
                          for op, index in targets.items()})
     for op_index in sorted(targets):
-        interpreter = Interpreter(
-            model_content=_packed(model), experimental_preserve_all_tensors=True,
-            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        op = graph.operators[op_index]
+        # the file cut after this convolution, its output exposed: XNNPACK runs it
+        interpreter = Interpreter(model_content=exposed(model, [int(op.outputs[0])], True),
+                                  num_threads=os.cpu_count() or 1)
         run = interpreter.get_signature_runner(SIGNATURE)
         inputs = run.get_input_details()
-        op = graph.operators[op_index]
         output = graph.tensors[op.outputs[0]]
         scale, zero_point = output.quantization.scale[0], output.quantization.zeroPoint[0]
         errors = []

@@ -49,6 +49,7 @@ NUMPY = {TT.INT8: np.int8, TT.UINT8: np.uint8, TT.INT16: np.int16, TT.INT32: np.
 LIMITS = {TT.INT8: (-128, 127), TT.UINT8: (0, 255), TT.INT16: (-32767, 32767)}
 KERNEL_LIMIT = 127  # symmetric int8 weights: -128 is never used
 BIAS_TYPES = {TT.INT8: TT.INT32, TT.INT16: TT.INT64}
+BIAS_ROOM = 2.0**30  # largest int32 bias code
 # builtin versions that name the integer kernels (TFLite's op_version.cc), raised to at least
 # these when an op of the builtin is quantized
 VERSIONS = {TT.INT8: {
@@ -411,13 +412,14 @@ class _Quantizer:
         peak = (np.abs(weights).max(keepdims=True).ravel() if self.per_tensor else
                 np.abs(weights).max(axis=others)).astype(np.float64)
         scales = np.where(peak > 0, peak / KERNEL_LIMIT, 1.0)
-        # a bias too large for int32 on scale input x weight widens that channel's scale
+        # a bias past 2^30 on scale input x weight widens that channel's scale: the int32
+        # accumulator keeps room for the products added to it (TF's quantizer does the same)
         bias = op.inputs[rule.bias] if rule.bias is not None and rule.bias < len(
             op.inputs) else -1
         if bias >= 0 and BIAS_TYPES[self.type] == TT.INT32:
             value = op.inputs[(rule.values or (0,))[0]]
             need = np.abs(self.value(bias).astype(np.float64)) / (
-                self.grid(value).scale * (2**31 - 1))
+                self.grid(value).scale * BIAS_ROOM)
             scales = np.maximum(scales, need.max() if self.per_tensor else need)
         scales = scales.astype(np.float32)
         key += (scales.tobytes(),)

@@ -76,3 +76,38 @@ def dequantized(value: np.ndarray, details: dict) -> np.ndarray:
     if value.dtype.kind in "iu" and scale:
         return (value.astype(np.float32) - zero_point) * np.float32(scale)
     return value
+
+
+def exposed(model, tensors: list[int], prune: bool = False) -> bytes:
+    """`model` (an unpacked schema.ModelT, left as it was) packed with `tensors` of its main
+    subgraph as that subgraph's outputs: a delegate (XNNPACK) then writes them out, where
+    keeping every tensor (`experimental_preserve_all_tensors`) needs TFLite's reference
+    kernels, 10-20x slower on convolutions. With `prune`, the ops `tensors` do not depend
+    on are left out. The signature keeps its outputs: read `tensors` by index."""
+    from onnx2tf_alt.tflite.flatbuffer import pack_model
+
+    graph = model.subgraphs[0]
+    operators, outputs = graph.operators, graph.outputs
+    if prune:
+        writer = {int(o): k for k, op in enumerate(operators) for o in op.outputs}
+        needed, stack = set(), [writer[t] for t in tensors if t in writer]
+        while stack:
+            k = stack.pop()
+            if k not in needed:
+                needed.add(k)
+                stack += [writer[int(i)] for i in operators[k].inputs if int(i) in writer]
+        graph.operators = [op for k, op in enumerate(operators) if k in needed]
+        kept = {int(o) for op in graph.operators for o in op.outputs} | {
+            int(i) for i in graph.inputs}
+        signatures = [(s, s.outputs) for s in model.signatureDefs or []]
+        for signature, entries in signatures:
+            signature.outputs = [e for e in entries if int(e.tensorIndex) in kept]
+    graph.outputs = [*dict.fromkeys([*(int(o) for o in outputs if not prune),
+                                     *(int(t) for t in tensors)])]
+    try:
+        return pack_model(model)
+    finally:
+        graph.operators, graph.outputs = operators, outputs
+        if prune:
+            for signature, entries in signatures:
+                signature.outputs = entries
