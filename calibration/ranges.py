@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -74,27 +75,39 @@ def measured_ranges(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
     interpreter = Interpreter(model_content=exposed(model, watched), num_threads=os.cpu_count())
     del model, graph
     runner = interpreter.get_signature_runner(SIGNATURE)
+    # numpy releases the GIL on whole tensors: one thread per core reads them
+    pool = ThreadPoolExecutor(os.cpu_count() or 1)
+
+    def span(index: int) -> tuple[float, float] | None:
+        value = _finite(interpreter.tensor(index)())  # a view, read before the next run
+        return (float(value.min()), float(value.max())) if value.size else None
+
     ranges: dict[int, tuple] = {}
     for feed in progress.each(feeds, "measuring ranges"):
         runner(**feed)
-        for index in watched:
-            value = _finite(interpreter.tensor(index)())  # a view, read before the next run
-            if value.size == 0:
+        for index, found in zip(watched, pool.map(span, watched)):
+            if found is None:
                 continue
-            low, high = float(value.min()), float(value.max())
+            low, high = found
             if index in ranges:
                 low, high = min(low, ranges[index][0]), max(high, ranges[index][1])
             ranges[index] = low, high
     measured = {m.name: ranges for m in rows if m.algorithm == MINMAX}
     clipping = [m for m in rows if m.algorithm != MINMAX]
     if not clipping:
+        pool.shutdown()
         return measured
     counts = {index: np.zeros(BINS, np.int64) for index in ranges}
+
+    def count(index: int) -> None:
+        low, high = ranges[index]
+        counts[index] += _histogram(_finite(interpreter.tensor(index)()), low, high)
+
+    spread = [index for index, (low, high) in ranges.items() if high > low]
     for feed in feeds:  # a second pass: the histograms need each tensor's whole range
         runner(**feed)
-        for index, (low, high) in ranges.items():
-            if high > low:
-                counts[index] += _histogram(_finite(interpreter.tensor(index)()), low, high)
+        list(pool.map(count, spread))
+    pool.shutdown()
     for method in clipping:
         measured[method.name] = {
             index: _clipped(method, counts[index], low, high) if high > low else (low, high)

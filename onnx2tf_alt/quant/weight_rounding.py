@@ -76,24 +76,27 @@ def _attrs(conv: onnx.NodeProto, spatial: int) -> tuple[int, list, list, list]:
 
 
 def _group_hessians(conv: onnx.NodeProto, x: np.ndarray, shape: tuple) -> list[np.ndarray]:
-    """Patch outer products of one input (N, C, H, W) of a 2-D Conv, per group."""
+    """Patch outer products of one input (N, C, H, W) of a 2-D Conv, per group, over at
+    most MAX_POSITIONS output positions (a fixed random subset estimates H as well): only
+    the patches of those positions are gathered."""
     groups, strides, dilations, pads = _attrs(conv, 2)
-    x = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])])
+    x = np.pad(x, [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])])
     kh, kw = shape[2], shape[3]
     out_h = (x.shape[2] - dilations[0] * (kh - 1) - 1) // strides[0] + 1
     out_w = (x.shape[3] - dilations[1] * (kw - 1) - 1) // strides[1] + 1
-    taps = [x[:, :, i * dilations[0]: i * dilations[0] + strides[0] * (out_h - 1) + 1: strides[0],
-              j * dilations[1]: j * dilations[1] + strides[1] * (out_w - 1) + 1: strides[1]]
+    positions = np.arange(x.shape[0] * out_h * out_w)
+    if len(positions) > MAX_POSITIONS:
+        positions = np.sort(np.random.default_rng(0).choice(len(positions), MAX_POSITIONS,
+                                                            replace=False))
+    n, rows, cols = (positions // (out_h * out_w), (positions // out_w) % out_h * strides[0],
+                     positions % out_w * strides[1])
+    taps = [x[n, :, rows + i * dilations[0], cols + j * dilations[1]]  # positions, C
             for i in range(kh) for j in range(kw)]
-    patches = np.stack(taps, axis=2)  # N, C, taps, out_h, out_w
-    patches = patches.transpose(1, 2, 0, 3, 4).reshape(patches.shape[1], kh * kw, -1)
-    if patches.shape[2] > MAX_POSITIONS:  # a fixed random subset estimates H as well
-        keep = np.random.default_rng(0).choice(patches.shape[2], MAX_POSITIONS, replace=False)
-        patches = patches[:, :, np.sort(keep)]
+    # C, taps, positions: rows in (c, ky, kx) order, as the weights are
+    patches = np.stack(taps, axis=2).transpose(1, 2, 0).astype(np.float64)
     per_group = shape[1]
     result = []
     for g in range(groups):
-        # rows in (c, ky, kx) order, as the weights are
         p = patches[g * per_group:(g + 1) * per_group].reshape(per_group * kh * kw, -1)
         result.append(p @ p.T)
     return result
