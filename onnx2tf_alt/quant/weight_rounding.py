@@ -90,11 +90,14 @@ def _group_hessians(conv: onnx.NodeProto, x: np.ndarray, shape: tuple) -> list[n
                                                             replace=False))
     n, rows, cols = (positions // (out_h * out_w), (positions // out_w) % out_h * strides[0],
                      positions % out_w * strides[1])
-    taps = [x[n, :, rows + i * dilations[0], cols + j * dilations[1]]  # positions, C
-            for i in range(kh) for j in range(kw)]
     # C, taps, positions: rows in (c, ky, kx) order, as the weights are
-    patches = np.stack(taps, axis=2).transpose(1, 2, 0).astype(np.float64)
+    patches = np.empty((x.shape[1], kh * kw, len(positions)))
+    for i in range(kh):
+        for j in range(kw):
+            patches[:, i * kw + j] = x[n, :, rows + i * dilations[0], cols + j * dilations[1]].T
     per_group = shape[1]
+    if per_group == 1:  # depthwise: one batched product for every channel
+        return list(patches @ patches.transpose(0, 2, 1))
     result = []
     for g in range(groups):
         p = patches[g * per_group:(g + 1) * per_group].reshape(per_group * kh * kw, -1)
