@@ -601,6 +601,54 @@ def test_cli_dynamic_range_and_int4_files_need_no_tensorflow(tmp_path):
     assert int8 and all(t.quantization.scale is not None for t in int8)
 
 
+def test_cli_integer_files_need_no_tensorflow(tmp_path):
+    """-dms -oiqt: the INT8 and INT16 files are calibrated on the direct writer's float32
+    file and made by the own quantizer in a process that never loads TF; the INT8 files hold
+    int8 kernels with int32 biases and follow the float32 file on the held-out photographs,
+    the full-integer file with int8 input and output."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    out = tmp_path / "out"
+    script = (
+        "import sys\n"
+        "from onnx2tf_alt.cli.main import main\n"
+        f"code = main(['-i', {MOBILENET!r}, '-o', {str(out)!r}, '-dms', '-oiqt', '-n'])\n"
+        "assert 'tensorflow' not in sys.modules and 'tf_keras' not in sys.modules\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=cli_env(), timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    stem = "mobilenet_block"
+    report = json.loads((out / f"{stem}_quant_report.json").read_text())
+    cosines = {e["variant"]: e["outputs"]["logits"]["cosine_pooled"] for e in report["files"]}
+    assert set(cosines) == {"dynamic_range_quant", "integer_quant", "full_integer_quant",
+                            "integer_quant_with_int16_act",
+                            "full_integer_quant_with_int16_act"}, cosines
+    assert min(cosines.values()) > 0.99, cosines
+    assert cosines["integer_quant_with_int16_act"] > 0.9999, cosines
+    runner = Interpreter(model_path=str(out / f"{stem}_full_integer_quant.tflite")
+                         ).get_signature_runner("serving_default")
+    (entry,), (result,) = (runner.get_input_details().values(),
+                           runner.get_output_details().values())
+    assert entry["dtype"] == np.int8 and result["dtype"] == np.int8
+    from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
+
+    model = unpack_model((out / f"{stem}_integer_quant.tflite").read_bytes())
+    graph = model.subgraphs[0]
+    convs = [op for op in graph.operators if op_name(model, op) == "CONV_2D"]
+    assert convs and all((graph.tensors[op.inputs[1]].type, graph.tensors[op.inputs[2]].type)
+                         == (9, 2) for op in convs)  # INT8 kernels, INT32 biases
+
+
+def test_cli_direct_integer_files_refuse_what_needs_tf(tmp_path):
+    """--tflite_writer direct -oiqt with --keep_float (found through the Keras layers):
+    exit 2, saying what to leave out; auto converts it with TF."""
+    code, out = run_cli("-i", MOBILENET, "-o", tmp_path / "out", "-dms", "-oiqt",
+                        "--keep_float", "conv1", "--tflite_writer", "direct")
+    assert code == 2 and "--keep_float" in out, out
+
+
 @pytest.mark.parametrize("flags", [["-dms"], []], ids=["dms", "default"])
 def test_cli_a_model_without_weights(tmp_path, flags):
     """No float32 weights to halve: the float16 file is the float32 one."""
