@@ -191,6 +191,9 @@ class _Quantizer:
             rule.kernel, rule.bias) and (rule.values is None or pos in rule.values)
             and self.tensor(i).type == TT.FLOAT32]
 
+    def float_outputs(self, op) -> list[int]:
+        return [int(t) for t in op.outputs if self.tensor(t).type == TT.FLOAT32]
+
     def rule_of(self, op) -> Rule | None:
         """The rule `op` is quantized by, or None: it stays float."""
         rule = RULES.get(op_name(self.model, op))
@@ -202,8 +205,8 @@ class _Quantizer:
         if rule.values is not None and len(values) != len(
                 [p for p in rule.values if p < len(op.inputs) and op.inputs[p] >= 0]):
             return None  # a value input that is not float (indices, integers)
-        if not values or all(self.constant(i) for i in values):
-            return None
+        if not values or all(self.constant(i) for i in op.inputs if i >= 0):
+            return None  # computes on constants alone (a GATHER of a table by indices does not)
         if any(not self.constant(i) and self.measured(i) is None for i in values):
             return None
         for pos in (rule.kernel, rule.bias):
@@ -218,10 +221,11 @@ class _Quantizer:
         outputs = [self.tensor(t) for t in op.outputs]
         if rule.output == READS:
             return rule if all(t.type != TT.FLOAT32 for t in outputs) else None
-        if any(t.type != TT.FLOAT32 for t in outputs):
-            return None
+        if not self.float_outputs(op) or any(
+                t.type not in (TT.FLOAT32, TT.INT32, TT.INT64) for t in outputs):
+            return None  # (a TOPK_V2's indices beside its values are fine)
         if rule.output not in (SAME, FIXED) and any(self.measured(t) is None
-                                                   for t in op.outputs):
+                                                   for t in self.float_outputs(op)):
             return None
         if rule.output == FIXED and (rule.fixed16 if self.type == TT.INT16
                                      else rule.fixed8) is None:
@@ -245,8 +249,8 @@ class _Quantizer:
         ops = self.graph.operators
         for k, rule in chosen.items():
             if rule.output == SAME:
-                first = self.find(ops[k].outputs[0])
-                for t in [*ops[k].outputs[1:], *self.values[k]]:
+                first = self.find(self.written[k][0])
+                for t in [*self.written[k][1:], *self.values[k]]:
                     self.parent[self.find(t)] = first
         members: dict[int, list[int]] = {}
         for t in list(self.parent):
@@ -294,8 +298,10 @@ class _Quantizer:
             self.reciprocal(op)
         self.chosen = chosen = {k: r for k, op in enumerate(ops)
                                 if (r := self.rule_of(op)) is not None}
-        # the value inputs, read before any is retyped
+        # the value inputs and outputs, read before any is retyped
         self.values = {k: self.value_inputs(ops[k], r) for k, r in chosen.items()}
+        self.written = {k: self.float_outputs(ops[k]) if r.output != READS else []
+                        for k, r in chosen.items()}
         self.readers: dict[int, list[int]] = {}
         for k, op in enumerate(ops):
             for i in op.inputs:
@@ -304,12 +310,11 @@ class _Quantizer:
         for k, rule in chosen.items():
             for i in self.values[k]:
                 self.find(i)
-            if rule.output != READS:
-                for t in ops[k].outputs:
-                    self.find(t)
+            for t in self.written[k]:
+                self.find(t)
         self.plan_groups(chosen)
         self.names = {self.tensor(t).name.decode() for k in chosen for t in ops[k].outputs}
-        integer = {t for k, r in chosen.items() if r.output != READS for t in ops[k].outputs}
+        integer = {t for k in chosen for t in self.written[k]}
         for t in integer:
             tensor = self.tensor(t)
             tensor.type, tensor.quantization = self.type, self.grid(t).params()
@@ -363,8 +368,8 @@ class _Quantizer:
                 continue
             if self.constant(i):
                 inputs[pos] = self.constant_codes(i, self.operand_grid(op, i))
-            elif rule.output == SAME and self.grid(i) != self.grid(op.outputs[0]):
-                inputs[pos] = self.view(i, self.type, self.grid(op.outputs[0]))
+            elif rule.output == SAME and self.grid(i) != self.grid(self.written[k][0]):
+                inputs[pos] = self.view(i, self.type, self.grid(self.written[k][0]))
             else:
                 inputs[pos] = self.view(i, self.type)
         if rule.bias is not None and rule.bias < len(op.inputs) and op.inputs[rule.bias] >= 0:

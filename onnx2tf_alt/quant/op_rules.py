@@ -103,6 +103,7 @@ RULES: dict[str, Rule] = {
     "MAXIMUM": Rule(SAME),
     "MINIMUM": Rule(SAME),
     "SELECT_V2": Rule(SAME, values=(1, 2), int16=False),
+    "TOPK_V2": Rule(SAME, values=(0,), int16=False),
     "ARG_MAX": Rule(READS, values=(0,)),
     "ARG_MIN": Rule(READS, values=(0,)),
 }
