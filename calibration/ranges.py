@@ -198,12 +198,17 @@ def remeasured(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
 
 
 def with_ranges(content: bytes, ranges: dict[int, tuple]) -> tuple[bytes, int]:
-    """(`content` with the range of each float tensor of `ranges` recorded (replaced, or
-    added where none was: the direct writer's file), how many changed by more than 1%)."""
+    """(`content` with the range of each float tensor of `ranges` recorded, how many changed
+    by more than 1%). A calibrated file's recorded ranges are replaced and no others added
+    (TF's calibrator leaves some tensors unrecorded on purpose: the quantizer derives them
+    from their neighbours); a file without any (the direct writer's) gets every one."""
     model = unpack_model(content)
+    tensors = model.subgraphs[0].tensors
+    fresh = not any(_recorded(t) for t in tensors)
     changed = 0
-    for index, tensor in enumerate(model.subgraphs[0].tensors):
-        if index not in ranges or tensor.type != schema.TensorType.FLOAT32:
+    for index, tensor in enumerate(tensors):
+        if index not in ranges or tensor.type != schema.TensorType.FLOAT32 or not (
+                fresh or _recorded(tensor)):
             continue
         low, high = ranges[index]
         if not _recorded(tensor):

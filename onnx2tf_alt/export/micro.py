@@ -402,7 +402,7 @@ def blocking_ops(model, origins: list[list[dict]], input_names: dict[int, str],
                 subgraph.tensors[t].type == schema.TensorType.FLOAT32 for t in outputs):
             hint = OP_HINTS.get(name, "replace it with ops that quantize")
             lines.append(f"{where} computes in float32 (kept in float by --keep_float / "
-                         "--keep_float_auto, or TF's quantizer has no integer form of it): "
+                         "--keep_float_auto, or the quantizer has no integer kernel for it): "
                          "the micro target takes integer kernels only; leave the node out of "
                          f"those flags, or {hint}")
         if dynamic.intersection(outputs) and not dynamic.intersection(inputs):
