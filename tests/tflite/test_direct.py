@@ -34,6 +34,21 @@ RNG = np.random.default_rng(7)
 MOBILENET = os.path.join(os.path.dirname(__file__), "..", "data", "mobilenet_block.onnx")
 
 
+def run_without_tensorflow(*args: str, timeout: int = 300) -> None:
+    """The CLI with `args` in a fresh process, which must exit 0 without ever loading
+    TensorFlow (this one may have it loaded)."""
+    script = (
+        "import sys\n"
+        "from onnx2tf_alt.cli.main import main\n"
+        f"code = main({list(map(str, args))!r})\n"
+        "assert 'tensorflow' not in sys.modules and 'tf_keras' not in sys.modules\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=cli_env(), timeout=timeout, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 @pytest.fixture(autouse=True)
 def _values_of_this_test(request):
     """Each test draws its own values, seeded by its name, whatever ran before it in this
@@ -466,16 +481,7 @@ def test_cli_run_imports_no_tensorflow_and_matches_the_tf_route(tmp_path):
 
     from onnx2tf_alt.tflite.run import run_signature
 
-    script = (
-        "import sys\n"
-        "from onnx2tf_alt.cli.main import main\n"
-        f"code = main(['-i', {MOBILENET!r}, '-o', {str(tmp_path / 'direct')!r}, '-dms', '-n'])\n"
-        "assert 'tensorflow' not in sys.modules and 'tf_keras' not in sys.modules\n"
-        "sys.exit(code)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=cli_env(), timeout=300, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    run_without_tensorflow("-i", MOBILENET, "-o", tmp_path / "direct", "-dms", "-n")
     code, out = run_cli("-i", MOBILENET, "-o", tmp_path / "tf", "-dms", "--tflite_writer", "tf",
                         "-n")
     assert code == 0, out
@@ -575,17 +581,7 @@ def test_cli_dynamic_range_and_int4_files_need_no_tensorflow(tmp_path):
     from onnx2tf_alt.tflite.run import run_signature
 
     out = tmp_path / "out"
-    script = (
-        "import sys\n"
-        "from onnx2tf_alt.cli.main import main\n"
-        f"code = main(['-i', {MOBILENET!r}, '-o', {str(out)!r}, '-dms', '-odrqt', '-oi4', "
-        "'-n'])\n"
-        "assert 'tensorflow' not in sys.modules and 'tf_keras' not in sys.modules\n"
-        "sys.exit(code)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=cli_env(), timeout=300, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    run_without_tensorflow("-i", MOBILENET, "-o", out, "-dms", "-odrqt", "-oi4", "-n")
     stem = "mobilenet_block"
     report = json.loads((out / f"{stem}_quant_report.json").read_text())
     (entry,) = report["files"]
@@ -609,16 +605,7 @@ def test_cli_integer_files_need_no_tensorflow(tmp_path):
     from ai_edge_litert.interpreter import Interpreter
 
     out = tmp_path / "out"
-    script = (
-        "import sys\n"
-        "from onnx2tf_alt.cli.main import main\n"
-        f"code = main(['-i', {MOBILENET!r}, '-o', {str(out)!r}, '-dms', '-oiqt', '-n'])\n"
-        "assert 'tensorflow' not in sys.modules and 'tf_keras' not in sys.modules\n"
-        "sys.exit(code)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=cli_env(), timeout=600, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    run_without_tensorflow("-i", MOBILENET, "-o", out, "-dms", "-oiqt", "-n", timeout=600)
     stem = "mobilenet_block"
     report = json.loads((out / f"{stem}_quant_report.json").read_text())
     cosines = {e["variant"]: e["outputs"]["logits"]["cosine_pooled"] for e in report["files"]}
