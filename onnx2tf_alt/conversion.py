@@ -165,11 +165,13 @@ def convert(
     direct writer (tflite/direct.py) when it covers every node, else TF's
     converter, said at info level; "direct" the direct writer or a ConversionError naming
     the first node it does not cover. With only .tflite files asked for
-    (`disable_model_save`, no Keras, INT8, micro or checked files) the direct writer needs
-    no TensorFlow and no Keras model (None is returned): the float32 and float16 files, the
-    dynamic-range and int4 ones made from them, --signature and --litertlm files; with a
-    saved_model or Keras files beside them, or with INT8, checked or micro files (which read
-    the float32 file only as their reference; no int4 file, no --signature), "auto" writes
+    (`disable_model_save`, no Keras or checked files) the direct writer needs no TensorFlow
+    and no Keras model (None is returned): the float32 and float16 files, the dynamic-range,
+    int4, INT8 and INT16 ones made from them (the latter not with `keep_float`,
+    `keep_float_auto`, onnxruntime's calibration methods or a QDQ model, which TF's
+    converter serves), micro ones, --signature and --litertlm files; with a
+    saved_model or Keras files beside them, or with checked files or what needs TF (which
+    read the float32 file only as their reference; no int4 file, no --signature), "auto" writes
     the .tflite files directly from the plan the Keras model was built from; "direct" takes
     only the first case.
 
@@ -237,7 +239,7 @@ def convert(
     # what the direct writer makes without TF: the float32 file and those made from it
     # (float16, -oi4, -odrqt)
     direct = _direct_asked(tflite_writer, output_tflite and disable_model_save and not any((
-        output_h5, output_keras_v3, check, micro)) and (
+        output_h5, output_keras_v3, check)) and (
         not output_integer_quantized_tflite or _quantized_directly(
             keep_float, keep_float_auto, calibration_method)))
     spilled_before = set(ir_weights.SPILLED)
@@ -312,7 +314,8 @@ def convert(
                     def beside(converted, stage):  # what the float32 file makes
                         return _made_from_direct(
                             converted, stage, stem, int4, quant_options, custom_data,
-                            quant_norm_mean, quant_norm_std, not non_verbose)
+                            quant_norm_mean, quant_norm_std, not non_verbose,
+                            micro, copy_onnx_input_output_names_to_tflite)
 
                     written = _write_direct(planned, folder, stem, tflite_writer, sources,
                                             command, copy_onnx_input_output_names_to_tflite,
@@ -415,9 +418,9 @@ def _direct_asked(tflite_writer: str, tflite_only: bool) -> bool:
                          f"got '{tflite_writer}'.")
     if tflite_writer == "direct" and not tflite_only:
         raise InputError(
-            "--tflite_writer direct writes the float32, float16, -odrqt, -oiqt and -oi4 "
-            ".tflite files (--signature and --litertlm ones too): add -dms, and leave out "
-            "-oh5, -okv3, -coto/-cotof, --target, and beside -oiqt --keep_float, "
+            "--tflite_writer direct writes the float32, float16, -odrqt, -oiqt, -oi4 and "
+            "--target micro .tflite files (--signature and --litertlm ones too): add -dms, "
+            "and leave out -oh5, -okv3, -coto/-cotof, and beside -oiqt --keep_float, "
             "--keep_float_auto, onnxruntime's calibration methods and QDQ models (or use "
             "--tflite_writer auto).")
     return tflite_writer != "tf" and tflite_only
@@ -544,12 +547,18 @@ def _fits_beside_keras(graph) -> bool:
 
 
 def _made_from_direct(converted: Converted, stage: str, stem: str, int4: bool, quant_options,
-                      custom_data, mean, std, print_table: bool) -> list[str]:
-    """The files made from the direct writer's float32 file in `stage`: -oi4's, and
-    -odrqt's with its quant report (quant/quantize.py, which needs no TF for it)."""
+                      custom_data, mean, std, print_table: bool, micro: bool = False,
+                      onnx_names: bool = False) -> list[str]:
+    """The files made from the direct writer's float32 file in `stage`: -oi4's, -odrqt's
+    and -oiqt's with their quant report (quant/quantize.py and the own quantizer need no TF
+    for them), and --target micro's check of the full-integer file."""
     written = []
     if int4:
         written.append(_write_int4(None, stage, stem))
+    if micro:
+        from onnx2tf_alt.export.micro import check_micro_shapes
+
+        check_micro_shapes(converted.graph, f"{stem}_full_integer_quant.tflite")
     if quant_options.any:
         from onnx2tf_alt.quant.quantize import plan_quantization, write_quantized
 
@@ -558,6 +567,9 @@ def _made_from_direct(converted: Converted, stage: str, stem: str, int4: bool, q
             written += write_quantized(converted, stage, stem, plan,
                                        os.path.join(stage, f"{stem}_float32.tflite"),
                                        print_table=print_table)
+        if micro:
+            with phase("micro"):
+                written.append(_check_micro(converted, stage, stem, plan, onnx_names))
     return written
 
 

@@ -375,3 +375,33 @@ def test_gelu_and_pow_take_the_forms_tflite_micro_runs(tmp_path):
     names = {op["op"] for op in report["ops"]}
     assert not names & {"GELU", "POW"}, names
     assert report["arena_bytes"] > 0 and report["samples"] > 0
+
+
+def test_dms_micro_files_need_no_tensorflow(tmp_path):
+    """-dms --target micro: the full-integer file is calibrated on the direct writer's file,
+    quantized by the own quantizer and checked on TFLite Micro in a process that never
+    loads TF; its outputs there are those of ai-edge-litert's kernels within 1 LSB, every op
+    names its ONNX nodes."""
+    import subprocess
+    import sys
+
+    from cli_runner import cli_env
+
+    path = conv_pool_cnn(tmp_path)
+    out = tmp_path / "out"
+    script = (
+        "import sys\n"
+        "from onnx2tf_alt.cli.main import main\n"
+        f"code = main(['-i', {str(path)!r}, '-o', {str(out)!r}, '-dms', '--target', 'micro', "
+        "'-n'])\n"
+        "assert 'tensorflow' not in sys.modules and 'tf_keras' not in sys.modules\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=cli_env(), timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = micro_report(str(out), "conv_pool")
+    for compared in (report["outputs"], report["outputs_reference_kernels"]):
+        for found in compared.values():
+            assert found["unit"] == "LSB" and found["max_abs_diff"] <= 1, compared
+    assert all(o["resolver_call"] and o["onnx_nodes"] for o in report["ops"]), report["ops"]
