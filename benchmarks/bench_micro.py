@@ -112,11 +112,11 @@ def export(out_dir: str) -> None:
 
 
 # --- conversion and figures -------------------------------------------------------------------
-def convert(out_dir: str, name: str) -> dict:
+def convert(out_dir: str, name: str, flags: tuple = ()) -> dict:
     input_name, _, image = MODELS[name]
-    output = os.path.join(out_dir, f"out_{name}")
+    output = os.path.join(out_dir, f"out_{name}{'_'.join(('', *flags)).replace('-', '')}")
     command = [sys.executable, "-m", "onnx2tf_alt", "-i", os.path.join(out_dir, f"{name}.onnx"),
-               "-o", output, "--target", "micro", "-n"]
+               "-o", output, "--target", "micro", "-n", *flags]
     if not image:
         command += ["-cind", input_name, os.path.join(out_dir, f"{name}.npy")]
     start = time.perf_counter()
@@ -164,6 +164,8 @@ def main() -> None:
     parser.add_argument("--export_only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--dms", action="store_true",
+                        help="convert with -dms too (no TensorFlow), each model both ways")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     if args.export_only:
@@ -176,8 +178,10 @@ def main() -> None:
                         "--export_only"], check=True)
     rows = []
     for name in args.models:
-        rows.append(convert(args.out_dir, name))
-        print(json.dumps(rows[-1]), flush=True)
+        for flags in ((), ("-dms",)) if args.dms else ((),):
+            rows.append(convert(args.out_dir, name, flags))
+            rows[-1]["model"] += " -dms" if flags else ""
+            print(json.dumps(rows[-1]), flush=True)
     print(table(rows))
     if args.json:
         with open(args.json, "w") as f:
