@@ -167,8 +167,8 @@ def convert(
     the first node it does not cover. With only .tflite files asked for
     (`disable_model_save`, no Keras or checked files) the direct writer needs no TensorFlow
     and no Keras model (None is returned): the float32 and float16 files, the dynamic-range,
-    int4, INT8 and INT16 ones made from them (the latter not with `keep_float`,
-    `keep_float_auto`, onnxruntime's calibration methods or a QDQ model, which TF's
+    int4, INT8 and INT16 ones made from them (the latter not with `keep_float_auto`,
+    onnxruntime's calibration methods or a QDQ model, which TF's
     converter serves), micro ones, --signature and --litertlm files; with a
     saved_model or Keras files beside them, or with checked files or what needs TF (which
     read the float32 file only as their reference; no int4 file, no --signature), "auto" writes
@@ -241,7 +241,7 @@ def convert(
     direct = _direct_asked(tflite_writer, output_tflite and disable_model_save and not any((
         output_h5, output_keras_v3, check)) and (
         not output_integer_quantized_tflite or _quantized_directly(
-            keep_float, keep_float_auto, calibration_method)))
+            keep_float_auto, calibration_method)))
     spilled_before = set(ir_weights.SPILLED)
     progress.enable(not non_verbose)
     try:
@@ -420,22 +420,21 @@ def _direct_asked(tflite_writer: str, tflite_only: bool) -> bool:
         raise InputError(
             "--tflite_writer direct writes the float32, float16, -odrqt, -oiqt, -oi4 and "
             "--target micro .tflite files (--signature and --litertlm ones too): add -dms, "
-            "and leave out -oh5, -okv3, -coto/-cotof, and beside -oiqt --keep_float, "
-            "--keep_float_auto, onnxruntime's calibration methods and QDQ models (or use "
+            "and leave out -oh5, -okv3, -coto/-cotof, and beside -oiqt --keep_float_auto, "
+            "onnxruntime's calibration methods and QDQ models (or use "
             "--tflite_writer auto).")
     return tflite_writer != "tf" and tflite_only
 
 
-def _quantized_directly(keep_float, keep_float_auto, calibration_method: str) -> bool:
+def _quantized_directly(keep_float_auto, calibration_method: str) -> bool:
     """Whether the INT8 files can be made without TF: their ranges measured on the direct
-    writer's file and quantized by the own quantizer. Nodes kept float are found through
-    the Keras layers (quant/sensitivity.py), onnxruntime's ranges become FakeQuantize ops
-    that TF's converter quantizes."""
+    writer's file and quantized by the own quantizer. --keep_float_auto ranks the ops by
+    the Keras model's gradient (quant/sensitivity.py), onnxruntime's ranges become
+    FakeQuantize ops that TF's converter quantizes."""
     from calibration.methods import BY_NAME, ONNXRUNTIME
 
     method = BY_NAME.get(calibration_method)
-    return not keep_float and keep_float_auto is None and (
-        method is None or method.measurer != ONNXRUNTIME)
+    return keep_float_auto is None and (method is None or method.measurer != ONNXRUNTIME)
 
 
 def _has_qdq_pairs(model: onnx.ModelProto) -> bool:

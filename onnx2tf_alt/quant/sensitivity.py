@@ -100,8 +100,11 @@ def node_layers(converted) -> dict[str, set[str]]:
 
 def op_infos(calibrated: bytes, converted) -> list[OpInfo]:
     """Every op of a calibrated flatbuffer with the ONNX nodes its fused name carries
-    ('model/<layer>/<op>' segments joined by ';')."""
+    ('model/<layer>/<op>' segments joined by ';'; the direct writer's '<node>/<what>')."""
     from ai_edge_litert.interpreter import Interpreter
+
+    if converted.result.model is None:
+        return _direct_op_infos(calibrated, converted)
 
     prefix = f"{converted.result.model.name}/"
     by_layer: dict[str, list[str]] = {}
@@ -124,6 +127,29 @@ def op_infos(calibrated: bytes, converted) -> list[OpInfo]:
                     nodes[node] = None
         users = [k for t in op["outputs"] for k in readers.get(int(t), [])]
         infos.append(OpInfo(op["index"], op["op_name"], tensor, list(nodes), users))
+    return infos
+
+
+def _direct_op_infos(calibrated: bytes, converted) -> list[OpInfo]:
+    """op_infos of the direct writer's file, whose tensors name their ONNX nodes
+    (export/delegates.onnx_origins): no Keras layers, no TensorFlow."""
+    from onnx2tf_alt.export.delegates import onnx_origins
+    from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
+
+    model = unpack_model(calibrated)
+    graph = model.subgraphs[0]
+    keys = {node.name: node_key(node) for node in converted.graph.nodes}
+    readers: dict[int, list[int]] = {}
+    for k, op in enumerate(graph.operators):
+        for t in op.inputs:
+            readers.setdefault(int(t), []).append(k)
+    infos = []
+    for k, (op, nodes) in enumerate(zip(graph.operators, onnx_origins(
+            model, converted.result, converted.graph))):
+        if len(op.outputs):
+            users = [r for t in op.outputs for r in readers.get(int(t), [])]
+            infos.append(OpInfo(k, op_name(model, op), graph.tensors[op.outputs[0]].name.decode(),
+                                [keys.get(n["name"], n["name"]) for n in nodes], users))
     return infos
 
 

@@ -629,11 +629,29 @@ def test_cli_integer_files_need_no_tensorflow(tmp_path):
 
 
 def test_cli_direct_integer_files_refuse_what_needs_tf(tmp_path):
-    """--tflite_writer direct -oiqt with --keep_float (found through the Keras layers):
-    exit 2, saying what to leave out; auto converts it with TF."""
+    """--tflite_writer direct -oiqt with --keep_float_auto (it ranks ops by the Keras
+    model's gradient): exit 2, saying what to leave out; auto converts it with TF."""
     code, out = run_cli("-i", MOBILENET, "-o", tmp_path / "out", "-dms", "-oiqt",
-                        "--keep_float", "conv1", "--tflite_writer", "direct")
-    assert code == 2 and "--keep_float" in out, out
+                        "--keep_float_auto", "0.99", "--tflite_writer", "direct")
+    assert code == 2 and "--keep_float_auto" in out, out
+
+
+def test_cli_keep_float_needs_no_tensorflow(tmp_path):
+    """-dms -oiqt --keep_float NODE: the direct file's tensors name their nodes, so the
+    node's ops and their readers stay float without TF; the rest is int8."""
+    from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
+
+    out = tmp_path / "out"
+    run_without_tensorflow("-i", MOBILENET, "-o", out, "-dms", "-oiqt", "--keep_float",
+                           "/block/block.3/Conv", "-n", timeout=600)
+    model = unpack_model((out / "mobilenet_block_integer_quant.tflite").read_bytes())
+    graph = model.subgraphs[0]
+    types = {op_name(model, op): [] for op in graph.operators}
+    for op in graph.operators:
+        types[op_name(model, op)].append(graph.tensors[op.outputs[0]].type)
+    assert types["DEPTHWISE_CONV_2D"] == [0], types  # the node: float32
+    assert sorted(types["CONV_2D"]) == [0, 9, 9], types  # its reader float, the others int8
+    assert types["FULLY_CONNECTED"] == [9] and types["ADD"] == [9], types
 
 
 @pytest.mark.parametrize("flags", [["-dms"], []], ids=["dms", "default"])
