@@ -16,6 +16,7 @@ import logging
 import os
 import textwrap
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -507,29 +508,49 @@ def run_tflite(content: bytes | str, converted, samples: list[dict[str, np.ndarr
                ) -> list[dict]:
     """Outputs {ONNX name: value in ONNX order, dequantized} of a .tflite (its bytes, or
     its path) per sample; float inputs are quantized with the file's input parameters
-    where its inputs are integers."""
+    where its inputs are integers. The samples are shared among one interpreter per core
+    (the interpreter lets go of Python while it runs: the INT16 files, on TFLite's
+    single-threaded reference kernels, measure twice as fast on two cores), but for a file
+    past PARALLEL_TFLITE_BYTES, which one interpreter holds."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     result = converted.result
-    if isinstance(content, str):
-        # a file over REFERENCE_TFLITE_BYTES runs on TFLite's reference kernels: XNNPACK
-        # would pack its weights once more in memory (same values, slower)
-        large = os.path.getsize(content) > REFERENCE_TFLITE_BYTES
-        interpreter = Interpreter(
-            model_path=content, experimental_op_resolver_type=(
-                OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if large
-                else OpResolverType.AUTO))
-    else:
-        interpreter = Interpreter(model_content=content if isinstance(content, bytes)
-                                  else bytes(content))  # a memory-mapped file
-    runner = interpreter.get_signature_runner("serving_default")
-    inputs, outputs = runner.get_input_details(), runner.get_output_details()
-    results = []
-    for sample in progress.each(samples, "measuring"):
-        feeds = {k: as_input(v, inputs[k]) for k, v in result.to_physical(sample).items()}
-        raw = run_signature(interpreter, feeds)
-        results.append(result.to_onnx({key: dequantized(raw[key], outputs[key]) for key in raw}))
-    return results
+    size = os.path.getsize(content) if isinstance(content, str) else len(content)
+    # a file over REFERENCE_TFLITE_BYTES runs on TFLite's reference kernels: XNNPACK would
+    # pack its weights once more in memory (same values, slower)
+    resolver = (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+                if size > REFERENCE_TFLITE_BYTES else OpResolverType.AUTO)
+    workers = max(1, min(os.cpu_count() or 1, len(samples)))
+    if size > PARALLEL_TFLITE_BYTES:
+        workers = 1
+
+    def run(chunk: list[int], counter) -> list[tuple[int, dict]]:
+        if isinstance(content, str):
+            interpreter = Interpreter(model_path=content, experimental_op_resolver_type=resolver)
+        else:
+            interpreter = Interpreter(model_content=content if isinstance(content, bytes)
+                                      else bytes(content))  # a memory-mapped file
+        runner = interpreter.get_signature_runner("serving_default")
+        inputs, outputs = runner.get_input_details(), runner.get_output_details()
+        found = []
+        for k in chunk:
+            counter.begin()  # (a counter shared by the threads: its count may lag by one)
+            feeds = {key: as_input(v, inputs[key])
+                     for key, v in result.to_physical(samples[k]).items()}
+            raw = run_signature(interpreter, feeds)
+            found.append((k, result.to_onnx({key: dequantized(raw[key], outputs[key])
+                                             for key in raw})))
+        return found
+
+    chunks = [list(range(len(samples)))[w::workers] for w in range(workers)]
+    with progress.counting("measuring", len(samples)) as counter:
+        if workers == 1:
+            ordered = run(chunks[0], counter)
+        else:
+            with ThreadPoolExecutor(workers) as pool:
+                ordered = [r for part in pool.map(run, chunks, [counter] * workers)
+                           for r in part]
+    return [value for _, value in sorted(ordered, key=lambda r: r[0])]
 
 
 @dataclass
@@ -700,6 +721,7 @@ def plan_quantization(
 
 
 REFERENCE_TFLITE_BYTES = 1 << 30  # larger float32 files: see _reference_outputs
+PARALLEL_TFLITE_BYTES = 256 << 20  # larger files are measured by one interpreter
 
 
 def write_quantized(
