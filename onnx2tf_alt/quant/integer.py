@@ -41,6 +41,10 @@ from onnx2tf_alt.tflite.flatbuffer import (
 
 log = logging.getLogger("onnx2tf_alt")
 MAX_REFUSED = 32  # ops kept float because the interpreter refuses their integer kernel
+# the arithmetic of a power spectrum before its LOG (before_log), and how far back it goes
+POWER_OPS = {"MUL", "ADD", "SUB", "SUM", "MEAN", "SQRT", "ABS", "SQUARED_DIFFERENCE",
+             "MAXIMUM"}
+MAX_LOG_CHAIN = 8
 
 TT = schema.TensorType
 IO_TYPES = {"float32": TT.FLOAT32, "int8": TT.INT8, "uint8": TT.UINT8, "int16": TT.INT16}
@@ -296,6 +300,7 @@ class _Quantizer:
         ops = self.graph.operators
         for op in ops:
             self.reciprocal(op)
+        self.float_tensors |= self.before_log()
         self.chosen = chosen = {k: r for k, op in enumerate(ops)
                                 if (r := self.rule_of(op)) is not None}
         # the value inputs and outputs, read before any is retyped
@@ -335,6 +340,27 @@ class _Quantizer:
         for t in self.graph.tensors:  # the calibrated ranges are not part of a float tensor
             if t.type == TT.FLOAT32 and t.quantization is not None:
                 t.quantization = None
+
+    def before_log(self) -> set[str]:
+        """The outputs of the arithmetic that feeds a LOG (a power spectrum: squares, their
+        sum, a root, a scale, an epsilon), which stay float. Its values span many decades
+        (basic-pitch's CQT: 1e-29 to 270) and the LOG needs each one to a few percent: a
+        fixed-point grid of 289 / 32767 made every quiet bin log(1e-10) and took the
+        INT16 file's cosine to 0.92 (0.94 kept float)."""
+        writer = {int(o): op for op in self.graph.operators for o in op.outputs}
+        kept: set[str] = set()
+        for op in self.graph.operators:
+            if op_name(self.model, op) != "LOG":
+                continue
+            pending, steps = [int(op.inputs[0])], 0
+            while pending and steps < MAX_LOG_CHAIN:
+                producer = writer.get(pending.pop())
+                if producer is None or op_name(self.model, producer) not in POWER_OPS:
+                    continue
+                steps += 1
+                kept |= {self.tensor(t).name.decode() for t in producer.outputs}
+                pending += [int(i) for i in producer.inputs if i >= 0 and not self.constant(i)]
+        return kept
 
     def reciprocal(self, op) -> None:
         """A DIV by a constant becomes a MUL by its reciprocal, as TF's converter writes it:

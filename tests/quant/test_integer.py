@@ -315,3 +315,32 @@ def test_ranges_on_the_direct_file_need_no_tensorflow():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def log_spectrum_model():
+    """A conv, its power (x * x summed over channels), a root, an epsilon and a LOG: the
+    values before the LOG span many decades."""
+    nodes = [
+        node("Conv", ["x", "w", "b"], "c"),
+        node("Mul", ["c", "c"], "p"),
+        node("ReduceSum", ["p", "axes"], "s", keepdims=1),
+        node("Sqrt", ["s"], "m"),
+        node("Add", ["m", "eps"], "e"),
+        node("Log", ["e"], "y"),
+    ]
+    init = {"w": weights(6, 2, 1, 1), "b": np.zeros(6, np.float32),
+            "axes": np.array([1], np.int64), "eps": np.float32(1e-10)}
+    x = np.zeros((1, 2, 9, 9), np.float32)
+    return make_model(nodes, {"x": x}, ["y"], init), "x", (1, 2, 9, 9)
+
+
+def test_the_arithmetic_before_a_log_stays_float():
+    """The power spectrum feeding a LOG stays float in both files (its quiet values would
+    all be one code on a fixed-point grid); the conv before it is quantized."""
+    calibrated = Calibrated(log_spectrum_model)
+    for activations, code in (("int8", INT8), ("int16", INT16)):
+        content = quantize(calibrated.content, activations=activations)
+        types = {name: outputs[0][0] for name, _, outputs in _ops(content)
+                 if name not in ("QUANTIZE", "DEQUANTIZE")}
+        assert types["CONV_2D"] == code, (activations, types)
+        assert {types[k] for k in ("MUL", "SUM", "SQRT", "ADD", "LOG")} == {FLOAT32}, types
