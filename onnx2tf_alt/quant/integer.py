@@ -25,11 +25,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from onnx2tf_alt.quant.grids import IO_TYPES, LIMITS, NUMPY, TT, Grid, activation_grid, fits
+from onnx2tf_alt.quant.integer_io import integer_io, renumber_signature
 from onnx2tf_alt.quant.op_rules import FIXED, READS, RULES, SAME, Rule
 from onnx2tf_alt.tflite.flatbuffer import (
     op_name,
@@ -46,11 +47,6 @@ POWER_OPS = {"MUL", "ADD", "SUB", "SUM", "MEAN", "SQRT", "ABS", "SQUARED_DIFFERE
              "MAXIMUM"}
 MAX_LOG_CHAIN = 8
 
-TT = schema.TensorType
-IO_TYPES = {"float32": TT.FLOAT32, "int8": TT.INT8, "uint8": TT.UINT8, "int16": TT.INT16}
-NUMPY = {TT.INT8: np.int8, TT.UINT8: np.uint8, TT.INT16: np.int16, TT.INT32: np.int32,
-         TT.INT64: np.int64}
-LIMITS = {TT.INT8: (-128, 127), TT.UINT8: (0, 255), TT.INT16: (-32767, 32767)}
 KERNEL_LIMIT = 127  # symmetric int8 weights: -128 is never used
 BIAS_TYPES = {TT.INT8: TT.INT32, TT.INT16: TT.INT64}
 BIAS_ROOM = 2.0**30  # largest int32 bias code
@@ -73,43 +69,6 @@ VERSIONS = {TT.INT8: {
     "STRIDED_SLICE": 4, "QUANTIZE": 3, "DEQUANTIZE": 4, "RESIZE_BILINEAR": 4,
     "RESIZE_NEAREST_NEIGHBOR": 4, "LEAKY_RELU": 2, "RELU": 3, "RELU6": 3,
 }}
-
-
-@dataclass(frozen=True)
-class Grid:
-    """An integer grid: value = scale * (code - zero_point)."""
-
-    scale: float
-    zero_point: int
-    type: int  # schema.TensorType
-
-    def params(self) -> schema.QuantizationParametersT:
-        q = schema.QuantizationParametersT()
-        q.scale, q.zeroPoint = [float(self.scale)], [int(self.zero_point)]
-        return q
-
-    def codes(self, value: np.ndarray) -> np.ndarray:
-        low, high = LIMITS[self.type]
-        return np.clip(np.round(value / self.scale) + self.zero_point, low, high).astype(
-            NUMPY[self.type])
-
-    def retyped(self, type_: int) -> Grid:
-        """The same values on `type_` (uint8 codes sit 128 above int8's)."""
-        shift = 128 if type_ == TT.UINT8 and self.type == TT.INT8 else 0
-        return Grid(self.scale, self.zero_point + shift, type_)
-
-
-def activation_grid(low: float, high: float, type_: int) -> Grid:
-    """The grid of a tensor whose values span [low, high]: asymmetric 8-bit with 0 on a
-    code, or symmetric 16-bit."""
-    low, high = min(float(low), 0.0), max(float(high), 0.0)
-    if type_ == TT.INT16:
-        return Grid(max(-low, high) / 32767 or 1.0, 0, type_)
-    qmin, qmax = LIMITS[type_]
-    scale = (high - low) / (qmax - qmin)
-    if scale <= 0 or not np.isfinite(scale):
-        return Grid(1.0, qmin if low == 0 else 0, type_)
-    return Grid(scale, int(np.clip(round(qmin - low / scale), qmin, qmax)), type_)
 
 
 def quantize(calibrated: bytes, per_tensor: bool = False, io_dtypes: tuple | None = None,
@@ -269,7 +228,7 @@ class _Quantizer:
             spans = [s for t in group if (s := self.span(t)) is not None]
             span = (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else (0.0, 0.0)
             kept = {fixed[t] for t in group if t in fixed}
-            if len(kept) == 1 and _fits(next(iter(kept)), span):
+            if len(kept) == 1 and fits(next(iter(kept)), span):
                 self.grids[root] = next(iter(kept))
                 continue
             self.grids[root] = activation_grid(*span, self.type)
@@ -543,60 +502,7 @@ class _Quantizer:
             t.name, self.tensor(view).name = t.name + b"/" + _type_name(t.type), t.name
             replaced[index] = view
             self.graph.outputs[position] = view
-        _renumber_signature(self.model, replaced, outputs=True)
-
-
-def integer_io(model, input_type: int, output_type: int) -> None:
-    """A quantized model's signature inputs and outputs on the integer grid (an
-    integer-only file): a float input that only QUANTIZE ops read becomes their int8 (or
-    int16) output, or holds uint8 codes they move to int8; a float output a DEQUANTIZE
-    writes becomes the integer tensor it reads, or a QUANTIZE's uint8 copy of it. Each
-    keeps the signature's name. Inputs and outputs of ops kept float stay float."""
-    graph = model.subgraphs[0]
-    ops = graph.operators
-    readers: dict[int, list] = {}
-    for op in ops:
-        for i in op.inputs:
-            readers.setdefault(int(i), []).append(op)
-    quantize = schema.BuiltinOperator.QUANTIZE
-    dequantize = schema.BuiltinOperator.DEQUANTIZE
-    dropped, inputs = set(), {}
-    for index in [int(i) for i in graph.inputs]:
-        t = graph.tensors[index]
-        users = readers.get(index, [])
-        if t.type != TT.FLOAT32 or not users or any(_builtin(model, op) != quantize
-                                                    for op in users):
-            continue
-        target = graph.tensors[int(users[0].outputs[0])]
-        if input_type == TT.UINT8 and target.type == TT.INT8:
-            grid = _grid_of(target)
-            t.type, t.quantization = TT.UINT8, grid.retyped(TT.UINT8).params()
-            continue
-        if len(users) > 1 or target.type != input_type:
-            continue
-        dropped.add(id(users[0]))
-        inputs[index] = int(users[0].outputs[0])
-        t.name, target.name = t.name + b"/float32", t.name
-    outputs = {}
-    writer = {int(o): op for op in ops for o in op.outputs}
-    for index in [int(i) for i in graph.outputs]:
-        op = writer.get(index)
-        if op is None or _builtin(model, op) != dequantize:
-            continue
-        source = int(op.inputs[0])
-        t, code = graph.tensors[index], graph.tensors[source]
-        if output_type == TT.UINT8 and code.type == TT.INT8:
-            op.opcodeIndex = opcode_index(model, quantize, 2)
-            t.type, t.quantization = TT.UINT8, _grid_of(code).retyped(TT.UINT8).params()
-        elif code.type == output_type and len(readers.get(index, [])) == 0:
-            dropped.add(id(op))
-            outputs[index] = source
-            t.name, code.name = t.name + b"/float32", t.name
-    graph.operators = [op for op in ops if id(op) not in dropped]
-    graph.inputs = [inputs.get(int(i), int(i)) for i in graph.inputs]
-    graph.outputs = [outputs.get(int(i), int(i)) for i in graph.outputs]
-    _renumber_signature(model, inputs, outputs=False)
-    _renumber_signature(model, outputs, outputs=True)
+        renumber_signature(self.model, replaced, outputs=True)
 
 
 def drop_unused(model) -> None:
@@ -627,23 +533,6 @@ def drop_unused(model) -> None:
             buffer.data = None
 
 
-def _renumber_signature(model, moved: dict[int, int], outputs: bool) -> None:
-    for signature in model.signatureDefs or []:
-        if signature.subgraphIndex == 0:
-            for entry in signature.outputs if outputs else signature.inputs:
-                entry.tensorIndex = moved.get(int(entry.tensorIndex), int(entry.tensorIndex))
-
-
-def _builtin(model, op) -> int:
-    code = model.operatorCodes[op.opcodeIndex]
-    return max(code.builtinCode, code.deprecatedBuiltinCode)
-
-
-def _grid_of(tensor) -> Grid:
-    q = tensor.quantization
-    return Grid(float(q.scale[0]), int(q.zeroPoint[0]), tensor.type)
-
-
 OP_KEYS = {schema.BuiltinOperator.QUANTIZE: "QUANTIZE",
            schema.BuiltinOperator.DEQUANTIZE: "DEQUANTIZE"}
 
@@ -663,15 +552,6 @@ def _general_int16_scales(op) -> None:
         if op.builtinOptions is None:
             op.builtinOptions = kinds[op.builtinOptionsType]()
         op.builtinOptions.potScaleInt16 = False
-
-
-def _fits(grid: Grid, span: tuple | None) -> bool:
-    """Whether values over `span` fit on `grid` (within a step)."""
-    if span is None:
-        return True
-    low, high = LIMITS[grid.type]
-    return (span[0] >= grid.scale * (low - grid.zero_point - 1)
-            and span[1] <= grid.scale * (high - grid.zero_point + 1))
 
 
 def _type_name(type_: int) -> bytes:

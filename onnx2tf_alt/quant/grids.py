@@ -1,0 +1,65 @@
+"""Integer grids of the quantized files: value = scale * (code - zero point).
+
+One place for the grids the own quantizer (quant/integer.py) gives tensors and for their
+codes: asymmetric 8-bit grids with 0 on a code, symmetric 16-bit ones, uint8 codes 128
+above int8's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+
+TT = schema.TensorType
+IO_TYPES = {"float32": TT.FLOAT32, "int8": TT.INT8, "uint8": TT.UINT8, "int16": TT.INT16}
+NUMPY = {TT.INT8: np.int8, TT.UINT8: np.uint8, TT.INT16: np.int16, TT.INT32: np.int32,
+         TT.INT64: np.int64}
+LIMITS = {TT.INT8: (-128, 127), TT.UINT8: (0, 255), TT.INT16: (-32767, 32767)}
+
+
+@dataclass(frozen=True)
+class Grid:
+    """An integer grid: value = scale * (code - zero_point)."""
+
+    scale: float
+    zero_point: int
+    type: int  # schema.TensorType
+
+    def params(self) -> schema.QuantizationParametersT:
+        q = schema.QuantizationParametersT()
+        q.scale, q.zeroPoint = [float(self.scale)], [int(self.zero_point)]
+        return q
+
+    def codes(self, value: np.ndarray) -> np.ndarray:
+        low, high = LIMITS[self.type]
+        return np.clip(np.round(value / self.scale) + self.zero_point, low, high).astype(
+            NUMPY[self.type])
+
+    def retyped(self, type_: int) -> Grid:
+        """The same values on `type_` (uint8 codes sit 128 above int8's)."""
+        shift = 128 if type_ == TT.UINT8 and self.type == TT.INT8 else 0
+        return Grid(self.scale, self.zero_point + shift, type_)
+
+
+def activation_grid(low: float, high: float, type_: int) -> Grid:
+    """The grid of a tensor whose values span [low, high]: asymmetric 8-bit with 0 on a
+    code, or symmetric 16-bit."""
+    low, high = min(float(low), 0.0), max(float(high), 0.0)
+    if type_ == TT.INT16:
+        return Grid(max(-low, high) / 32767 or 1.0, 0, type_)
+    qmin, qmax = LIMITS[type_]
+    scale = (high - low) / (qmax - qmin)
+    if scale <= 0 or not np.isfinite(scale):
+        return Grid(1.0, qmin if low == 0 else 0, type_)
+    return Grid(scale, int(np.clip(round(qmin - low / scale), qmin, qmax)), type_)
+
+
+def fits(grid: Grid, span: tuple | None) -> bool:
+    """Whether values over `span` fit on `grid` (within a step)."""
+    if span is None:
+        return True
+    low, high = LIMITS[grid.type]
+    return (span[0] >= grid.scale * (low - grid.zero_point - 1)
+            and span[1] <= grid.scale * (high - grid.zero_point + 1))
