@@ -56,6 +56,16 @@ def measured_ranges(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
     rows of methods.METHODS, not auto) over `feeds` (signature inputs, physical layout): the
     min and max of the finite values of every float tensor of the main subgraph that an op
     writes or the subgraph takes as input, clipped by the method."""
+    return measured_ranges_split(content, feeds, None, methods)[1]
+
+
+def measured_ranges_split(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
+                          split: int | None, methods: Sequence[str] = (MINMAX,)
+                          ) -> tuple[dict[str, dict[int, tuple]] | None,
+                                     dict[str, dict[int, tuple]]]:
+    """(measured_ranges over the first `split` feeds (None without a split), over all of
+    them), from one pair of passes: the first feeds' histograms share the bins of the whole
+    range, and their clipped ranges are clamped to their own min-max (never wider)."""
     unknown = {m for m in methods if m not in BY_NAME or BY_NAME[m].measurer != TFLITE_GRAPH
                or BY_NAME[m].algorithm not in ALGORITHMS}
     if unknown:
@@ -83,7 +93,10 @@ def measured_ranges(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
         return (float(value.min()), float(value.max())) if value.size else None
 
     ranges: dict[int, tuple] = {}
-    for feed in progress.each(feeds, "measuring ranges"):
+    head: dict[int, tuple] = {}  # over the first `split` feeds
+    for k, feed in enumerate(progress.each(feeds, "measuring ranges")):
+        if k == split:
+            head = dict(ranges)
         runner(**feed)
         for index, found in zip(watched, pool.map(span, watched)):
             if found is None:
@@ -92,27 +105,45 @@ def measured_ranges(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
             if index in ranges:
                 low, high = min(low, ranges[index][0]), max(high, ranges[index][1])
             ranges[index] = low, high
+    if split is not None and split >= len(feeds):
+        head = dict(ranges)
     measured = {m.name: ranges for m in rows if m.algorithm == MINMAX}
+    first = {m.name: head for m in rows if m.algorithm == MINMAX} if split is not None else None
     clipping = [m for m in rows if m.algorithm != MINMAX]
     if not clipping:
         pool.shutdown()
-        return measured
+        return first, measured
     counts = {index: np.zeros(BINS, np.int64) for index in ranges}
+    head_counts = {}
 
     def count(index: int) -> None:
         low, high = ranges[index]
         counts[index] += _histogram(_finite(interpreter.tensor(index)()), low, high)
 
     spread = [index for index, (low, high) in ranges.items() if high > low]
-    for feed in feeds:  # a second pass: the histograms need each tensor's whole range
+    for k, feed in enumerate(feeds):  # a second pass: histograms over each whole range
+        if k == split:
+            head_counts = {index: c.copy() for index, c in counts.items()}
         runner(**feed)
         list(pool.map(count, spread))
     pool.shutdown()
+    if split is not None and split >= len(feeds):
+        head_counts = counts
     for method in clipping:
         measured[method.name] = {
             index: _clipped(method, counts[index], low, high) if high > low else (low, high)
             for index, (low, high) in ranges.items()}
-    return measured
+        if first is not None:
+            first[method.name] = {
+                index: _within(_clipped(method, head_counts[index], *ranges[index]), span)
+                if ranges[index][1] > ranges[index][0] else span
+                for index, span in head.items()}
+    return first, measured
+
+
+def _within(clipped: tuple[float, float], span: tuple[float, float]) -> tuple[float, float]:
+    """`clipped` (a range clipped on bins of a wider one) no wider than `span`."""
+    return max(clipped[0], span[0]), min(clipped[1], span[1])
 
 
 def _finite(value: np.ndarray) -> np.ndarray:
@@ -189,12 +220,25 @@ def remeasured(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
     ranges changed by more than 1%)}. Tensors the interpreter cannot show (an op's
     intermediates, other subgraphs) keep their range. ValueError when keeping every tensor
     at once would take more than MAX_KEPT_BYTES."""
+    return remeasured_split(content, feeds, None, methods)[1]
+
+
+def remeasured_split(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
+                     split: int | None, methods: Sequence[str] = (MINMAX,)
+                     ) -> tuple[dict[str, tuple[bytes, int]] | None,
+                                dict[str, dict[int, tuple]]]:
+    """({method: remeasured's file} over the first `split` feeds (None without a split),
+    {method: the ranges over all feeds}) from one measurement (measured_ranges_split): a
+    trial on the first feeds, and the ranges of whichever method it picks."""
     kept = _activation_bytes(unpack_model(content))
     if kept > MAX_KEPT_BYTES:
         raise ValueError(f"its tensors need {kept / 2**30:.1f} GiB at once, more than the "
                          f"{MAX_KEPT_BYTES / 2**30:.0f} GiB allowed")
-    return {method: with_ranges(content, ranges)
-            for method, ranges in measured_ranges(content, feeds, methods).items()}
+    head, measured = measured_ranges_split(content, feeds, split, methods)
+    if split is None:
+        return None, {method: with_ranges(content, ranges)
+                      for method, ranges in measured.items()}
+    return {method: with_ranges(content, ranges) for method, ranges in head.items()}, measured
 
 
 def with_ranges(content: bytes, ranges: dict[int, tuple]) -> tuple[bytes, int]:

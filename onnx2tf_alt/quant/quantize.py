@@ -36,7 +36,7 @@ from calibration.methods import (
     PERCENTILE,
 )
 from calibration.ort import fake_quantized, onnx_ranges
-from calibration.ranges import remeasured
+from calibration.ranges import remeasured, remeasured_split, with_ranges
 from calibration.samples import CustomData, Samples, plan_samples
 from onnx2tf_alt import progress
 from onnx2tf_alt.errors import InputError
@@ -206,12 +206,16 @@ def calibrated_tflite(converted, options: QuantOptions,
     method = method or options.calibration_method
     feeds = [converted.result.to_physical(s) for s in calibration]
     try:  # TF's calibrator records some ranges wrong (calibration/ranges.py)
+        measured: dict = {}  # ranges over all the samples that the auto trial measured too
         if method == AUTO_METHOD:
             method = _choose_range_method(content, converted, options, calibration, feeds,
-                                          notes)
+                                          notes, measured)
         if BY_NAME[method].measurer == ONNXRUNTIME:
             method = MINMAX
-        content, changed = remeasured(content, feeds, (method,))[method]
+        if method in measured:
+            content, changed = with_ranges(content, measured[method])
+        else:
+            content, changed = remeasured(content, feeds, (method,))[method]
     except (RuntimeError, ValueError) as exc:  # a kernel the interpreter lacks
         if getattr(converted.result, "content", b""):  # nothing recorded: no INT8 file
             raise ValueError(f"the float model's activation ranges cannot be measured in the "
@@ -226,7 +230,7 @@ def calibrated_tflite(converted, options: QuantOptions,
 
 def _choose_range_method(content: bytes, converted, options: QuantOptions,
                          calibration: list[dict[str, np.ndarray]], feeds: list[dict],
-                         notes: list[str] | None) -> str:
+                         notes: list[str] | None, measured: dict | None = None) -> str:
     """--calibration_method auto: the range method (AUTO_CANDIDATES) whose INT8 file, with
     ranges measured on the first three quarters of the calibration samples, is closest to
     the float model on the last quarter (at most AUTO_SAMPLES of them). With fewer than 8
@@ -241,7 +245,10 @@ def _choose_range_method(content: bytes, converted, options: QuantOptions,
     if count >= 8:
         split = count - min(count // 4, AUTO_SAMPLES)
         check = calibration[split:]
-        files = remeasured(content, feeds[:split], AUTO_CANDIDATES)
+        # the trial's ranges and those over every sample in one measurement
+        files, whole = remeasured_split(content, feeds, split, AUTO_CANDIDATES)
+        if measured is not None:
+            measured.update(whole)
         metrics = _range_metrics(files, converted, options, check)
         where = f"on {len(check)} calibration sample(s) not used to measure the ranges"
         scored = f"on {len(check)} calibration samples the ranges did not see"
