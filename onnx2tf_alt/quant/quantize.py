@@ -502,11 +502,11 @@ def _bias_judgement(content: bytes, fixed: bytes, calibrated: bytes, converted,
                           [s for i, s in enumerate(fit) if i % folds == k]))
         where = (f"on {len(fit) + len(check)} calibration samples, each corrected by biases "
                  f"measured on others ({folds} folds of the first {len(fit)}),")
-    reference, without, with_ = [], [], []
-    for corrected, samples in parts:
-        reference += run_tflite(calibrated, converted, samples)
-        without += run_tflite(content, converted, samples)
-        with_ += run_tflite(corrected, converted, samples)
+    judged = [sample for _, samples in parts for sample in samples]
+    reference = run_tflite(calibrated, converted, judged)  # one interpreter per file
+    without = run_tflite(content, converted, judged)
+    with_ = [out for corrected, samples in parts
+             for out in run_tflite(corrected, converted, samples)]
     return compare_outputs(reference, without), compare_outputs(reference, with_), where
 
 
