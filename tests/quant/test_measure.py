@@ -101,7 +101,8 @@ def test_auto_keeps_percentile_unless_beaten_beyond_noise(monkeypatch, minmax, c
 
     scores = {"minmax": _metrics(minmax), "percentile": _metrics([0.984, 0.986, 0.985]),
               "mse": _metrics([0.970, 0.975, 0.972])}
-    monkeypatch.setattr(quantize, "remeasured", lambda content, fit, methods: {})
+    monkeypatch.setattr(quantize, "remeasured_split",
+                        lambda content, feeds, split, methods: ({}, {}))
     monkeypatch.setattr(quantize, "_range_metrics", lambda *args: scores)
     notes = []
     method = quantize._choose_range_method(b"", None, quantize.QuantOptions(), [{}] * 12,
