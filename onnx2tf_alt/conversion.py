@@ -240,8 +240,7 @@ def convert(
     # (float16, -oi4, -odrqt)
     direct = _direct_asked(tflite_writer, output_tflite and disable_model_save and not any((
         output_h5, output_keras_v3, check)) and (
-        not output_integer_quantized_tflite or _quantized_directly(
-            keep_float_auto, calibration_method)))
+        not output_integer_quantized_tflite or _quantized_directly(calibration_method)))
     spilled_before = set(ir_weights.SPILLED)
     progress.enable(not non_verbose)
     try:
@@ -420,21 +419,21 @@ def _direct_asked(tflite_writer: str, tflite_only: bool) -> bool:
         raise InputError(
             "--tflite_writer direct writes the float32, float16, -odrqt, -oiqt, -oi4 and "
             "--target micro .tflite files (--signature and --litertlm ones too): add -dms, "
-            "and leave out -oh5, -okv3, -coto/-cotof, and beside -oiqt --keep_float_auto, "
-            "onnxruntime's calibration methods and QDQ models (or use "
+            "and leave out -oh5, -okv3, -coto/-cotof, and beside -oiqt onnxruntime's "
+            "calibration methods and QDQ models (or use "
             "--tflite_writer auto).")
     return tflite_writer != "tf" and tflite_only
 
 
-def _quantized_directly(keep_float_auto, calibration_method: str) -> bool:
+def _quantized_directly(calibration_method: str) -> bool:
     """Whether the INT8 files can be made without TF: their ranges measured on the direct
-    writer's file and quantized by the own quantizer. --keep_float_auto ranks the ops by
-    the Keras model's gradient (quant/sensitivity.py), onnxruntime's ranges become
+    writer's file and quantized by the own quantizer (--keep_float_auto ranks the ops by
+    measuring re-quantized files, quant/group_ranking.py). onnxruntime's ranges become
     FakeQuantize ops that TF's converter quantizes."""
     from calibration.methods import BY_NAME, ONNXRUNTIME
 
     method = BY_NAME.get(calibration_method)
-    return keep_float_auto is None and (method is None or method.measurer != ONNXRUNTIME)
+    return method is None or method.measurer != ONNXRUNTIME
 
 
 def _has_qdq_pairs(model: onnx.ModelProto) -> bool:

@@ -21,10 +21,14 @@ trained DB text detector of 300 ops. Cheaper proxies that look at one op at a ti
 badly there: the cosine each op loses against its inputs (error growth) put the sigmoid
 head first, which only amplifies earlier error, and missed the early backbone tensors that
 matter; the gradient weighs each tensor's error by what it does to the outputs.
+The direct writer's file has no TF model to differentiate: there the segments are ranked by
+measurement instead (quant/group_ranking.py: groups of segments kept in float, re-quantized
+and run, the groups that gain most split first; about 24 files), with no TensorFlow.
 --keep_float_auto then tries the best segments in that order, re-quantizing and measuring
 the outputs on the selection set (the last SEARCH_SAMPLES calibration samples) after each,
-keeping a segment only when it gains and ranking the rest again on the new file, until the
-outputs reach the target. What the search
+keeping a segment only when it gains and ranking the rest again on the new file (a
+measured ranking keeps its gains: measuring it again would cost another 24 files), until
+the outputs reach the target. What the search
 finds is then judged on samples it did not see (quantize.py keeps it only when it beats the
 all-INT8 file there beyond noise): ranked and stopped on the same 3 held-out samples it was
 reported on, a trained text detector's mixed file once came out worse on unseen data than
@@ -360,14 +364,19 @@ class MixedPrecision:
     cosine_int8: float | None = None  # all-INT8 (but `keep`) outputs on the search samples
     search: list[dict] = field(default_factory=list)  # one step per re-quantization
     reached: bool | None = None  # --keep_float_auto: whether the target was met
+    measured: bool = False  # ranked by measuring groups kept in float (no TF model)
 
     def report(self, target: float | None) -> dict:
+        how = ("the output cosine a segment gains kept in float, measured on re-quantized "
+               "files with groups of segments in float, the groups that gain most split "
+               "first (quant/group_ranking.py)" if self.measured else
+               "its share of the all-INT8 file's output error, in output cosine (rounding "
+               "error x gradient along the output error; one forward and backward pass of "
+               "the TF model per sample)")
         entry = {
-            "method": "each op's segment (the op and the ops reading its output) ranked by "
-                      "its share of the all-INT8 file's output error, in output cosine "
-                      "(rounding error x gradient along the output error; one forward and "
-                      "backward pass of the TF model per sample) over up to "
-                      f"{SEARCH_SAMPLES} calibration samples (the selection set)",
+            "method": f"each op's segment (the op and the ops reading its output) ranked by "
+                      f"{how}, over up to {SEARCH_SAMPLES} calibration samples (the "
+                      "selection set)",
             "cosine_int8": self.cosine_int8,
             "top_offenders": self.ranking[:TOP_OFFENDERS],
             "kept_float_nodes": self.kept_nodes, "float_ops": len(self.float_ops)}
@@ -390,7 +399,8 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
         return MixedPrecision([], [], [])
     infos = op_infos(calibrated, converted)
     nodes, float_ops = set(keep), denylist(infos, set(keep))
-    chosen = MixedPrecision([], sorted(nodes), float_ops)
+    chosen = MixedPrecision([], sorted(nodes), float_ops,
+                            measured=converted.result.model is None)
     if not rank and target is None:
         return chosen
     divisions = unsafe_divisions(calibrated)  # float in the written files too
@@ -398,9 +408,21 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
     def quantized(tensors) -> bytes:
         return quantize_calibrated(calibrated, per_tensor, None, sorted({*tensors, *divisions}))
 
+    measured_ranking = chosen.measured
+    scores: dict[int, float] = {}
+    first: list[dict] = []
+
+    def scored(content: bytes) -> float:
+        key = hash(content)
+        if key not in scores:
+            scores[key] = score(content)
+        return scores[key]
+
     def ranked(content: bytes, kept_nodes: set[str], kept: set[str]) -> list[dict]:
-        shares = noise_scores(content, infos, converted, list(samples))
-        entries, seen = [], set()
+        if measured_ranking and first:  # measured once: the rest keep their gains
+            return [e for e in first
+                    if not frozenset(denylist(infos, kept_nodes | set(e["nodes"]))) <= kept]
+        entries, segments, seen = [], [], set()
         for info in infos:
             if info.op_type in SKIPPED or not info.nodes:
                 continue
@@ -408,21 +430,41 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
             if segment in seen or segment <= kept:
                 continue
             seen.add(segment)
-            estimate = sum(shares.get(t, 0.0) for t in segment - kept) / 2
+            segments.append(segment - kept)
             entries.append({"op": info.op_type, "tensor": info.tensor, "nodes": info.nodes,
-                            "float_ops": len(segment),
-                            "estimated_gain": float(f"{estimate:.3g}")})
-        return sorted(entries, key=lambda r: -r["estimated_gain"])
+                            "float_ops": len(segment)})
+        if measured_ranking:
+            gains = _measured_gains(segments, frozenset(kept), content)
+        else:
+            shares = noise_scores(content, infos, converted, list(samples))
+            gains = [sum(shares.get(t, 0.0) for t in segment) / 2 for segment in segments]
+        for entry, estimate in zip(entries, gains):
+            entry["estimated_gain"] = float(f"{estimate:.3g}")
+        first[:] = sorted(entries, key=lambda r: -r["estimated_gain"])
+        return list(first)
+
+    def _measured_gains(segments: list[frozenset], kept: frozenset, content: bytes
+                        ) -> list[float]:
+        from onnx2tf_alt.quant.group_ranking import MEASUREMENTS, ranked_gains
+
+        base = scored(content)
+        with progress.counting("ranking ops", MEASUREMENTS) as steps:
+            def measured(tensors: frozenset) -> float:
+                steps.begin(f"{len(tensors)} float ops")
+                made = quantized(tensors)
+                return base if made == content else scored(made)
+
+            return ranked_gains(segments, kept, base, measured)
 
     content, kept = quantized(float_ops), set(float_ops)
-    current = chosen.cosine_int8 = round(score(content), 6)
+    current = chosen.cosine_int8 = round(scored(content), 6)
     chosen.ranking = candidates = ranked(content, nodes, kept)
     if target is None:
         return chosen
     chosen.search.append({"float_ops": len(kept), "cosine": current})
     with progress.counting("trying float ops", MAX_TRIED_SEGMENTS) as trials:
         current = _search(chosen, candidates, infos, nodes, kept, content, current, target,
-                          quantized, ranked, score, trials)
+                          quantized, ranked, scored, trials)
     chosen.reached = current >= target
     return chosen
 

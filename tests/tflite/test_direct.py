@@ -629,11 +629,41 @@ def test_cli_integer_files_need_no_tensorflow(tmp_path):
 
 
 def test_cli_direct_integer_files_refuse_what_needs_tf(tmp_path):
-    """--tflite_writer direct -oiqt with --keep_float_auto (it ranks ops by the Keras
-    model's gradient): exit 2, saying what to leave out; auto converts it with TF."""
+    """--tflite_writer direct -oiqt with an onnxruntime calibration method (its ranges
+    become FakeQuantize ops that TF's converter quantizes): exit 2, saying what to leave
+    out; auto converts it with TF."""
     code, out = run_cli("-i", MOBILENET, "-o", tmp_path / "out", "-dms", "-oiqt",
-                        "--keep_float_auto", "0.99", "--tflite_writer", "direct")
-    assert code == 2 and "--keep_float_auto" in out, out
+                        "--calibration_method", "ort_minmax", "--tflite_writer", "direct")
+    assert code == 2 and "calibration methods" in out, out
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_keep_float_auto_needs_no_tensorflow(tmp_path):
+    """-dms -oiqt --keep_float_auto: the ops are ranked by measuring re-quantized files
+    (quant/group_ranking.py), not by a TF model's gradient. A target of 1.0 makes the search
+    keep every segment that gains; each one kept is measured, and what it keeps is float in
+    the INT8 file."""
+    from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
+
+    out = tmp_path / "out"
+    run_without_tensorflow("-i", MOBILENET, "-o", out, "-dms", "-oiqt", "--keep_float_auto",
+                           "1.0", "-n", timeout=600)
+    report = json.loads((out / "mobilenet_block_quant_report.json").read_text())
+    sensitivity = report["sensitivity"]
+    assert "measured on re-quantized files" in sensitivity["method"]
+    added = [step for step in sensitivity["search"] if "added" in step]
+    assert added and all(b["cosine"] > a["cosine"] for a, b in zip(
+        sensitivity["search"], sensitivity["search"][1:])), sensitivity["search"]
+    judged = sensitivity["judged"]
+    model = unpack_model((out / "mobilenet_block_integer_quant.tflite").read_bytes())
+    graph = model.subgraphs[0]
+    floats = {graph.tensors[op.outputs[0]].name.decode() for op in graph.operators
+              if graph.tensors[op.outputs[0]].type == 0 and op_name(model, op) != "DEQUANTIZE"}
+    if judged["kept"]:  # kept on the unseen samples: the nodes found are float in the file
+        assert sensitivity["kept_float_nodes"] and judged["mixed"] > judged["int8"]
+        assert len(floats) >= added[-1]["float_ops"] - 1, floats  # the output may be one
+    else:
+        assert not sensitivity["kept_float_nodes"] and not floats, floats
 
 
 def test_cli_keep_float_needs_no_tensorflow(tmp_path):
