@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import zlib
 
 import numpy as np
 import onnx
@@ -35,6 +36,16 @@ from onnx2tf_alt.export.micro import (
 from onnx2tf_alt.tflite.flatbuffer import OP_NAMES, pack_model
 
 rng = np.random.default_rng(31)
+
+
+@pytest.fixture(autouse=True)
+def _weights_of_this_test(request):
+    """Each test draws its model's weights from its own seed, whatever ran before it in
+    this worker: with weights drawn from one module-wide generator, the models changed
+    with the order -n 2 ran the tests in, and XNNPACK's rounding, 1 LSB from TFLite
+    Micro's on most draws, compounded to 2 LSB at the softmax output on some."""
+    global rng
+    rng = np.random.default_rng(zlib.crc32(request.node.name.encode()))
 
 
 def weights(*shape: int, fan_in: int) -> np.ndarray:
@@ -142,8 +153,10 @@ def converted(tmp_path_factory):
     outputs = {}
 
     def output(stem: str) -> str:
+        global rng
         if stem in outputs:
             return outputs[stem]
+        rng = np.random.default_rng(zlib.crc32(stem.encode()))  # whichever test asks first
         flags = {}
         if stem == "conv_pool":
             path = conv_pool_cnn(folder)
@@ -171,10 +184,12 @@ def test_micro_outputs_equal_litert(converted, stem):
     print(report["summary"])
     assert report["samples"] >= 2 and report["sample_source"] == "held-out calibration samples"
     # TFLite Micro's kernels are TFLite's reference kernels, but its FULLY_CONNECTED rounds
-    # some values 1 LSB away; ai-edge-litert's default kernels (XNNPACK) round others so too
-    for compared in (report["outputs"], report["outputs_reference_kernels"]):
+    # some values 1 LSB away; ai-edge-litert's default kernels (XNNPACK) round others 1 LSB
+    # away too, which compounds: conv_pool's softmax output is 2 LSB from XNNPACK's and
+    # bit-exact with the reference kernels (docs/micro.md)
+    for compared, bound in ((report["outputs"], 2), (report["outputs_reference_kernels"], 1)):
         for found in compared.values():
-            assert found["unit"] == "LSB" and found["max_abs_diff"] <= 1, compared
+            assert found["unit"] == "LSB" and found["max_abs_diff"] <= bound, compared
     assert all(o["resolver_call"] and o["onnx_nodes"] for o in report["ops"]), report["ops"]
     assert report["resolver"][0].startswith("tflite::MicroMutableOpResolver<")
 
@@ -380,7 +395,8 @@ def test_gelu_and_pow_take_the_forms_tflite_micro_runs(tmp_path):
 def test_dms_micro_files_need_no_tensorflow(tmp_path):
     """-dms --target micro: the full-integer file is calibrated on the direct writer's file,
     quantized by the own quantizer and checked on TFLite Micro in a process that never
-    loads TF; its outputs there are those of ai-edge-litert's kernels within 1 LSB, every op
+    loads TF; its outputs there are those of ai-edge-litert's reference kernels within 1 LSB
+    (XNNPACK's within 2), every op
     names its ONNX nodes."""
     import subprocess
     import sys
@@ -401,7 +417,7 @@ def test_dms_micro_files_need_no_tensorflow(tmp_path):
                           env=cli_env(), timeout=600, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     report = micro_report(str(out), "conv_pool")
-    for compared in (report["outputs"], report["outputs_reference_kernels"]):
-        for found in compared.values():
-            assert found["unit"] == "LSB" and found["max_abs_diff"] <= 1, compared
+    for compared, bound in ((report["outputs"], 2), (report["outputs_reference_kernels"], 1)):
+        for found in compared.values():  # bounds as in test_micro_outputs_equal_litert
+            assert found["unit"] == "LSB" and found["max_abs_diff"] <= bound, compared
     assert all(o["resolver_call"] and o["onnx_nodes"] for o in report["ops"]), report["ops"]
