@@ -13,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from onnx2tf_alt.tflite.flatbuffer import schema
-from onnx2tf_alt.tflite.flatgraph import FlatGraph, Operator
+from onnx2tf_alt.tflite.flatgraph import FlatGraph, Operator, options
 
+FLOAT32 = schema.TensorType.FLOAT32
 FUSABLE = {"CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "FULLY_CONNECTED", "ADD", "SUB", "MUL",
            "DIV"}
 ACTIVATIONS = {"RELU": schema.ActivationFunctionType.RELU,
@@ -27,7 +28,11 @@ def rewrite(flat: FlatGraph, outputs: list[int]) -> None:
     drop_unread(flat, outputs)
     drop_logical_identities(flat, outputs)
     merge_duplicates(flat, outputs)
+    constant_divisions(flat, outputs)
+    merge_constant_products(flat, outputs)
     fold_affine(flat, outputs)
+    shifts_into_pointwise(flat, outputs)
+    scales_into_convolutions(flat, outputs)
     while fold_into_dense(flat, outputs):
         pass
     maxima_as_relu(flat, outputs)
@@ -213,6 +218,139 @@ def fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
             gone.append(op)
             break
     flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def constant_divisions(flat: FlatGraph, outputs: list[int]) -> None:
+    """DIV(x, c) by a float32 constant c: MUL(x, 1 / c), as TF's converter writes a division
+    by a constant (a hard-swish's / 6; a handler that needs the exact quotient makes its
+    divisor at run time, ops/detection._divided). XNNPACK's MUL is the cheaper kernel, and
+    the MUL can then merge with a scale next to it or go into a convolution."""
+    for op in flat.operators:
+        if op.name != "DIV" or flat.tensors[op.outputs[0]].type != FLOAT32:
+            continue
+        divisor = _constant(flat, op.inputs[1])
+        if divisor is None or _constant(flat, op.inputs[0]) is not None:
+            continue
+        tensor = flat.tensors[op.inputs[1]]
+        with np.errstate(divide="ignore"):  # x / 0 and x * inf alike: inf, or nan for 0
+            values = np.float32(1) / divisor
+        inverse = flat.tensor(f"{tensor.name.decode()}/reciprocal", list(tensor.shape),
+                              np.float32, values)
+        activation = op.options[1].fusedActivationFunction if op.options else 0
+        op.name, op.inputs = "MUL", [op.inputs[0], inverse]
+        op.options = options("MulOptions", fusedActivationFunction=activation)
+
+
+def merge_constant_products(flat: FlatGraph, outputs: list[int]) -> None:
+    """MUL(MUL(x, a), b) by float32 constants a and b that broadcast x to no larger shape,
+    the inner product read by the outer alone: MUL(x, a * b), as TF's converter folds the
+    constants (a hard-swish's 1 / 6 and the learnable scale after it)."""
+    producers = {o: op for op in flat.operators for o in op.outputs}
+    readers = _consumers(flat)
+    gone = []
+    for op in flat.operators:
+        if op.name != "MUL" or flat.tensors[op.outputs[0]].type != FLOAT32:
+            continue
+        for k in (0, 1):
+            inner, b = producers.get(op.inputs[k]), _constant(flat, op.inputs[1 - k])
+            if (inner is None or b is None or inner.name != "MUL" or inner.outputs[0] in outputs
+                    or len(readers.get(inner.outputs[0], [])) != 1
+                    or inner.options[1].fusedActivationFunction):
+                continue
+            found = [(j, _constant(flat, inner.inputs[1 - j])) for j in (0, 1)
+                     if _constant(flat, inner.inputs[j]) is None]
+            if len(found) != 1 or found[0][1] is None:
+                continue
+            j, a = found[0]
+            x = inner.inputs[j]
+            if not (same_shape(flat, x, inner.outputs[0]) and same_shape(flat, x, op.outputs[0])
+                    and max(a.ndim, b.ndim) <= len(flat.shape(x))):
+                continue
+            product = np.multiply(a, b, dtype=np.float32)
+            name = flat.tensors[op.inputs[1 - k]].name.decode()
+            op.inputs = [x, flat.tensor(f"{name}/product", list(product.shape), np.float32,
+                                        product)]
+            gone.append(inner)
+            break
+    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def shifts_into_pointwise(flat: FlatGraph, outputs: list[int]) -> None:
+    """ADD of a float32 constant of one value or one per channel whose output only 1x1
+    CONV_2D ops read (as their input, stride any, constant filter and bias they alone
+    read): into each one's bias (b + W c; a 1x1 window pads nothing), as TF's converter
+    folds it. A learnable shift before a pointwise convolution (PP-LCNet's)."""
+    readers = _consumers(flat)
+    gone = []
+    for op in flat.operators:
+        if (op.name != "ADD" or op.options[1].fusedActivationFunction
+                or op.outputs[0] in outputs):
+            continue
+        users = readers.get(op.outputs[0], [])
+        channels = flat.shape(op.outputs[0])[-1]
+        for k in (0, 1):
+            shift = _constant(flat, op.inputs[1 - k])
+            if (shift is None or _constant(flat, op.inputs[k]) is not None
+                    or shift.size not in (1, channels) or any(d != 1 for d in shift.shape[:-1])
+                    or not same_shape(flat, op.inputs[k], op.outputs[0]) or not users
+                    or not all(_pointwise(flat, u, op.outputs[0]) for u in users)
+                    or not _own_parameters(flat, readers, users)):
+                continue
+            values = np.broadcast_to(shift.reshape(-1), (channels,)).astype(np.float64)
+            for user in users:
+                weights = _constant(flat, user.inputs[1]).astype(np.float64)
+                bias = _constant(flat, user.inputs[2])
+                flat.set_constant(user.inputs[2], bias + weights.reshape(len(bias), -1) @ values)
+                user.inputs[0] = op.inputs[k]
+            gone.append(op)
+            break
+    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def scales_into_convolutions(flat: FlatGraph, outputs: list[int]) -> None:
+    """MUL by a float32 constant of one value or one per channel whose output only CONV_2D
+    and DEPTHWISE_CONV_2D ops read (as their input, constant filter they alone read): into
+    each one's filter, along its input channels (zero padding stays zero, so any window and
+    padding), as TF's converter folds it."""
+    readers = _consumers(flat)
+    gone = []
+    for op in flat.operators:
+        if (op.name != "MUL" or op.options[1].fusedActivationFunction
+                or op.outputs[0] in outputs):
+            continue
+        users = readers.get(op.outputs[0], [])
+        channels = flat.shape(op.outputs[0])[-1]
+        for k in (0, 1):
+            scale = _constant(flat, op.inputs[1 - k])
+            if (scale is None or _constant(flat, op.inputs[k]) is not None
+                    or scale.size not in (1, channels) or any(d != 1 for d in scale.shape[:-1])
+                    or not same_shape(flat, op.inputs[k], op.outputs[0]) or not users
+                    or not all(u.name in WINDOWS and u.inputs[0] == op.outputs[0]
+                               and op.outputs[0] not in u.inputs[1:]
+                               and _constant(flat, u.inputs[1]) is not None for u in users)
+                    or not _own_parameters(flat, readers, users)):
+                continue
+            values = np.broadcast_to(scale.reshape(-1), (channels,))
+            for user in users:
+                filt = _constant(flat, user.inputs[1])
+                # CONV_2D [out, h, w, in]; DEPTHWISE_CONV_2D [1, h, w, in * multiplier]
+                factor = np.repeat(values, filt.shape[3] // channels) if (
+                    user.name == "DEPTHWISE_CONV_2D") else values
+                flat.set_constant(user.inputs[1], filt * factor.astype(np.float32))
+                user.inputs[0] = op.inputs[k]
+            gone.append(op)
+            break
+    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def _pointwise(flat: FlatGraph, op: Operator, tensor: int) -> bool:
+    """Whether `op` is a 1x1 CONV_2D (no dilation effect, no padding) of `tensor` with a
+    constant filter and bias."""
+    return (op.name == "CONV_2D" and op.inputs[0] == tensor and tensor not in op.inputs[1:]
+            and len(op.inputs) > 2 and op.inputs[2] >= 0
+            and _constant(flat, op.inputs[1]) is not None
+            and _constant(flat, op.inputs[2]) is not None
+            and tuple(flat.shape(op.inputs[1])[1:3]) == (1, 1))
 
 
 def _absorb(flat: FlatGraph, source: Operator, op: Operator) -> None:

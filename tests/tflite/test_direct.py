@@ -544,6 +544,86 @@ def test_a_transposed_key_folds_into_the_product(scaling, folds):
     assert_close(got, q @ scaled, 1e-5, str(scaling))
 
 
+def _lcnet_block(kernel: int, shift) -> tuple:
+    """PP-LCNet's block as Paddle2ONNX writes it: conv, hard-swish as Add 3 / Clip / Mul /
+    Div 6, a learnable scale and shift, then a `kernel` x `kernel` conv (SAME pads)."""
+    c, c2 = 6, 5
+    shift = np.asarray(shift, np.float32)
+    shift = shift.reshape(-1, 1, 1) if shift.ndim else shift  # one per channel (NCHW)
+    init = {"w1": rand(c, 3, 3, 3) * 0.3, "b1": rand(c) * 0.1, "three": np.float32(3),
+            "zero": np.float32(0), "six": np.float32(6), "a": np.float32(0.47),
+            "b": shift, "w2": rand(c2, c, kernel, kernel) * 0.3,
+            "b2": rand(c2) * 0.1}
+    nodes = [node("Conv", ["x", "w1", "b1"], "h", pads=[1, 1, 1, 1]),
+             node("Add", ["h", "three"], "h3"), node("Clip", ["h3", "zero", "six"], "r"),
+             node("Mul", ["h", "r"], "hr"), node("Div", ["hr", "six"], "hs"),
+             node("Mul", ["a", "hs"], "ha")]
+    pad = kernel // 2
+    nodes += [node("Add", ["ha", "b"], "hb"),
+              node("Conv", ["hb", "w2", "b2"], "y", pads=[pad] * 4)]
+    return nodes, init
+
+
+@pytest.mark.parametrize(("kernel", "shift", "ops"), [
+    # the shift into the pointwise conv's bias, then (a / 6) into its filter
+    (1, 0.31, {"CONV_2D": 2, "ADD": 1, "MUL": 1}),
+    (1, [0.1, -0.2, 0.3, 0.05, -0.4, 0.7], {"CONV_2D": 2, "ADD": 1, "MUL": 1}),
+    # a 3x3 window pads with zeros, not with the shift: the ADD stays, and the MUL before it
+    (3, 0.31, {"CONV_2D": 2, "ADD": 2, "MUL": 2}),
+])
+def test_a_hard_swish_scale_and_shift_fold_as_tf_folds_them(kernel, shift, ops):
+    """direct_rewrites.constant_divisions, merge_constant_products, shifts_into_pointwise
+    and scales_into_convolutions on PP-LCNet's block (the PP-OCR text detector's backbone):
+    / 6 written as * (1 / 6) and merged with the learnable scale into one MUL, the shift
+    and that scale folded into a following 1x1 conv. The file matches onnxruntime and TF's
+    route's file (1e-6), with no more ops (harness.both_routes); the + 3 and x * relu6
+    stay."""
+    nodes, init = _lcnet_block(kernel, shift)
+    x = rand(2, 3, 9, 7)
+    model = make_model(nodes, {"x": x}, ["y"], initializers=init)
+    assert count_tflite_ops(both_routes(model, {"x": x}).content) == ops  # Clip: a fused RELU6
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_a_scale_folds_into_a_depthwise_conv_with_a_multiplier(per_channel):
+    """scales_into_convolutions on a depthwise conv of channel multiplier 2 and SAME pads:
+    input channel i feeds output channels 2i and 2i + 1, whose filter taps take its scale."""
+    scale = (rand(4, 1, 1) if per_channel else np.float32(-0.7))
+    x = rand(2, 3, 7, 6)
+    init = {"w1": rand(4, 3, 1, 1), "s": scale, "w2": rand(8, 1, 3, 3), "b2": rand(8)}
+    model = make_model([node("Conv", ["x", "w1"], "h"), node("Relu", ["h"], "r"),
+                        node("Mul", ["r", "s"], "m"),
+                        node("Conv", ["m", "w2", "b2"], "y", group=4, pads=[1, 1, 1, 1])],
+                       {"x": x}, ["y"], initializers=init)
+    ops = count_tflite_ops(both_routes(model, {"x": x}).content)
+    assert ops == {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 1}, ops
+
+
+def test_a_division_by_a_constant_with_zeros_and_a_product_that_broadcasts():
+    """x / c by a constant vector with a zero (inf and nan as onnxruntime gives them), and a
+    product whose constant broadcasts x to a larger shape: not merged with the MUL before
+    it (the merged constant would change the output's shape)."""
+    x = rand(2, 1, 4)
+    c = np.array([2.0, 0.0, -4.0, 0.5], np.float32)
+    d = rand(3, 4)
+    model = make_model([node("Div", ["x", "c"], "q"), node("Mul", ["q", "d"], "y")],
+                       {"x": x}, ["y"], initializers={"c": c, "d": d})
+    x[0, 0, 1] = 0.0  # 0 / 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected = x / c * d
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt.tflite.run import run_signature
+
+    planned = plan_loaded(load_model(None, model))
+    result = write_direct(planned.graph, planned.plan, planned.options)
+
+    got = run_signature(Interpreter(model_content=result.content), {"x": x})["y"]
+    assert np.isinf(expected).any() and np.isnan(expected).any()
+    np.testing.assert_allclose(got, expected, rtol=1e-6)  # inf and nan where expected
+    assert count_tflite_ops(result.content) == {"MUL": 2}
+
+
 def test_outputs_that_are_inputs_or_constants():
     """An Identity of an input, a Shape folded to a constant and a computed output, as TF's
     converter writes them: the input tensor and a constant tensor are outputs themselves."""
