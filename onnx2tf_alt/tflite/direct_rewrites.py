@@ -1,8 +1,10 @@
 """What TF's converter does to a graph like the direct writer's, done on its FlatGraph after
 the last node: ops whose results nothing reads dropped, logical ops with a neutral constant
-dropped, an op computing what another computes merged into it, per-channel MUL / ADD folded
+dropped, an op computing what another computes merged into it, a DIV by a constant written
+as a MUL by its reciprocal and two MULs by constants as one, per-channel MUL / ADD folded
 into the filter and bias of the CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED before them
-(or of the FULLY_CONNECTED ops after them), RELU / RELU6 / RELU_N1_TO_1 fused into the op
+(or of the FULLY_CONNECTED ops after them; an ADD into a 1x1 CONV_2D after it, a MUL into
+the filter of the convolutions after it), RELU / RELU6 / RELU_N1_TO_1 fused into the op
 before, a RESHAPE of a RESHAPE merged, one to its input's own shape, flattening into a
 FULLY_CONNECTED or adding leading unit axes before broadcasting ops dropped, 1 / SQRT(x)
 written as RSQRT(x), a TRANSPOSE of the last two axes before a BATCH_MATMUL folded into its
@@ -286,8 +288,10 @@ def shifts_into_pointwise(flat: FlatGraph, outputs: list[int]) -> None:
         if (op.name != "ADD" or op.options[1].fusedActivationFunction
                 or op.outputs[0] in outputs):
             continue
-        users = readers.get(op.outputs[0], [])
-        channels = flat.shape(op.outputs[0])[-1]
+        users, shape = readers.get(op.outputs[0], []), flat.shape(op.outputs[0])
+        if not users or not shape or shape[-1] is None:
+            continue
+        channels = shape[-1]
         for k in (0, 1):
             shift = _constant(flat, op.inputs[1 - k])
             if (shift is None or _constant(flat, op.inputs[k]) is not None
@@ -318,8 +322,10 @@ def scales_into_convolutions(flat: FlatGraph, outputs: list[int]) -> None:
         if (op.name != "MUL" or op.options[1].fusedActivationFunction
                 or op.outputs[0] in outputs):
             continue
-        users = readers.get(op.outputs[0], [])
-        channels = flat.shape(op.outputs[0])[-1]
+        users, shape = readers.get(op.outputs[0], []), flat.shape(op.outputs[0])
+        if not users or not shape or shape[-1] is None:
+            continue
+        channels = shape[-1]
         for k in (0, 1):
             scale = _constant(flat, op.inputs[1 - k])
             if (scale is None or _constant(flat, op.inputs[k]) is not None
