@@ -282,33 +282,12 @@ def shifts_into_pointwise(flat: FlatGraph, outputs: list[int]) -> None:
     CONV_2D ops read (as their input, stride any, constant filter and bias they alone
     read): into each one's bias (b + W c; a 1x1 window pads nothing), as TF's converter
     folds it. A learnable shift before a pointwise convolution (PP-LCNet's)."""
-    readers = _consumers(flat)
-    gone = []
-    for op in flat.operators:
-        if (op.name != "ADD" or op.options[1].fusedActivationFunction
-                or op.outputs[0] in outputs):
-            continue
-        users, shape = readers.get(op.outputs[0], []), flat.shape(op.outputs[0])
-        if not users or not shape or shape[-1] is None:
-            continue
-        channels = shape[-1]
-        for k in (0, 1):
-            shift = _constant(flat, op.inputs[1 - k])
-            if (shift is None or _constant(flat, op.inputs[k]) is not None
-                    or shift.size not in (1, channels) or any(d != 1 for d in shift.shape[:-1])
-                    or not same_shape(flat, op.inputs[k], op.outputs[0]) or not users
-                    or not all(_pointwise(flat, u, op.outputs[0]) for u in users)
-                    or not _own_parameters(flat, readers, users)):
-                continue
-            values = np.broadcast_to(shift.reshape(-1), (channels,)).astype(np.float64)
-            for user in users:
-                weights = _constant(flat, user.inputs[1]).astype(np.float64)
-                bias = _constant(flat, user.inputs[2])
-                flat.set_constant(user.inputs[2], bias + weights.reshape(len(bias), -1) @ values)
-                user.inputs[0] = op.inputs[k]
-            gone.append(op)
-            break
-    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+    def fold(user: Operator, values: np.ndarray) -> None:
+        weights = _constant(flat, user.inputs[1]).astype(np.float64)
+        bias = _constant(flat, user.inputs[2])
+        flat.set_constant(user.inputs[2], bias + weights.reshape(len(bias), -1) @ values)
+
+    _into_readers(flat, outputs, "ADD", _pointwise, fold)
 
 
 def scales_into_convolutions(flat: FlatGraph, outputs: list[int]) -> None:
@@ -316,10 +295,29 @@ def scales_into_convolutions(flat: FlatGraph, outputs: list[int]) -> None:
     and DEPTHWISE_CONV_2D ops read (as their input, constant filter they alone read): into
     each one's filter, along its input channels (zero padding stays zero, so any window and
     padding), as TF's converter folds it."""
+    def takes(flat: FlatGraph, user: Operator, tensor: int) -> bool:
+        return (user.name in WINDOWS and user.inputs[0] == tensor
+                and tensor not in user.inputs[1:] and _constant(flat, user.inputs[1]) is not None)
+
+    def fold(user: Operator, values: np.ndarray) -> None:
+        filt = _constant(flat, user.inputs[1])
+        # CONV_2D [out, h, w, in]; DEPTHWISE_CONV_2D [1, h, w, in * multiplier]
+        factor = np.repeat(values, filt.shape[3] // len(values)) if (
+            user.name == "DEPTHWISE_CONV_2D") else values
+        flat.set_constant(user.inputs[1], filt * factor.astype(np.float32))
+
+    _into_readers(flat, outputs, "MUL", takes, fold)
+
+
+def _into_readers(flat: FlatGraph, outputs: list[int], name: str, takes, fold) -> None:
+    """Each `name` op (ADD or MUL, no fused activation) of a value by a float32 constant of
+    one value or one per channel, that does not broadcast the value, whose output only ops
+    for which `takes(flat, op, tensor)` read, with constant parameters they alone read:
+    `fold(reader, values per channel)` for each, which then reads the value; the op goes."""
     readers = _consumers(flat)
     gone = []
     for op in flat.operators:
-        if (op.name != "MUL" or op.options[1].fusedActivationFunction
+        if (op.name != name or op.options[1].fusedActivationFunction
                 or op.outputs[0] in outputs):
             continue
         users, shape = readers.get(op.outputs[0], []), flat.shape(op.outputs[0])
@@ -327,22 +325,17 @@ def scales_into_convolutions(flat: FlatGraph, outputs: list[int]) -> None:
             continue
         channels = shape[-1]
         for k in (0, 1):
-            scale = _constant(flat, op.inputs[1 - k])
-            if (scale is None or _constant(flat, op.inputs[k]) is not None
-                    or scale.size not in (1, channels) or any(d != 1 for d in scale.shape[:-1])
-                    or not same_shape(flat, op.inputs[k], op.outputs[0]) or not users
-                    or not all(u.name in WINDOWS and u.inputs[0] == op.outputs[0]
-                               and op.outputs[0] not in u.inputs[1:]
-                               and _constant(flat, u.inputs[1]) is not None for u in users)
+            constant = _constant(flat, op.inputs[1 - k])
+            if (constant is None or _constant(flat, op.inputs[k]) is not None
+                    or constant.size not in (1, channels)
+                    or any(d != 1 for d in constant.shape[:-1])
+                    or not same_shape(flat, op.inputs[k], op.outputs[0])
+                    or not all(takes(flat, u, op.outputs[0]) for u in users)
                     or not _own_parameters(flat, readers, users)):
                 continue
-            values = np.broadcast_to(scale.reshape(-1), (channels,))
+            values = np.broadcast_to(constant.reshape(-1), (channels,)).astype(np.float64)
             for user in users:
-                filt = _constant(flat, user.inputs[1])
-                # CONV_2D [out, h, w, in]; DEPTHWISE_CONV_2D [1, h, w, in * multiplier]
-                factor = np.repeat(values, filt.shape[3] // channels) if (
-                    user.name == "DEPTHWISE_CONV_2D") else values
-                flat.set_constant(user.inputs[1], filt * factor.astype(np.float32))
+                fold(user, values)
                 user.inputs[0] = op.inputs[k]
             gone.append(op)
             break
