@@ -45,15 +45,19 @@ class Converted:
     options: ConversionOptions = DEFAULT_OPTIONS
     _tflite_result: object = None
 
-    def rebuild(self, model: onnx.ModelProto) -> Converted:
+    def rebuild(self, model: onnx.ModelProto, for_quantization: bool = False) -> Converted:
         """Build `model` (a rewrite of this one) with exactly this conversion's input layouts,
-        as this one was built: by TF, or by the direct writer (no Keras model)."""
+        as this one was built: by TF, or by the direct writer (no Keras model; with
+        `for_quantization`, the graph a quantizer starts from: ConversionOptions)."""
         keep, force = _input_layouts(self.result.input_perms)
         if self.result.model is None:
+            from dataclasses import replace
+
             from onnx2tf_alt.tflite.direct import DirectResult, write_direct
 
+            options = replace(self.options, for_quantization=for_quantization)
             planned = float32_planned(plan_loaded(model, None, None, keep, force,
-                                                  options=self.options))
+                                                  options=options))
             result = write_direct(planned.graph, planned.plan, planned.options)
             if not isinstance(result, DirectResult):
                 raise ConversionError(f"the direct writer does not cover the model rewritten "

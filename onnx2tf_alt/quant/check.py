@@ -28,7 +28,8 @@ def quantized_backends(converted, plan, found, feeds, full: bool, folder: str,
     `feeds` are used when the plan holds no held-out sample."""
     feeds = plan.samples.held_out[0] if plan.samples.held_out else feeds
     reference = ort_values(converted.model, feeds, [t.onnx_name for t in found])
-    rebuilt = converted.rebuild(plan.range_model) if plan.range_model is not None else None
+    rebuilt = converted.rebuild(plan.range_model, for_quantization=True) if (
+        plan.range_model is not None) else None
     reports = []
     for variant in variants(plan.options, plan.qdq_model is not None,
                             plan.range_model is not None):

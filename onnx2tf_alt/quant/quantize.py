@@ -717,12 +717,14 @@ def plan_quantization(
     if BY_NAME[options.calibration_method].measurer == ONNXRUNTIME:
         ranges = onnx_ranges(converted.model, samples.calibration, options.calibration_method)
         calibrated = fake_quantized(converted.model, ranges)
-    source = None if prepared is converted.model else converted.rebuild(prepared)
+    source = None if prepared is converted.model else converted.rebuild(
+        prepared, for_quantization=True)
     int8_source = None
     if per_channel and calibrated is None:  # equalized scales would share one weight grid
         for_int8, int8_notes = prepare_for_int8(converted.model, samples.calibration)
         notes += int8_notes
-        int8_source = None if for_int8 is converted.model else converted.rebuild(for_int8)
+        int8_source = None if for_int8 is converted.model else converted.rebuild(
+            for_int8, for_quantization=True)
     return QuantPlan(options, samples, qdq_model, calibrated, quant_source=source,
                      int8_source=int8_source, notes=notes)
 
@@ -743,7 +745,8 @@ def write_quantized(
     `folder` (`float_tflite`: the float32 file's bytes, or path); returns the file names. A variant the TFLite converter cannot produce is
     reported (log and report) and skipped; the others are still written."""
     options, samples, qdq = plan.options, plan.samples, plan.qdq_model is not None
-    rebuilt = converted.rebuild(plan.range_model) if plan.range_model is not None else None
+    rebuilt = converted.rebuild(plan.range_model, for_quantization=True) if (
+        plan.range_model is not None) else None
     report = QuantReport(
         model=stem, quant_type=("per-tensor" if plan.qdq_per_tensor else "per-channel") if qdq
         else options.quant_type, qdq=qdq, sources=samples.sources,

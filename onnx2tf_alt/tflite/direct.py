@@ -234,7 +234,7 @@ class DirectWriter:
             # a constant output is a constant tensor, and an output that is an input or
             # another output that tensor again, as in TF's converter's files
             outputs.append(self.input_tensor(name, plan.output_perms[name]))
-        rewrite(flat, outputs)
+        rewrite(flat, outputs, speed_folds=not self.options.for_quantization)
         part = Part(key, flat, inputs, outputs, list(input_names.values()), output_keys)
         return part, DirectResult(b"", input_names, output_names,
                                   {n: plan.perms[n] for n in graph.inputs},

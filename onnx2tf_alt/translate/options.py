@@ -50,6 +50,10 @@ class ConversionOptions:
     disable_group_convolution: bool = False
     # -rtpo: ONNX op types lowered to the simplest builtins (see PSEUDO_OPERATORS)
     pseudo_operators: frozenset[str] = frozenset()
+    # the graph a quantizer starts from (quant/quantize.py's prepared sources): the direct
+    # writer leaves divisions, constant products and scales where the handlers wrote them
+    # (tflite/direct_rewrites.rewrite's speed_folds)
+    for_quantization: bool = False
 
     def replaces(self, op_type: str) -> bool:
         """Whether -rtpo asked for the delegate-friendly lowering of `op_type`."""
