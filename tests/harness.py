@@ -428,7 +428,8 @@ def both_routes(model, feeds: dict[str, np.ndarray], tol: float = 1e-5):
     """The direct file checked against onnxruntime and against the TF route's file of the
     same plan (outputs within 1e-6 relative, no more ops or transposes: TF's converter writes
 a dilated depthwise conv as SPACE_TO_BATCH_ND, the conv, BATCH_TO_SPACE_ND and an ADD of
-the bias, the direct writer one DEPTHWISE_CONV_2D); returns the direct result."""
+the bias, the direct writer one DEPTHWISE_CONV_2D), its tensor names unique in each
+subgraph; returns the direct result."""
     from dataclasses import replace
 
     from onnx2tf_alt.ir.loader import load_model
@@ -450,5 +451,10 @@ the bias, the direct writer one DEPTHWISE_CONV_2D); returns the direct result.""
         assert_close(a, e, 1e-6, f"direct against TF route, output {i}")
     ours, theirs = count_tflite_ops(result.content), count_tflite_ops(content)
     assert sum(ours.values()) <= sum(theirs.values()), (ours, theirs)
+    from onnx2tf_alt.tflite.flatbuffer import unpack_model
+
+    for graph in unpack_model(result.content).subgraphs:  # tools edit files by name
+        names = [t.name for t in graph.tensors]
+        assert len(set(names)) == len(names), f"tensor names repeat in {graph.name}"
     assert ours.get("TRANSPOSE", 0) <= theirs.get("TRANSPOSE", 0)
     return result

@@ -402,6 +402,7 @@ def _pack(parts: list[Part]) -> bytes | Bound:
                                            "subgraph_parts", {}).items():
                 setattr(op.options[1], field_name, numbers[id(sub)])
         subgraph.tensors = []
+        _unique_names([flat.tensors[old] for old in used])
         for old in used:
             tensor = flat.tensors[old]
             buffer = flat.buffers[tensor.buffer]
@@ -447,6 +448,22 @@ def _pack(parts: list[Part]) -> bytes | Bound:
         return Bound(model, {})
     return pack_table(model, weight_bytes + 16 * len(model.buffers) + (1 << 20),
                       FILE_IDENTIFIER)
+
+
+def _unique_names(tensors: list) -> None:
+    """A tensor whose name an earlier one of `tensors` has takes the first free `name_k`:
+    tools that edit a file by tensor name need them unique (ai-edge-quantizer refuses a file
+    with two "Conv@2/const"), as TF's converter writes them."""
+    taken = {t.name for t in tensors}
+    seen: set[bytes] = set()
+    for tensor in tensors:
+        if tensor.name in seen:
+            k = 1
+            while tensor.name + b"_%d" % k in taken:
+                k += 1
+            tensor.name += b"_%d" % k
+            taken.add(tensor.name)
+        seen.add(tensor.name)
 
 
 def _tensor_map(key: str, index: int):
