@@ -599,6 +599,26 @@ def test_a_scale_folds_into_a_depthwise_conv_with_a_multiplier(per_channel):
     assert ops == {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 1}, ops
 
 
+def test_the_graph_a_quantizer_starts_from_keeps_divisions_and_scales():
+    """ConversionOptions.for_quantization (Converted.rebuild for the INT8 and INT16 sources):
+    the direct writer leaves the speed folds out, the division, the scale and the shift stay
+    as the handlers wrote them; the outputs are onnxruntime's."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt.tflite.run import run_signature
+    from onnx2tf_alt.translate.options import ConversionOptions
+
+    nodes, init = _lcnet_block(1, 0.31)
+    x = rand(2, 3, 9, 7)
+    model = make_model(nodes, {"x": x}, ["y"], initializers=init)
+    planned = plan_loaded(load_model(None, model))
+    result = write_direct(planned.graph, planned.plan, ConversionOptions(for_quantization=True))
+    assert count_tflite_ops(result.content) == {"CONV_2D": 2, "ADD": 2, "MUL": 2, "DIV": 1}
+    got = run_signature(Interpreter(model_content=result.content),
+                        {"x": x.transpose(0, 2, 3, 1)})["y"]  # channel last
+    assert_close(got.transpose(0, 3, 1, 2), ort_run(model, {"x": x})[0], 1e-5, "y")
+
+
 def test_a_division_by_a_constant_with_zeros_and_a_product_that_broadcasts():
     """x / c by a constant vector with a zero (inf and nan as onnxruntime gives them), and a
     product whose constant broadcasts x to a larger shape: not merged with the MUL before
