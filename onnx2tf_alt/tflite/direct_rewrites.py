@@ -36,6 +36,10 @@ def rewrite(flat: FlatGraph, outputs: list[int], speed_folds: bool = True) -> No
     drop_unread(flat, outputs)
     drop_logical_identities(flat, outputs)
     merge_duplicates(flat, outputs)
+    # a graph that rounds to a grid (a QDQ model's QuantizeLinear pairs) keeps onnxruntime's
+    # order of float operations: a product reassociated or folded into a filter moves
+    # values by an ulp, and a value at a rounding boundary by 1 LSB
+    speed_folds = speed_folds and not any(op.name == "ROUND" for op in flat.operators)
     if speed_folds:
         constant_divisions(flat, outputs)
         merge_constant_products(flat, outputs)
@@ -230,16 +234,28 @@ def fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
     flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
 
 
+# readers for which x / c and x * (1 / c), an ulp apart, differ: a rounding or a comparison
+# moves at a boundary (a QDQ pair's round(x / scale), onnxruntime's ties included)
+ROUNDS_QUOTIENT = {"ROUND", "FLOOR", "CEIL", "CAST", "FLOOR_DIV", "FLOOR_MOD", "LESS",
+                   "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL"}
+
+
 def constant_divisions(flat: FlatGraph, outputs: list[int]) -> None:
     """DIV(x, c) by a float32 constant c: MUL(x, 1 / c), as TF's converter writes a division
-    by a constant (a hard-swish's / 6; a handler that needs the exact quotient makes its
-    divisor at run time, ops/detection._divided). XNNPACK's MUL is the cheaper kernel, and
-    the MUL can then merge with a scale next to it or go into a convolution."""
+    by a constant (a hard-swish's / 6). XNNPACK's MUL is the cheaper kernel, and the MUL can
+    then merge with a scale next to it or go into a convolution. Unless c is a power of two
+    (then 1 / c is exact), a quotient that is rounded or compared (ROUNDS_QUOTIENT) stays a
+    DIV: TF's converter's rewrite moved a QDQ model's QuantizeLinear by 1 LSB."""
+    readers = _consumers(flat)
     for op in flat.operators:
         if op.name != "DIV" or flat.tensors[op.outputs[0]].type != FLOAT32:
             continue
         divisor = _constant(flat, op.inputs[1])
         if divisor is None or _constant(flat, op.inputs[0]) is not None:
+            continue
+        exact = bool(np.all(np.frexp(divisor)[0] == 0.5))  # every c a power of two
+        if not exact and (op.outputs[0] in outputs or any(
+                r.name in ROUNDS_QUOTIENT for r in readers.get(op.outputs[0], []))):
             continue
         tensor = flat.tensors[op.inputs[1]]
         with np.errstate(divide="ignore"):  # x / 0 and x * inf alike: inf, or nan for 0
