@@ -619,6 +619,36 @@ def test_the_graph_a_quantizer_starts_from_keeps_divisions_and_scales():
     assert_close(got.transpose(0, 3, 1, 2), ort_run(model, {"x": x})[0], 1e-5, "y")
 
 
+@pytest.mark.parametrize(("divisor", "reader", "kept"), [
+    (3.0, "Floor", True),  # x / 3 and x * fl(1 / 3) an ulp apart: the floor may move
+    (3.0, "Less", True),  # likewise a comparison
+    (4.0, "Floor", False),  # 1 / 4 exact: a product all the same
+    (3.0, "Relu", False),
+])
+def test_a_quotient_rounded_or_compared_stays_a_division(divisor, reader, kept):
+    """constant_divisions leaves DIV where its quotient is rounded or compared, unless the
+    divisor is a power of two: the file gives onnxruntime's values exactly, at the integer
+    boundaries 6 / 3 = 2 included; a quotient only computed with becomes a product."""
+    x = np.array([[6.0, 9.0, -3.0, 7.5, 0.3, 12.0]], np.float32)
+    extra = {"half": np.float32(1.5)} if reader == "Less" else {}
+    second = ["q", "half"] if reader == "Less" else ["q"]
+    model = make_model([node("Div", ["x", "c"], "q"), node(reader, second, "y")], {"x": x},
+                       ["y"], initializers={"c": np.float32(divisor), **extra})
+    planned = plan_loaded(load_model(None, model))
+    result = write_direct(planned.graph, planned.plan, planned.options)
+    assert ("DIV" in count_tflite_ops(result.content)) == kept
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt.tflite.run import run_signature
+
+    got = run_signature(Interpreter(model_content=result.content), {"x": x})["y"]
+    expected = ort_run(model, {"x": x})[0]
+    if reader == "Relu":  # x * fl(1 / 3): an ulp from x / 3 (0.3 / 3), as TF's converter
+        assert_close(got, expected, 1e-6, "y")
+    else:
+        np.testing.assert_array_equal(got, expected)
+
+
 def test_a_division_by_a_constant_with_zeros_and_a_product_that_broadcasts():
     """x / c by a constant vector with a zero (inf and nan as onnxruntime gives them), and a
     product whose constant broadcasts x to a larger shape: not merged with the MUL before
