@@ -408,7 +408,6 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
     def quantized(tensors) -> bytes:
         return quantize_calibrated(calibrated, per_tensor, None, sorted({*tensors, *divisions}))
 
-    measured_ranking = chosen.measured
     scores: dict[int, float] = {}
     first: list[dict] = []
 
@@ -419,7 +418,7 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
         return scores[key]
 
     def ranked(content: bytes, kept_nodes: set[str], kept: set[str]) -> list[dict]:
-        if measured_ranking and first:  # measured once: the rest keep their gains
+        if chosen.measured and first:  # measured once: the rest keep their gains
             return [e for e in first
                     if not frozenset(denylist(infos, kept_nodes | set(e["nodes"]))) <= kept]
         entries, segments, seen = [], [], set()
@@ -433,8 +432,8 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
             segments.append(segment - kept)
             entries.append({"op": info.op_type, "tensor": info.tensor, "nodes": info.nodes,
                             "float_ops": len(segment)})
-        if measured_ranking:
-            gains = _measured_gains(segments, frozenset(kept), content)
+        if chosen.measured:
+            gains = measured_gains(segments, frozenset(kept), content)
         else:
             shares = noise_scores(content, infos, converted, list(samples))
             gains = [sum(shares.get(t, 0.0) for t in segment) / 2 for segment in segments]
@@ -443,8 +442,8 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
         first[:] = sorted(entries, key=lambda r: -r["estimated_gain"])
         return list(first)
 
-    def _measured_gains(segments: list[frozenset], kept: frozenset, content: bytes
-                        ) -> list[float]:
+    def measured_gains(segments: list[frozenset], kept: frozenset, content: bytes
+                       ) -> list[float]:
         from onnx2tf_alt.quant.group_ranking import MEASUREMENTS, ranked_gains
 
         base = scored(content)

@@ -39,8 +39,8 @@ def pack_model(model: schema.ModelT, size_hint: int = 1 << 20) -> bytes:
 def _vectors_as_arrays(model: schema.ModelT) -> None:
     """The numeric vectors an edit left as Python lists (tensor indices, shapes,
     quantization parameters) as numpy arrays: the generated Pack writes an array in one
-    copy and a list one element at a time (a per-channel INT8 file of 240 ops packed in
-    0.24 s from lists, 0.03 s from arrays)."""
+    copy and a list one element at a time (the PP-OCRv4 detector's per-channel INT8 file,
+    224 ops: 0.070 s from lists, 0.036 s from arrays, the same bytes)."""
     def array(values, dtype):
         return None if values is None else np.asarray(values, dtype)
 
