@@ -3,7 +3,8 @@ quantization on the same calibration samples, in one run.
 
     python benchmarks/bench_int8_heldout.py model.onnx --cal cal.npy --held held.npy \
         [--input x] [--shape 1,3,640,640]
-        [--variants default direct tf_quantizer percentile no_bias keep_auto direct_keep_auto]
+        [--variants default direct tf_quantizer percentile no_bias keep_auto direct_keep_auto
+         direct_minmax direct_percentile]
         [--ort MinMax Percentile Entropy] [--out DIR] [--json out.json]
 
 Each variant is one CLI run (`-oiqt -cind INPUT cal.npy` plus its flags, timed: `direct`
@@ -44,6 +45,8 @@ VARIANTS = {
     "direct": ["-dms"],  # the direct writer's float file, calibrated and quantized without TF
     "tf_quantizer": [],  # the INT8 files by TF's MLIR quantizer (the oracle), as before 2026-12
     "percentile": ["--calibration_method", "percentile"],
+    "direct_minmax": ["-dms", "--calibration_method", "minmax"],
+    "direct_percentile": ["-dms", "--calibration_method", "percentile"],
     "no_bias": ["--no_bias_correction"],
     "keep_auto": ["--keep_float_auto", "0.99"],  # ranked by the TF model's gradient
     # without TF: ops ranked by measuring re-quantized files (quant/group_ranking.py)

@@ -50,6 +50,18 @@ from onnx2tf_alt.translate.registry import find_direct, find_handler
 DESCRIPTION = b"onnx2tf_alt direct writer"
 # builtins whose kernels are registered from a version above 1 (TFLite's register.cc)
 MIN_VERSION = {"BROADCAST_TO": 2}
+
+
+def op_version(op) -> int:
+    """The version TFLite's op_version.cc gives `op` (a FlatGraph Operator): MIN_VERSION, or
+    a TRANSPOSE_CONV's 3 with a bias input and 4 with a fused activation (as TF's converter
+    writes them: a runtime that predates them refuses the file instead of ignoring them)."""
+    if op.name == "TRANSPOSE_CONV":
+        if op.options is not None and op.options[1].fusedActivationFunction:
+            return 4
+        if len(op.inputs) > 3 and op.inputs[3] >= 0:
+            return 3
+    return MIN_VERSION.get(op.name, 1)
 # value types of a model's inputs and outputs only, cast to float32 on entry and back on
 # exit (pipeline.float32_planned)
 WIDE_OR_HALF = {np.dtype(np.float16), np.dtype(np.float64)}
@@ -234,7 +246,7 @@ class DirectWriter:
             # a constant output is a constant tensor, and an output that is an input or
             # another output that tensor again, as in TF's converter's files
             outputs.append(self.input_tensor(name, plan.output_perms[name]))
-        rewrite(flat, outputs, speed_folds=not self.options.for_quantization)
+        rewrite(flat, outputs, for_quantization=self.options.for_quantization)
         part = Part(key, flat, inputs, outputs, list(input_names.values()), output_keys)
         return part, DirectResult(b"", input_names, output_names,
                                   {n: plan.perms[n] for n in graph.inputs},
@@ -422,9 +434,11 @@ def _pack(parts: list[Part]) -> bytes | Bound:
                 code = schema.OperatorCodeT()
                 builtin = getattr(schema.BuiltinOperator, op.name)
                 code.builtinCode, code.deprecatedBuiltinCode = builtin, min(builtin, 127)
-                code.version = MIN_VERSION.get(op.name, 1)
+                code.version = 1
                 codes[op.name] = len(model.operatorCodes)
                 model.operatorCodes.append(code)
+            code = model.operatorCodes[codes[op.name]]
+            code.version = max(code.version, op_version(op))
             table = schema.OperatorT()
             table.opcodeIndex = codes[op.name]
             table.inputs = np.array([renumber[i] for i in op.inputs], np.int32)

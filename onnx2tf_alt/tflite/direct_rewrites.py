@@ -25,28 +25,33 @@ ACTIVATIONS = {"RELU": schema.ActivationFunctionType.RELU,
                "RELU_N1_TO_1": schema.ActivationFunctionType.RELU_N1_TO_1}
 
 
-def rewrite(flat: FlatGraph, outputs: list[int], speed_folds: bool = True) -> None:
-    """All of the module's rewrites, in order; `outputs` (the graph's) are kept. Without
-    `speed_folds`, the folds TF's converter makes for speed and the own quantizer is better
-    without are left out (the graph a quantizer starts from): on three trained PP-OCR
-    models' INT8 files made from a graph with them, the held-out pooled cosine moved by
-    +0.0014 (DB detector), -0.0037 (direction classifier: the scale into the next conv) and
-    -0.0043 (recognizer: the merged products); the float32, float16 and dynamic-range files
-    keep them (the recognizer's dynamic-range file gained 0.011)."""
+def rewrite(flat: FlatGraph, outputs: list[int], for_quantization: bool = False) -> None:
+    """All of the module's rewrites, in order; `outputs` (the graph's) are kept.
+
+    `for_quantization` (the graph the own quantizer starts from): of the folds TF's converter
+    makes for speed, those that keep every quantization grid as fine: a DIV by a constant
+    as a MUL, a shift into a 1x1 CONV_2D's int32 bias, a scale into a filter where it
+    multiplies whole output channels (one value, or a DEPTHWISE_CONV_2D's channels: a
+    per-channel scale along a CONV_2D's input channels would mix their grids). Two MULs by
+    constants stay two: on the PP-OCRv4 recognizer, judged on held-out samples of other
+    scenes and fonts with two calibration subsets, the INT8 file made with the merge held
+    0.9813 / 0.9816 pooled cosine, without it 0.9927 / 0.9912 (none of the folds: 0.9859 /
+    0.9859; docs/direct_writer.md)."""
     drop_unread(flat, outputs)
     drop_logical_identities(flat, outputs)
     merge_duplicates(flat, outputs)
     # a graph that rounds to a grid (a QDQ model's QuantizeLinear pairs) keeps onnxruntime's
     # order of float operations: a product reassociated or folded into a filter moves
     # values by an ulp, and a value at a rounding boundary by 1 LSB
-    speed_folds = speed_folds and not any(op.name == "ROUND" for op in flat.operators)
+    speed_folds = not any(op.name == "ROUND" for op in flat.operators)
     if speed_folds:
         constant_divisions(flat, outputs)
-        merge_constant_products(flat, outputs)
+        if not for_quantization:
+            merge_constant_products(flat, outputs)
     fold_affine(flat, outputs)
     if speed_folds:
         shifts_into_pointwise(flat, outputs)
-        scales_into_convolutions(flat, outputs)
+        scales_into_convolutions(flat, outputs, for_quantization)
     while fold_into_dense(flat, outputs):
         pass
     maxima_as_relu(flat, outputs)
@@ -173,7 +178,9 @@ def drop_unread(flat: FlatGraph, outputs: list[int]) -> None:
     flat.operators = kept[::-1]
 
 
-_FILTER_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0}  # output channels
+# output channels' axis of the filter (input 1), and the bias's input
+_FILTER_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0, "TRANSPOSE_CONV": 0}
+_BIAS_INPUT = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "TRANSPOSE_CONV": 3}
 
 
 def _constant(flat: FlatGraph, index: int) -> np.ndarray | None:
@@ -185,14 +192,16 @@ def _constant(flat: FlatGraph, index: int) -> np.ndarray | None:
 
 def fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
     """A MUL or ADD by a constant of one value or one per output channel, whose other input
-    is the one use of a CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED output (no fused
-    activation, with a constant filter and bias), goes into that op's filter and bias
-    (as TF's converter folds them): the MUL scales both, the ADD shifts the bias."""
+    is the one use of a CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV or FULLY_CONNECTED output
+    (no fused activation, with a constant filter and bias), goes into that op's filter and
+    bias (as TF's converter folds them): the MUL scales both, the ADD shifts the bias; an
+    activation fused into the MUL or ADD moves to the op (a transposed convolution's bias,
+    batch norm and ReLU: one op, as TF's converter writes it)."""
     producers = {o: op for op in flat.operators for o in op.outputs}
     readers = _consumers(flat)
     gone = []
     for op in flat.operators:
-        if op.name not in ("MUL", "ADD") or op.options[1].fusedActivationFunction:
+        if op.name not in ("MUL", "ADD"):
             continue
         for k in (0, 1):
             source = producers.get(op.inputs[k])
@@ -203,7 +212,8 @@ def fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
                 continue
             channels = flat.shape(source.outputs[0])[-1]
             filt = _constant(flat, source.inputs[1])
-            if _run_time_bias(flat, op, k, source, channels):
+            if not op.options[1].fusedActivationFunction and _run_time_bias(
+                    flat, op, k, source, channels):
                 _absorb(flat, source, op)
                 producers[op.outputs[0]] = source
                 gone.append(op)
@@ -212,11 +222,12 @@ def fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
                     or factor.size not in (1, channels)
                     or any(d != 1 for d in factor.shape[:-1])):
                 continue
-            if len(source.inputs) < 3:  # a product without bias (MatMul): a zero one
+            at = _BIAS_INPUT[source.name]
+            if len(source.inputs) <= at or source.inputs[at] < 0:  # no bias: a zero one
                 name = flat.tensors[source.outputs[0]].name.decode()
-                source.inputs.append(flat.tensor(f"{name}/bias", (channels,), np.float32,
-                                                 np.zeros(channels, np.float32)))
-            bias = _constant(flat, source.inputs[2])
+                source.inputs[at:] = [flat.tensor(f"{name}/bias", (channels,), np.float32,
+                                                  np.zeros(channels, np.float32))]
+            bias = _constant(flat, source.inputs[at])
             if bias is None:
                 continue
             values = factor.reshape(-1)
@@ -224,9 +235,10 @@ def fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
                 shape = [1] * filt.ndim
                 shape[_FILTER_AXIS[source.name]] = values.size
                 flat.set_constant(source.inputs[1], filt * values.reshape(shape))
-                flat.set_constant(source.inputs[2], bias * values)
+                flat.set_constant(source.inputs[at], bias * values)
             else:
-                flat.set_constant(source.inputs[2], bias + values)
+                flat.set_constant(source.inputs[at], bias + values)
+            source.options[1].fusedActivationFunction = op.options[1].fusedActivationFunction
             _absorb(flat, source, op)
             producers[op.outputs[0]] = source
             gone.append(op)
@@ -314,14 +326,19 @@ def shifts_into_pointwise(flat: FlatGraph, outputs: list[int]) -> None:
     _into_readers(flat, outputs, "ADD", _pointwise, fold)
 
 
-def scales_into_convolutions(flat: FlatGraph, outputs: list[int]) -> None:
+def scales_into_convolutions(flat: FlatGraph, outputs: list[int],
+                             per_output_channel: bool = False) -> None:
     """MUL by a float32 constant of one value or one per channel whose output only CONV_2D
     and DEPTHWISE_CONV_2D ops read (as their input, constant filter they alone read): into
     each one's filter, along its input channels (zero padding stays zero, so any window and
-    padding), as TF's converter folds it."""
-    def takes(flat: FlatGraph, user: Operator, tensor: int) -> bool:
+    padding), as TF's converter folds it. With `per_output_channel`, only where the factor
+    scales whole output channels of each filter, which a per-channel quantization grid
+    follows: one value, or a DEPTHWISE_CONV_2D's channels."""
+    def takes(flat: FlatGraph, user: Operator, tensor: int, values: np.ndarray) -> bool:
         return (user.name in WINDOWS and user.inputs[0] == tensor
-                and tensor not in user.inputs[1:] and _constant(flat, user.inputs[1]) is not None)
+                and tensor not in user.inputs[1:] and _constant(flat, user.inputs[1]) is not None
+                and (not per_output_channel or user.name == "DEPTHWISE_CONV_2D"
+                     or bool(np.all(values == values[0]))))
 
     def fold(user: Operator, values: np.ndarray) -> None:
         filt = _constant(flat, user.inputs[1])
@@ -336,8 +353,9 @@ def scales_into_convolutions(flat: FlatGraph, outputs: list[int]) -> None:
 def _into_readers(flat: FlatGraph, outputs: list[int], name: str, takes, fold) -> None:
     """Each `name` op (ADD or MUL, no fused activation) of a value by a float32 constant of
     one value or one per channel, that does not broadcast the value, whose output only ops
-    for which `takes(flat, op, tensor)` read, with constant parameters they alone read:
-    `fold(reader, values per channel)` for each, which then reads the value; the op goes."""
+    for which `takes(flat, op, tensor, values per channel)` holds read, with constant
+    parameters they alone read: `fold(reader, values per channel)` for each, which then
+    reads the value; the op goes."""
     readers = _consumers(flat)
     gone = []
     for op in flat.operators:
@@ -353,11 +371,12 @@ def _into_readers(flat: FlatGraph, outputs: list[int], name: str, takes, fold) -
             if (constant is None or _constant(flat, op.inputs[k]) is not None
                     or constant.size not in (1, channels)
                     or any(d != 1 for d in constant.shape[:-1])
-                    or not same_shape(flat, op.inputs[k], op.outputs[0])
-                    or not all(takes(flat, u, op.outputs[0]) for u in users)
-                    or not _own_parameters(flat, readers, users)):
+                    or not same_shape(flat, op.inputs[k], op.outputs[0])):
                 continue
             values = np.broadcast_to(constant.reshape(-1), (channels,)).astype(np.float64)
+            if (not all(takes(flat, u, op.outputs[0], values) for u in users)
+                    or not _own_parameters(flat, readers, users)):
+                continue
             for user in users:
                 fold(user, values)
                 user.inputs[0] = op.inputs[k]
@@ -366,7 +385,7 @@ def _into_readers(flat: FlatGraph, outputs: list[int], name: str, takes, fold) -
     flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
 
 
-def _pointwise(flat: FlatGraph, op: Operator, tensor: int) -> bool:
+def _pointwise(flat: FlatGraph, op: Operator, tensor: int, values: np.ndarray) -> bool:
     """Whether `op` is a 1x1 CONV_2D (no dilation effect, no padding) of `tensor` with a
     constant filter and bias."""
     return (op.name == "CONV_2D" and op.inputs[0] == tensor and tensor not in op.inputs[1:]

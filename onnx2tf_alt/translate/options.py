@@ -51,8 +51,8 @@ class ConversionOptions:
     # -rtpo: ONNX op types lowered to the simplest builtins (see PSEUDO_OPERATORS)
     pseudo_operators: frozenset[str] = frozenset()
     # the graph a quantizer starts from (quant/quantize.py's prepared sources): the direct
-    # writer leaves divisions, constant products and scales where the handlers wrote them
-    # (tflite/direct_rewrites.rewrite's speed_folds)
+    # writer makes only the speed folds that keep every quantization grid as fine
+    # (tflite/direct_rewrites.rewrite's for_quantization)
     for_quantization: bool = False
 
     def replaces(self, op_type: str) -> bool:

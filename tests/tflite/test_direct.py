@@ -599,24 +599,88 @@ def test_a_scale_folds_into_a_depthwise_conv_with_a_multiplier(per_channel):
     assert ops == {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 1}, ops
 
 
-def test_the_graph_a_quantizer_starts_from_keeps_divisions_and_scales():
+@pytest.mark.parametrize(("bias", "activation", "attrs"), [
+    (True, "Relu", {"strides": [2, 2]}),  # a DB text detector's head: one TRANSPOSE_CONV
+    (False, None, {"strides": [2, 2]}),
+    (True, "Clip", {"strides": [2, 3], "pads": [1, 0, 1, 0], "kernel_shape": [3, 3]}),
+])
+def test_a_transposed_conv_takes_its_bias_batch_norm_and_activation(bias, activation, attrs):
+    """direct_rewrites.fold_affine on ConvTranspose -> BatchNormalization [-> Relu / Clip
+    0..6]: the bias, the norm's scale and shift and the activation go into one
+    TRANSPOSE_CONV (version 3 with a bias, 4 with a fused activation, as TF's converter
+    writes it); XNNPACK and TFLite's reference kernels both give onnxruntime's outputs."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from onnx2tf_alt.tflite.flatbuffer import unpack_model
+    from onnx2tf_alt.tflite.run import run_signature
+
+    x = rand(2, 4, 5, 7)
+    kernel = attrs.get("kernel_shape", [2, 2])
+    init = {"w": rand(4, 3, *kernel), "scale": rand(3) + 1.5, "shift": rand(3),
+            "mean": rand(3) * 0.1, "var": np.abs(rand(3)) + 0.5}
+    if bias:
+        init["b"] = rand(3)
+    nodes = [node("ConvTranspose", ["x", "w", "b"] if bias else ["x", "w"], "t", **attrs),
+             node("BatchNormalization", ["t", "scale", "shift", "mean", "var"],
+                  "n" if activation else "y")]
+    if activation == "Relu":
+        nodes.append(node("Relu", ["n"], "y"))
+    elif activation == "Clip":
+        init.update(lo=np.float32(0), hi=np.float32(6))
+        nodes.append(node("Clip", ["n", "lo", "hi"], "y"))
+    model = make_model(nodes, {"x": x}, ["y"], initializers=init)
+    result = both_routes(model, {"x": x})
+    assert count_tflite_ops(result.content) == {"TRANSPOSE_CONV": 1}
+    flat = unpack_model(result.content)
+    version = next(c.version for c in flat.operatorCodes if c.builtinCode == 67)
+    assert version == 4 if activation else 3
+    reference = Interpreter(model_content=result.content, experimental_op_resolver_type=(
+        OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
+    got = run_signature(reference, {"x": x.transpose(0, 2, 3, 1)})["y"]
+    assert_close(got.transpose(0, 3, 1, 2), ort_run(model, {"x": x})[0], 1e-5, "reference")
+
+
+@pytest.mark.parametrize(("second", "depthwise", "speed", "quantization"), [
+    # the products stay two; a per-channel scale along a CONV_2D's input channels would
+    # mix the grids of its outputs: both MULs stay
+    ("channel", False, {"CONV_2D": 2}, {"CONV_2D": 2, "MUL": 2}),
+    # one value scales whole output channels: into the filter
+    ("scalar", False, {"CONV_2D": 2}, {"CONV_2D": 2, "MUL": 1}),
+    # a depthwise filter is quantized per the channels the scale multiplies: folded
+    ("channel", True, {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 1},
+     {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 1, "MUL": 1}),
+    ("scalar", True, {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 1},
+     {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 1, "MUL": 1}),
+])
+def test_the_graph_a_quantizer_starts_from_keeps_every_grid_as_fine(second, depthwise, speed,
+                                                                   quantization):
     """ConversionOptions.for_quantization (Converted.rebuild for the INT8 and INT16 sources):
-    the direct writer leaves the speed folds out, the division, the scale and the shift stay
-    as the handlers wrote them; the outputs are onnxruntime's."""
+    of the speed folds, the direct writer makes those that keep each quantization grid as
+    fine (direct_rewrites.rewrite); the outputs of both graphs are onnxruntime's."""
     from ai_edge_litert.interpreter import Interpreter
 
     from onnx2tf_alt.tflite.run import run_signature
     from onnx2tf_alt.translate.options import ConversionOptions
 
-    nodes, init = _lcnet_block(1, 0.31)
-    x = rand(2, 3, 9, 7)
-    model = make_model(nodes, {"x": x}, ["y"], initializers=init)
+    x = rand(2, 3, 7, 6)
+    init = {"w1": rand(4, 3, 1, 1), "c1": rand(4, 1, 1),
+            "c2": rand(4, 1, 1) if second == "channel" else np.float32(-0.7),
+            "w2": rand(4, 1, 3, 3) if depthwise else rand(5, 4, 1, 1),
+            "b2": rand(4 if depthwise else 5)}
+    last = (node("Conv", ["m2", "w2", "b2"], "y", group=4, pads=[1, 1, 1, 1]) if depthwise
+            else node("Conv", ["m2", "w2", "b2"], "y"))
+    model = make_model([node("Conv", ["x", "w1"], "h"), node("Relu", ["h"], "r"),
+                        node("Mul", ["r", "c1"], "m1"), node("Mul", ["m1", "c2"], "m2"), last],
+                       {"x": x}, ["y"], initializers=init)
     planned = plan_loaded(load_model(None, model))
-    result = write_direct(planned.graph, planned.plan, ConversionOptions(for_quantization=True))
-    assert count_tflite_ops(result.content) == {"CONV_2D": 2, "ADD": 2, "MUL": 2, "DIV": 1}
-    got = run_signature(Interpreter(model_content=result.content),
-                        {"x": x.transpose(0, 2, 3, 1)})["y"]  # channel last
-    assert_close(got.transpose(0, 3, 1, 2), ort_run(model, {"x": x})[0], 1e-5, "y")
+    want = ort_run(model, {"x": x})[0]
+    for for_quantization, ops in ((False, speed), (True, quantization)):
+        result = write_direct(planned.graph, planned.plan,
+                              ConversionOptions(for_quantization=for_quantization))
+        assert count_tflite_ops(result.content) == ops, for_quantization
+        got = run_signature(Interpreter(model_content=result.content),
+                            {"x": x.transpose(0, 2, 3, 1)})["y"]  # channel last
+        assert_close(got.transpose(0, 3, 1, 2), want, 1e-5, f"y {for_quantization}")
 
 
 @pytest.mark.parametrize(("divisor", "reader", "kept"), [
