@@ -28,7 +28,12 @@ from onnx2tf_alt.ir.weights import to_array
 LEVELS = 127  # TFLite's symmetric int8 weight range
 DAMPING = 0.01  # of H's mean diagonal, added to it: keeps H invertible
 MAX_SAMPLES = 16  # calibration samples the patch statistics are collected on
-MAX_POSITIONS = 8192  # output positions per sample and conv those statistics take
+MAX_POSITIONS = 8192  # output positions per sample and conv those statistics take, at most
+# ... and per sample this many per row of H (a patch's inputs), at least MIN_POSITIONS: with
+# 13 samples, 52 rows per dimension, within GPTQ's own 16-64; the products cost dim^2 x
+# positions, and the 3x3 convs over 96 channels took most of a DB detector's 9 s at 8192
+POSITIONS_PER_INPUT = 4
+MIN_POSITIONS = 1024
 
 
 def conv_input_statistics(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]],
@@ -77,16 +82,18 @@ def _attrs(conv: onnx.NodeProto, spatial: int) -> tuple[int, list, list, list]:
 
 def _group_hessians(conv: onnx.NodeProto, x: np.ndarray, shape: tuple) -> list[np.ndarray]:
     """Patch outer products of one input (N, C, H, W) of a 2-D Conv, per group, over at
-    most MAX_POSITIONS output positions (a fixed random subset estimates H as well): only
-    the patches of those positions are gathered."""
+    most `limit` output positions (POSITIONS_PER_INPUT per row of H, within MIN_POSITIONS
+    and MAX_POSITIONS; a fixed random subset estimates H as well): only the patches of those
+    positions are gathered."""
     groups, strides, dilations, pads = _attrs(conv, 2)
     x = np.pad(x, [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])])
     kh, kw = shape[2], shape[3]
     out_h = (x.shape[2] - dilations[0] * (kh - 1) - 1) // strides[0] + 1
     out_w = (x.shape[3] - dilations[1] * (kw - 1) - 1) // strides[1] + 1
     positions = np.arange(x.shape[0] * out_h * out_w)
-    if len(positions) > MAX_POSITIONS:
-        positions = np.sort(np.random.default_rng(0).choice(len(positions), MAX_POSITIONS,
+    limit = min(MAX_POSITIONS, max(MIN_POSITIONS, POSITIONS_PER_INPUT * shape[1] * kh * kw))
+    if len(positions) > limit:
+        positions = np.sort(np.random.default_rng(0).choice(len(positions), limit,
                                                             replace=False))
     n, rows, cols = (positions // (out_h * out_w), (positions // out_w) % out_h * strides[0],
                      positions % out_w * strides[1])
