@@ -75,6 +75,7 @@ def corrected_biases(int8: bytes, calibrated: bytes, feeds: list[dict[str, np.nd
         # the file cut after this convolution, its output exposed: XNNPACK runs it
         interpreter = Interpreter(model_content=exposed(model, [int(op.outputs[0])], True),
                                   num_threads=os.cpu_count() or 1)
+        cut_output = interpreter.get_output_details()[0]["index"]  # the cut's one output
         run = interpreter.get_signature_runner(SIGNATURE)
         inputs = run.get_input_details()
         output = graph.tensors[op.outputs[0]]
@@ -82,7 +83,7 @@ def corrected_biases(int8: bytes, calibrated: bytes, feeds: list[dict[str, np.nd
         errors = []
         for feed, means in zip(feeds, expected):
             run(**{k: as_input(v, inputs[k]) for k, v in feed.items()})
-            value = (interpreter.get_tensor(op.outputs[0]).astype(np.float64) - zero_point) * scale
+            value = (interpreter.get_tensor(cut_output).astype(np.float64) - zero_point) * scale
             errors.append(_channel_means(value) - means[op_index])
         steps = np.asarray(graph.tensors[op.inputs[2]].quantization.scale, np.float64)
         known[key(op_index)] = -np.round(_significant(np.array(errors)) / steps).astype(np.int64)

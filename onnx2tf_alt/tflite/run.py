@@ -82,32 +82,82 @@ def exposed(model, tensors: list[int], prune: bool = False) -> bytes:
     """`model` (an unpacked schema.ModelT, left as it was) packed with `tensors` of its main
     subgraph as that subgraph's outputs: a delegate (XNNPACK) then writes them out, where
     keeping every tensor (`experimental_preserve_all_tensors`) needs TFLite's reference
-    kernels, 10-20x slower on convolutions. With `prune`, the ops `tensors` do not depend
-    on are left out. The signature keeps its outputs: read `tensors` by index."""
+    kernels, 10-20x slower on convolutions. With `prune` (a model of one subgraph), the ops
+    `tensors` do not depend on are left out, with the tensors and buffers only they read:
+    packing then costs what the cut holds (bias correction packs one cut per conv; keeping
+    every tensor and weight made packing 8 of a DB detector's 22 s). Read `tensors` by their
+    names: pruned, their indices change."""
     from onnx2tf_alt.tflite.flatbuffer import pack_model
 
-    graph = model.subgraphs[0]
-    operators, outputs = graph.operators, graph.outputs
     if prune:
-        writer = {int(o): k for k, op in enumerate(operators) for o in op.outputs}
-        needed, stack = set(), [writer[t] for t in tensors if t in writer]
-        while stack:
-            k = stack.pop()
-            if k not in needed:
-                needed.add(k)
-                stack += [writer[int(i)] for i in operators[k].inputs if int(i) in writer]
-        graph.operators = [op for k, op in enumerate(operators) if k in needed]
-        kept = {int(o) for op in graph.operators for o in op.outputs} | {
-            int(i) for i in graph.inputs}
-        signatures = [(s, s.outputs) for s in model.signatureDefs or []]
-        for signature, entries in signatures:
-            signature.outputs = [e for e in entries if int(e.tensorIndex) in kept]
-    graph.outputs = [*dict.fromkeys([*(int(o) for o in outputs if not prune),
-                                     *(int(t) for t in tensors)])]
+        return pack_model(_pruned(model, [int(t) for t in tensors]))
+    graph = model.subgraphs[0]
+    outputs = graph.outputs
+    graph.outputs = [*dict.fromkeys([*(int(o) for o in outputs), *(int(t) for t in tensors)])]
     try:
         return pack_model(model)
     finally:
-        graph.operators, graph.outputs = operators, outputs
-        if prune:
-            for signature, entries in signatures:
-                signature.outputs = entries
+        graph.outputs = outputs
+
+
+def _pruned(model, tensors: list[int]):
+    """A shallow copy of `model` whose one subgraph computes `tensors` (its outputs) from its
+    inputs: the ops they depend on, the tensors and buffers those read (renumbered), its
+    signatures' inputs and the outputs still computed."""
+    import copy
+
+    graph = model.subgraphs[0]
+    if len(model.subgraphs) != 1:
+        raise ValueError("a pruned cut of a model of several subgraphs")
+    operators = graph.operators
+    writer = {int(o): k for k, op in enumerate(operators) for o in op.outputs}
+    needed, stack = set(), [writer[t] for t in tensors if t in writer]
+    while stack:
+        k = stack.pop()
+        if k not in needed:
+            needed.add(k)
+            stack += [writer[int(i)] for i in operators[k].inputs if int(i) in writer]
+    kept_ops = [op for k, op in enumerate(operators) if k in needed]
+    used = sorted({int(i) for op in kept_ops
+                   for i in [*op.inputs, *op.outputs, *(op.intermediates or [])] if int(i) >= 0}
+                  | {int(i) for i in graph.inputs} | set(tensors))
+    index = {old: new for new, old in enumerate(used)}
+    buffers = sorted({0} | {int(graph.tensors[t].buffer) for t in used})
+    buffer_index = {old: new for new, old in enumerate(buffers)}
+    cut = copy.copy(graph)
+    cut.tensors = []
+    for t in used:
+        tensor = copy.copy(graph.tensors[t])
+        tensor.buffer = buffer_index[int(tensor.buffer)]
+        cut.tensors.append(tensor)
+    cut.operators = []
+    for op in kept_ops:
+        op = copy.copy(op)
+        op.inputs = [index[int(i)] if int(i) >= 0 else -1 for i in op.inputs]
+        op.outputs = [index[int(o)] for o in op.outputs]
+        if op.intermediates is not None:
+            op.intermediates = [index[int(i)] for i in op.intermediates]
+        cut.operators.append(op)
+    cut.inputs = [index[int(i)] for i in graph.inputs]
+    cut.outputs = [index[t] for t in dict.fromkeys(tensors)]
+    pruned = copy.copy(model)
+    pruned.subgraphs = [cut]
+    pruned.buffers = [model.buffers[b] for b in buffers]
+    pruned.signatureDefs = []
+    computed = {int(o) for op in kept_ops for o in op.outputs} | {int(i) for i in graph.inputs}
+    for signature in model.signatureDefs or []:
+        signature = copy.copy(signature)
+        signature.inputs = [_renumbered(e, index) for e in signature.inputs]
+        signature.outputs = [_renumbered(e, index) for e in signature.outputs
+                             if int(e.tensorIndex) in computed]
+        pruned.signatureDefs.append(signature)
+    pruned.metadata = None  # its entries name buffers the cut does not keep
+    return pruned
+
+
+def _renumbered(entry, index: dict[int, int]):
+    import copy
+
+    entry = copy.copy(entry)
+    entry.tensorIndex = index[int(entry.tensorIndex)]
+    return entry
