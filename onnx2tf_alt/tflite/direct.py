@@ -50,6 +50,13 @@ from onnx2tf_alt.translate.registry import find_direct, find_handler
 DESCRIPTION = b"onnx2tf_alt direct writer"
 # builtins whose kernels are registered from a version above 1 (TFLite's register.cc)
 MIN_VERSION = {"BROADCAST_TO": 2}
+# value types of a model's inputs and outputs only, cast to float32 on entry and back on
+# exit (pipeline.float32_planned)
+WIDE_OR_HALF = {np.dtype(np.float16), np.dtype(np.float64)}
+# Weights past which the file is not packed in memory but written by late_weights.Bound
+# (the bytes of each weight made from its array as it is written; past 2 GB after the
+# flatbuffer): packing holds the builder and the file's bytes besides the arrays.
+BOUND_BYTES = 1 << 30
 
 
 def op_version(op) -> int:
@@ -62,13 +69,6 @@ def op_version(op) -> int:
         if len(op.inputs) > 3 and op.inputs[3] >= 0:
             return 3
     return MIN_VERSION.get(op.name, 1)
-# value types of a model's inputs and outputs only, cast to float32 on entry and back on
-# exit (pipeline.float32_planned)
-WIDE_OR_HALF = {np.dtype(np.float16), np.dtype(np.float64)}
-# Weights past which the file is not packed in memory but written by late_weights.Bound
-# (the bytes of each weight made from its array as it is written; past 2 GB after the
-# flatbuffer): packing holds the builder and the file's bytes besides the arrays.
-BOUND_BYTES = 1 << 30
 
 
 @dataclass

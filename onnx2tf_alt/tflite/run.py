@@ -9,6 +9,7 @@ arrays of the shape and type the interpreter computed for them.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import numpy as np
@@ -85,8 +86,8 @@ def exposed(model, tensors: list[int], prune: bool = False) -> bytes:
     kernels, 10-20x slower on convolutions. With `prune` (a model of one subgraph), the ops
     `tensors` do not depend on are left out, with the tensors and buffers only they read:
     packing then costs what the cut holds (bias correction packs one cut per conv; keeping
-    every tensor and weight made packing 8 of a DB detector's 22 s). Read `tensors` by their
-    names: pruned, their indices change."""
+    every tensor and weight made packing 8 of a DB detector's 22 s). Pruned, the indices
+    change: read `tensors` as the cut's outputs (the interpreter's output details)."""
     from onnx2tf_alt.tflite.flatbuffer import pack_model
 
     if prune:
@@ -104,8 +105,6 @@ def _pruned(model, tensors: list[int]):
     """A shallow copy of `model` whose one subgraph computes `tensors` (its outputs) from its
     inputs: the ops they depend on, the tensors and buffers those read (renumbered), its
     signatures' inputs and the outputs still computed."""
-    import copy
-
     graph = model.subgraphs[0]
     if len(model.subgraphs) != 1:
         raise ValueError("a pruned cut of a model of several subgraphs")
@@ -156,8 +155,6 @@ def _pruned(model, tensors: list[int]):
 
 
 def _renumbered(entry, index: dict[int, int]):
-    import copy
-
     entry = copy.copy(entry)
     entry.tensorIndex = index[int(entry.tensorIndex)]
     return entry
