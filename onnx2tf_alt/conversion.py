@@ -167,9 +167,8 @@ def convert(
     the first node it does not cover. With only .tflite files asked for
     (`disable_model_save`, no Keras or checked files) the direct writer needs no TensorFlow
     and no Keras model (None is returned): the float32 and float16 files, the dynamic-range,
-    int4, INT8 and INT16 ones made from them (the latter not with `keep_float_auto`,
-    onnxruntime's calibration methods or a QDQ model, which TF's
-    converter serves), micro ones, --signature and --litertlm files; with a
+    int4, INT8 and INT16 ones made from them (a QDQ model's INT8 files on its own grids; not
+    with onnxruntime's calibration methods, which TF's converter serves), micro ones, --signature and --litertlm files; with a
     saved_model or Keras files beside them, or with checked files or what needs TF (which
     read the float32 file only as their reference; no int4 file, no --signature), "auto" writes
     the .tflite files directly from the plan the Keras model was built from; "direct" takes
@@ -276,9 +275,6 @@ def convert(
                 check_onnx_tf_outputs_elementwise_close_full, bias_correction,
                 int8_warn_below, integer_kernels_only=micro,
             )
-            if direct and output_integer_quantized_tflite and _has_qdq_pairs(loaded):
-                _direct_asked(tflite_writer, False)  # "direct": refused
-                direct = False
             if not direct:  # the Keras build's: loaded while collection is still off
                 import tensorflow  # noqa: F401
             startup.resume()  # modules loaded: collection back on (onnx2tf_alt/startup.py)
@@ -420,8 +416,7 @@ def _direct_asked(tflite_writer: str, tflite_only: bool) -> bool:
             "--tflite_writer direct writes the float32, float16, -odrqt, -oiqt, -oi4 and "
             "--target micro .tflite files (--signature and --litertlm ones too): add -dms, "
             "and leave out -oh5, -okv3, -coto/-cotof, and beside -oiqt onnxruntime's "
-            "calibration methods and QDQ models (or use "
-            "--tflite_writer auto).")
+            "calibration methods (or use --tflite_writer auto).")
     return tflite_writer != "tf" and tflite_only
 
 
@@ -434,14 +429,6 @@ def _quantized_directly(calibration_method: str) -> bool:
 
     method = BY_NAME.get(calibration_method)
     return method is None or method.measurer != ONNXRUNTIME
-
-
-def _has_qdq_pairs(model: onnx.ModelProto) -> bool:
-    """Whether a QDQ model's own ranges make its INT8 files (TF's converter quantizes
-    them, quant/quantize.py)."""
-    from onnx2tf_alt.quant.quantize import fake_quant_model
-
-    return fake_quant_model(model) is not None
 
 
 def _signatures_written(built: dict, tflite_writer: str, show_progress: bool) -> dict:

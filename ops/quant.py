@@ -13,6 +13,9 @@ recombined in int32 (`_exact_product`).
 `FakeQuantize` (domain onnx2tf_alt) is not an ONNX op: the INT8 export rewrites each
 QuantizeLinear -> DequantizeLinear pair of a QDQ model into it, so that TensorFlow's
 FakeQuant op carries the model's ranges into the TFLite quantizer (quant/quantize.py).
+The direct writer writes it as TFLite's FAKE_QUANT whose output tensor carries the pair's
+grid exactly (scale, zero point on int8 codes), which the own quantizer takes
+(quant/qdq_grids.py).
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from onnx2tf_alt.ops._spatial import kernel_attrs, tf_padding
 
 from onnx2tf_alt.layout.policies import agnostic, channel_last, same_as_input
 from onnx2tf_alt.passes.qdq_pairs import DOMAIN, FUSED
+from onnx2tf_alt.tflite.flatbuffer import schema
+from onnx2tf_alt.tflite.flatgraph import options
 from onnx2tf_alt.translate.lazy import tf
-from onnx2tf_alt.translate.registry import handler
+from onnx2tf_alt.translate.registry import direct, handler
 
 FAKE_QUANT_DOMAIN = DOMAIN
 EXACT_LIMIT = 2.0**24  # float32 represents every integer up to here
@@ -157,6 +162,24 @@ def fake_quantize(ctx):
         tf.cast(ctx.x(0), tf.float32), (qmin - zero_point) * scale, (qmax - zero_point) * scale,
         num_bits=8,
     )
+
+
+@direct("FakeQuantize", domain=FAKE_QUANT_DOMAIN)
+def fake_quantize_direct(ctx):
+    """FAKE_QUANT over the pair's range; its output tensor names the pair's grid on int8
+    codes (a uint8 zero point 128 lower) for the own quantizer (quant/qdq_grids.py)."""
+    scale, zero_point = float(ctx.attr("scale")), int(ctx.attr("zero_point"))
+    qmin, qmax = int(ctx.attr("qmin")), int(ctx.attr("qmax"))
+    out = ctx.output()
+    ctx.op("FAKE_QUANT", [ctx.x(0)], out, options(
+        "FakeQuantOptions", min=(qmin - zero_point) * scale, max=(qmax - zero_point) * scale,
+        numBits=8, narrowRange=False))
+    grid = schema.QuantizationParametersT()
+    shift = -128 - qmin  # int8 codes: uint8's sit 128 above
+    grid.scale, grid.zeroPoint = [scale], [zero_point + shift]
+    grid.min, grid.max = [(qmin - zero_point) * scale], [(qmax - zero_point) * scale]
+    ctx.flat.tensors[out].quantization = grid
+    return out
 
 
 @handler("DynamicQuantizeLinear", since=11, layout=same_as_input(0))

@@ -56,6 +56,16 @@ def activation_grid(low: float, high: float, type_: int) -> Grid:
     return Grid(scale, int(np.clip(round(qmin - low / scale), qmin, qmax)), type_)
 
 
+def given_grid(tensor) -> Grid | None:
+    """The 8-bit grid a float tensor of a file to quantize was given: a QDQ pair's
+    (quant/qdq_grids.py); None for a calibrated range alone."""
+    q = tensor.quantization
+    if tensor.type != TT.FLOAT32 or q is None or q.scale is None or len(q.scale) != 1 or (
+            q.zeroPoint is None or len(q.zeroPoint) != 1):
+        return None
+    return Grid(float(q.scale[0]), int(q.zeroPoint[0]), TT.INT8)
+
+
 def fits(grid: Grid, span: tuple | None) -> bool:
     """Whether values over `span` fit on `grid` (within a step)."""
     if span is None:

@@ -6,7 +6,8 @@ tensor (quantization min / max: the calibrate-only flatbuffer of TF's converter,
 direct writer's file with ranges measured in the interpreter, calibration/ranges.py). Each
 op with a rule in op_rules.py is rewritten in place into its integer form:
 - activations take an asymmetric int8 grid over their range (0 exact), or a symmetric
-  int16 one, the grid a kernel's rule fixes, or one grid shared by every tensor that a
+  int16 one, the grid a kernel's rule fixes, a QDQ model's own grid where the file names
+  one (quant/qdq_grids.py), or one grid shared by every tensor that a
   SAME op joins (a reshape's input and output, a concatenation's inputs): the tensors a
   chain of such ops connects are one group whose range is the union of its members'. Two
   fixed grids never merge: the later input is re-quantized (a QUANTIZE from int8 to int8);
@@ -29,7 +30,16 @@ from collections.abc import Iterable
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from onnx2tf_alt.quant.grids import IO_TYPES, LIMITS, NUMPY, TT, Grid, activation_grid, fits
+from onnx2tf_alt.quant.grids import (
+    IO_TYPES,
+    LIMITS,
+    NUMPY,
+    TT,
+    Grid,
+    activation_grid,
+    fits,
+    given_grid,
+)
 from onnx2tf_alt.quant.integer_io import integer_io, renumber_signature
 from onnx2tf_alt.quant.op_rules import FIXED, READS, RULES, SAME, Rule
 from onnx2tf_alt.tflite.flatbuffer import (
@@ -208,7 +218,8 @@ class _Quantizer:
         connect are one group over the union of what its members need (span). A kernel's
         fixed output grid is the group's when it is the group's only one and the group's
         values fit on it; else that output keeps its grid and the SAME ops reading it
-        re-quantize it (rewrite)."""
+        re-quantize it (rewrite). A QDQ model's grids (quant/qdq_grids.py) are fixed ones.
+        """
         ops = self.graph.operators
         for k, rule in chosen.items():
             if rule.output == SAME:
@@ -223,6 +234,10 @@ class _Quantizer:
             if rule.output == FIXED:
                 pair = rule.fixed16 if self.type == TT.INT16 else rule.fixed8
                 fixed[ops[k].outputs[0]] = Grid(*pair, self.type)
+        if self.type == TT.INT8:  # a QDQ model's own grids (quant/qdq_grids.py)
+            for t in self.parent:
+                if (grid := given_grid(self.tensor(t))) is not None:
+                    fixed.setdefault(t, grid)
         self.grids: dict[int, Grid] = {}
         for root, group in members.items():
             spans = [s for t in group if (s := self.span(t)) is not None]

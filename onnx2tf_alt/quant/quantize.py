@@ -905,10 +905,13 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
     bias corrections per source (`calibrated`, filled here) and one choice of float nodes (recorded in `plan` and
     `report`)."""
     options, calibration = plan.options, plan.calibration_for(variant)
-    if variant.suffix == DYNAMIC_RANGE_SUFFIXES[0] and plan.qdq_model is None:
+    direct = source.result.model is None  # the direct writer's conversion: no TF
+    if variant.suffix == DYNAMIC_RANGE_SUFFIXES[0] and (plan.qdq_model is None or direct):
         content = weight_only_tflite(source, float_tflite)
         if content is not None:
             return content
+    if plan.qdq_model is not None and plan.takes_ranges(variant) and direct:
+        return _on_own_grids(source, variant, plan)
     if not two_step(variant, calibration):
         content = quantized_tflite(source, variant, options, calibration).content
         if plan.qdq_per_tensor and plan.takes_ranges(variant):
@@ -936,6 +939,28 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
         found = _choose_float_nodes(source, content, plan, report, float_tflite)
         plan.kept_nodes = _judged(found, made, source, plan, report, float_tflite)
     return made(plan.kept_nodes).content
+
+
+def _on_own_grids(source, variant: Variant, plan: QuantPlan) -> bytes:
+    """The INT8 file of a QDQ model on its own grids (quant/qdq_grids.py) by the own
+    quantizer: no calibration, no bias correction; its weights per tensor where the model's
+    are (the quantizer's max|w| / 127 scales are onnxruntime's symmetric int8 ones), with
+    --keep_float's nodes and DIVs by computed divisors in float."""
+    from onnx2tf_alt.quant.qdq_grids import take_grids
+    from onnx2tf_alt.quant.sensitivity import (
+        denylist,
+        op_infos,
+        quantize_calibrated,
+        unsafe_divisions,
+    )
+
+    content, taken = take_grids(source.result.content)
+    log.debug("QDQ model: %d QuantizeLinear grids taken", taken)
+    nodes = set(plan.options.keep_float)
+    float_ops = denylist(op_infos(content, source), nodes) if nodes else []
+    divisions = [] if plan.options.integer_kernels_only else unsafe_divisions(content)
+    return quantize_calibrated(content, plan.qdq_per_tensor, variant.io_dtypes,
+                               [*float_ops, *divisions])
 
 
 def _judged(found: list[str], made, source, plan: QuantPlan, report: QuantReport,

@@ -338,8 +338,12 @@ class _Reader:
         return next(self.feeds, None)
 
 
+@pytest.mark.parametrize("tflite_only", [False, True], ids=["beside_keras", "direct"])
 @pytest.mark.parametrize("per_channel", [True, False], ids=["per_channel", "per_tensor"])
-def test_qdq_model_quantizes_with_its_own_ranges(per_channel, tmp_path):
+def test_qdq_model_quantizes_with_its_own_ranges(per_channel, tflite_only, tmp_path):
+    """TF's converter quantizes the FakeQuant ops of the Keras model (beside a saved_model);
+    with -dms the own quantizer puts the direct writer's file on the model's grids
+    (quant/qdq_grids.py), without TensorFlow."""
     import onnxruntime as ort
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
@@ -350,7 +354,7 @@ def test_qdq_model_quantizes_with_its_own_ranges(per_channel, tmp_path):
                     weight_type=QuantType.QInt8)
     out = str(tmp_path / "out")
     convert(input_onnx_file_path=qdq_path, output_folder_path=out, non_verbose=True,
-            output_integer_quantized_tflite=True,
+            output_integer_quantized_tflite=True, disable_model_save=tflite_only,
             quant_type="per-channel" if per_channel else "per-tensor")
     with open(os.path.join(out, "qdq_quant_report.json")) as f:
         report = json.load(f)

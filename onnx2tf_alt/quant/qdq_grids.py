@@ -1,0 +1,86 @@
+"""A QDQ model's own grids, as the own quantizer (quant/integer.py) takes them.
+
+The INT8 export rewrites each QuantizeLinear -> DequantizeLinear pair into a FakeQuantize
+node (quant/quantize.fake_quant_model), which the direct writer writes as FAKE_QUANT with
+the pair's grid on its output tensor (ops/quant.py). `take_grids` removes each FAKE_QUANT:
+the tensor it reads takes the grid (scale and zero point exactly, on int8 codes) and its
+readers read that tensor. A tensor the writer adds between two nodes by moving one value
+(a convolution's explicit PAD, a RESHAPE, a max pool) takes the grid of the value it
+moves: the integer kernels keep it. The quantizer then puts the op that writes the tensor on the
+model's own grid, as onnxruntime's integer kernels do (a QLinearConv requantizes onto the
+QuantizeLinear's grid after it), with no calibration.
+
+A FAKE_QUANT stays (and computes in float) where the tensor it reads is a constant or has
+a grid of its own already (two pairs on one value with different grids)."""
+
+from __future__ import annotations
+
+from onnx2tf_alt.quant.grids import TT, given_grid
+from onnx2tf_alt.quant.integer import drop_unused
+from onnx2tf_alt.quant.op_rules import RULES, SAME
+from onnx2tf_alt.tflite.flatbuffer import op_name, pack_model, unpack_model
+
+
+def take_grids(content: bytes) -> tuple[bytes, int]:
+    """(the file without its FAKE_QUANT ops, each one's grid on the tensor it read; how
+    many were taken) (module docstring)."""
+    model = unpack_model(content)
+    graph = model.subgraphs[0]
+    replaced: dict[int, int] = {}  # FAKE_QUANT output -> the tensor it read
+    kept = []
+    for op in graph.operators:
+        op.inputs = [replaced.get(int(i), int(i)) if i >= 0 else i for i in op.inputs]
+        if op_name(model, op) != "FAKE_QUANT" or not _takes(model, graph, op):
+            kept.append(op)
+            continue
+        source, out = int(op.inputs[0]), int(op.outputs[0])
+        graph.tensors[source].quantization = graph.tensors[out].quantization
+        replaced[out] = source
+    if not replaced:
+        return content, 0
+    graph.operators = kept
+    graph.outputs = [int(i) for i in graph.outputs]
+    for position, index in enumerate(graph.outputs):
+        source = replaced.get(int(index))
+        if source is not None:  # the output keeps its name
+            graph.tensors[source].name = graph.tensors[int(index)].name
+            graph.outputs[position] = source
+    for signature in model.signatureDefs or []:
+        if signature.subgraphIndex == 0:
+            for entry in signature.outputs:
+                entry.tensorIndex = replaced.get(int(entry.tensorIndex), entry.tensorIndex)
+    _moved_grids(model, graph)
+    drop_unused(model)
+    return pack_model(model, len(content) + (1 << 16)), len(replaced)
+
+
+def _moved_grids(model, graph) -> None:
+    """Outputs without a grid of ops that move one value input (op_rules: SAME over one
+    value) take that input's grid, in graph order."""
+    for op in graph.operators:
+        rule = RULES.get(op_name(model, op))
+        if rule is None or rule.output != SAME or rule.values is None or len(rule.values) != 1:
+            continue
+        position = rule.values[0]
+        if position >= len(op.inputs) or op.inputs[position] < 0:
+            continue
+        grid = graph.tensors[int(op.inputs[position])].quantization
+        if given_grid(graph.tensors[int(op.inputs[position])]) is None:
+            continue
+        for out in op.outputs:
+            tensor = graph.tensors[int(out)]
+            if tensor.type == TT.FLOAT32 and tensor.quantization is None:
+                tensor.quantization = grid
+
+
+def _takes(model, graph, op) -> bool:
+    source = graph.tensors[int(op.inputs[0])]
+    if source.type != TT.FLOAT32 or given_grid(source) is not None:
+        return False
+    data = model.buffers[source.buffer].data
+    if data is not None and len(data):
+        return False
+    if int(op.inputs[0]) in graph.inputs and int(op.outputs[0]) in graph.outputs:
+        return False  # a graph input read straight to an output keeps both names
+    return given_grid(graph.tensors[int(op.outputs[0])]) is not None
+
