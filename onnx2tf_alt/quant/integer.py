@@ -300,9 +300,7 @@ class _Quantizer:
         for k, op in enumerate(ops):
             rule = chosen.get(k)
             if rule is None:
-                op.inputs = [self.view(i, TT.FLOAT32) if i >= 0 and self.tensor(i).type in (
-                    TT.INT8, TT.UINT8, TT.INT16) and i in self.parent else i
-                    for i in op.inputs]
+                op.inputs = [self.float_input(i) for i in op.inputs]
             else:
                 self.rewrite(k, op, rule)
                 self.raise_version(op)
@@ -314,6 +312,21 @@ class _Quantizer:
         for t in self.graph.tensors:  # the calibrated ranges are not part of a float tensor
             if t.type == TT.FLOAT32 and t.quantization is not None:
                 t.quantization = None
+
+    def float_input(self, index: int) -> int:
+        """What a float op reads for tensor `index`: a DEQUANTIZE of an integer one; a QDQ
+        model's value written by a float op on its grid and back (QUANTIZE, DEQUANTIZE),
+        as the pair computes it: the model's exporter may have dropped a ReLU or a Clip
+        whose range the pair's grid clamps to (onnxruntime's quantizer does)."""
+        if index < 0:
+            return index
+        tensor = self.tensor(index)
+        if tensor.type in (TT.INT8, TT.UINT8, TT.INT16) and index in self.parent:
+            return self.view(index, TT.FLOAT32)
+        grid = given_grid(tensor) if self.type == TT.INT8 else None
+        if grid is None or self.constant(index):
+            return index
+        return self.view(self.view(index, self.type, grid), TT.FLOAT32)
 
     def before_log(self) -> set[str]:
         """The outputs of the arithmetic that feeds a LOG (a power spectrum: squares, their

@@ -1,0 +1,135 @@
+"""A QDQ model's INT8 file made by the own quantizer on the model's own grids
+(quant/qdq_grids.py), without TensorFlow: onnxruntime's integer execution of the QDQ graph
+is the reference, in steps of the output's grid."""
+
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx2tf_alt import convert
+from onnx2tf_alt.quant.qdq_grids import take_grids
+from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
+
+SIZE = 12
+
+
+def _pair(name: str, scale: float, zero_point: int, dtype=np.uint8) -> tuple[list, list]:
+    """Q -> DQ of value `name` onto (scale, zero_point): (nodes, initializers); the
+    dequantized value is `name`_dq."""
+    inits = [numpy_helper.from_array(np.float32(scale), f"{name}_s"),
+             numpy_helper.from_array(np.array(zero_point, dtype), f"{name}_z")]
+    nodes = [helper.make_node("QuantizeLinear", [name, f"{name}_s", f"{name}_z"], [f"{name}_q"]),
+             helper.make_node("DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"],
+                              [f"{name}_dq"])]
+    return nodes, inits
+
+
+def _weights(name: str, w: np.ndarray) -> tuple[list, list]:
+    """Symmetric int8 per-output-channel weights as onnxruntime writes them: DQ of int8."""
+    scale = np.abs(w).reshape(len(w), -1).max(1) / 127
+    q = np.round(w / scale.reshape(-1, *[1] * (w.ndim - 1))).astype(np.int8)
+    inits = [numpy_helper.from_array(q, f"{name}_q"),
+             numpy_helper.from_array(scale.astype(np.float32), f"{name}_s"),
+             numpy_helper.from_array(np.zeros(len(w), np.int8), f"{name}_z")]
+    return [helper.make_node("DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"],
+                             [name], axis=0)], inits
+
+
+def dropped_relu_model(batch: int) -> onnx.ModelProto:
+    """x -> pair -> Sin -> pair whose grid starts at 0 (where onnxruntime's quantizer drops a
+    ReLU) -> Softplus -> pair -> strided Conv -> pair -> y. Sin and Softplus have no integer
+    kernels: they stay float, one writing and one reading the clamping pair's value."""
+    rng = np.random.default_rng(3)
+    parts = [
+        _pair("x", 2 / 255, 128),
+        ([helper.make_node("Sin", ["x_dq"], ["c1"])], []),
+        _pair("c1", 0.004, 0),
+        ([helper.make_node("Softplus", ["c1_dq"], ["sp"])], []),
+        _pair("sp", 0.006, 0),
+        _weights("w2", rng.standard_normal((5, 3, 3, 3)) * 0.3),
+        ([helper.make_node("Conv", ["sp_dq", "w2"], ["y"], strides=[2, 2],
+                           pads=[1, 0, 1, 0])], []),
+        _pair("y", 0.01, 120),
+    ]
+    order = [n for nodes, _ in parts for n in nodes]
+    inits = [i for _, initializers in parts for i in initializers]
+    graph = helper.make_graph(
+        order, "dropped_relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, SIZE, SIZE])],
+        [helper.make_tensor_value_info("y_dq", TensorProto.FLOAT, [batch, 5, SIZE // 2, SIZE // 2 - 1])],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_pair_whose_grid_clamps_still_clamps_before_a_float_op(batch, tmp_path):
+    """The pair after the Sin is the model's ReLU (onnxruntime's quantizer drops ReLUs and
+    Clips whose range the grid covers): the Softplus, which stays float like the Sin, must
+    read the value on that grid, not the Sin's negative values."""
+    path = str(tmp_path / "m.onnx")
+    onnx.save(dropped_relu_model(batch), path)
+    out = str(tmp_path / "out")
+    convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
+            disable_model_save=True, output_integer_quantized_tflite=True)
+    from ai_edge_litert.interpreter import Interpreter
+
+    content = open(os.path.join(out, "m_integer_quant.tflite"), "rb").read()
+    model = unpack_model(content)
+    ops = [op_name(model, op) for op in model.subgraphs[0].operators]
+    assert ops.count("CONV_2D") == 1 and "FAKE_QUANT" not in ops, ops
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    interpreter = Interpreter(model_content=content)
+    interpreter.allocate_tensors()
+    (inp,), (outp,) = interpreter.get_input_details(), interpreter.get_output_details()
+    rng = np.random.default_rng(1)
+    worst = 0.0
+    for _ in range(3):
+        x = rng.uniform(-1, 1, (batch, 3, SIZE, SIZE)).astype(np.float32)
+        expected = session.run(None, {"x": x})[0]
+        interpreter.set_tensor(inp["index"], x.transpose(0, 2, 3, 1))
+        interpreter.invoke()
+        actual = interpreter.get_tensor(outp["index"]).transpose(0, 3, 1, 2)
+        worst = max(worst, float(np.abs(actual - expected).max()) / 0.01)
+    assert worst <= 1.0, worst  # within one step of y's grid (kernels round differently)
+
+
+def test_take_grids_moves_each_pair_onto_the_value_it_reads():
+    """The direct writer's file of the FakeQuantize model: every FAKE_QUANT goes, the value
+    it read carries its grid exactly (a uint8 zero point 128 lower), and the output keeps
+    its name."""
+    from dataclasses import replace
+
+    from onnx2tf_alt.ir.loader import load_model
+    from onnx2tf_alt.pipeline import plan_loaded
+    from onnx2tf_alt.quant.grids import given_grid
+    from onnx2tf_alt.quant.quantize import fake_quant_model
+    from onnx2tf_alt.tflite.direct import write_direct
+
+    prepared = plan_loaded(load_model(None, dropped_relu_model(1))).model  # shapes known
+    planned = plan_loaded(fake_quant_model(prepared))
+    options = replace(planned.options, for_quantization=True)
+    written = write_direct(planned.graph, planned.plan, options)
+    model = unpack_model(written.content)
+    assert [op_name(model, op) for op in model.subgraphs[0].operators].count(
+        "FAKE_QUANT") == 4
+    content, taken = take_grids(written.content)
+    assert taken == 4
+    model = unpack_model(content)
+    graph = model.subgraphs[0]
+    assert "FAKE_QUANT" not in [op_name(model, op) for op in graph.operators]
+    grids = {t.name.decode(): given_grid(t) for t in graph.tensors if given_grid(t)}
+    assert grids["c1"].scale == np.float32(0.004) and grids["c1"].zero_point == -128
+    (pad,) = [op for op in graph.operators if op_name(model, op) == "PAD"]
+    softplus = given_grid(graph.tensors[pad.inputs[0]])  # its last op's output, and the pad's
+    assert softplus.scale == np.float32(0.006) and softplus.zero_point == -128
+    assert given_grid(graph.tensors[pad.outputs[0]]) == softplus
+    (output,) = graph.outputs
+    assert graph.tensors[output].name == b"y_dq"
+    assert grids["y_dq"].zero_point == 120 - 128
