@@ -2,7 +2,8 @@
 per-channel weights, uint8 activations) of float ONNX models, calibrated on random inputs,
 or on the samples of `--calibration FILE.npy` (one input, samples along axis 0: a trained
 model calibrated as its user would). The model is pre-processed first as onnxruntime asks
-(`quant_pre_process`: batch norms folded into their convolutions); `--raw` skips that.
+(`quant_pre_process`: batch norms folded into their convolutions; opset 13 at least, which
+per-channel weights need); `--raw` skips that.
 
     python benchmarks/export_qdq.py OUT_DIR model.onnx [more.onnx ...] [--per-tensor]
         [--calibration cal.npy] [--raw]
@@ -18,6 +19,7 @@ import sys
 
 import numpy as np
 import onnx
+import onnx.version_converter
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -36,6 +38,10 @@ class _Random(CalibrationDataReader):
         return next(self.feeds, None)
 
 
+def _opset(model: onnx.ModelProto) -> int:
+    return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+
+
 def export(path: str, out_dir: str, per_channel: bool = True, samples: str | None = None,
            raw: bool = False) -> str:
     stem = os.path.splitext(os.path.basename(path))[0]
@@ -46,6 +52,9 @@ def export(path: str, out_dir: str, per_channel: bool = True, samples: str | Non
             quant_pre_process(path, prepared)
         except AssertionError:  # its symbolic shape inference refuses some graphs
             quant_pre_process(path, prepared, skip_symbolic_shape=True)
+        model = onnx.load(prepared)
+        if per_channel and _opset(model) < 13:  # per-axis DequantizeLinear needs opset 13
+            onnx.save(onnx.version_converter.convert_version(model, 13), prepared)
         path = prepared
     reader = _Random(onnx.load(path), samples=samples)
     quantize_static(path, out, reader, quant_format=QuantFormat.QDQ,

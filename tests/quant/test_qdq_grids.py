@@ -80,7 +80,8 @@ def test_a_pair_whose_grid_clamps_still_clamps_before_a_float_op(batch, tmp_path
             disable_model_save=True, output_integer_quantized_tflite=True)
     from ai_edge_litert.interpreter import Interpreter
 
-    content = open(os.path.join(out, "m_integer_quant.tflite"), "rb").read()
+    with open(os.path.join(out, "m_integer_quant.tflite"), "rb") as f:
+        content = f.read()
     model = unpack_model(content)
     ops = [op_name(model, op) for op in model.subgraphs[0].operators]
     assert ops.count("CONV_2D") == 1 and "FAKE_QUANT" not in ops, ops
