@@ -88,6 +88,9 @@ def int8_parameters(low: float, high: float) -> dict:
             "qmax": INT8_MAX}
 
 
+FLOAT_SUFFIX = "__float"  # a value's name before its FakeQuantize, which takes the name
+
+
 def fake_quantized(model: onnx.ModelProto, ranges: dict[str, tuple[float, float]]
                    ) -> onnx.ModelProto:
     """A copy of `model` with a FakeQuantize node on every value of `ranges` (graph inputs
@@ -136,7 +139,7 @@ def fake_quantized(model: onnx.ModelProto, ranges: dict[str, tuple[float, float]
         nodes.append(node)
         for k, name in enumerate(node.output):
             if name and wanted(name):
-                node.output[k] = f"{name}__float"
+                node.output[k] = f"{name}{FLOAT_SUFFIX}"
                 nodes.append(_fake_quant(node.output[k], name, ranges[name]))
                 typed(node.output[k], name)
     del graph.node[:]

@@ -33,6 +33,7 @@ import numpy as np
 
 from calibration.methods import BY_NAME, MINMAX, MSE, PERCENTILE, TFLITE_GRAPH, RangeMethod
 from onnx2tf_alt import progress
+from onnx2tf_alt.quant.grids import given_grid
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, schema, unpack_model
 from onnx2tf_alt.tflite.run import exposed
 
@@ -245,14 +246,16 @@ def with_ranges(content: bytes, ranges: dict[int, tuple]) -> tuple[bytes, int]:
     """(`content` with the range of each float tensor of `ranges` recorded, how many changed
     by more than 1%). A calibrated file's recorded ranges are replaced and no others added
     (TF's calibrator leaves some tensors unrecorded on purpose: the quantizer derives them
-    from their neighbours); a file without any (the direct writer's) gets every one."""
+    from their neighbours); a file without any (the direct writer's) gets every one. A
+    tensor with a grid of its own (a QDQ pair's or onnxruntime's calibrator's,
+    quant/qdq_grids.py) keeps it."""
     model = unpack_model(content)
     tensors = model.subgraphs[0].tensors
-    fresh = not any(_recorded(t) for t in tensors)
+    fresh = not any(_recorded(t) and given_grid(t) is None for t in tensors)
     changed = 0
     for index, tensor in enumerate(tensors):
         if index not in ranges or tensor.type != schema.TensorType.FLOAT32 or not (
-                fresh or _recorded(tensor)):
+                fresh or _recorded(tensor)) or given_grid(tensor) is not None:
             continue
         low, high = ranges[index]
         if not _recorded(tensor):

@@ -167,9 +167,9 @@ def convert(
     the first node it does not cover. With only .tflite files asked for
     (`disable_model_save`, no Keras or checked files) the direct writer needs no TensorFlow
     and no Keras model (None is returned): the float32 and float16 files, the dynamic-range,
-    int4, INT8 and INT16 ones made from them (a QDQ model's INT8 files on its own grids; not
-    with onnxruntime's calibration methods, which TF's converter serves), micro ones, --signature and --litertlm files; with a
-    saved_model or Keras files beside them, or with checked files or what needs TF (which
+    int4, INT8 and INT16 ones made from them (a QDQ model's INT8 files on its own grids, and
+    onnxruntime's calibration methods' ranges as grids: quant/qdq_grids.py), micro ones,
+    --signature and --litertlm files; with a saved_model or Keras files beside them, or with checked files or what needs TF (which
     read the float32 file only as their reference; no int4 file, no --signature), "auto" writes
     the .tflite files directly from the plan the Keras model was built from; "direct" takes
     only the first case.
@@ -238,8 +238,7 @@ def convert(
     # what the direct writer makes without TF: the float32 file and those made from it
     # (float16, -oi4, -odrqt)
     direct = _direct_asked(tflite_writer, output_tflite and disable_model_save and not any((
-        output_h5, output_keras_v3, check)) and (
-        not output_integer_quantized_tflite or _quantized_directly(calibration_method)))
+        output_h5, output_keras_v3, check)))
     spilled_before = set(ir_weights.SPILLED)
     progress.enable(not non_verbose)
     try:
@@ -415,20 +414,8 @@ def _direct_asked(tflite_writer: str, tflite_only: bool) -> bool:
         raise InputError(
             "--tflite_writer direct writes the float32, float16, -odrqt, -oiqt, -oi4 and "
             "--target micro .tflite files (--signature and --litertlm ones too): add -dms, "
-            "and leave out -oh5, -okv3, -coto/-cotof, and beside -oiqt onnxruntime's "
-            "calibration methods (or use --tflite_writer auto).")
+            "and leave out -oh5, -okv3 and -coto/-cotof (or use --tflite_writer auto).")
     return tflite_writer != "tf" and tflite_only
-
-
-def _quantized_directly(calibration_method: str) -> bool:
-    """Whether the INT8 files can be made without TF: their ranges measured on the direct
-    writer's file and quantized by the own quantizer (--keep_float_auto ranks the ops by
-    measuring re-quantized files, quant/group_ranking.py). onnxruntime's ranges become
-    FakeQuantize ops that TF's converter quantizes."""
-    from calibration.methods import BY_NAME, ONNXRUNTIME
-
-    method = BY_NAME.get(calibration_method)
-    return method is None or method.measurer != ONNXRUNTIME
 
 
 def _signatures_written(built: dict, tflite_writer: str, show_progress: bool) -> dict:

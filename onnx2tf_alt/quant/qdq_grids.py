@@ -10,11 +10,17 @@ moves: the integer kernels keep it. The quantizer then puts the op that writes t
 model's own grid, as onnxruntime's integer kernels do (a QLinearConv requantizes onto the
 QuantizeLinear's grid after it), with no calibration.
 
+onnxruntime's calibrators' ranges (--calibration_method ort_*, entropy) come the same way
+(calibration/ort.fake_quantized), their values renamed back to their ONNX names.
+
 A FAKE_QUANT stays (and computes in float) where the tensor it reads is a constant or has
-a grid of its own already (two pairs on one value with different grids)."""
+another grid of its own already (two pairs with different grids on one value, where the
+layout plan dropped a Transpose or a Reshape between them); a second pair with the same
+grid goes."""
 
 from __future__ import annotations
 
+from calibration.ort import FLOAT_SUFFIX
 from onnx2tf_alt.quant.grids import TT, given_grid
 from onnx2tf_alt.quant.integer import drop_unused
 from onnx2tf_alt.quant.op_rules import RULES, SAME
@@ -35,6 +41,7 @@ def take_grids(content: bytes) -> tuple[bytes, int]:
             continue
         source, out = int(op.inputs[0]), int(op.outputs[0])
         graph.tensors[source].quantization = graph.tensors[out].quantization
+        graph.tensors[source].name = _plain(graph.tensors[source].name)
         replaced[out] = source
     if not replaced:
         return content, 0
@@ -52,6 +59,13 @@ def take_grids(content: bytes) -> tuple[bytes, int]:
     _moved_grids(model, graph)
     drop_unused(model)
     return pack_model(model, len(content) + (1 << 16)), len(replaced)
+
+
+def _plain(name: bytes) -> bytes:
+    """A value's name without calibration/ort.py's suffix of the value before its
+    FakeQuantize (in each ';'-joined part of a fused op's name): its ONNX name."""
+    suffix = FLOAT_SUFFIX.encode()
+    return b";".join(p.removesuffix(suffix) for p in name.split(b";"))
 
 
 def _moved_grids(model, graph) -> None:
@@ -75,12 +89,13 @@ def _moved_grids(model, graph) -> None:
 
 def _takes(model, graph, op) -> bool:
     source = graph.tensors[int(op.inputs[0])]
-    if source.type != TT.FLOAT32 or given_grid(source) is not None:
-        return False
+    grid = given_grid(graph.tensors[int(op.outputs[0])])
+    if source.type != TT.FLOAT32 or given_grid(source) not in (None, grid):
+        return False  # two pairs on one value (the layout plan dropped a Transpose)
     data = model.buffers[source.buffer].data
     if data is not None and len(data):
         return False
     if int(op.inputs[0]) in graph.inputs and int(op.outputs[0]) in graph.outputs:
         return False  # a graph input read straight to an output keeps both names
-    return given_grid(graph.tensors[int(op.outputs[0])]) is not None
+    return grid is not None
 

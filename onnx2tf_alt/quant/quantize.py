@@ -194,10 +194,15 @@ def calibrated_tflite(converted, options: QuantOptions,
     """(calibrated float flatbuffer, whether it needed Select TF ops) for the INT8 files; its
     ranges measured again on the TFLite graph (calibration/ranges.py) by `method` (default
     --calibration_method), or min-max for onnxruntime's methods (their FakeQuantize nodes
-    set the others); `auto` picks the method on calibration samples left out of a trial
+    set the others: on the direct writer's file as the grids of the tensors they read,
+    quant/qdq_grids.py); `auto` picks the method on calibration samples left out of a trial
     measurement (a note in `notes` says which and why)."""
     content = getattr(converted.result, "content", b"")
-    if not content:  # TF's converter records the ranges; the direct writer's file has none
+    if content:  # onnxruntime's ranges: the FakeQuantize grids go onto their tensors
+        from onnx2tf_alt.quant.qdq_grids import take_grids
+
+        content, _ = take_grids(content)
+    else:  # TF's converter records the ranges; the direct writer's file has none
         calibrate = Variant(INTEGER_SUFFIXES[0], (BUILTINS,))
         made = quantized_tflite(converted, calibrate, options, calibration, calibrate_only=True)
         content = made.content

@@ -134,3 +134,48 @@ def test_take_grids_moves_each_pair_onto_the_value_it_reads():
     (output,) = graph.outputs
     assert graph.tensors[output].name == b"y_dq"
     assert grids["y_dq"].zero_point == 120 - 128
+
+
+@pytest.mark.parametrize("method, bar", [("ort_minmax", 0.98), ("entropy", 0.95)])
+def test_onnxruntime_calibrators_ranges_become_grids_without_tensorflow(method, bar, tmp_path):
+    """--calibration_method ort_* / entropy with -dms: the calibrator's range of each value
+    is that tensor's grid in the INT8 file, exactly as onnxruntime computes it, and the
+    conversion imports no TensorFlow (a fresh process)."""
+    import json
+    import subprocess
+    import sys
+
+    from calibration.ort import int8_parameters, onnx_ranges
+    from calibration.photos import image_samples
+    from tests.quant.test_quantize import SIZE as CNN_SIZE
+    from tests.quant.test_quantize import small_cnn
+
+    path, out = str(tmp_path / "cnn.onnx"), str(tmp_path / "out")
+    onnx.save(small_cnn(), path)
+    script = (
+        "import sys\n"
+        "from onnx2tf_alt import convert\n"
+        f"convert(input_onnx_file_path={path!r}, output_folder_path={out!r}, "
+        f"non_verbose=True, disable_model_save=True, output_integer_quantized_tflite=True, "
+        f"calibration_method={method!r})\n"
+        "assert 'tensorflow' not in sys.modules and 'tf_keras' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with open(os.path.join(out, "cnn_quant_report.json")) as f:
+        report = json.load(f)
+    assert report["calibration_method"] == method
+    for entry in report["files"][:2]:  # the INT8 files, against the float32 one; entropy
+        # clips the logits' range (the TF route's files measure the same 0.963)
+        assert entry["outputs"]["logits"]["cosine_min"] >= bar, entry
+    with open(os.path.join(out, "cnn_integer_quant.tflite"), "rb") as f:
+        graph = unpack_model(f.read()).subgraphs[0]
+    grids = {t.name.decode(): t.quantization for t in graph.tensors if t.quantization}
+    calibration, _ = image_samples(CNN_SIZE, CNN_SIZE, 3)  # the shipped photographs used
+    ranges = onnx_ranges(small_cnn(), [{"x": np.transpose(c[np.newaxis], (0, 3, 1, 2))}
+                                       for c in calibration], method)
+    for name in ("sum", "pool"):  # the residual Add's and the pool's
+        expected = int8_parameters(*ranges[name])
+        assert grids[name].scale[0] == np.float32(expected["scale"]), name
+        assert grids[name].zeroPoint[0] == expected["zero_point"], name

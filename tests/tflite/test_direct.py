@@ -822,13 +822,13 @@ def test_cli_integer_files_need_no_tensorflow(tmp_path):
                          == (9, 2) for op in convs)  # INT8 kernels, INT32 biases
 
 
-def test_cli_direct_integer_files_refuse_what_needs_tf(tmp_path):
-    """--tflite_writer direct -oiqt with an onnxruntime calibration method (its ranges
-    become FakeQuantize ops that TF's converter quantizes): exit 2, saying what to leave
-    out; auto converts it with TF."""
-    code, out = run_cli("-i", MOBILENET, "-o", tmp_path / "out", "-dms", "-oiqt",
+def test_cli_direct_refuses_what_needs_tf(tmp_path):
+    """--tflite_writer direct with a Keras file asked for (-oh5 needs TF's model): exit 2,
+    saying what to leave out, nothing written; onnxruntime's calibration methods with -oiqt
+    need no TF any more (tests/quant/test_qdq_grids.py)."""
+    code, out = run_cli("-i", MOBILENET, "-o", tmp_path / "out", "-dms", "-oiqt", "-oh5",
                         "--calibration_method", "ort_minmax", "--tflite_writer", "direct")
-    assert code == 2 and "calibration methods" in out, out
+    assert code == 2 and "-oh5" in out and "calibration methods" not in out, out
     assert not (tmp_path / "out").exists()
 
 
