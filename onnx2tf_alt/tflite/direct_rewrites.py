@@ -572,8 +572,10 @@ BROADCASTING = {"ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "POW", "SQUARE
 
 def broadcast_leading_units(flat: FlatGraph, outputs: list[int]) -> None:
     """A RESHAPE that only adds leading unit axes (a value rank-aligned for a broadcast), read
-    by broadcasting ops alone: they read its input (broadcasting adds those axes; TF's
-    converter drops such a RESHAPE too)."""
+    by broadcasting ops alone whose other operands have those axes: they read its input
+    (broadcasting adds them back; TF's converter drops such a RESHAPE too). Against a
+    scalar or a shorter operand it stays: the result would lose the axes (a QDQ
+    recognizer's Unsqueeze before a pair's division by its scale fed a CONV_2D 3-D)."""
     readers = _consumers(flat)
     gone = []
     for op in flat.operators:
@@ -584,12 +586,18 @@ def broadcast_leading_units(flat: FlatGraph, outputs: list[int]) -> None:
         users = readers.get(op.outputs[0], [])
         if (extra < 1 or want[extra:] != have or set(want[:extra]) != {1} or not users
                 or sum(d is None for d in have) > 1
-                or any(u.name not in BROADCASTING for u in users)):
+                or any(u.name not in BROADCASTING or not _widened_by_others(
+                    flat, u, op.outputs[0], len(want)) for u in users)):
             continue
         for user in users:
             user.inputs = [op.inputs[0] if i == op.outputs[0] else i for i in user.inputs]
         gone.append(op)
     flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def _widened_by_others(flat: FlatGraph, user, value: int, rank: int) -> bool:
+    """Whether an operand of `user` other than `value` has `rank` axes at least."""
+    return any(len(flat.shape(i)) >= rank for i in user.inputs if i >= 0 and i != value)
 
 
 def reciprocal_roots(flat: FlatGraph, outputs: list[int]) -> None:

@@ -162,6 +162,27 @@ def test_arithmetic_broadcasts_and_concatenates_in_a_tree():
     both_routes(model, {"x": x, "z": z})
 
 
+@pytest.mark.parametrize("other", ["pair", "row", "full"])
+def test_leading_unit_axes_stay_where_no_operand_restores_them(other):
+    """A sequence [B, T, C] reshaped to an image [B, 1, T, C], then a QDQ pair (divided by
+    its scale, a scalar) or a division by a row or by a 4-D value, then transposed to NCHW
+    for a Conv (the PP-OCRv4 recognizer's neck): a RESHAPE adding leading unit axes may be
+    read through only where another operand restores the rank. Through the pair's scalar
+    the recognizer's CONV_2D got a 3-D tensor at run time."""
+    x = rand(1, 5, 6)
+    scaled = ([node("QuantizeLinear", ["r", "scale", "zero"], "q"),
+               node("DequantizeLinear", ["q", "scale", "zero"], "d")] if other == "pair"
+              else [node("Div", ["r", "operand"], "d")])
+    nodes = [node("Reshape", ["x", "shape"], "r"), *scaled,
+             node("Transpose", ["d"], "t", perm=[0, 3, 1, 2]),
+             node("Conv", ["t", "w"], "y")]
+    inits = {"shape": np.array([1, 1, 5, 6], np.int64), "w": rand(4, 6, 1, 1),
+             "scale": np.float32(0.02), "zero": np.uint8(128),
+             "operand": rand(6) if other == "row" else rand(1, 1, 5, 6)}
+    model = make_model(nodes, {"x": x}, ["y"], inits)
+    both_routes(model, {"x": x})
+
+
 POOLS = [
     ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),  # edges
     ("MaxPool", {"kernel_shape": [2, 2], "pads": [1, 0, 1, 0]}),  # the lowest value
