@@ -8,7 +8,11 @@ same input laid out as its signature wants; runs of the three runtimes are inter
 that a busy machine slows them alike.
 
     python benchmarks/bench_model.py model.onnx [more.onnx ...] [--runs 20] [--json out.json]
-        [--peer DIR]
+        [--peer DIR] [--flags=-dms]
+
+`--flags` adds CLI flags to our conversion (`-dms`: the TFLite-only route, whose INT8 file
+of a QDQ model the own quantizer makes; without it TF's converter makes that file beside
+the saved_model).
 """
 
 from __future__ import annotations
@@ -102,7 +106,7 @@ def output_steps(model: onnx.ModelProto, layout: dict, outputs: dict, expected: 
     return steps
 
 
-def bench(path: str, runs: int, peer_dir: str | None = None) -> dict:
+def bench(path: str, runs: int, peer_dir: str | None = None, flags: tuple = ()) -> dict:
     from ai_edge_litert.interpreter import Interpreter
 
     model = onnx.load(path)
@@ -112,7 +116,7 @@ def bench(path: str, runs: int, peer_dir: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out")
         # a QDQ model's deployable file is its INT8 one: timed beside the float32 one
-        wall, peak_mib = convert(path, out, *(["-oiqt"] if qdq else []))
+        wall, peak_mib = convert(path, out, *flags, *(["-oiqt"] if qdq else []))
         int8_path = os.path.join(out, f"{stem}_integer_quant.tflite") if qdq else None
         with open(os.path.join(out, f"{stem}_io_layout.json")) as f:
             layout = json.load(f)
@@ -190,9 +194,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--json")
     parser.add_argument("--peer", help="folder of another converter's outputs, one per stem")
+    parser.add_argument("--flags", default="", help="more CLI flags for our conversion")
     args = parser.parse_args()
-    run_rows([(path, lambda p=path: bench(p, args.runs, args.peer)) for path in args.models],
-             args.json)
+    flags = tuple(args.flags.split())
+    run_rows([(path, lambda p=path: bench(p, args.runs, args.peer, flags))
+              for path in args.models], args.json)
 
 
 def run_rows(jobs, json_path: str | None) -> list[dict]:
