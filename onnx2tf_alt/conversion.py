@@ -341,11 +341,20 @@ def convert(
 
             check_micro_shapes(converted.graph, f"{stem}_full_integer_quant.tflite")
         quant_plan = None
+        # quantized, checked and micro files read the float32 file only as their
+        # reference: the same file as without (the direct route is not tried again)
+        direct_beside = tflite_writer == "auto" and not int4 and not direct
+        # the quantized files are made from the direct writer's graph where it covers the
+        # model, as with -dms: the same files, and no TF converter or calibrator (but for
+        # -coto / -cotof, whose probes of the quantized values are Keras models)
+        quantized_from = _direct_conversion(converted) if (
+            direct_beside and output_tflite and (quant_options.any or micro)
+            and not check) else converted
         if quant_options.any:
             from onnx2tf_alt.quant.quantize import plan_quantization
 
             quant_plan = plan_quantization(
-                converted, quant_options, custom_data, quant_norm_mean, quant_norm_std
+                quantized_from, quant_options, custom_data, quant_norm_mean, quant_norm_std
             )
         model = converted.result.model
         model.onnx2tf_alt_report = None
@@ -353,20 +362,18 @@ def convert(
             written = write_outputs(converted, stage, stem, output_h5, output_keras_v3, output_tflite,
                                     copy_onnx_input_output_names_to_tflite, builtin_only,
                                     saved_model=not disable_model_save,
-                                    # quantized, checked and micro files read the float32
-                                    # file only as their reference: the same file as without
-                                    direct_tflite=(tflite_writer == "auto" and not int4
-                                                   and not direct))  # not tried again
+                                    direct_tflite=quantized_from.result if (
+                                        quantized_from is not converted) else direct_beside)
             if int4:
                 written.append(_write_int4({"serving_default": converted.tflite_result()},
                                            stage, stem))
             if quant_plan is not None:
                 with phase("quantized files"):
-                    written += _write_quantized(converted, stage, stem, quant_plan, builtin_only,
-                                                print_table=not non_verbose)
+                    written += _write_quantized(quantized_from, stage, stem, quant_plan,
+                                                builtin_only, print_table=not non_verbose)
             if micro:
                 with phase("micro"):
-                    written.append(_check_micro(converted, stage, stem, quant_plan,
+                    written.append(_check_micro(quantized_from, stage, stem, quant_plan,
                                                 copy_onnx_input_output_names_to_tflite))
             if check:
                 from onnx2tf_alt.check.run import check_and_report
@@ -382,7 +389,7 @@ def convert(
                         if output_tflite else None,
                         print_table=not non_verbose,
                         more_backends=None if quant_plan is None else _quantized_check(
-                            converted, quant_plan, stage, stem),
+                            quantized_from, quant_plan, stage, stem),
                     )
             if copy_onnx_input_output_names_to_tflite:
                 from onnx2tf_alt.tflite.names import copy_onnx_names_in_files
@@ -618,8 +625,10 @@ def _write_quantized(converted: Converted, stage: str, stem: str, quant_plan, bu
     from onnx2tf_alt.export.tflite import check_builtin_only_files
     from onnx2tf_alt.quant.quantize import write_quantized
 
-    quantized = write_quantized(converted, stage, stem, quant_plan,
-                                _float32_tflite(converted, stage, stem), print_table=print_table)
+    float32 = (os.path.join(stage, f"{stem}_float32.tflite") if converted.result.model is None
+               else _float32_tflite(converted, stage, stem))  # the direct writer's: its path
+    quantized = write_quantized(converted, stage, stem, quant_plan, float32,
+                                print_table=print_table)
     check_builtin_only_files([os.path.join(stage, n) for n in quantized if n.endswith(".tflite")],
                              converted, builtin_only)
     return quantized
@@ -688,13 +697,14 @@ def write_outputs(
     onnx_names_in_tflite: bool = False,
     builtin_only: bool = False,
     saved_model: bool = True,
-    direct_tflite: bool = False,
+    direct_tflite=False,
 ) -> list[str]:
     """Write every requested format into `folder` (expected to be empty). Returns file names.
     `onnx_names_in_tflite` is what <stem>_io_layout.json records of the .tflite names (the
     caller renames the files, -coion); `builtin_only`: see check_builtin_only;
     `saved_model` False (-dms): no saved_model; `direct_tflite`: the .tflite files from the
-    direct writer (tflite/direct.py) where it covers the model, else TF's converter."""
+    direct writer (tflite/direct.py) where it covers the model, else TF's converter (or the
+    DirectResult it wrote already)."""
     from onnx2tf_alt.export.keras_files import save_h5, save_keras_v3
     from onnx2tf_alt.export.saved_model import save_saved_model
     from onnx2tf_alt.translate.io_layout import save_io_layout
@@ -723,15 +733,33 @@ def write_outputs(
     return written
 
 
+def _direct_conversion(converted: Converted) -> Converted:
+    """`converted` with the direct writer's result of the plan its Keras model was built
+    from (tflite/direct.py), or `converted` itself where the direct writer does not cover
+    it (said at -v info) or its weights are too large beside the Keras model's."""
+    tflite_result = converted.tflite_result()
+    if tflite_result is not converted.result or not _fits_beside_keras(converted.graph):
+        return converted
+    from onnx2tf_alt.tflite.direct import DirectResult, write_direct
+
+    with phase("tflite float32 (direct)"):
+        result = write_direct(converted.graph, converted.plan, converted.options)
+    if not isinstance(result, DirectResult):
+        log.info("direct TFLite writer: %s: converting with TF", result)
+        return converted
+    return replace(converted, result=result, _tflite_result=result)
+
+
 def _write_tflite_files(converted: Converted, folder: str, stem: str,
                         builtin_only: bool, saved_model: bool = True,
-                        direct: bool = False) -> list[str]:
+                        direct=False) -> list[str]:
     """`<stem>_float32.tflite`, `<stem>_float16.tflite` and the float32 file's
     `<stem>_delegates.json` in `folder`.
 
-    With `direct`, the direct writer writes them from the plan the Keras model was built
-    from, when it covers the model (the same outputs and ops as TF's converter's file, in a
-    fraction of its time: docs/direct_writer.md). Otherwise:
+    With `direct` (True, or the DirectResult already written: _direct_conversion), the
+    direct writer writes them from the plan the Keras model was built from, when it covers
+    the model (the same outputs and ops as TF's converter's file, in a fraction of its time:
+    docs/direct_writer.md). Otherwise:
 
     The float32 file has its large weights bound after conversion (tflite/late_weights.py),
     written one weight at a time; where that does not apply, TF's converter reads the
@@ -748,15 +776,11 @@ def _write_tflite_files(converted: Converted, folder: str, stem: str,
     from onnx2tf_alt.tflite.lowering import late_bound, tflite_bytes, tflite_flat
 
     tflite_result = converted.tflite_result()
-    if direct and tflite_result is converted.result and _fits_beside_keras(converted.graph):
-        from onnx2tf_alt.tflite.direct import DirectResult, write_direct
-
-        with phase("tflite float32 (direct)"):
-            result = write_direct(converted.graph, converted.plan, converted.options)
-        if isinstance(result, DirectResult):
-            return _direct_tflite_files(replace(converted, result=result, _tflite_result=result),
-                                        folder, stem)
-        log.info("direct TFLite writer: %s: converting with TF", result)
+    if direct is True:
+        direct = _direct_conversion(converted).result
+    if direct is not False and direct is not converted.result:  # the direct writer's
+        return _direct_tflite_files(replace(converted, result=direct, _tflite_result=direct),
+                                    folder, stem)
     saved = folder if saved_model and tflite_result is converted.result else None
     names = [f"{stem}_float32.tflite", f"{stem}_float16.tflite"]
     paths = [os.path.join(folder, name) for name in names]

@@ -316,13 +316,22 @@ def _range_metrics(files: dict[str, tuple[bytes, int]], converted, options: Quan
 
 def _range_outputs(files: dict[str, tuple[bytes, int]], converted, options: QuantOptions,
                    samples: list[dict[str, np.ndarray]]) -> tuple[list, dict[str, list]]:
-    """(the float model's outputs on `samples`, {range method: its INT8 file's outputs})."""
-    from onnx2tf_alt.quant.sensitivity import denylist, op_infos, quantize_calibrated
+    """(the float model's outputs on `samples`, {range method: its INT8 file's outputs}),
+    the INT8 files with the written files' float ops (--keep_float's, DIVs by a computed
+    divisor: an int8 one stops the trial where a divisor reaches its zero point)."""
+    from onnx2tf_alt.quant.sensitivity import (
+        denylist,
+        op_infos,
+        quantize_calibrated,
+        unsafe_divisions,
+    )
 
     any_file = next(iter(files.values()))[0]
     reference = run_tflite(any_file, converted, samples)  # the float model: ranges unused
     float_ops = denylist(op_infos(any_file, converted), set(options.keep_float)) if (
         options.keep_float) else []
+    if not options.integer_kernels_only:
+        float_ops += unsafe_divisions(any_file)
     outputs = {}
     for method, (content, _) in files.items():
         int8 = quantize_calibrated(content, options.quant_type == "per-tensor", None, float_ops)
