@@ -33,7 +33,6 @@ import numpy as np
 
 from calibration.methods import BY_NAME, MINMAX, MSE, PERCENTILE, TFLITE_GRAPH, RangeMethod
 from onnx2tf_alt import progress
-from onnx2tf_alt.quant.grids import given_grid
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, schema, unpack_model
 from onnx2tf_alt.tflite.run import exposed
 
@@ -49,6 +48,12 @@ MSE_CANDIDATES = 128  # `mse`: candidate ends on each side of 0
 def _recorded(tensor) -> bool:
     q = tensor.quantization
     return q is not None and q.min is not None and len(q.min) == 1 and q.max is not None
+
+
+def _gridded(tensor) -> bool:
+    """Whether a tensor has a grid of its own (quant/grids.given_grid: a scale)."""
+    q = tensor.quantization
+    return q is not None and q.scale is not None and len(q.scale) > 0
 
 
 def measured_ranges(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
@@ -251,11 +256,11 @@ def with_ranges(content: bytes, ranges: dict[int, tuple]) -> tuple[bytes, int]:
     quant/qdq_grids.py) keeps it."""
     model = unpack_model(content)
     tensors = model.subgraphs[0].tensors
-    fresh = not any(_recorded(t) and given_grid(t) is None for t in tensors)
+    fresh = not any(_recorded(t) and not _gridded(t) for t in tensors)
     changed = 0
     for index, tensor in enumerate(tensors):
         if index not in ranges or tensor.type != schema.TensorType.FLOAT32 or not (
-                fresh or _recorded(tensor)) or given_grid(tensor) is not None:
+                fresh or _recorded(tensor)) or _gridded(tensor):
             continue
         low, high = ranges[index]
         if not _recorded(tensor):

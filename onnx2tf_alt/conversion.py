@@ -169,10 +169,11 @@ def convert(
     and no Keras model (None is returned): the float32 and float16 files, the dynamic-range,
     int4, INT8 and INT16 ones made from them (a QDQ model's INT8 files on its own grids, and
     onnxruntime's calibration methods' ranges as grids: quant/qdq_grids.py), micro ones,
-    --signature and --litertlm files; with a saved_model or Keras files beside them, or with checked files or what needs TF (which
-    read the float32 file only as their reference; no int4 file, no --signature), "auto" writes
-    the .tflite files directly from the plan the Keras model was built from; "direct" takes
-    only the first case.
+    --signature and --litertlm files; with a saved_model or Keras files beside them, or with
+    checked files, "auto" writes the .tflite files directly from the plan the Keras model was
+    built from (not --signature ones), and the quantized, int4 and micro files from that
+    graph as without them (but with checked files, whose probes are Keras models); "direct"
+    takes only the first case.
 
     `signatures` ([[name, ('model.onnx',) 'input:D1,D2', ...], ...], --signature) writes
     .tflite files with one signature per entry, built for those input shapes (from that
@@ -341,15 +342,13 @@ def convert(
 
             check_micro_shapes(converted.graph, f"{stem}_full_integer_quant.tflite")
         quant_plan = None
-        # quantized, checked and micro files read the float32 file only as their
-        # reference: the same file as without (the direct route is not tried again)
-        direct_beside = tflite_writer == "auto" and not int4 and not direct
-        # the quantized files are made from the direct writer's graph where it covers the
-        # model, as with -dms: the same files, and no TF converter or calibrator (but for
-        # -coto / -cotof, whose probes of the quantized values are Keras models)
-        quantized_from = _direct_conversion(converted) if (
-            direct_beside and output_tflite and (quant_options.any or micro)
-            and not check) else converted
+        # the .tflite files beside the saved_model / Keras files: the direct writer's where
+        # it covers the model (not tried again after a -dms attempt); the quantized, int4
+        # and micro files are made from it as with -dms (the same files, no TF converter or
+        # calibrator), but with -coto / -cotof, whose probes of quantized values are Keras
+        beside = _direct_conversion(converted) if (
+            output_tflite and tflite_writer == "auto" and not direct) else converted
+        quantized_from = converted if check else beside
         if quant_options.any:
             from onnx2tf_alt.quant.quantize import plan_quantization
 
@@ -362,11 +361,10 @@ def convert(
             written = write_outputs(converted, stage, stem, output_h5, output_keras_v3, output_tflite,
                                     copy_onnx_input_output_names_to_tflite, builtin_only,
                                     saved_model=not disable_model_save,
-                                    direct_tflite=quantized_from.result if (
-                                        quantized_from is not converted) else direct_beside)
+                                    direct_result=None if beside is converted else beside.result)
             if int4:
-                written.append(_write_int4({"serving_default": converted.tflite_result()},
-                                           stage, stem))
+                written.append(_write_int4(None if beside is not converted else {
+                    "serving_default": converted.tflite_result()}, stage, stem))
             if quant_plan is not None:
                 with phase("quantized files"):
                     written += _write_quantized(quantized_from, stage, stem, quant_plan,
@@ -697,14 +695,13 @@ def write_outputs(
     onnx_names_in_tflite: bool = False,
     builtin_only: bool = False,
     saved_model: bool = True,
-    direct_tflite=False,
+    direct_result=None,
 ) -> list[str]:
     """Write every requested format into `folder` (expected to be empty). Returns file names.
     `onnx_names_in_tflite` is what <stem>_io_layout.json records of the .tflite names (the
     caller renames the files, -coion); `builtin_only`: see check_builtin_only;
-    `saved_model` False (-dms): no saved_model; `direct_tflite`: the .tflite files from the
-    direct writer (tflite/direct.py) where it covers the model, else TF's converter (or the
-    DirectResult it wrote already)."""
+    `saved_model` False (-dms): no saved_model; `direct_result`: the direct writer's
+    DirectResult (tflite/direct.py) the .tflite files are made from; None: TF's converter."""
     from onnx2tf_alt.export.keras_files import save_h5, save_keras_v3
     from onnx2tf_alt.export.saved_model import save_saved_model
     from onnx2tf_alt.translate.io_layout import save_io_layout
@@ -717,7 +714,7 @@ def write_outputs(
         written += ["saved_model.pb", "variables"]
     if output_tflite:
         written += _write_tflite_files(converted, folder, stem, builtin_only, saved_model,
-                                       direct_tflite)
+                                       direct_result)
     checkpoint()
     if output_h5:
         with phase("h5"):
@@ -752,14 +749,13 @@ def _direct_conversion(converted: Converted) -> Converted:
 
 def _write_tflite_files(converted: Converted, folder: str, stem: str,
                         builtin_only: bool, saved_model: bool = True,
-                        direct=False) -> list[str]:
+                        direct_result=None) -> list[str]:
     """`<stem>_float32.tflite`, `<stem>_float16.tflite` and the float32 file's
     `<stem>_delegates.json` in `folder`.
 
-    With `direct` (True, or the DirectResult already written: _direct_conversion), the
-    direct writer writes them from the plan the Keras model was built from, when it covers
-    the model (the same outputs and ops as TF's converter's file, in a fraction of its time:
-    docs/direct_writer.md). Otherwise:
+    With `direct_result`, the direct writer's DirectResult of the plan the Keras model was
+    built from (_direct_conversion), they are made from it (the same outputs and ops as TF's
+    converter's file, in a fraction of its time: docs/direct_writer.md). Otherwise:
 
     The float32 file has its large weights bound after conversion (tflite/late_weights.py),
     written one weight at a time; where that does not apply, TF's converter reads the
@@ -776,11 +772,9 @@ def _write_tflite_files(converted: Converted, folder: str, stem: str,
     from onnx2tf_alt.tflite.lowering import late_bound, tflite_bytes, tflite_flat
 
     tflite_result = converted.tflite_result()
-    if direct is True:
-        direct = _direct_conversion(converted).result
-    if direct is not False and direct is not converted.result:  # the direct writer's
-        return _direct_tflite_files(replace(converted, result=direct, _tflite_result=direct),
-                                    folder, stem)
+    if direct_result is not None:
+        return _direct_tflite_files(replace(converted, result=direct_result,
+                                            _tflite_result=direct_result), folder, stem)
     saved = folder if saved_model and tflite_result is converted.result else None
     names = [f"{stem}_float32.tflite", f"{stem}_float16.tflite"]
     paths = [os.path.join(folder, name) for name in names]

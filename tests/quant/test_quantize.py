@@ -823,3 +823,19 @@ def test_float_segment_follows_readers_through_ops_that_only_move_values():
              OpInfo(5, "ADD", "add", ["e"], [])]
     assert denylist(infos, {"a"}) == ["conv", "log", "mul", "reshape", "transpose"]
     assert denylist(infos, {"c"}) == ["add", "log"]
+
+
+def test_quantized_files_beside_a_saved_model_are_the_tflite_only_runs(tmp_path):
+    """With a saved_model beside them, the float32, INT8, INT16-activation and int4 files
+    are made from the direct writer's graph as with -dms: byte for byte the same files."""
+    path = str(tmp_path / "cnn.onnx")
+    onnx.save(small_cnn(), path)
+    for name, tflite_only in (("dms", True), ("beside", False)):
+        convert(input_onnx_file_path=path, output_folder_path=str(tmp_path / name),
+                non_verbose=True, output_integer_quantized_tflite=True,
+                output_int4_weight_quantized_tflite=True, disable_model_save=tflite_only)
+    assert (tmp_path / "beside" / "saved_model.pb").exists()
+    for suffix in ("float32", "integer_quant", "full_integer_quant",
+                   "integer_quant_with_int16_act", "int4_weight_quant"):
+        dms, beside = (read(str(tmp_path / n), f"cnn_{suffix}.tflite") for n in ("dms", "beside"))
+        assert dms == beside, suffix
