@@ -304,6 +304,8 @@ def convert(
                     keras=not direct)
                 if direct:
                     built = _signatures_written(built, tflite_writer, not non_verbose)
+                elif tflite_writer == "auto" and output_tflite:
+                    built = _signatures_beside_keras(built)
             else:
                 if direct:
                     def beside(converted, stage):  # what the float32 file makes
@@ -441,6 +443,27 @@ def _signatures_written(built: dict, tflite_writer: str, show_progress: bool) ->
                    or any(n is found.node for n in p.graph.nodes))
     _not_covered(found, planned, tflite_writer)
     return {name: (translate(p, show_progress), cache) for name, (p, cache) in built.items()}
+
+
+def _signatures_beside_keras(built: dict) -> dict:
+    """build_signatures' Keras-built signatures ({name: (Converted, cache)}) with the direct
+    writer's one file of them all as their .tflite result (the saved_model stays the Keras
+    models'), where it covers every node of plans computing in float32 and their weights
+    fit beside the Keras models' (_fits_beside_keras); else as they are (TF's converter)."""
+    from onnx2tf_alt.tflite.direct import write_direct_signatures
+
+    converted = {name: c for name, (c, _) in built.items()}
+    if any(c.tflite_result() is not c.result for c in converted.values()) or not all(
+            _fits_beside_keras(c.graph) for c in converted.values()):
+        return built
+    with phase("tflite float32 (direct)"):
+        found = write_direct_signatures(
+            {name: (c.graph, c.plan, c.options) for name, c in converted.items()})
+    if not isinstance(found, dict):
+        log.info("direct TFLite writer: %s: converting with TF", found)
+        return built
+    return {name: (replace(c, _tflite_result=found[name]), cache)
+            for name, (c, cache) in built.items()}
 
 
 def _not_covered(reason, planned, tflite_writer: str) -> None:

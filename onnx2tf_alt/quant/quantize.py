@@ -317,21 +317,15 @@ def _range_metrics(files: dict[str, tuple[bytes, int]], converted, options: Quan
 def _range_outputs(files: dict[str, tuple[bytes, int]], converted, options: QuantOptions,
                    samples: list[dict[str, np.ndarray]]) -> tuple[list, dict[str, list]]:
     """(the float model's outputs on `samples`, {range method: its INT8 file's outputs}),
-    the INT8 files with the written files' float ops (--keep_float's, DIVs by a computed
-    divisor: an int8 one stops the trial where a divisor reaches its zero point)."""
-    from onnx2tf_alt.quant.sensitivity import (
-        denylist,
-        op_infos,
-        quantize_calibrated,
-        unsafe_divisions,
-    )
+    the INT8 files with the float-I/O files' float ops (--keep_float's, kept_float's: an
+    int8 DIV by a computed divisor stops the trial where it reaches its zero point)."""
+    from onnx2tf_alt.quant.sensitivity import denylist, kept_float, op_infos, quantize_calibrated
 
     any_file = next(iter(files.values()))[0]
     reference = run_tflite(any_file, converted, samples)  # the float model: ranges unused
     float_ops = denylist(op_infos(any_file, converted), set(options.keep_float)) if (
         options.keep_float) else []
-    if not options.integer_kernels_only:
-        float_ops += unsafe_divisions(any_file)
+    float_ops += kept_float(any_file, options.integer_kernels_only, None)[0]
     outputs = {}
     for method, (content, _) in files.items():
         int8 = quantize_calibrated(content, options.quant_type == "per-tensor", None, float_ops)
@@ -370,25 +364,17 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
             return QuantizedTflite(quantize_16x8(calibrated, variant.io_dtypes), flex)
         from onnx2tf_alt.quant.sensitivity import (
             denylist,
+            kept_float,
             op_infos,
             quantize_calibrated,
-            unsafe_divisions,
         )
 
         nodes = set(options.keep_float if keep_nodes is None else keep_nodes)
         float_ops = denylist(op_infos(calibrated, converted), nodes) if nodes else []
-        # DIVs with a computed divisor stay float (unsafe_divisions), but for --target micro
-        divisions = [] if options.integer_kernels_only else unsafe_divisions(calibrated)
+        kept, notes = kept_float(calibrated, options.integer_kernels_only, variant.io_dtypes)
         made = QuantizedTflite(quantize_calibrated(
             calibrated, options.quant_type == "per-tensor", variant.io_dtypes,
-            [*float_ops, *divisions]), flex)
-        if divisions:
-            made.notes.append(Note(
-                f"INT8 files: {len(divisions)} DIV op(s) with a computed divisor kept in "
-                "float: TFLite's int8 DIV stops the invocation on a divisor at its zero "
-                "point, where 8-bit error upstream can take any computed divisor",
-                f"INT8 files: {len(divisions)} DIV op(s) with a computed divisor kept in "
-                "float (int8 DIV stops on a zero divisor)"))
+            [*float_ops, *kept]), flex, notes=notes)
         if options.bias_correction:
             made.content = _bias_corrected(made.content, calibrated, converted, calibration,
                                            {} if bias_cache is None else bias_cache, made.notes)
@@ -925,7 +911,7 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
         if content is not None:
             return content
     if plan.qdq_model is not None and plan.takes_ranges(variant) and direct:
-        return _on_own_grids(source, variant, plan)
+        return _on_own_grids(source, variant, plan, report)
     if not two_step(variant, calibration):
         content = quantized_tflite(source, variant, options, calibration).content
         if plan.qdq_per_tensor and plan.takes_ranges(variant):
@@ -955,26 +941,27 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
     return made(plan.kept_nodes).content
 
 
-def _on_own_grids(source, variant: Variant, plan: QuantPlan) -> bytes:
+def _on_own_grids(source, variant: Variant, plan: QuantPlan, report: QuantReport) -> bytes:
     """The INT8 file of a QDQ model on its own grids (quant/qdq_grids.py) by the own
     quantizer: no calibration, no bias correction; its weights per tensor where the model's
     are (the quantizer's max|w| / 127 scales are onnxruntime's symmetric int8 ones), with
-    --keep_float's nodes and DIVs by computed divisors in float."""
+    --keep_float's nodes and kept_float's ops in float (their notes into `report`)."""
     from onnx2tf_alt.quant.qdq_grids import take_grids
     from onnx2tf_alt.quant.sensitivity import (
         denylist,
+        kept_float,
         op_infos,
         quantize_calibrated,
-        unsafe_divisions,
     )
 
     content, taken = take_grids(source.result.content)
     log.debug("QDQ model: %d QuantizeLinear grids taken", taken)
     nodes = set(plan.options.keep_float)
     float_ops = denylist(op_infos(content, source), nodes) if nodes else []
-    divisions = [] if plan.options.integer_kernels_only else unsafe_divisions(content)
+    kept, notes = kept_float(content, plan.options.integer_kernels_only, variant.io_dtypes)
+    report.notes += [n for n in notes if n not in report.notes]
     return quantize_calibrated(content, plan.qdq_per_tensor, variant.io_dtypes,
-                               [*float_ops, *divisions])
+                               [*float_ops, *kept])
 
 
 def _judged(found: list[str], made, source, plan: QuantPlan, report: QuantReport,

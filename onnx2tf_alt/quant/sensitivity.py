@@ -44,6 +44,7 @@ import numpy as np
 
 from onnx2tf_alt import progress
 from onnx2tf_alt.errors import InputError
+from onnx2tf_alt.quant.notes import Note
 
 if TYPE_CHECKING:  # TensorFlow is imported where its converter runs
     import tensorflow as tf
@@ -202,14 +203,54 @@ def check_keep_float(names: list[str] | None, converted) -> list[str]:
 DIV = 42  # builtin operator code
 
 
-def unsafe_divisions(calibrated: bytes) -> list[str]:
-    """Output tensors of the DIV ops of a calibrated flatbuffer whose divisor is computed
-    (not a constant). TFLite's int8 DIV stops the whole invocation when a divisor is at its
-    zero point ("data[i] != zero_point"), and the 8-bit error upstream can take any computed
-    divisor there, whatever its float range: basic-pitch's div_no_nan by the peak of a log
-    spectrum was at least 57.6 on every calibration clip in float, but its INT8 files
-    failed on a quiet clip, whose spectrum the int8 LOG flattened to one value. These DIVs
-    stay in float in the INT8 files."""
+TRANSPOSE_CONV = 67  # builtin operator code
+
+
+def kept_float(calibrated: bytes, integer_kernels_only: bool, io_dtypes: tuple | None
+               ) -> tuple[list[str], list[Note]]:
+    """(output tensors the INT8 files keep in float whatever the user asks, the report's
+    notes on them): the DIVs by a computed divisor (unsafe_divisions), and in the files with
+    float inputs and outputs the transposed convolutions (slow_int8_kernels); nothing for
+    --target micro, whose kernels are integer only, and the full-integer files keep their
+    transposed convolutions in int8 (an NPU's, an Edge TPU's)."""
+    if integer_kernels_only:
+        return [], []
+    divisions = unsafe_divisions(calibrated)
+    slow = [] if io_dtypes else slow_int8_kernels(calibrated)
+    notes = []
+    if divisions:
+        notes.append(Note(
+            f"INT8 files: {len(divisions)} DIV op(s) with a computed divisor kept in "
+            "float: TFLite's int8 DIV stops the invocation on a divisor at its zero "
+            "point, where 8-bit error upstream can take any computed divisor",
+            f"INT8 files: {len(divisions)} DIV op(s) with a computed divisor kept in "
+            "float (int8 DIV stops on a zero divisor)"))
+    if slow:
+        notes.append(Note(
+            f"INT8 files with float inputs and outputs: {len(slow)} TRANSPOSE_CONV op(s) "
+            "kept in float: XNNPACK's int8 transposed convolution runs several times slower "
+            "than its float one (PP-OCRv4 detector: 57 ms against 9 ms); the full-integer "
+            "files keep them int8",
+            f"INT8 files (float I/O): {len(slow)} TRANSPOSE_CONV op(s) float (XNNPACK's int8 "
+            "one is slower)"))
+    return [*divisions, *slow], notes
+
+
+def slow_int8_kernels(calibrated: bytes) -> list[str]:
+    """Output tensors of the TRANSPOSE_CONV ops of a calibrated flatbuffer. XNNPACK runs an
+    int8 transposed convolution 6.4x slower than the float one on this machine's CPU (the
+    PP-OCRv4 DB detector's two, 2x upsampling to 320x320 and 640x640: 57.1 ms against
+    8.95 ms, benchmarks/profile_tflite.py, 1 thread), more than half of its INT8 file's
+    time; behind a DEQUANTIZE and before a QUANTIZE in float, the QDQ detector's INT8 file
+    went from 1.62x onnxruntime's QDQ execution to 0.74x (which runs ConvTranspose in float
+    too)."""
+    return _outputs_of(calibrated, TRANSPOSE_CONV)
+
+
+def _outputs_of(calibrated: bytes, builtin: int, computed_input: int | None = None
+                ) -> list[str]:
+    """Output tensors of the `builtin` ops of a flatbuffer's main subgraph (with
+    `computed_input`, only those whose input at that position is not a constant)."""
     from onnx2tf_alt.tflite.flatbuffer import read_model
 
     model = read_model(calibrated)
@@ -220,12 +261,27 @@ def unsafe_divisions(calibrated: bytes) -> list[str]:
     found = []
     for k in range(graph.OperatorsLength()):
         op = graph.Operators(k)
-        if codes[op.OpcodeIndex()] != DIV or op.InputsLength() < 2:
+        if codes[op.OpcodeIndex()] != builtin:
             continue
-        divisor = graph.Tensors(op.Inputs(1))
-        if not model.Buffers(divisor.Buffer()).DataLength():  # computed at run time
-            found.append(graph.Tensors(op.Outputs(0)).Name().decode())
+        if computed_input is not None:
+            if op.InputsLength() <= computed_input:
+                continue
+            tensor = graph.Tensors(op.Inputs(computed_input))
+            if model.Buffers(tensor.Buffer()).DataLength():  # a constant
+                continue
+        found.append(graph.Tensors(op.Outputs(0)).Name().decode())
     return found
+
+
+def unsafe_divisions(calibrated: bytes) -> list[str]:
+    """Output tensors of the DIV ops of a calibrated flatbuffer whose divisor is computed
+    (not a constant). TFLite's int8 DIV stops the whole invocation when a divisor is at its
+    zero point ("data[i] != zero_point"), and the 8-bit error upstream can take any computed
+    divisor there, whatever its float range: basic-pitch's div_no_nan by the peak of a log
+    spectrum was at least 57.6 on every calibration clip in float, but its INT8 files
+    failed on a quiet clip, whose spectrum the int8 LOG flattened to one value. These DIVs
+    stay in float in the INT8 files."""
+    return _outputs_of(calibrated, DIV, computed_input=1)
 
 
 # --- calibrate once, quantize many times ----------------------------------------------------
@@ -403,7 +459,7 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
                             measured=converted.result.model is None)
     if not rank and target is None:
         return chosen
-    divisions = unsafe_divisions(calibrated)  # float in the written files too
+    divisions, _ = kept_float(calibrated, False, None)  # float in the written files too
 
     def quantized(tensors) -> bytes:
         return quantize_calibrated(calibrated, per_tensor, None, sorted({*tensors, *divisions}))

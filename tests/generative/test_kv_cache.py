@@ -96,8 +96,9 @@ def encoder_model() -> onnx.ModelProto:
 
 @pytest.fixture(scope="module")
 def route(reference, tmp_path_factory):
-    """route("tf") / route("direct"): the output folder of the decoder converted with its
-    prefill, decode and encode signatures, with a saved_model through TF, or with -dms by
+    """route("tf") / route("direct") / route("auto"): the output folder of the decoder
+    converted with its prefill, decode and encode signatures, with a saved_model through TF
+    (or with auto, its .tflite files by the direct writer), or with -dms by
     the direct writer alone (tflite/direct.write_direct_signatures); each made once."""
     from onnx2tf_alt import convert
 
@@ -214,6 +215,19 @@ def test_the_saved_model_has_the_signatures_and_the_weights_once(reference, rout
     kinds = {k: v.dtype for k, v in signature.structured_input_signature[1].items()}
     out = signature(**{names[k]: tf.constant(v, kinds[names[k]]) for k, v in feeds.items()})
     assert_close(out[names["logits"]].numpy()[:, -1], logits[0], 1e-5, "saved_model prefill")
+
+
+def test_beside_a_saved_model_the_signatures_file_is_the_direct_writers(route):
+    """Default flags (a saved_model) with --tflite_writer auto: the .tflite files of the
+    signatures are the -dms run's (the direct writer's), byte for byte, and the io_layout
+    that names the saved_model's inputs and outputs is the TF route's."""
+    beside, direct, tf = route("auto"), route("direct"), route("tf")
+    assert (beside / "saved_model.pb").exists()
+    for suffix in ("float32", "float16", "dynamic_range_quant", "int4_weight_quant"):
+        name = f"decoder_{suffix}.tflite"
+        assert (beside / name).read_bytes() == (direct / name).read_bytes(), suffix
+    layout = (beside / "decoder_io_layout.json").read_text()
+    assert layout == (tf / "decoder_io_layout.json").read_text()
 
 
 def test_the_delegate_report_shows_the_decode_step_in_one_xnnpack_partition(converted):

@@ -839,3 +839,34 @@ def test_quantized_files_beside_a_saved_model_are_the_tflite_only_runs(tmp_path)
                    "integer_quant_with_int16_act", "int4_weight_quant"):
         dms, beside = (read(str(tmp_path / n), f"cnn_{suffix}.tflite") for n in ("dms", "beside"))
         assert dms == beside, suffix
+
+
+def test_transposed_convolutions_stay_float_where_the_file_takes_float(tmp_path):
+    """XNNPACK's int8 TRANSPOSE_CONV is several times slower than its float one: the INT8
+    file with float inputs and outputs computes it in float (a note says so), the
+    full-integer one in int8; both stay close to the float32 file."""
+    rng = np.random.default_rng(5)
+    init = {"w": (rng.standard_normal((6, 4, 3, 3)) * 0.3).astype(np.float32),
+            "t": (rng.standard_normal((6, 5, 2, 2)) * 0.3).astype(np.float32),
+            "tb": rng.standard_normal(5).astype(np.float32) * 0.1}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("ConvTranspose", ["r", "t", "tb"], ["y"], strides=[2, 2])]
+    graph = helper.make_graph(
+        nodes, "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 4, 7, 9))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, 5, 14, 18))],
+        [numpy_helper.from_array(v, k) for k, v in init.items()])
+    from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
+
+    samples = rng.standard_normal((8, 2, 4, 7, 9)).astype(np.float32)
+    _, out, report = _quantized_on(tmp_path, graph, samples)
+    assert any("TRANSPOSE_CONV op(s) kept in float" in n for n in report["notes"]), report
+    kinds = {}
+    for variant in ("integer_quant", "full_integer_quant"):
+        model = unpack_model(read(out, f"up_{variant}.tflite"))
+        graph_ = model.subgraphs[0]
+        (op,) = [o for o in graph_.operators if op_name(model, o) == "TRANSPOSE_CONV"]
+        kinds[variant] = graph_.tensors[op.inputs[1]].type  # the filter's
+    assert kinds == {"integer_quant": 0, "full_integer_quant": 9}, kinds  # FLOAT32, INT8
+    cosines = {e["variant"]: e["outputs"]["y"]["cosine_min"] for e in report["files"]}
+    assert min(cosines["integer_quant"], cosines["full_integer_quant"]) > 0.99, cosines
