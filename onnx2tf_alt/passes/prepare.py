@@ -595,7 +595,9 @@ def prepare_model(
     kept = _subgraph_names(model.graph)
     pairs = fuse_quant_pairs(model, kept)
     if pairs:
-        log.info("%d QuantizeLinear -> DequantizeLinear pairs computed in float", pairs)
+        log.info("%d QuantizeLinear -> DequantizeLinear pairs computed in float: the "
+                 "float32 .tflite emulates them; -oiqt's _integer_quant.tflite runs them on "
+                 "integer kernels (the file to deploy: docs/quantization.md#qdq-models)", pairs)
     dropped = drop_neutral_arithmetic(model, kept)
     if dropped:
         log.info("%d Mul / Div by 1, Add / Sub of 0 removed", dropped)

@@ -765,7 +765,8 @@ def write_quantized(
             "min-max"))
     if qdq:
         report.notes.append("QDQ model: quantized with its own 8-bit ranges, without "
-                            "calibration; no INT16-activation files")
+                            "calibration; no INT16-activation files; deploy the INT8 file "
+                            "(the float32 one emulates each pair in float)")
     elif options.quant_type == "per-tensor" and options.integer:
         report.notes.append(Note(
             "per-tensor applies to the INT8 files; the INT16-activation files keep "
