@@ -6,7 +6,8 @@ the pair's grid on its output tensor (ops/quant.py). `take_grids` removes each F
 the tensor it reads takes the grid (scale and zero point exactly, on int8 codes) and its
 readers read that tensor. A tensor the writer adds between two nodes by moving one value
 (a convolution's explicit PAD, a RESHAPE, a max pool) takes the grid of the value it
-moves: the integer kernels keep it. The quantizer then puts the op that writes the tensor on the
+moves, or of the value it becomes (a 1-D convolution's 2-D result reshaped back): the
+integer kernels keep it. The quantizer then puts the op that writes the tensor on the
 model's own grid, as onnxruntime's integer kernels do (a QLinearConv requantizes onto the
 QuantizeLinear's grid after it), with no calibration.
 
@@ -69,22 +70,38 @@ def _plain(name: bytes) -> bytes:
 
 
 def _moved_grids(model, graph) -> None:
-    """Outputs without a grid of ops that move one value input (op_rules: SAME over one
-    value) take that input's grid, in graph order."""
+    """Grids across the ops that move one value input (op_rules: SAME over one value):
+    their outputs without a grid take the input's, in graph order; then, backwards, an
+    input without a grid that such an op alone reads takes its output's (a 1-D
+    convolution's result RESHAPEd back to 3-D before its pair)."""
+    moves = []
     for op in graph.operators:
         rule = RULES.get(op_name(model, op))
         if rule is None or rule.output != SAME or rule.values is None or len(rule.values) != 1:
             continue
         position = rule.values[0]
-        if position >= len(op.inputs) or op.inputs[position] < 0:
+        if position < len(op.inputs) and op.inputs[position] >= 0:
+            moves.append((int(op.inputs[position]), [int(o) for o in op.outputs]))
+    for source, outputs in moves:
+        if given_grid(graph.tensors[source]) is None:
             continue
-        grid = graph.tensors[int(op.inputs[position])].quantization
-        if given_grid(graph.tensors[int(op.inputs[position])]) is None:
-            continue
-        for out in op.outputs:
-            tensor = graph.tensors[int(out)]
+        for out in outputs:
+            tensor = graph.tensors[out]
             if tensor.type == TT.FLOAT32 and tensor.quantization is None:
-                tensor.quantization = grid
+                tensor.quantization = graph.tensors[source].quantization
+    readers: dict[int, int] = {}
+    for op in graph.operators:
+        for i in op.inputs:
+            readers[int(i)] = readers.get(int(i), 0) + 1
+    for source, outputs in reversed(moves):
+        tensor = graph.tensors[source]
+        if (len(outputs) != 1 or readers.get(source) != 1 or tensor.type != TT.FLOAT32
+                or tensor.quantization is not None or source in graph.inputs
+                or model.buffers[tensor.buffer].data is not None
+                and len(model.buffers[tensor.buffer].data)):
+            continue
+        if given_grid(graph.tensors[outputs[0]]) is not None:
+            tensor.quantization = graph.tensors[outputs[0]].quantization
 
 
 def _takes(model, graph, op) -> bool:

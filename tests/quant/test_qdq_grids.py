@@ -179,3 +179,94 @@ def test_onnxruntime_calibrators_ranges_become_grids_without_tensorflow(method, 
         expected = int8_parameters(*ranges[name])
         assert grids[name].scale[0] == np.float32(expected["scale"]), name
         assert grids[name].zeroPoint[0] == expected["zero_point"], name
+
+
+def qdq_block(path: str) -> None:
+    """A transformer block as onnxruntime's quantize_static writes it (QDQ, per-channel
+    int8 weights, uint8 activations): LayerNormalization, MatMul + bias, Gelu, MatMul, a
+    residual Add, then a 1-D Conv whose ReLU the quantizer drops (its pair clamps)."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    rng = np.random.default_rng(0)
+    steps, width, hidden = 12, 32, 64
+    init = {"g": np.ones(width, np.float32), "b": np.zeros(width, np.float32),
+            "w1": rng.standard_normal((width, hidden)) * 0.2,
+            "b1": rng.standard_normal(hidden) * 0.1,
+            "w2": rng.standard_normal((hidden, width)) * 0.2,
+            "cw": rng.standard_normal((width, width, 3)) * 0.1}
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["ln"], axis=-1),
+             helper.make_node("MatMul", ["ln", "w1"], ["h"]),
+             helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Gelu", ["hb"], ["ge"], domain="com.microsoft"),
+             helper.make_node("MatMul", ["ge", "w2"], ["o"]),
+             helper.make_node("Add", ["x", "o"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["rt"], perm=[0, 2, 1]),
+             helper.make_node("Conv", ["rt", "cw"], ["c"], pads=[1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, steps, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, width, steps])],
+        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in init.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    float_path = path.replace(".onnx", "_float.onnx")
+    onnx.save(model, float_path)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"x": rng.standard_normal((2, steps, width)).astype(np.float32)}
+                               for _ in range(16)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    quantize_static(float_path, path, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+
+
+def test_a_qdq_transformer_block_runs_on_the_model_grids_exactly(tmp_path):
+    """The block's INT8 file: both MatMuls' first and the 1-D Conv in int8 (the Conv's
+    result, reshaped back to 3-D before its pair, takes that pair's grid), LayerNorm and
+    Gelu in float between the pairs as the graph has them; on held-out inputs it equals the
+    QDQ graph computed as written (onnxruntime without graph optimizations) to 0 steps.
+    onnxruntime's optimized run differs: it fuses the second MatMul, whose input has no
+    pair, into a product that quantizes that input at run time."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    path = str(tmp_path / "block.onnx")
+    qdq_block(path)
+    out = str(tmp_path / "out")
+    convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
+            disable_model_save=True, output_integer_quantized_tflite=True)
+    with open(os.path.join(out, "block_integer_quant.tflite"), "rb") as f:
+        content = f.read()
+    model = unpack_model(content)
+    graph = model.subgraphs[0]
+    kinds = {op_name(model, op): graph.tensors[op.inputs[1]].type for op in graph.operators
+             if op_name(model, op) in ("CONV_2D",)}
+    assert kinds == {"CONV_2D": 9}, kinds  # INT8 filter
+    fully = [graph.tensors[op.inputs[1]].type for op in graph.operators
+             if op_name(model, op) == "FULLY_CONNECTED"]
+    assert sorted(fully) == [0, 9], fully  # the second reads Gelu's float output
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    scale = float(next(numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer
+                       if i.name == "y_scale"))
+    interpreter = Interpreter(model_content=content)
+    interpreter.allocate_tensors()
+    (inp,), (outp,) = interpreter.get_input_details(), interpreter.get_output_details()
+    rng = np.random.default_rng(9)
+    for _ in range(4):
+        x = rng.standard_normal((2, 12, 32)).astype(np.float32)
+        (expected,) = session.run(None, {"x": x})
+        interpreter.set_tensor(inp["index"], x)
+        interpreter.invoke()
+        actual = interpreter.get_tensor(outp["index"]).transpose(0, 2, 1)
+        assert np.abs(actual - expected).max() / scale < 0.5
