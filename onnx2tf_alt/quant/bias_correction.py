@@ -70,27 +70,56 @@ def corrected_biases(int8: bytes, calibrated: bytes, feeds: list[dict[str, np.nd
         runner(**feed)
         expected.append({op: _channel_means(reference.get_tensor(index))
                          for op, index in targets.items()})
-    for op_index in sorted(targets):
-        op = graph.operators[op_index]
-        # the file cut after this convolution, its output exposed: XNNPACK runs it
-        interpreter = Interpreter(model_content=exposed(model, [int(op.outputs[0])], True),
-                                  num_threads=os.cpu_count() or 1)
-        cut_output = interpreter.get_output_details()[0]["index"]  # the cut's one output
+    for wave in _waves(graph, sorted(targets)):
+        # the file cut after these convolutions, their outputs exposed: XNNPACK runs it
+        ops = [graph.operators[k] for k in wave]
+        interpreter = Interpreter(
+            model_content=exposed(model, [int(op.outputs[0]) for op in ops], True),
+            num_threads=os.cpu_count() or 1)
+        cut_outputs = [d["index"] for d in interpreter.get_output_details()]  # in that order
         run = interpreter.get_signature_runner(SIGNATURE)
         inputs = run.get_input_details()
-        output = graph.tensors[op.outputs[0]]
-        scale, zero_point = output.quantization.scale[0], output.quantization.zeroPoint[0]
-        errors = []
+        errors = {k: [] for k in wave}
         for feed, means in zip(feeds, expected):
             run(**{k: as_input(v, inputs[k]) for k, v in feed.items()})
-            value = (interpreter.get_tensor(cut_output).astype(np.float64) - zero_point) * scale
-            errors.append(_channel_means(value) - means[op_index])
-        steps = np.asarray(graph.tensors[op.inputs[2]].quantization.scale, np.float64)
-        known[key(op_index)] = -np.round(_significant(np.array(errors)) / steps).astype(np.int64)
-        _shift_bias(model, op, known[key(op_index)])
-        if record is not None:
-            record[op_index] = (np.array(errors), steps)
+            for op_index, op, cut_output in zip(wave, ops, cut_outputs):
+                output = graph.tensors[op.outputs[0]]
+                value = (interpreter.get_tensor(cut_output).astype(np.float64)
+                         - output.quantization.zeroPoint[0]) * output.quantization.scale[0]
+                errors[op_index].append(_channel_means(value) - means[op_index])
+        for op_index, op in zip(wave, ops):
+            steps = np.asarray(graph.tensors[op.inputs[2]].quantization.scale, np.float64)
+            found = np.array(errors[op_index])
+            known[key(op_index)] = -np.round(_significant(found) / steps).astype(np.int64)
+            _shift_bias(model, op, known[key(op_index)])
+            if record is not None:
+                record[op_index] = (found, steps)
     return _packed(model), len(targets)
+
+
+def _waves(graph, targets: list[int]) -> list[list[int]]:
+    """`targets` (op indices, in graph order) in runs that can be measured on one cut: a
+    target joins the run before it unless one of that run's targets is upstream of it
+    (correcting it would change what it measures). Each conv is measured after every
+    correction upstream of it, as one at a time would (the same files); the parallel
+    branches of a feature pyramid share a cut."""
+    writer = {int(o): k for k, op in enumerate(graph.operators) for o in op.outputs}
+    upstream: dict[int, set[int]] = {}
+    chosen = set(targets)
+    for k, op in enumerate(graph.operators):
+        found: set[int] = set()
+        for i in op.inputs:
+            producer = writer.get(int(i))
+            if producer is not None:
+                found |= upstream[producer] | ({producer} & chosen)
+        upstream[k] = found
+    waves: list[list[int]] = []
+    for target in targets:
+        if waves and not upstream[target] & set(waves[-1]):
+            waves[-1].append(target)
+        else:
+            waves.append([target])
+    return waves
 
 
 def refitted(int8: bytes, errors: dict, rows: list[int]) -> bytes:

@@ -168,3 +168,38 @@ def test_refitted_on_every_sample_is_the_corrected_file(files):
     changed = [bias for (bias, a), (_, b) in zip(_buffers(subset)[1], _buffers(plain)[1])
                if a != b]
     assert changed and all(changed)
+
+
+def test_parallel_branches_share_a_cut_and_give_the_same_file(monkeypatch):
+    """Conv a, then convs b and c reading a side by side (a feature pyramid's branches),
+    their sum into conv d: b and c are measured on one cut (neither is upstream of the
+    other), and the file equals the one measured a conv at a time."""
+    import onnx2tf_alt.quant.bias_correction as bias_correction
+    from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
+
+    rng = np.random.default_rng(4)
+    init = {name: (rng.standard_normal(shape) * 0.4).astype(np.float32) for name, shape in (
+        ("wa", (6, 4, 3, 3)), ("wb", (5, 6, 1, 1)), ("wc", (5, 6, 3, 3)), ("wd", (3, 5, 1, 1)))}
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "wb"], ["b"]),
+             helper.make_node("Conv", ["a", "wc"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["b", "c"], ["s"]),
+             helper.make_node("Conv", ["s", "wd"], ["y"])]
+    model = make_model(nodes, {"x": np.zeros(SHAPE, np.float32)}, ["y"], init, opset=13)
+    converted = build(input_onnx_file_path=None, onnx_graph=model)
+    calibration = _samples(8, seed=2)
+    options = QuantOptions(integer=True, calibration_method="minmax")
+    calibrated, _ = calibrated_tflite(converted, options, calibration)
+    plain = quantize_calibrated(calibrated, False, None, [])
+    feeds = [converted.result.to_physical(s) for s in calibration]
+    flat = unpack_model(plain)
+    convs = [k for k, op in enumerate(flat.subgraphs[0].operators)
+             if op_name(flat, op) == "CONV_2D"]
+    assert len(convs) == 4
+    assert bias_correction._waves(flat.subgraphs[0], convs) == [
+        [convs[0]], [convs[1], convs[2]], [convs[3]]]
+    together, count = corrected_biases(plain, calibrated, feeds)
+    assert count == 4
+    monkeypatch.setattr(bias_correction, "_waves", lambda graph, targets: [[t] for t in targets])
+    one_at_a_time, _ = corrected_biases(plain, calibrated, feeds)
+    assert together == one_at_a_time and together != plain
