@@ -68,20 +68,26 @@ def dropped_relu_model(batch: int) -> onnx.ModelProto:
     return model
 
 
+def _int8_file(path: str, folder) -> bytes:
+    """The -dms -oiqt INT8 file (float inputs and outputs) of the model at `path`."""
+    out = str(folder / "out")
+    convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
+            disable_model_save=True, output_integer_quantized_tflite=True)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    with open(os.path.join(out, f"{stem}_integer_quant.tflite"), "rb") as f:
+        return f.read()
+
+
 @pytest.mark.parametrize("batch", [1, 2])
 def test_a_pair_whose_grid_clamps_still_clamps_before_a_float_op(batch, tmp_path):
     """The pair after the Sin is the model's ReLU (onnxruntime's quantizer drops ReLUs and
     Clips whose range the grid covers): the Softplus, which stays float like the Sin, must
     read the value on that grid, not the Sin's negative values."""
-    path = str(tmp_path / "m.onnx")
-    onnx.save(dropped_relu_model(batch), path)
-    out = str(tmp_path / "out")
-    convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
-            disable_model_save=True, output_integer_quantized_tflite=True)
     from ai_edge_litert.interpreter import Interpreter
 
-    with open(os.path.join(out, "m_integer_quant.tflite"), "rb") as f:
-        content = f.read()
+    path = str(tmp_path / "m.onnx")
+    onnx.save(dropped_relu_model(batch), path)
+    content = _int8_file(path, tmp_path)
     model = unpack_model(content)
     ops = [op_name(model, op) for op in model.subgraphs[0].operators]
     assert ops.count("CONV_2D") == 1 and "FAKE_QUANT" not in ops, ops
@@ -241,11 +247,7 @@ def test_a_qdq_transformer_block_runs_on_the_model_grids_exactly(tmp_path):
 
     path = str(tmp_path / "block.onnx")
     qdq_block(path)
-    out = str(tmp_path / "out")
-    convert(input_onnx_file_path=path, output_folder_path=out, non_verbose=True,
-            disable_model_save=True, output_integer_quantized_tflite=True)
-    with open(os.path.join(out, "block_integer_quant.tflite"), "rb") as f:
-        content = f.read()
+    content = _int8_file(path, tmp_path)
     model = unpack_model(content)
     graph = model.subgraphs[0]
     kinds = {op_name(model, op): graph.tensors[op.inputs[1]].type for op in graph.operators

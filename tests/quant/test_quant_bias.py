@@ -45,15 +45,21 @@ def _samples(n: int, seed: int) -> list[dict[str, np.ndarray]]:
     return [{"x": rng.exponential(1.0, SHAPE).astype(np.float32)} for _ in range(n)]
 
 
-@pytest.fixture(scope="module")
-def files():
-    model = _model()
+def _quantized(model: onnx.ModelProto, seed: int) -> tuple:
+    """(the conversion of `model`, its min-max calibrated float file, the INT8 file
+    without correction, the 8 calibration samples' feeds in the file's layout)."""
     converted = build(input_onnx_file_path=None, onnx_graph=model)
-    calibration = _samples(8, seed=1)
+    calibration = _samples(8, seed=seed)
     options = QuantOptions(integer=True, calibration_method="minmax")
     calibrated, _ = calibrated_tflite(converted, options, calibration)
     plain = quantize_calibrated(calibrated, False, None, [])
-    feeds = [converted.result.to_physical(s) for s in calibration]
+    return converted, calibrated, plain, [converted.result.to_physical(s) for s in calibration]
+
+
+@pytest.fixture(scope="module")
+def files():
+    model = _model()
+    converted, calibrated, plain, feeds = _quantized(model, seed=1)
     corrected, count = corrected_biases(plain, calibrated, feeds)
     return model, converted, plain, corrected, count
 
@@ -174,7 +180,7 @@ def test_parallel_branches_share_a_cut_and_give_the_same_file(monkeypatch):
     """Conv a, then convs b and c reading a side by side (a feature pyramid's branches),
     their sum into conv d: b and c are measured on one cut (neither is upstream of the
     other), and the file equals the one measured a conv at a time."""
-    import onnx2tf_alt.quant.bias_correction as bias_correction
+    from onnx2tf_alt.quant import bias_correction
     from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
 
     rng = np.random.default_rng(4)
@@ -186,12 +192,7 @@ def test_parallel_branches_share_a_cut_and_give_the_same_file(monkeypatch):
              helper.make_node("Add", ["b", "c"], ["s"]),
              helper.make_node("Conv", ["s", "wd"], ["y"])]
     model = make_model(nodes, {"x": np.zeros(SHAPE, np.float32)}, ["y"], init, opset=13)
-    converted = build(input_onnx_file_path=None, onnx_graph=model)
-    calibration = _samples(8, seed=2)
-    options = QuantOptions(integer=True, calibration_method="minmax")
-    calibrated, _ = calibrated_tflite(converted, options, calibration)
-    plain = quantize_calibrated(calibrated, False, None, [])
-    feeds = [converted.result.to_physical(s) for s in calibration]
+    _, calibrated, plain, feeds = _quantized(model, seed=2)
     flat = unpack_model(plain)
     convs = [k for k, op in enumerate(flat.subgraphs[0].operators)
              if op_name(flat, op) == "CONV_2D"]
