@@ -97,22 +97,26 @@ def _moved_grids(model, graph) -> None:
         tensor = graph.tensors[source]
         if (len(outputs) != 1 or readers.get(source) != 1 or tensor.type != TT.FLOAT32
                 or tensor.quantization is not None or source in graph.inputs
-                or model.buffers[tensor.buffer].data is not None
-                and len(model.buffers[tensor.buffer].data)):
+                or _constant(model, tensor)):
             continue
         if given_grid(graph.tensors[outputs[0]]) is not None:
             tensor.quantization = graph.tensors[outputs[0]].quantization
 
 
 def _takes(model, graph, op) -> bool:
+    """Whether FAKE_QUANT `op` goes, its grid onto the float value it reads (module
+    docstring)."""
     source = graph.tensors[int(op.inputs[0])]
     grid = given_grid(graph.tensors[int(op.outputs[0])])
     if source.type != TT.FLOAT32 or given_grid(source) not in (None, grid):
         return False  # two pairs on one value (the layout plan dropped a Transpose)
-    data = model.buffers[source.buffer].data
-    if data is not None and len(data):
+    if _constant(model, source):
         return False
     if int(op.inputs[0]) in graph.inputs and int(op.outputs[0]) in graph.outputs:
         return False  # a graph input read straight to an output keeps both names
     return grid is not None
 
+
+def _constant(model, tensor) -> bool:
+    data = model.buffers[tensor.buffer].data
+    return data is not None and len(data) > 0
