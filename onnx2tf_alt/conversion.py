@@ -237,7 +237,7 @@ def convert(
     custom_data = parse_custom_data(custom_input_op_name_np_data_path)
     custom_inputs = load_custom_inputs([e[:2] for e in custom_input_op_name_np_data_path or []])
     # what the direct writer makes without TF: the float32 file and those made from it
-    # (float16, -oi4, -odrqt)
+    # (float16, -oi4, -odrqt, -oiqt, --target micro)
     direct = _direct_asked(tflite_writer, output_tflite and disable_model_save and not any((
         output_h5, output_keras_v3, check)))
     spilled_before = set(ir_weights.SPILLED)
