@@ -25,12 +25,16 @@ from calibration.ort import FLOAT_SUFFIX
 from onnx2tf_alt.quant.grids import TT, given_grid
 from onnx2tf_alt.quant.integer import drop_unused
 from onnx2tf_alt.quant.op_rules import RULES, SAME
-from onnx2tf_alt.tflite.flatbuffer import op_name, pack_model, unpack_model
+from onnx2tf_alt.tflite.flatbuffer import op_name, pack_model, read_model, unpack_model
+
+FAKE_QUANT = 80  # builtin operator code
 
 
 def take_grids(content: bytes) -> tuple[bytes, int]:
     """(the file without its FAKE_QUANT ops, each one's grid on the tensor it read; how
-    many were taken) (module docstring)."""
+    many were taken) (module docstring). A file without FAKE_QUANT is not unpacked."""
+    if not _has_fake_quant(content):
+        return content, 0
     model = unpack_model(content)
     graph = model.subgraphs[0]
     replaced: dict[int, int] = {}  # FAKE_QUANT output -> the tensor it read
@@ -60,6 +64,13 @@ def take_grids(content: bytes) -> tuple[bytes, int]:
     _moved_grids(model, graph)
     drop_unused(model)
     return pack_model(model, len(content) + (1 << 16)), len(replaced)
+
+
+def _has_fake_quant(content: bytes) -> bool:
+    model = read_model(content)
+    return any(max(model.OperatorCodes(k).BuiltinCode(),
+                   model.OperatorCodes(k).DeprecatedBuiltinCode()) == FAKE_QUANT
+               for k in range(model.OperatorCodesLength()))
 
 
 def _plain(name: bytes) -> bytes:
