@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from onnx2tf_alt.tflite.flatbuffer import OP_NAMES, read_model, schema
+from onnx2tf_alt.tflite.flatbuffer import OP_NAMES, builtin_codes, read_model, schema
 
 
 def tflite_op_counts(path: str) -> dict[str, int]:
     """Operator name -> how many times it occurs, over every subgraph of `path`."""
     with open(path, "rb") as f:
         model = read_model(f.read())
-    names = [_op_name(model.OperatorCodes(i)) for i in range(model.OperatorCodesLength())]
+    names = [_op_name(model.OperatorCodes(i), builtin)
+             for i, builtin in enumerate(builtin_codes(model))]
     counts: dict[str, int] = {}
     for g in range(model.SubgraphsLength()):
         subgraph = model.Subgraphs(g)
@@ -19,9 +20,7 @@ def tflite_op_counts(path: str) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _op_name(code) -> str:
-    # Codes below 127 live in the deprecated int8 field; newer ones only in the int32 one.
-    builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+def _op_name(code, builtin: int) -> str:
     if builtin == schema.BuiltinOperator.CUSTOM:
         return f"CUSTOM:{code.CustomCode().decode()}"
     return OP_NAMES.get(builtin, f"BUILTIN_{builtin}")

@@ -25,9 +25,14 @@ from calibration.ort import FLOAT_SUFFIX
 from onnx2tf_alt.quant.grids import TT, given_grid
 from onnx2tf_alt.quant.integer import drop_unused
 from onnx2tf_alt.quant.op_rules import RULES, SAME
-from onnx2tf_alt.tflite.flatbuffer import op_name, pack_model, read_model, unpack_model
-
-FAKE_QUANT = 80  # builtin operator code
+from onnx2tf_alt.tflite.flatbuffer import (
+    builtin_codes,
+    op_name,
+    pack_model,
+    read_model,
+    schema,
+    unpack_model,
+)
 
 
 def take_grids(content: bytes) -> tuple[bytes, int]:
@@ -67,10 +72,7 @@ def take_grids(content: bytes) -> tuple[bytes, int]:
 
 
 def _has_fake_quant(content: bytes) -> bool:
-    model = read_model(content)
-    return any(max(model.OperatorCodes(k).BuiltinCode(),
-                   model.OperatorCodes(k).DeprecatedBuiltinCode()) == FAKE_QUANT
-               for k in range(model.OperatorCodesLength()))
+    return schema.BuiltinOperator.FAKE_QUANT in builtin_codes(read_model(content))
 
 
 def _plain(name: bytes) -> bytes:

@@ -362,19 +362,11 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
                 raise ValueError("integer-only files cannot fall back to Select TF ops")
         if int16:
             return QuantizedTflite(quantize_16x8(calibrated, variant.io_dtypes), flex)
-        from onnx2tf_alt.quant.sensitivity import (
-            denylist,
-            kept_float,
-            op_infos,
-            quantize_calibrated,
-        )
-
-        nodes = set(options.keep_float if keep_nodes is None else keep_nodes)
-        float_ops = denylist(op_infos(calibrated, converted), nodes) if nodes else []
-        kept, notes = kept_float(calibrated, options.integer_kernels_only, variant.io_dtypes)
-        made = QuantizedTflite(quantize_calibrated(
-            calibrated, options.quant_type == "per-tensor", variant.io_dtypes,
-            [*float_ops, *kept]), flex, notes=notes)
+        content, notes = _own_int8(
+            calibrated, converted, options.quant_type == "per-tensor", variant.io_dtypes,
+            options.keep_float if keep_nodes is None else keep_nodes,
+            options.integer_kernels_only)
+        made = QuantizedTflite(content, flex, notes=notes)
         if options.bias_correction:
             made.content = _bias_corrected(made.content, calibrated, converted, calibration,
                                            {} if bias_cache is None else bias_cache, made.notes)
@@ -948,6 +940,19 @@ def _on_own_grids(source, variant: Variant, plan: QuantPlan, report: QuantReport
     are (the quantizer's max|w| / 127 scales are onnxruntime's symmetric int8 ones), with
     --keep_float's nodes and kept_float's ops in float (their notes into `report`)."""
     from onnx2tf_alt.quant.qdq_grids import take_grids
+
+    content, taken = take_grids(source.result.content)
+    log.debug("QDQ model: %d QuantizeLinear grids taken", taken)
+    content, notes = _own_int8(content, source, plan.qdq_per_tensor, variant.io_dtypes,
+                               plan.options.keep_float, plan.options.integer_kernels_only)
+    report.notes += [n for n in notes if n not in report.notes]
+    return content
+
+
+def _own_int8(calibrated: bytes, converted, per_tensor: bool, io_dtypes: tuple | None,
+              keep_nodes, integer_kernels_only: bool) -> tuple[bytes, list]:
+    """(the own quantizer's INT8 file of `calibrated`, the report's notes): the ONNX nodes
+    `keep_nodes` and what every INT8 file keeps (sensitivity.kept_float) in float."""
     from onnx2tf_alt.quant.sensitivity import (
         denylist,
         kept_float,
@@ -955,14 +960,10 @@ def _on_own_grids(source, variant: Variant, plan: QuantPlan, report: QuantReport
         quantize_calibrated,
     )
 
-    content, taken = take_grids(source.result.content)
-    log.debug("QDQ model: %d QuantizeLinear grids taken", taken)
-    nodes = set(plan.options.keep_float)
-    float_ops = denylist(op_infos(content, source), nodes) if nodes else []
-    kept, notes = kept_float(content, plan.options.integer_kernels_only, variant.io_dtypes)
-    report.notes += [n for n in notes if n not in report.notes]
-    return quantize_calibrated(content, plan.qdq_per_tensor, variant.io_dtypes,
-                               [*float_ops, *kept])
+    nodes = set(keep_nodes)
+    float_ops = denylist(op_infos(calibrated, converted), nodes) if nodes else []
+    kept, notes = kept_float(calibrated, integer_kernels_only, io_dtypes)
+    return quantize_calibrated(calibrated, per_tensor, io_dtypes, [*float_ops, *kept]), notes
 
 
 def _judged(found: list[str], made, source, plan: QuantPlan, report: QuantReport,

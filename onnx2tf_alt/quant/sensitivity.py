@@ -203,7 +203,7 @@ def check_keep_float(names: list[str] | None, converted) -> list[str]:
 DIV = 42  # builtin operator code
 
 
-TRANSPOSE_CONV = 67  # builtin operator code
+TRANSPOSE_CONV = 67  # builtin operator code (schema.BuiltinOperator.TRANSPOSE_CONV)
 
 
 def kept_float(calibrated: bytes, integer_kernels_only: bool, io_dtypes: tuple | None
@@ -251,13 +251,11 @@ def _outputs_of(calibrated: bytes, builtin: int, computed_input: int | None = No
                 ) -> list[str]:
     """Output tensors of the `builtin` ops of a flatbuffer's main subgraph (with
     `computed_input`, only those whose input at that position is not a constant)."""
-    from onnx2tf_alt.tflite.flatbuffer import read_model
+    from onnx2tf_alt.tflite.flatbuffer import builtin_codes, read_model
 
     model = read_model(calibrated)
     graph = model.Subgraphs(0)
-    codes = [max(model.OperatorCodes(i).BuiltinCode(),
-                 model.OperatorCodes(i).DeprecatedBuiltinCode())
-             for i in range(model.OperatorCodesLength())]
+    codes = builtin_codes(model)
     found = []
     for k in range(graph.OperatorsLength()):
         op = graph.Operators(k)

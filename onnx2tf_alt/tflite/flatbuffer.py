@@ -87,6 +87,13 @@ def put_metadata(model, name: bytes, data: bytes) -> None:
     model.buffers[entry.buffer].data = np.frombuffer(data, np.uint8)
 
 
+def builtin_codes(model: schema.Model) -> list[int]:
+    """The builtin code of each operator code of a read (not unpacked) model, by index:
+    codes below 127 live in the deprecated int8 field, newer ones only in the int32 one."""
+    return [max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+            for code in map(model.OperatorCodes, range(model.OperatorCodesLength()))]
+
+
 def op_name(model, op) -> str:
     """The builtin name of `op` (an OperatorT of `model`), or the custom op's code."""
     code = model.operatorCodes[op.opcodeIndex]

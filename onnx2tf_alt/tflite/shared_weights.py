@@ -19,7 +19,13 @@ changes.
 
 from __future__ import annotations
 
-from onnx2tf_alt.tflite.flatbuffer import pack_model, read_model, schema, unpack_model
+from onnx2tf_alt.tflite.flatbuffer import (
+    builtin_codes,
+    pack_model,
+    read_model,
+    schema,
+    unpack_model,
+)
 from onnx2tf_alt.tflite.late_weights import is_constant
 
 
@@ -53,8 +59,7 @@ def _has_candidates(model, schema) -> bool:
     """Whether two FULLY_CONNECTED ops read one weight tensor, read without unpacking the
     model (its weights may be large)."""
     fc = schema.BuiltinOperator.FULLY_CONNECTED
-    codes = [max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
-             for code in map(model.OperatorCodes, range(model.OperatorCodesLength()))]
+    codes = builtin_codes(model)
     for s in range(model.SubgraphsLength()):
         subgraph, seen = model.Subgraphs(s), set()
         for i in range(subgraph.OperatorsLength()):
