@@ -347,15 +347,14 @@ def convert(
         # the .tflite files beside the saved_model / Keras files: the direct writer's where
         # it covers the model (not tried again after a -dms attempt); the quantized, int4
         # and micro files are made from it as with -dms (the same files, no TF converter or
-        # calibrator), but with -coto / -cotof, whose probes of quantized values are Keras
+        # calibrator), and -coto / -cotof read their values out of those files
         beside = _direct_conversion(converted) if (
             output_tflite and tflite_writer == "auto" and not direct) else converted
-        quantized_from = converted if check else beside
         if quant_options.any:
             from onnx2tf_alt.quant.quantize import plan_quantization
 
             quant_plan = plan_quantization(
-                quantized_from, quant_options, custom_data, quant_norm_mean, quant_norm_std
+                beside, quant_options, custom_data, quant_norm_mean, quant_norm_std
             )
         model = converted.result.model
         model.onnx2tf_alt_report = None
@@ -369,11 +368,11 @@ def convert(
                     "serving_default": converted.tflite_result()}, stage, stem))
             if quant_plan is not None:
                 with phase("quantized files"):
-                    written += _write_quantized(quantized_from, stage, stem, quant_plan,
+                    written += _write_quantized(beside, stage, stem, quant_plan,
                                                 builtin_only, print_table=not non_verbose)
             if micro:
                 with phase("micro"):
-                    written.append(_check_micro(quantized_from, stage, stem, quant_plan,
+                    written.append(_check_micro(beside, stage, stem, quant_plan,
                                                 copy_onnx_input_output_names_to_tflite))
             if check:
                 from onnx2tf_alt.check.run import check_and_report
@@ -389,7 +388,8 @@ def convert(
                         if output_tflite else None,
                         print_table=not non_verbose,
                         more_backends=None if quant_plan is None else _quantized_check(
-                            quantized_from, quant_plan, stage, stem),
+                            beside, quant_plan, stage, stem),
+                        direct=None if beside is converted else beside,
                     )
             if copy_onnx_input_output_names_to_tflite:
                 from onnx2tf_alt.tflite.names import copy_onnx_names_in_files

@@ -11,6 +11,7 @@ import numpy as np
 
 from onnx2tf_alt import progress
 from onnx2tf_alt.check.compare import FAIL, AccuracyReport, BackendReport, compare
+from onnx2tf_alt.check.file_values import direct_probe
 from onnx2tf_alt.check.inputs import DEFAULT_SEED, first_sample, make_inputs
 from onnx2tf_alt.check.observe import (
     debug_tflite,
@@ -43,13 +44,16 @@ def check_converted(
     model_name: str = "model",
     seed: int = DEFAULT_SEED,
     more_backends=None,
+    direct=None,
 ) -> AccuracyReport:
     """Compare the converted model with onnxruntime on one set of inputs.
 
     `full`: every node output (topological order), else only the model outputs. With
     `tflite`, the float32 TFLite is compared as well: a debugging flatbuffer exposing every
     value when `full`, else `tflite_model` (the shipped file: its bytes or its path) or a
-    fresh conversion.
+    fresh conversion. `direct`: the direct writer's conversion of the same plan, which the
+    shipped .tflite files come from; the debugging flatbuffer is then its probe
+    (check/file_values.py), else TF's converter's of a Keras probe.
     `more_backends(found, feeds, full)`: further BackendReports to add, e.g. the quantized
     files' (onnx2tf_alt/quant/check.py), given the values under test and the inputs.
     """
@@ -83,7 +87,8 @@ def check_converted(
         "tf", values, lambda t: "not computed: an earlier op raised" if failures else
         "not computed", failures)
     if tflite:
-        report.backends["tflite"] = _tflite_report(converted, found, feeds, tflite_model, backend)
+        report.backends["tflite"] = _tflite_report(converted, found, feeds, tflite_model, backend,
+                                                   direct)
     for extra in more_backends(found, feeds, full) if more_backends is not None else []:
         report.backends[extra.backend] = extra
     return report
@@ -100,6 +105,7 @@ def check_and_report(
     tflite_path: str | None,
     print_table: bool = True,
     more_backends=None,
+    direct=None,
 ) -> AccuracyReport:
     """The check `convert` runs for -coto / -cotof: the shipped float32 .tflite (when
     written) for the model outputs, a debugging one for all values; table on stdout,
@@ -108,7 +114,7 @@ def check_and_report(
     report = check_converted(
         converted, full=full, atol=atol, rtol=rtol, custom_inputs=custom_inputs,
         tflite=tflite_path is not None, tflite_model=tflite_model, model_name=stem,
-        more_backends=more_backends,
+        more_backends=more_backends, direct=direct,
     )
     write_reports(report, folder, stem)
     if print_table:
@@ -122,17 +128,24 @@ def check_and_report(
     return report
 
 
-def _tflite_report(converted, found, feeds, tflite_model, backend) -> BackendReport:
-    """The float32 TFLite's values: from a debugging flatbuffer exposing every target,
-    or, when only model outputs are checked, from `tflite_model` (the shipped file)."""
+def _tflite_report(converted, found, feeds, tflite_model, backend, direct=None
+                   ) -> BackendReport:
+    """The float32 TFLite's values: from a debugging flatbuffer exposing every target (the
+    direct writer's probe where `direct` is its conversion and it covers the probe, else
+    TF's converter's), or, when only model outputs are checked, from `tflite_model` (the
+    shipped file)."""
     outputs_only = all(t.onnx_name in converted.result.output_names for t in found)
     try:
+        perms = {t.onnx_name: t.perm for t in found}
+        probe = None if outputs_only or direct is None else direct_probe(direct, found)
         if outputs_only:
             content = tflite_model or tflite_bytes(converted.tflite_result())
             keys = {t.onnx_name: converted.result.output_names[t.onnx_name] for t in found}
+        elif probe is not None:
+            content, converted = probe
+            keys, perms = dict(converted.result.output_names), converted.result.output_perms
         else:
             content, keys = debug_tflite(converted, found)
-        perms = {t.onnx_name: t.perm for t in found}
         values = tflite_values(converted, content, keys, perms, feeds)
     except Exception as exc:  # noqa: BLE001 - reported, with every value unobserved
         reason = f"TFLite conversion or run failed: {_short(exc)}"

@@ -4,11 +4,15 @@ Quantization error is expected, so a float value passes on cosine similarity
 (>= QUANT_MIN_COSINE) rather than on the report's atol; integer values stay exact. The input
 is the first held-out quantization sample (a photograph for image inputs, the -cind data
 otherwise), which the quantized ranges were made for, rather than the check's random one. With
--coto the shipped files are run. With -cotof each variant is quantized once more from a probe
-model whose outputs are every value under test (same converter settings and calibration
-samples), so the value each quantized op computes is read out and dequantized; the extra
-outputs can stop the converter fusing an activation into the op before it, which the
-report's values then show unfused.
+-coto the shipped files are run. With -cotof:
+- files of the direct writer and the own quantizer (every route but `--tflite_writer tf`
+  and models the direct writer does not cover): the shipped file itself, each value read
+  from the tensor that carries its name (check/file_values.py); a value the file computes
+  inside a fused op (a convolution's sum before its ReLU) is unobserved;
+- TF's converter's files: each variant is quantized once more from a Keras probe model
+  whose outputs are every value under test (same converter settings and calibration
+  samples); the extra outputs can stop the converter fusing an activation into the op
+  before it, which the report's values then show unfused.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import os
 
 from onnx2tf_alt.check.compare import BackendReport, compare
+from onnx2tf_alt.check.file_values import FUSED, exposed_values
 from onnx2tf_alt.check.observe import ort_values, probe_conversion, targets
 from onnx2tf_alt.quant.quantize import quantized_tflite, run_tflite, variants
 
@@ -48,7 +53,7 @@ def quantized_backends(converted, plan, found, feeds, full: bool, folder: str,
             continue
         checks = [
             compare(t, reference[t.onnx_name], values.get(t.onnx_name), 0.0, 0.0,
-                    _missing(t), min_cosine=QUANT_MIN_COSINE)
+                    _missing(t, source.result.model is None), min_cosine=QUANT_MIN_COSINE)
             for t in found
         ]
         reports.append(BackendReport(name, checks, criterion=f"cosine >= {QUANT_MIN_COSINE}"))
@@ -57,9 +62,12 @@ def quantized_backends(converted, plan, found, feeds, full: bool, folder: str,
 
 def _values(source, variant, plan, calibration, found, feeds, full: bool, path: str) -> dict:
     """{ONNX name: dequantized value in ONNX order} of one variant on `feeds`."""
-    if not full:
+    if not full or source.result.model is None:  # the shipped file
         with open(path, "rb") as f:
-            return run_tflite(f.read(), source, [feeds])[0]
+            content = f.read()
+        if full:
+            return exposed_values(content, source, found, feeds)
+        return run_tflite(content, source, [feeds])[0]
     wanted = {t.onnx_name for t in found}
     probe = probe_conversion(source, [t for t in targets(source, True) if t.onnx_name in wanted])
     content = quantized_tflite(probe, variant, plan.options, calibration,
@@ -67,7 +75,7 @@ def _values(source, variant, plan, calibration, found, feeds, full: bool, path: 
     return run_tflite(content, probe, [feeds])[0]
 
 
-def _missing(target) -> str:
+def _missing(target, direct: bool) -> str:
     if target.const is not None:
         return "constant at conversion time: no TFLite tensor holds it"
-    return "not a value of the quantized model"
+    return FUSED if direct else "not a value of the quantized model"

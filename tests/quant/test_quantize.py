@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from calibration.photos import image_samples
 from calibration.samples import CustomData, parse_custom_data, plan_samples
 from onnx2tf_alt.api import convert
+from onnx2tf_alt.check.file_values import FUSED
 from onnx2tf_alt.check.inputs import first_sample
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.pipeline import build
@@ -391,10 +392,22 @@ def test_qdq_model_quantizes_with_its_own_ranges(per_channel, tflite_only, tmp_p
 
 
 @pytest.mark.parametrize("full", [True, False])
-def test_checker_compares_quantized_files_dequantized(full, tmp_path):
+def test_checker_compares_quantized_files_dequantized(full, tmp_path, monkeypatch):
     """-oiqt with -cotof / -coto: each INT8 file is a backend of the accuracy report, its
     values dequantized and compared with onnxruntime on a held-out photograph; every node of
-    the small CNN stays above the cosine bar in every INT8 variant."""
+    the small CNN stays above the cosine bar in every INT8 variant. With -cotof the values
+    are read out of the shipped files (check/file_values.py): the convolutions' sums, which
+    the files compute inside the CONV_2D that applies the ReLU, and the Flatten, which the
+    FULLY_CONNECTED does, hold no tensor and are unobserved, saying why. TF's TFLite
+    converter is not called: the float32 file's values come from the direct writer's probe
+    (every value observed), the quantized files are the own quantizer's."""
+    import tensorflow as tf
+
+    class Refused:
+        def __getattr__(self, name):
+            raise AssertionError(f"TF's TFLite converter used ({name})")
+
+    monkeypatch.setattr(tf.lite, "TFLiteConverter", Refused())
     path = str(tmp_path / "cnn.onnx")
     onnx.save(small_cnn(), path)
     out = str(tmp_path / "out")
@@ -405,13 +418,19 @@ def test_checker_compares_quantized_files_dequantized(full, tmp_path):
         check_onnx_tf_outputs_elementwise_close=not full,
     )
     report = model.onnx2tf_alt_report
+    float_checks = report.backends["tflite"].checks
+    assert len(float_checks) == (10 if full else 1)
+    assert all(c.status == "pass" for c in float_checks), float_checks
     quantized = {k: b for k, b in report.backends.items() if k.startswith("tflite:")}
     assert sorted(quantized) == sorted(f"tflite:{v}" for v in ALL_VARIANTS)  # -oiqt: all
     for name, backend in quantized.items():
         assert not backend.error, (name, backend.error)
         assert backend.criterion == "cosine >= 0.98"
         observed = [c for c in backend.checks if c.status != "unobserved"]
-        assert len(observed) == (len(report.backends["tf"].checks) if full else 1), name
+        unobserved = {c.output_name: c.note for c in backend.checks if c not in observed}
+        if full:
+            assert unobserved == dict.fromkeys(["c1", "c2", "c3", "flat"], FUSED), name
+        assert len(observed) == (len(report.backends["tf"].checks) - 4 if full else 1), name
         assert all(c.status == "pass" and c.cosine >= 0.98 for c in observed), [
             (c.output_name, c.cosine) for c in observed]
     with open(os.path.join(out, "cnn_accuracy_report.json")) as f:
