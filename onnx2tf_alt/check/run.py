@@ -196,6 +196,7 @@ def check_files(
         converted, full=full, atol=atol, rtol=rtol, tflite=tflite,
         custom_inputs=first_sample(inputs or {}, converted.graph),
         tflite_model=tflite_model, model_name=stem, seed=seed,
+        direct=converted,  # as the CLI writes the files: the direct writer where it covers
     )
     if report_folder is not None:
         os.makedirs(report_folder, exist_ok=True)

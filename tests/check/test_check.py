@@ -295,6 +295,24 @@ def test_python_check_uses_converted_layout(cnn_cli_runs):
                           keep_ncw_or_nchw_or_ncdhw_input_names=["input"])
 
 
+def test_python_check_of_every_value_reads_the_direct_writers_probe(cnn_cli_runs, monkeypatch):
+    """onnx2tf_alt.check(full=True) on a CLI conversion: the float32 TFLite values come from
+    the direct writer's probe of the rebuilt plan (check/file_values.py), as the CLI wrote
+    the files; TF's TFLite converter is not called."""
+    import tensorflow as tf
+
+    class Refused:
+        def __getattr__(self, name):
+            raise AssertionError(f"TF's TFLite converter used ({name})")
+
+    monkeypatch.setattr(tf.lite, "TFLiteConverter", Refused())
+    path, runs = cnn_cli_runs
+    report = onnx2tf_alt.check(str(path), str(runs["-cotof"][0]), full=True)
+    checks = report.backends["tflite"].checks
+    assert len(checks) == 7 and all(c.status == PASS for c in checks), checks
+    assert report.passed
+
+
 def test_tflite_all_values_pass_on_small_cnn():
     converted = build(onnx_graph=tiny_cnn()[0])
     report = check_converted(converted, full=True)
