@@ -16,6 +16,9 @@ def custom_objects() -> dict:
 
     `tf_keras.models.load_model("model.keras", custom_objects=onnx2tf_alt.custom_objects())`
     """
+    from onnx2tf_alt import version
+
+    version.require("onnx2tf_alt.custom_objects()")
     from onnx2tf_alt.ops.control import control_flow_layer
     from onnx2tf_alt.translate.keras_layers import ConstantWeights
     from onnx2tf_alt.translate.node_layer import NodeLayer

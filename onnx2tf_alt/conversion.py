@@ -213,6 +213,8 @@ def convert(
         sources = [os.path.abspath(input_onnx_file_path),
                    *external_data_paths(input_onnx_file_path)]
     check = check_onnx_tf_outputs_elementwise_close or check_onnx_tf_outputs_elementwise_close_full
+    disable_model_save = _without_tensorflow(disable_model_save, output_tflite, tflite_writer, {
+        "-oh5": output_h5, "-okv3": output_keras_v3, "-coto / -cotof": check})
     output_integer_quantized_tflite = output_integer_quantized_tflite or micro
     if micro and batch_size is None:  # a microcontroller runs one sample at a time
         batch_size = 1
@@ -411,6 +413,28 @@ def convert(
 TFLITE_WRITERS = ("tf", "auto", "direct")
 
 
+def _without_tensorflow(disable_model_save: bool, output_tflite: bool, tflite_writer: str,
+                        keras_outputs: dict[str, bool]) -> bool:
+    """`disable_model_save` as the run takes it: where TensorFlow is not installed
+    (onnx2tf_alt/version.py), the saved_model is left out, said; InputError for a flag that needs
+    TensorFlow (`keras_outputs`: flag -> asked), or when nothing would be written."""
+    from onnx2tf_alt import version
+
+    if version.installed():
+        return disable_model_save
+    asked = [flag for flag, on in keras_outputs.items() if on]
+    if tflite_writer == "tf":
+        asked.append("--tflite_writer tf")
+    if asked:
+        version.require(", ".join(asked))
+    if not output_tflite:
+        version.require("a conversion without .tflite files (the saved_model)")
+    if not disable_model_save:
+        log.warning("saved_model not written: TensorFlow is not installed (%s); the .tflite "
+                    "files are written as with -dms", version.INSTALL)
+    return True
+
+
 def _direct_asked(tflite_writer: str, tflite_only: bool) -> bool:
     """Whether to try the direct writer; InputError for an unknown writer, or "direct"
     with outputs it does not write."""
@@ -468,12 +492,20 @@ def _signatures_beside_keras(built: dict) -> dict:
 
 def _not_covered(reason, planned, tflite_writer: str) -> None:
     """A ConversionError naming the node the direct writer did not cover (`reason`, a
-    NotCovered) with "direct"; with "auto" said at -v info (the caller converts with TF)."""
-    if tflite_writer == "direct":
+    NotCovered) with "direct", or where TensorFlow is not installed; with "auto" said at -v
+    info (the caller converts with TF)."""
+    from onnx2tf_alt import version
+
+    if tflite_writer == "direct" or not version.installed():
+        if tflite_writer == "direct":
+            who, fix = ("--tflite_writer direct",
+                        "use --tflite_writer auto (TF's converter) for this model")
+        else:
+            who, fix = ("the direct TFLite writer (TensorFlow is not installed)",
+                        f"TF's converter takes this model: {version.INSTALL}")
         error = ConversionError(
             [failure_for(reason.node, planned.graph, str(reason))] if reason.node else [],
-            headline=f"--tflite_writer direct: {reason}; use --tflite_writer auto (TF's "
-            "converter) for this model.")
+            headline=f"{who}: {reason}; {fix}.")
         error.prepared_model = planned.model  # replayed by the failure report
         raise error
     log.info("direct TFLite writer: %s: converting with TF", reason)

@@ -245,6 +245,10 @@ def float32_planned(planned: Planned) -> Planned:
 @deep_graphs()
 def translate(planned: Planned, show_progress: bool = False) -> Converted:
     """Build the Keras model of a planned model, node by node."""
+    from onnx2tf_alt import version
+
+    version.require("the TF / Keras model (saved_model, -oh5, -okv3, -coto / -cotof, "
+                     "onnx2tf_alt.check, pipeline.build)")
     from onnx2tf_alt.translate.builder import ModelBuilder
 
     graph, plan, model = planned.graph, planned.plan, planned.model

@@ -42,7 +42,11 @@ def check(
         several samples along a leading axis, the first); other inputs are seeded random.
     report_folder: also write `<stem>_accuracy_report.json` and `.html` there.
     build_kwargs: conversion options of `onnx2tf_alt.pipeline.build` (batch_size, ...).
+    Needs TensorFlow (the `[tf]` extra: onnx2tf_alt/version.py).
     """
+    from onnx2tf_alt import version
+
+    version.require("onnx2tf_alt.check()")
     from onnx2tf_alt.check.inputs import load_custom_inputs
     from onnx2tf_alt.check.run import check_files
 

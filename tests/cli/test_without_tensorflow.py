@@ -1,0 +1,95 @@
+"""TensorFlow is an extra (onnx2tf_alt/version.py): without it a conversion writes the
+.tflite files as with -dms and says the saved_model was left out; a flag that needs it is
+refused with exit 2 and a node only TF's converter takes fails with exit 1, each naming the
+extra. Each run is a fresh interpreter in which `import tensorflow` fails, as where it is not
+installed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import onnx
+from onnx import TensorProto, helper
+
+from onnx2tf_alt.version import INSTALL
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "data")
+MODEL = os.path.join(DATA, "mobilenet_block.onnx")
+# what `import tensorflow` meets where it is not installed: ImportError, and find_spec None
+WITHOUT_TF = ("import sys; sys.modules['tensorflow'] = None; sys.modules['tf_keras'] = None; "
+              "from onnx2tf_alt.cli.main import main; sys.exit(main(sys.argv[1:]))")
+
+
+def run_without_tf(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", WITHOUT_TF, *map(str, args)],
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_default_flags_write_the_tflite_files_and_say_the_saved_model_is_left_out(tmp_path):
+    out = tmp_path / "out"
+    done = run_without_tf("-i", MODEL, "-o", out)
+    assert done.returncode == 0, done.stderr
+    assert "saved_model not written: TensorFlow is not installed" in done.stderr
+    assert INSTALL in done.stderr
+    assert sorted(os.listdir(out)) == [
+        "mobilenet_block_delegates.json", "mobilenet_block_float16.tflite",
+        "mobilenet_block_float32.tflite", "mobilenet_block_io_layout.json",
+        "mobilenet_block_manifest.json"]
+    same = tmp_path / "dms"  # the files are the -dms run's (TensorFlow installed)
+    subprocess.run([sys.executable, "-m", "onnx2tf_alt", "-i", MODEL, "-o", str(same), "-dms",
+                    "-n"], check=True, capture_output=True)
+    for name in ("mobilenet_block_float32.tflite", "mobilenet_block_float16.tflite"):
+        assert (out / name).read_bytes() == (same / name).read_bytes(), name
+
+
+def test_quantized_files_need_no_tensorflow(tmp_path):
+    done = run_without_tf("-i", MODEL, "-o", tmp_path / "out", "-oiqt", "-n")
+    assert done.returncode == 0, done.stderr
+    written = os.listdir(tmp_path / "out")
+    assert "mobilenet_block_full_integer_quant.tflite" in written
+    assert "saved_model.pb" not in written
+
+
+def test_flags_that_need_tensorflow_are_refused_naming_the_extra(tmp_path):
+    out = tmp_path / "out"
+    done = run_without_tf("-i", MODEL, "-o", out, "-oh5", "-cotof")
+    assert done.returncode == 2, done.stderr
+    assert "-oh5, -coto / -cotof: TensorFlow is needed and not installed" in done.stderr
+    assert INSTALL in done.stderr
+    assert not out.exists()
+
+
+def test_a_node_only_tfs_converter_takes_fails_naming_it_and_the_extra(tmp_path):
+    """BitCast of float64: the direct writer computes in float32 and does not take it."""
+    graph = helper.make_graph(
+        [helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.INT64, name="bits")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)])
+    model.ir_version = 13
+    path = tmp_path / "bitcast.onnx"
+    onnx.save(model, path)
+    done = run_without_tf("-i", path, "-o", tmp_path / "out")
+    assert done.returncode == 1, done.stderr
+    assert "the direct TFLite writer (TensorFlow is not installed)" in done.stderr
+    assert "'bits'" in done.stderr and INSTALL in done.stderr
+    assert not list(tmp_path.rglob("*.tflite"))  # nothing half-written
+
+
+def test_the_python_functions_that_need_tensorflow_say_so():
+    code = ("import sys; sys.modules['tensorflow'] = None; sys.modules['tf_keras'] = None\n"
+            "import onnx2tf_alt\n"
+            "from onnx2tf_alt.errors import InputError\n"
+            f"for call in (lambda: onnx2tf_alt.check({MODEL!r}), onnx2tf_alt.custom_objects):\n"
+            "    try:\n"
+            "        call()\n"
+            "    except InputError as error:\n"
+            "        print(error)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, check=True)
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["onnx2tf_alt.check()",
+                                                      "onnx2tf_alt.custom_objects()"]
+    assert all(INSTALL in line for line in lines)
