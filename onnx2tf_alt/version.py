@@ -35,3 +35,10 @@ def require(what: str) -> None:
     if not installed():
         raise InputError(f"{what}: TensorFlow is needed and not installed: {INSTALL} (the "
                          ".tflite files need only the default install).")
+
+
+def described_version() -> str:
+    """What `onnx2tf-alt -V` prints: the version, and what the install writes."""
+    tf = ("TensorFlow installed: every output" if installed() else
+          f"TensorFlow not installed: the .tflite files; {INSTALL} for the others")
+    return f"onnx2tf-alt {__version__} ({tf})"

@@ -9,7 +9,7 @@ import argparse
 from calibration.methods import DEFAULT_METHOD, METHODS, NAMES, ONNXRUNTIME, TFLITE_GRAPH
 from onnx2tf_alt.cli.compat_flags import FLAGS, add_compat_flags, cli_flags_markdown
 from onnx2tf_alt.export.names import TARGETS
-from onnx2tf_alt.version import __version__
+from onnx2tf_alt.version import described_version
 
 # onnx2tf 2.x's --tflite_backend values -> our --tflite_writer (cli/main.py applies it)
 BACKENDS = {"tf_converter": "tf", "flatbuffer_direct": "auto"}
@@ -230,8 +230,8 @@ def _message_flags(g: _Group) -> None:
                    help="log level: debug, info (default), warn, error")
     g.add_argument("-n", "--non_verbose", action="store_true",
                    help="errors only, no progress bar")
-    g.add_argument("-V", "--version", action="version", version=f"onnx2tf-alt {__version__}",
-                   help="print the version and exit")
+    g.add_argument("-V", "--version", action="version", version=described_version(),
+                   help="print the version (and whether TensorFlow is installed) and exit")
     g.add_argument("-h", "--help", action="help", help="print this help and exit")
 
 

@@ -81,4 +81,4 @@ def test_unsupported_ops_listed_together(tmp_path):
 
 def test_version_flag():
     code, output = run_cli("-V")
-    assert code == 0 and "onnx2tf-alt" in output
+    assert code == 0 and "onnx2tf-alt" in output and "TensorFlow installed" in output

@@ -93,3 +93,9 @@ def test_the_python_functions_that_need_tensorflow_say_so():
     assert [line.split(":")[0] for line in lines] == ["onnx2tf_alt.check()",
                                                       "onnx2tf_alt.custom_objects()"]
     assert all(INSTALL in line for line in lines)
+
+
+def test_the_version_says_what_the_install_writes():
+    done = run_without_tf("-V")
+    assert done.returncode == 0
+    assert "TensorFlow not installed: the .tflite files" in done.stdout + done.stderr
