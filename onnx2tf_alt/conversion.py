@@ -318,7 +318,7 @@ def convert(
 
                     written = _write_direct(planned, folder, stem, tflite_writer, sources,
                                             command, copy_onnx_input_output_names_to_tflite,
-                                            beside)
+                                            beside, streamed=not output_integer_quantized_tflite)
                     if written is not None:
                         return None
                 converted = translate(planned, show_progress=not non_verbose)
@@ -350,7 +350,7 @@ def convert(
         # it covers the model (not tried again after a -dms attempt); the quantized, int4
         # and micro files are made from it as with -dms (the same files, no TF converter or
         # calibrator), and -coto / -cotof read their values out of those files
-        beside = _direct_conversion(converted) if (
+        beside = _direct_conversion(converted, not output_integer_quantized_tflite) if (
             output_tflite and tflite_writer == "auto" and not direct) else converted
         if quant_options.any:
             from onnx2tf_alt.quant.quantize import plan_quantization
@@ -512,18 +512,20 @@ def _not_covered(reason, planned, tflite_writer: str) -> None:
 
 
 def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
-                  sources: list[str], command, onnx_names: bool, beside
+                  sources: list[str], command, onnx_names: bool, beside, streamed: bool
                   ) -> list[str] | None:
     """The float32 and float16 .tflite, delegate report and io_layout of the direct writer
     (tflite/direct.py) and what `beside(converted, stage)` makes from them, published;
     None when it does not cover the model ("auto": the caller converts with TF; "direct": a
-    ConversionError naming the node)."""
+    ConversionError naming the node). `streamed`: nothing reads the float32 file's bytes in
+    memory afterwards (_bound_bytes)."""
     from onnx2tf_alt.tflite.direct import DirectResult, write_direct
     from onnx2tf_alt.translate.io_layout import save_io_layout
 
     planned = float32_planned(planned)
     with phase("tflite float32 (direct)"):
-        result = write_direct(planned.graph, planned.plan, planned.options)
+        result = write_direct(planned.graph, planned.plan, planned.options,
+                              _bound_bytes(streamed))
     if not isinstance(result, DirectResult):
         _not_covered(result, planned, tflite_writer)
         return None
@@ -561,12 +563,23 @@ def _direct_tflite_files(converted: Converted, folder: str, stem: str) -> list[s
     return [*names, report]
 
 
-# Weights up to which the direct writer writes the .tflite beside a Keras model. It holds
-# about twice the weights while the Keras model holds them too (vgg19, 548 MB, default
-# flags: 3480 MB peak against 2457 through TF's converter with late-bound weights, in the
-# same time), and saves little time on models that large (alexnet, 233 MB: 7.0 s against
-# 7.2), while it saves seconds below (convnext_tiny 6.2 s against 8.6).
+# Weights up to which the direct writer writes the .tflite beside a Keras model when the
+# quantizer reads its bytes in memory afterwards (-oiqt, --target micro). Packed in memory
+# it held about twice the weights while the Keras model holds them too (vgg19, 548 MB,
+# default flags: 3480 MB peak against 2457 through TF's converter with late-bound
+# weights). Without -oiqt its weights are written as the file is (tflite/direct.py
+# STREAMED_BYTES) at any size: a 553 MB model, default flags, 2.27 GB peak against 2.29
+# through TF's converter.
 DIRECT_BESIDE_KERAS_BYTES = 256 << 20
+
+
+def _bound_bytes(streamed: bool) -> int:
+    """Weights past which the direct writer writes the file as it goes rather than packing
+    it in memory: STREAMED_BYTES where nothing reads the file's bytes afterwards (no -oiqt,
+    no --target micro: `streamed`), else BOUND_BYTES."""
+    from onnx2tf_alt.tflite.direct import BOUND_BYTES, STREAMED_BYTES
+
+    return STREAMED_BYTES if streamed else BOUND_BYTES
 
 
 def _fits_beside_keras(graph) -> bool:
@@ -785,17 +798,20 @@ def write_outputs(
     return written
 
 
-def _direct_conversion(converted: Converted) -> Converted:
+def _direct_conversion(converted: Converted, streamed: bool) -> Converted:
     """`converted` with the direct writer's result of the plan its Keras model was built
     from (tflite/direct.py), or `converted` itself where the direct writer does not cover
-    it (said at -v info) or its weights are too large beside the Keras model's."""
+    it (said at -v info) or, where the file's bytes are read in memory afterwards (not
+    `streamed`: _bound_bytes), its weights are too large beside the Keras model's."""
     tflite_result = converted.tflite_result()
-    if tflite_result is not converted.result or not _fits_beside_keras(converted.graph):
+    if tflite_result is not converted.result or not (
+            streamed or _fits_beside_keras(converted.graph)):
         return converted
     from onnx2tf_alt.tflite.direct import DirectResult, write_direct
 
     with phase("tflite float32 (direct)"):
-        result = write_direct(converted.graph, converted.plan, converted.options)
+        result = write_direct(converted.graph, converted.plan, converted.options,
+                              _bound_bytes(streamed))
     if not isinstance(result, DirectResult):
         log.info("direct TFLite writer: %s: converting with TF", result)
         return converted

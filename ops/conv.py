@@ -119,7 +119,7 @@ def conv_direct(ctx):
         raise NotCovered("run-time weights")
     if w.ndim not in (3, 4):
         raise NotCovered("3-D convolutions")
-    w = w.astype(np.float32)
+    w = w.astype(np.float32, copy=False)
     kernel, groups = list(w.shape[2:]), ctx.attr("group", 1)
     strides, dilations, pads = kernel_attrs(ctx, kernel)
     padding, explicit = padding_plan(pads, kernel, strides, dilations, ctx.shape(0)[2:])
@@ -333,7 +333,7 @@ def conv_transpose_direct(ctx):
     if w.ndim != 4 or ctx.attr("group", 1) != 1:
         raise NotCovered("1-D, 3-D or grouped transposed convolutions")
     strides = list(ctx.attr("strides", [1, 1]))
-    w = dilate_kernel(w.astype(np.float32), ctx.attr("dilations", [1, 1]))
+    w = dilate_kernel(w.astype(np.float32, copy=False), ctx.attr("dilations", [1, 1]))
     kernel, sizes = list(w.shape[2:]), ctx.shape(0)[2:]
     batch = ctx.flat.shape(ctx.x(0))[0]
     if batch is None or None in sizes:

@@ -110,7 +110,9 @@ def gemm_direct(ctx):
     w, c = ctx.const(1), ctx.const(2) if ctx.has(2) else None
     if w is None or ctx.attr("transA", 0) or (ctx.has(2) and c is None):
         raise NotCovered("transA, or run-time B or C")
-    w = (w.T if ctx.attr("transB", 0) else w) * np.float32(alpha)
+    w = w.T if ctx.attr("transB", 0) else w
+    if alpha != 1:  # a copy: only where it changes the values (a 537 MB weight counts twice)
+        w = w * np.float32(alpha)
     bias = None
     if c is not None and beta != 0:
         if c.size not in (1, w.shape[1]) or (c.ndim == 2 and c.shape[0] != 1):

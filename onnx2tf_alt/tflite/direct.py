@@ -57,6 +57,9 @@ WIDE_OR_HALF = {np.dtype(np.float16), np.dtype(np.float64)}
 # (the bytes of each weight made from its array as it is written; past 2 GB after the
 # flatbuffer): packing holds the builder and the file's bytes besides the arrays.
 BOUND_BYTES = 1 << 30
+# The same where nothing reads the file's bytes in memory afterwards (no -oiqt, no --target
+# micro: conversion.py): a 553 MB model's -dms run 8.2 -> 4.5 s, peak 1.96 -> 1.16 GB
+STREAMED_BYTES = 256 << 20
 
 
 def op_version(op) -> int:
@@ -313,19 +316,20 @@ class DirectResult(SignatureIO):
     values = MappingProxyType({})  # nor Keras tensors (export/tflite.layer_owners)
 
 
-def write_direct(graph: Graph, plan: Plan,
-                 options: ConversionOptions = DEFAULT_OPTIONS) -> DirectResult | NotCovered:
+def write_direct(graph: Graph, plan: Plan, options: ConversionOptions = DEFAULT_OPTIONS,
+                 bound_bytes: int = BOUND_BYTES) -> DirectResult | NotCovered:
     """The direct .tflite of a prepared, planned graph, or the NotCovered that says why it
     must go through TF's converter."""
-    found = write_direct_signatures({SIGNATURE: (graph, plan, options)})
+    found = write_direct_signatures({SIGNATURE: (graph, plan, options)}, bound_bytes)
     return found if isinstance(found, NotCovered) else found[SIGNATURE]
 
 
-def write_direct_signatures(planned: dict[str, tuple[Graph, Plan, ConversionOptions]]
+def write_direct_signatures(planned: dict[str, tuple[Graph, Plan, ConversionOptions]],
+                            bound_bytes: int = BOUND_BYTES
                             ) -> dict[str, DirectResult] | NotCovered:
     """One .tflite with a subgraph and a signature per entry of `planned` ({key: (graph,
     plan, options)}, a decoder's prefill and decode): a constant equal in several of them
-    is one buffer. The results share that file's `content` (or, past BOUND_BYTES of
+    is one buffer. The results share that file's `content` (or, past `bound_bytes` of
     weights, its `bound`); or the NotCovered of the first node not covered."""
     parts, results, buffers = [], {}, _SharedBuffers()
     try:
@@ -335,7 +339,7 @@ def write_direct_signatures(planned: dict[str, tuple[Graph, Plan, ConversionOpti
             parts.append(part)
     except NotCovered as reason:  # without its frames, which hold the weights written
         return reason.with_traceback(None)
-    packed = _pack(parts)
+    packed = _pack(parts, bound_bytes)
     for result in results.values():
         if isinstance(packed, Bound):
             result.bound = packed
@@ -386,11 +390,11 @@ def _with_subgraphs(parts: list[Part]) -> list[Part]:
     return ordered
 
 
-def _pack(parts: list[Part]) -> bytes | Bound:
+def _pack(parts: list[Part], bound_bytes: int = BOUND_BYTES) -> bytes | Bound:
     """The model table around the subgraphs: in each only the tensors still read, a buffer
     shared by several once, the operator codes in first use, a signature per subgraph of
     `parts` (the IF branches and WHILE bodies they run follow them, without one). Its
-    bytes; past BOUND_BYTES of weights the table itself, written by Bound.write (past 2 GB
+    bytes; past `bound_bytes` of weights the table itself, written by Bound.write (past 2 GB
     with its weights after the flatbuffer), the weights made from their arrays only then."""
     signed = len(parts)
     parts = _with_subgraphs(parts)
@@ -458,7 +462,7 @@ def _pack(parts: list[Part]) -> bytes | Bound:
         signature.outputs = [_tensor_map(k, renumber[o])
                              for k, o in zip(part.output_keys, outputs)]
         model.signatureDefs.append(signature)
-    if weight_bytes > BOUND_BYTES:
+    if weight_bytes > bound_bytes:
         return Bound(model, {})
     return pack_table(model, weight_bytes + 16 * len(model.buffers) + (1 << 20),
                       FILE_IDENTIFIER)

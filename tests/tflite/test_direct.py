@@ -1003,3 +1003,52 @@ def test_recurrences_the_recorder_writes_and_the_fused_lstm_it_leaves_to_tf():
     feeds = {"x": rand(5, 1, 4), "w": rand(1, 6, 4), "r": rand(1, 6, 6)}
     both_routes(make_model([node("RNN", ["x", "w", "r"], ["y"], hidden_size=6)], feeds, ["y"]),
                 feeds)
+
+
+def test_streamed_weights_write_the_same_files_also_beside_a_saved_model(tmp_path, monkeypatch):
+    """Past STREAMED_BYTES of weights, with no -oiqt, the direct writer writes the file as it
+    goes (its weights never all in memory) and writes it beside a saved_model at any size
+    (past DIRECT_BESIDE_KERAS_BYTES too): the float32 and -odrqt files are those of a -dms
+    run that packs the file in memory, byte for byte; the float16 file holds the same ops,
+    tensors and weights (made from the bound model, its table is laid out otherwise)."""
+    from onnx2tf_alt import conversion
+    from onnx2tf_alt.api import convert
+    from onnx2tf_alt.tflite import direct
+
+    model = os.path.join(os.path.dirname(__file__), "..", "data", "mobilenet_block.onnx")
+    names = ["mobilenet_block_float32.tflite", "mobilenet_block_float16.tflite",
+             "mobilenet_block_dynamic_range_quant.tflite"]
+    packed = tmp_path / "packed"
+    convert(input_onnx_file_path=model, output_folder_path=str(packed), non_verbose=True,
+            disable_model_save=True, output_dynamic_range_quantized_tflite=True)
+    monkeypatch.setattr(direct, "STREAMED_BYTES", 0)
+    monkeypatch.setattr(conversion, "DIRECT_BESIDE_KERAS_BYTES", 0)
+    written = []
+    monkeypatch.setattr(direct.Bound, "write", lambda self, path, _write=direct.Bound.write: (
+        written.append(os.path.basename(path)), _write(self, path))[1])
+    for flags in ({"disable_model_save": True}, {}):
+        out = tmp_path / ("dms" if flags else "beside")
+        convert(input_onnx_file_path=model, output_folder_path=str(out), non_verbose=True,
+                output_dynamic_range_quantized_tflite=True, **flags)
+        for name in names:
+            got, want = (out / name).read_bytes(), (packed / name).read_bytes()
+            assert (_model_contents(got) == _model_contents(want) if "float16" in name
+                    else got == want), (flags, name)
+    assert written.count("mobilenet_block_float32.tflite") == 2  # streamed, both runs
+    assert (tmp_path / "beside" / "saved_model.pb").exists()
+
+
+def _model_contents(content: bytes) -> list:
+    """A .tflite's operators, tensors and each tensor's weight bytes, in order."""
+    from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
+
+    model = unpack_model(content)
+    found = []
+    for graph in model.subgraphs:
+        found.append([(op_name(model, op), list(op.inputs), list(op.outputs))
+                      for op in graph.operators])
+        for tensor in graph.tensors:
+            data = model.buffers[tensor.buffer].data
+            found.append((tensor.name, tensor.type, list(tensor.shape),
+                          None if data is None else bytes(data)))
+    return found
