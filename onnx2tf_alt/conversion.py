@@ -318,7 +318,7 @@ def convert(
 
                     written = _write_direct(planned, folder, stem, tflite_writer, sources,
                                             command, copy_onnx_input_output_names_to_tflite,
-                                            beside, streamed=not output_integer_quantized_tflite)
+                                            beside)
                     if written is not None:
                         return None
                 converted = translate(planned, show_progress=not non_verbose)
@@ -350,7 +350,7 @@ def convert(
         # it covers the model (not tried again after a -dms attempt); the quantized, int4
         # and micro files are made from it as with -dms (the same files, no TF converter or
         # calibrator), and -coto / -cotof read their values out of those files
-        beside = _direct_conversion(converted, not output_integer_quantized_tflite) if (
+        beside = _direct_conversion(converted) if (
             output_tflite and tflite_writer == "auto" and not direct) else converted
         if quant_options.any:
             from onnx2tf_alt.quant.quantize import plan_quantization
@@ -472,17 +472,18 @@ def _signatures_written(built: dict, tflite_writer: str, show_progress: bool) ->
 def _signatures_beside_keras(built: dict) -> dict:
     """build_signatures' Keras-built signatures ({name: (Converted, cache)}) with the direct
     writer's one file of them all as their .tflite result (the saved_model stays the Keras
-    models'), where it covers every node of plans computing in float32 and their weights
-    fit beside the Keras models' (_fits_beside_keras); else as they are (TF's converter)."""
-    from onnx2tf_alt.tflite.direct import write_direct_signatures
+    models'), where it covers every node of plans computing in float32 (past
+    STREAMED_BYTES of weights written as it is packed); else as they are (TF's
+    converter)."""
+    from onnx2tf_alt.tflite.direct import STREAMED_BYTES, write_direct_signatures
 
     converted = {name: c for name, (c, _) in built.items()}
-    if any(c.tflite_result() is not c.result for c in converted.values()) or not all(
-            _fits_beside_keras(c.graph) for c in converted.values()):
+    if any(c.tflite_result() is not c.result for c in converted.values()):
         return built
     with phase("tflite float32 (direct)"):
         found = write_direct_signatures(
-            {name: (c.graph, c.plan, c.options) for name, c in converted.items()})
+            {name: (c.graph, c.plan, c.options) for name, c in converted.items()},
+            STREAMED_BYTES)
     if not isinstance(found, dict):
         log.info("direct TFLite writer: %s: converting with TF", found)
         return built
@@ -512,20 +513,19 @@ def _not_covered(reason, planned, tflite_writer: str) -> None:
 
 
 def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
-                  sources: list[str], command, onnx_names: bool, beside, streamed: bool
+                  sources: list[str], command, onnx_names: bool, beside
                   ) -> list[str] | None:
     """The float32 and float16 .tflite, delegate report and io_layout of the direct writer
     (tflite/direct.py) and what `beside(converted, stage)` makes from them, published;
     None when it does not cover the model ("auto": the caller converts with TF; "direct": a
-    ConversionError naming the node). `streamed`: nothing reads the float32 file's bytes in
-    memory afterwards (_bound_bytes)."""
-    from onnx2tf_alt.tflite.direct import DirectResult, write_direct
+    ConversionError naming the node). Past STREAMED_BYTES of weights the file is written as
+    it is packed."""
+    from onnx2tf_alt.tflite.direct import STREAMED_BYTES, DirectResult, write_direct
     from onnx2tf_alt.translate.io_layout import save_io_layout
 
     planned = float32_planned(planned)
     with phase("tflite float32 (direct)"):
-        result = write_direct(planned.graph, planned.plan, planned.options,
-                              _bound_bytes(streamed))
+        result = write_direct(planned.graph, planned.plan, planned.options, STREAMED_BYTES)
     if not isinstance(result, DirectResult):
         _not_covered(result, planned, tflite_writer)
         return None
@@ -563,34 +563,6 @@ def _direct_tflite_files(converted: Converted, folder: str, stem: str) -> list[s
     return [*names, report]
 
 
-# Weights up to which the direct writer writes the .tflite beside a Keras model when the
-# quantizer reads its bytes in memory afterwards (-oiqt, --target micro). Packed in memory
-# it held about twice the weights while the Keras model holds them too (vgg19, 548 MB,
-# default flags: 3480 MB peak against 2457 through TF's converter with late-bound
-# weights). Without -oiqt its weights are written as the file is (tflite/direct.py
-# STREAMED_BYTES) at any size: a 553 MB model, default flags, 2.27 GB peak against 2.29
-# through TF's converter.
-DIRECT_BESIDE_KERAS_BYTES = 256 << 20
-
-
-def _bound_bytes(streamed: bool) -> int:
-    """Weights past which the direct writer writes the file as it goes rather than packing
-    it in memory: STREAMED_BYTES where nothing reads the file's bytes afterwards (no -oiqt,
-    no --target micro: `streamed`), else BOUND_BYTES."""
-    from onnx2tf_alt.tflite.direct import BOUND_BYTES, STREAMED_BYTES
-
-    return STREAMED_BYTES if streamed else BOUND_BYTES
-
-
-def _fits_beside_keras(graph) -> bool:
-    weights = sum(a.nbytes for a in graph.constants.values())
-    if weights > DIRECT_BESIDE_KERAS_BYTES:
-        log.info("direct TFLite writer: %d MB of weights beside the Keras model: converting "
-                 "with TF", weights >> 20)
-        return False
-    return True
-
-
 def _made_from_direct(converted: Converted, stage: str, stem: str, int4: bool, quant_options,
                       custom_data, mean, std, print_table: bool, micro: bool = False,
                       onnx_names: bool = False) -> list[str]:
@@ -608,14 +580,26 @@ def _made_from_direct(converted: Converted, stage: str, stem: str, int4: bool, q
         from onnx2tf_alt.quant.quantize import plan_quantization, write_quantized
 
         plan = plan_quantization(converted, quant_options, custom_data, mean, std)
+        float32 = os.path.join(stage, f"{stem}_float32.tflite")
+        _read_back(converted, float32, plan)
         with phase("quantized files"):
-            written += write_quantized(converted, stage, stem, plan,
-                                       os.path.join(stage, f"{stem}_float32.tflite"),
+            written += write_quantized(converted, stage, stem, plan, float32,
                                        print_table=print_table)
         if micro:
             with phase("micro"):
                 written.append(_check_micro(converted, stage, stem, plan, onnx_names))
     return written
+
+
+def _read_back(converted: Converted, float32: str, quant_plan) -> None:
+    """The direct writer's float32 file, written as it was packed (past STREAMED_BYTES of
+    weights), read back into its result's `content` where the INT8 files' quantizer reads
+    it in memory (-oiqt; up to 2 GB, where the weights lie inside the flatbuffer)."""
+    result = converted.result
+    if (result.model is None and not result.content and quant_plan.options.integer
+            and os.path.getsize(float32) < 1 << 31):
+        with open(float32, "rb") as f:
+            result.content = f.read()
 
 
 def _write_int4(results: dict | None, stage: str, stem: str) -> str:
@@ -693,6 +677,7 @@ def _write_quantized(converted: Converted, stage: str, stem: str, quant_plan, bu
 
     float32 = (os.path.join(stage, f"{stem}_float32.tflite") if converted.result.model is None
                else _float32_tflite(converted, stage, stem))  # the direct writer's: its path
+    _read_back(converted, float32, quant_plan)
     quantized = write_quantized(converted, stage, stem, quant_plan, float32,
                                 print_table=print_table)
     check_builtin_only_files([os.path.join(stage, n) for n in quantized if n.endswith(".tflite")],
@@ -798,20 +783,19 @@ def write_outputs(
     return written
 
 
-def _direct_conversion(converted: Converted, streamed: bool) -> Converted:
+def _direct_conversion(converted: Converted) -> Converted:
     """`converted` with the direct writer's result of the plan its Keras model was built
     from (tflite/direct.py), or `converted` itself where the direct writer does not cover
-    it (said at -v info) or, where the file's bytes are read in memory afterwards (not
-    `streamed`: _bound_bytes), its weights are too large beside the Keras model's."""
+    it (said at -v info). Past STREAMED_BYTES of weights the file is written as it is
+    packed, the weights beside the Keras model's never all in memory a second time."""
     tflite_result = converted.tflite_result()
-    if tflite_result is not converted.result or not (
-            streamed or _fits_beside_keras(converted.graph)):
+    if tflite_result is not converted.result:
         return converted
-    from onnx2tf_alt.tflite.direct import DirectResult, write_direct
+    from onnx2tf_alt.tflite.direct import STREAMED_BYTES, DirectResult, write_direct
 
     with phase("tflite float32 (direct)"):
         result = write_direct(converted.graph, converted.plan, converted.options,
-                              _bound_bytes(streamed))
+                              STREAMED_BYTES)
     if not isinstance(result, DirectResult):
         log.info("direct TFLite writer: %s: converting with TF", result)
         return converted

@@ -1006,12 +1006,11 @@ def test_recurrences_the_recorder_writes_and_the_fused_lstm_it_leaves_to_tf():
 
 
 def test_streamed_weights_write_the_same_files_also_beside_a_saved_model(tmp_path, monkeypatch):
-    """Past STREAMED_BYTES of weights, with no -oiqt, the direct writer writes the file as it
-    goes (its weights never all in memory) and writes it beside a saved_model at any size
-    (past DIRECT_BESIDE_KERAS_BYTES too): the float32 and -odrqt files are those of a -dms
-    run that packs the file in memory, byte for byte; the float16 file holds the same ops,
-    tensors and weights (made from the bound model, its table is laid out otherwise)."""
-    from onnx2tf_alt import conversion
+    """Past STREAMED_BYTES of weights the direct writer writes the file as it goes (its
+    weights never all in memory), also beside a saved_model: the float32 and -odrqt files
+    are those of a -dms run that packs the file in memory, byte for byte; the float16 file
+    holds the same ops, tensors and weights (made from the bound model, its table is laid
+    out otherwise)."""
     from onnx2tf_alt.api import convert
     from onnx2tf_alt.tflite import direct
 
@@ -1022,7 +1021,6 @@ def test_streamed_weights_write_the_same_files_also_beside_a_saved_model(tmp_pat
     convert(input_onnx_file_path=model, output_folder_path=str(packed), non_verbose=True,
             disable_model_save=True, output_dynamic_range_quantized_tflite=True)
     monkeypatch.setattr(direct, "STREAMED_BYTES", 0)
-    monkeypatch.setattr(conversion, "DIRECT_BESIDE_KERAS_BYTES", 0)
     written = []
     monkeypatch.setattr(direct.Bound, "write", lambda self, path, _write=direct.Bound.write: (
         written.append(os.path.basename(path)), _write(self, path))[1])
@@ -1052,3 +1050,22 @@ def _model_contents(content: bytes) -> list:
             found.append((tensor.name, tensor.type, list(tensor.shape),
                           None if data is None else bytes(data)))
     return found
+
+
+def test_streamed_weights_are_read_back_for_the_int8_files(tmp_path, monkeypatch):
+    """-oiqt beside a saved_model with the float32 file written as it was packed: the
+    quantizer reads it back, and the INT8 file is the one of a -dms run that packed the
+    file in memory."""
+    from onnx2tf_alt.api import convert
+    from onnx2tf_alt.tflite import direct
+
+    model = os.path.join(os.path.dirname(__file__), "..", "data", "mobilenet_block.onnx")
+    name = "mobilenet_block_integer_quant.tflite"
+    packed, streamed = tmp_path / "packed", tmp_path / "streamed"
+    convert(input_onnx_file_path=model, output_folder_path=str(packed), non_verbose=True,
+            disable_model_save=True, output_integer_quantized_tflite=True)
+    monkeypatch.setattr(direct, "STREAMED_BYTES", 0)
+    convert(input_onnx_file_path=model, output_folder_path=str(streamed), non_verbose=True,
+            output_integer_quantized_tflite=True)
+    assert (streamed / "saved_model.pb").exists()
+    assert (streamed / name).read_bytes() == (packed / name).read_bytes()
