@@ -67,11 +67,14 @@ def targets(converted, full: bool) -> list[Target]:
 
 # --- onnxruntime ------------------------------------------------------------------------
 def ort_session(model: onnx.ModelProto, expose: list[str]):
-    """An onnxruntime session of `model` whose outputs are `expose` (any computed values)."""
+    """An onnxruntime session of `model` whose outputs are `expose` (any computed values);
+    the QDQ pairs the converter fused (passes/qdq_pairs.py) run as the pairs they were."""
     import onnxruntime as ort
 
+    from onnx2tf_alt.passes.qdq_pairs import unfused_quant_pairs
+
     exposed = onnx.ModelProto()
-    exposed.CopyFrom(model)
+    exposed.CopyFrom(unfused_quant_pairs(model))
     infos = {v.name: v for v in [*model.graph.value_info, *model.graph.output]}
     del exposed.graph.output[:]
     exposed.graph.output.extend(

@@ -64,6 +64,34 @@ def fuse_quant_pairs(model: onnx.ModelProto, kept: set[str] = frozenset()) -> in
     return len(fused)
 
 
+def unfused_quant_pairs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with each QuantizeDequantize node back as the QuantizeLinear ->
+    DequantizeLinear pair it was, as onnxruntime runs it (the accuracy check's reference:
+    onnxruntime has no QuantizeDequantize); `model` itself where it has none."""
+    if not any(n.op_type == FUSED and n.domain == DOMAIN for n in model.graph.node):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    nodes = []
+    for node in copy.graph.node:
+        if node.op_type != FUSED or node.domain != DOMAIN:
+            nodes.append(node)
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        inputs = list(node.input) + [""] * (3 - len(node.input))
+        if not inputs[2]:  # the pair's zero point: 0 of its integer type
+            inputs[2] = f"{node.output[0]}/zero_point"
+            copy.graph.initializer.append(helper.make_tensor(inputs[2], attrs["qtype"], [], [0]))
+        codes = f"{node.output[0]}/quantized"
+        nodes += [helper.make_node("QuantizeLinear", inputs, [codes], axis=attrs["axis"],
+                                   name=f"{node.name}/quantize"),
+                  helper.make_node("DequantizeLinear", [codes, *inputs[1:]], list(node.output),
+                                   axis=attrs["axis"], name=node.name)]
+    del copy.graph.node[:]
+    copy.graph.node.extend(nodes)
+    return copy
+
+
 def _pair_readers(node: onnx.NodeProto, index: GraphIndex,
                   kept: set[str]) -> list[onnx.NodeProto] | None:
     """The DequantizeLinear nodes that read `node`, a QuantizeLinear, and only them; None

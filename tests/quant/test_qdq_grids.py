@@ -272,3 +272,21 @@ def test_a_qdq_transformer_block_runs_on_the_model_grids_exactly(tmp_path):
         interpreter.invoke()
         actual = interpreter.get_tensor(outp["index"]).transpose(0, 2, 1)
         assert np.abs(actual - expected).max() / scale < 0.5
+
+
+def test_cotof_checks_a_qdq_model_at_every_pair_to_the_step(tmp_path):
+    """-cotof on a QDQ model: onnxruntime runs the pairs the converter fused as the pairs
+    they were (it has no QuantizeDequantize), and every pair's output of the Keras model and
+    of the float32 TFLite (the direct writer's probe) equals onnxruntime's exactly, after
+    LayerNormalization, MatMul, Gelu, the residual Add and the 1-D Conv."""
+    path = str(tmp_path / "block.onnx")
+    qdq_block(path)
+    model = convert(input_onnx_file_path=path, output_folder_path=str(tmp_path / "out"),
+                    non_verbose=True, check_onnx_tf_outputs_elementwise_close_full=True)
+    report = model.onnx2tf_alt_report
+    assert not report.error and report.passed
+    for backend in ("tf", "tflite"):
+        pairs = [c for c in report.backends[backend].checks
+                 if c.op_type == "QuantizeDequantize"]
+        assert len(pairs) == 7, backend
+        assert all(c.status == "pass" and c.max_abs_err == 0 for c in pairs), (backend, pairs)
