@@ -28,6 +28,7 @@ from onnx2tf_alt.ir.loader import external_data_paths, load_model
 from onnx2tf_alt.logs import configure_logging, phase, quiet_native_calls
 from onnx2tf_alt.pipeline import (
     Converted,
+    Planned,
     check_batch_size,
     check_input_names,
     float32_planned,
@@ -472,17 +473,16 @@ def _signatures_written(built: dict, tflite_writer: str, show_progress: bool) ->
 def _signatures_beside_keras(built: dict) -> dict:
     """build_signatures' Keras-built signatures ({name: (Converted, cache)}) with the direct
     writer's one file of them all as their .tflite result (the saved_model stays the Keras
-    models'), where it covers every node of plans computing in float32 (past
-    STREAMED_BYTES of weights written as it is packed); else as they are (TF's
-    converter)."""
+    models'), written from their plans computing in float32 (pipeline.float32_planned, as
+    -dms writes them; past STREAMED_BYTES of weights as it is packed) where it covers every
+    node; else as they are (TF's converter)."""
     from onnx2tf_alt.tflite.direct import STREAMED_BYTES, write_direct_signatures
 
-    converted = {name: c for name, (c, _) in built.items()}
-    if any(c.tflite_result() is not c.result for c in converted.values()):
-        return built
+    planned = {name: float32_planned(Planned(c.graph, c.plan, c.model, c.options))
+               for name, (c, _) in built.items()}
     with phase("tflite float32 (direct)"):
         found = write_direct_signatures(
-            {name: (c.graph, c.plan, c.options) for name, c in converted.items()},
+            {name: (p.graph, p.plan, p.options) for name, p in planned.items()},
             STREAMED_BYTES)
     if not isinstance(found, dict):
         log.info("direct TFLite writer: %s: converting with TF", found)
@@ -784,22 +784,23 @@ def write_outputs(
 
 
 def _direct_conversion(converted: Converted) -> Converted:
-    """`converted` with the direct writer's result of the plan its Keras model was built
-    from (tflite/direct.py), or `converted` itself where the direct writer does not cover
-    it (said at -v info). Past STREAMED_BYTES of weights the file is written as it is
-    packed, the weights beside the Keras model's never all in memory a second time."""
-    tflite_result = converted.tflite_result()
-    if tflite_result is not converted.result:
-        return converted
+    """The direct writer's conversion (tflite/direct.py) of the plan `converted`'s Keras
+    model was built from, or of its rewrite computing in float32 for a model with float64
+    or float16 tensors (pipeline.float32_planned, as -dms writes it); `converted` itself
+    where the direct writer does not cover it (said at -v info). Past STREAMED_BYTES of
+    weights the file is written as it is packed, the weights beside the Keras model's never
+    all in memory a second time."""
     from onnx2tf_alt.tflite.direct import STREAMED_BYTES, DirectResult, write_direct
 
+    planned = float32_planned(Planned(converted.graph, converted.plan, converted.model,
+                                      converted.options))
     with phase("tflite float32 (direct)"):
-        result = write_direct(converted.graph, converted.plan, converted.options,
-                              STREAMED_BYTES)
+        result = write_direct(planned.graph, planned.plan, planned.options, STREAMED_BYTES)
     if not isinstance(result, DirectResult):
         log.info("direct TFLite writer: %s: converting with TF", result)
         return converted
-    return replace(converted, result=result, _tflite_result=result)
+    return Converted(result=result, graph=planned.graph, plan=planned.plan,
+                     model=planned.model, options=planned.options, _tflite_result=result)
 
 
 def _write_tflite_files(converted: Converted, folder: str, stem: str,

@@ -91,3 +91,30 @@ def test_float16_model_converts_without_flex():
     census = count_tflite_ops(converted.tflite)
     assert not any(op.startswith("Flex") or op == "DELEGATE" for op in census), census
     assert census.get("TRANSPOSE", 0) == 0, census
+
+
+def test_beside_a_saved_model_the_direct_writer_writes_the_float32_computing_files(
+        tmp_path, monkeypatch):
+    """Default flags on a float64 model: the saved_model computes in float64, the .tflite
+    files are the -dms run's (the direct writer's of the rewrite computing in float32), not
+    TF's converter's, and -coto checks them."""
+    import tensorflow as tf
+
+    from onnx2tf_alt.api import convert as convert_files
+
+    class Refused:
+        def __getattr__(self, name):
+            raise AssertionError(f"TF's TFLite converter used ({name})")
+
+    model, _ = float64_model(2)
+    path = str(tmp_path / "f64.onnx")
+    onnx.save(model, path)
+    convert_files(input_onnx_file_path=path, output_folder_path=str(tmp_path / "dms"),
+                  non_verbose=True, disable_model_save=True)
+    monkeypatch.setattr(tf.lite, "TFLiteConverter", Refused())
+    keras = convert_files(input_onnx_file_path=path, output_folder_path=str(tmp_path / "beside"),
+                          non_verbose=True, check_onnx_tf_outputs_elementwise_close=True)
+    assert keras.onnx2tf_alt_report.passed
+    assert (tmp_path / "beside" / "saved_model.pb").exists()
+    for name in ("f64_float32.tflite", "f64_float16.tflite"):
+        assert (tmp_path / "beside" / name).read_bytes() == (tmp_path / "dms" / name).read_bytes()
