@@ -536,9 +536,29 @@ def _try_fold(node, known, shapes: _NodeShapes, opset) -> dict[str, np.ndarray] 
         return {node.output[0]: np.array(shape[start:end], dtype=np.int64)}
     if not all((not i) or i in known for i in node.input):
         return None
+    if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        value = _constant_value(node)
+        if value is not None:
+            return _folded(node, [value])
     if node.op_type == "Constant" or node.input:
         return _evaluate(node, known, opset)
     return None
+
+
+def _constant_value(node) -> np.ndarray | None:
+    """A Constant's value read from its attribute (a TorchScript export writes one per
+    scalar: 70 in MobileNetV2, 0.6 ms each through the reference evaluator); None for the
+    forms it does not read (a sparse value), which the evaluator then folds."""
+    if len(node.attribute) != 1:
+        return None
+    attr = node.attribute[0]
+    if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
+        return numpy_helper.to_array(attr.t)
+    readers = {"value_float": lambda a: np.array(a.f, np.float32),
+               "value_floats": lambda a: np.array(list(a.floats), np.float32),
+               "value_int": lambda a: np.array(a.i, np.int64),
+               "value_ints": lambda a: np.array(list(a.ints), np.int64)}
+    return readers[attr.name](attr) if attr.name in readers else None
 
 
 def _evaluate(node, known, opset) -> dict[str, np.ndarray] | None:
@@ -556,6 +576,12 @@ def _evaluate(node, known, opset) -> dict[str, np.ndarray] | None:
     except Exception as exc:  # noqa: BLE001 - folding is an optimization; convert it instead
         log.debug("not folding %s (%s): %s", node.name, node.op_type, exc)
         return None
+    return _folded(node, outs)
+
+
+def _folded(node, outs) -> dict[str, np.ndarray] | None:
+    """{output name: value} of a node computed at conversion time, or None where a value
+    is not an array, too large to fold or of strings."""
     result = {}
     for name, value in zip(node.output, outs):
         if not name:

@@ -159,3 +159,23 @@ def test_shape_chain_folds_in_one_pass(levels):
     values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     assert all(values[t].tolist() == [2, 3, 4] for t in reshape_targets)
     assert not fold_constants(infer_shapes(model))
+
+
+@pytest.mark.parametrize("attr, value", [
+    ("value", numpy_helper.from_array(np.arange(6, dtype=np.float16).reshape(2, 3))),
+    ("value_float", 2.5), ("value_floats", [1.5, -2.0]), ("value_int", 7),
+    ("value_ints", [3, 4, 5]),
+])
+def test_constants_fold_to_what_the_reference_evaluator_computes(attr, value):
+    """Constant nodes are read from their attribute (not run through the reference
+    evaluator, 0.6 ms each): the same value and dtype."""
+    from onnx.reference import ReferenceEvaluator
+
+    from onnx2tf_alt.passes.prepare import _constant_value
+
+    node = helper.make_node("Constant", [], ["c"], **{attr: value})
+    graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info(
+        "c", onnx.TensorProto.UNDEFINED, None)])
+    (expected,) = ReferenceEvaluator(graph, opsets={"": 17}).run(None, {})
+    got = _constant_value(node)
+    assert got.dtype == expected.dtype and np.array_equal(got, expected)
