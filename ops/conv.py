@@ -158,8 +158,9 @@ def _conv2d_direct(ctx, x, w, bias, strides, dilations, padding, groups,
             common["strideH"] = strides[1]
         if max(strides) > 1 and max(dilations) > 1:
             raise NotCovered("a strided, dilated depthwise convolution")
-        if strides[0] != strides[1]:
-            raise NotCovered("a depthwise convolution with unequal strides")
+        # unequal strides too: TFLite's kernel and XNNPACK's take them (TF's CPU kernel, which
+        # the handler's code serves, does not: it runs at stride 1 and subsamples, twice the
+        # work; the PP-OCRv4 classifier's four (2, 1) ones)
         # ONNX (C * m, 1, kh, kw) -> TFLite (1, kh, kw, C * m): output channel c * m + k
         filt = np.transpose(w.reshape(out_channels, *kernel), [1, 2, 0])[None]
         common["depthMultiplier"] = out_channels // groups

@@ -92,6 +92,24 @@ def test_conv_with_activation(attrs, w_shape, activation):
     assert "RELU" not in census and "RELU6" not in census  # fused into the conv
 
 
+@pytest.mark.parametrize(("attrs", "w_shape"), [
+    ({"group": 4, "pads": [1, 2, 1, 2], "strides": [2, 1]}, (4, 1, 3, 5)),
+    ({"group": 6, "auto_pad": "SAME_UPPER", "strides": [1, 2]}, (12, 1, 3, 3)),
+    ({"group": 5, "strides": [3, 2]}, (5, 1, 3, 3)),
+])
+def test_depthwise_with_unequal_strides_is_one_op(attrs, w_shape):
+    """A depthwise convolution whose row and column strides differ is one
+    DEPTHWISE_CONV_2D with those strides (TFLite's and XNNPACK's kernels take them), not a
+    stride-1 convolution subsampled by a SLICE: half the work for a (2, 1) one."""
+    channels = attrs["group"]
+    x = rand(2, channels, 10, 13)
+    model = make_model([node("Conv", ["x", "w", "b"], "y", **attrs)], {"x": x}, ["y"],
+                       {"w": rand(*w_shape), "b": rand(w_shape[0])})
+    census = count_tflite_ops(both_routes(model, {"x": x}).content)
+    assert census.get("DEPTHWISE_CONV_2D") == 1, census
+    assert not {"SLICE", "STRIDED_SLICE"} & set(census), census
+
+
 @pytest.mark.parametrize("value", [0.0, -1.5])
 def test_pad(value):
     """Swin's window padding: constant pads on the channel-last data."""
