@@ -7,7 +7,7 @@ quantizer write, without TF's converter (issue 48: it is a test oracle, not a pr
   every value is observed.
 - A quantized file (-cotof with -oiqt): the shipped file itself, each value under test read
   from the tensor that carries its ONNX name, made an output of the signature
-  (`exposed_values`) and dequantized. The writer names a fused op's result after every node
+  (`exposed_file`) and dequantized. The writer names a fused op's result after every node
   it computes, the value it holds first ("a;b", as TF's converter names it); a value
   computed inside a fused op (a convolution's sum before its ReLU) has no tensor and is
   unobserved.
@@ -22,7 +22,6 @@ import numpy as np
 from onnx2tf_alt.check.observe import Target
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, schema, unpack_model
-from onnx2tf_alt.tflite.run import as_input, dequantized, run_signature
 
 FUSED = "computed inside a fused op of the file: no tensor holds it"
 KEY = "onnx2tf_alt_value_{}"  # signature keys of the exposed values
@@ -47,17 +46,17 @@ def direct_probe(converted, found: list[Target]):
     return result.content, dataclasses.replace(converted, result=result, _tflite_result=result)
 
 
-def exposed_values(content: bytes, converted, found: list[Target],
-                   feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """{ONNX name: value in ONNX order, dequantized} of every target the file `content`
-    (written from `converted`'s plan) holds in a tensor of its own, on `feeds` (ONNX
-    layout; quantized onto integer inputs)."""
+def exposed_file(content: bytes, converted, found: list[Target]):
+    """(the file `content`, written from `converted`'s plan, with every target it holds in a
+    tensor of its own also an output of its signature, a Converted of it whose result maps
+    those targets' ONNX names to their keys and perms): run it as any file
+    (quant/quantize.run_tflite), its values dequantized."""
     model = unpack_model(content)
     graph = model.subgraphs[0]
     signature = next(s for s in model.signatureDefs if s.signatureKey.decode() == SIGNATURE)
     keys = {int(m.tensorIndex): m.name.decode() for m in signature.outputs}
     holders = _holders(graph)
-    wanted: dict[str, tuple[str, tuple]] = {}
+    names, perms = {}, {}
     for k, target in enumerate(found):
         if target.const is not None:
             continue
@@ -74,19 +73,10 @@ def exposed_values(content: bytes, converted, found: list[Target],
             tensor_map = schema.TensorMapT()
             tensor_map.name, tensor_map.tensorIndex = keys[index].encode(), index
             signature.outputs.append(tensor_map)
-        wanted[target.onnx_name] = keys[index], perm
-    if not wanted:
-        return {}
-    from ai_edge_litert.interpreter import Interpreter
-
-    interpreter = Interpreter(model_content=pack_model(model))
-    runner = interpreter.get_signature_runner(SIGNATURE)
-    inputs, outputs = runner.get_input_details(), runner.get_output_details()
-    physical = {key: as_input(value, inputs[key])
-                for key, value in converted.result.to_physical(feeds).items()}
-    raw = run_signature(interpreter, physical)
-    return {name: P.to_onnx_order(dequantized(raw[key], outputs[key]), perm)
-            for name, (key, perm) in wanted.items() if key in raw}
+        names[target.onnx_name], perms[target.onnx_name] = keys[index], perm
+    result = dataclasses.replace(converted.result, output_names=names, output_perms=perms)
+    return pack_model(model), dataclasses.replace(converted, result=result,
+                                                  _tflite_result=result)
 
 
 def _holders(graph) -> dict[str, list[int]]:

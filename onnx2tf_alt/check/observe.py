@@ -73,8 +73,10 @@ def ort_session(model: onnx.ModelProto, expose: list[str]):
 
     from onnx2tf_alt.passes.qdq_pairs import unfused_quant_pairs
 
-    exposed = onnx.ModelProto()
-    exposed.CopyFrom(unfused_quant_pairs(model))
+    exposed = unfused_quant_pairs(model)  # a copy where it has pairs
+    if exposed is model:
+        exposed = onnx.ModelProto()
+        exposed.CopyFrom(model)
     infos = {v.name: v for v in [*model.graph.value_info, *model.graph.output]}
     del exposed.graph.output[:]
     exposed.graph.output.extend(

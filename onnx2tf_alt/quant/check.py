@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 
 from onnx2tf_alt.check.compare import BackendReport, compare
-from onnx2tf_alt.check.file_values import FUSED, exposed_values
+from onnx2tf_alt.check.file_values import FUSED, exposed_file
 from onnx2tf_alt.check.observe import ort_values, probe_conversion, targets
 from onnx2tf_alt.quant.quantize import quantized_tflite, run_tflite, variants
 
@@ -65,13 +65,15 @@ def _values(source, variant, plan, calibration, found, feeds, full: bool, path: 
     if not full or source.result.model is None:  # the shipped file
         with open(path, "rb") as f:
             content = f.read()
-        if full:
-            return exposed_values(content, source, found, feeds)
-        return run_tflite(content, source, [feeds])[0]
-    wanted = {t.onnx_name for t in found}
-    probe = probe_conversion(source, [t for t in targets(source, True) if t.onnx_name in wanted])
-    content = quantized_tflite(probe, variant, plan.options, calibration,
-                               keep_nodes=plan.kept_nodes).content
+        if not full:
+            return run_tflite(content, source, [feeds])[0]
+        content, probe = exposed_file(content, source, found)
+    else:
+        wanted = {t.onnx_name for t in found}
+        probe = probe_conversion(source, [t for t in targets(source, True)
+                                          if t.onnx_name in wanted])
+        content = quantized_tflite(probe, variant, plan.options, calibration,
+                                   keep_nodes=plan.kept_nodes).content
     return run_tflite(content, probe, [feeds])[0]
 
 

@@ -57,8 +57,8 @@ WIDE_OR_HALF = {np.dtype(np.float16), np.dtype(np.float64)}
 # (the bytes of each weight made from its array as it is written; past 2 GB after the
 # flatbuffer): packing holds the builder and the file's bytes besides the arrays.
 BOUND_BYTES = 1 << 30
-# The same where nothing reads the file's bytes in memory afterwards (no -oiqt, no --target
-# micro: conversion.py): a 553 MB model's -dms run 8.2 -> 4.5 s, peak 1.96 -> 1.16 GB
+# The same for the files a conversion writes (conversion.py; -oiqt reads the file back for
+# its quantizer): a 553 MB model's -dms run 8.2 -> 4.5 s, peak 1.96 -> 1.16 GB
 STREAMED_BYTES = 256 << 20
 
 
