@@ -70,6 +70,7 @@ CONVS = [
     ({"kernel_shape": [1, 1]}, (7, 4, 1, 1)),
     ({"group": 4, "pads": [3, 3, 3, 3]}, (4, 1, 7, 7)),  # 49 taps: bands of kernel rows
     ({"group": 4, "auto_pad": "SAME_UPPER", "strides": [2, 2]}, (8, 1, 6, 5)),
+    ({"group": 4, "pads": [3, 3, 3, 3], "strides": [2, 1]}, (4, 1, 7, 7)),  # bands, (2, 1)
 ]
 
 
