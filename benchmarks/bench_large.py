@@ -55,7 +55,7 @@ def tflite_errors(model: str, out: str, seq: int = 16) -> dict[str, str]:
         (key, detail), = runner.get_input_details().items()
         outputs[name] = next(iter(runner(**{key: ids.astype(detail["dtype"])}).values()))
         del runner
-    if os.path.exists(os.path.join(out, "saved_model.pb")):  # not with -dms
+    if os.path.exists(os.path.join(out, "saved_model.pb")):  # with -osm
         outputs["saved_model"] = saved_model_output(out, ids)
     for name, got in outputs.items():
         err = float(np.abs(got - reference).max())

@@ -161,9 +161,9 @@ mkdir -p "$work/docker_out" "$work/host_out"
 log "converting $model with the image's CLI"
 docker run --rm --network none --user "$(id -u):$(id -g)" -e HOME=/tmp \
     -v "$repo/tests/data:/data:ro" -v "$work/docker_out:/out" \
-    "$image" -i "/data/$(basename "$model")" -o /out/saved_model -n
+    "$image" -i "/data/$(basename "$model")" -o /out/saved_model -osm -n
 log "converting $model with the pip-installed CLI ($host_cli)"
-"$host_cli" -i "$model" -o "$work/host_out/saved_model" -n
+"$host_cli" -i "$model" -o "$work/host_out/saved_model" -osm -n
 
 log "comparing the two output folders"
 host_python="$(dirname "$(command -v "$host_cli")")/python"

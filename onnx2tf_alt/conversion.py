@@ -67,6 +67,7 @@ def convert(
     non_verbose: bool = False,
     output_tflite: bool = True,
     disable_model_save: bool = False,
+    output_saved_model: bool = False,
     check_onnx_tf_outputs_elementwise_close: bool = False,
     check_onnx_tf_outputs_elementwise_close_full: bool = False,
     check_onnx_tf_outputs_elementwise_close_atol: float = 1e-4,
@@ -101,7 +102,14 @@ def convert(
     litertlm_prefill: list[int] | None = None,
     command_line: list[str] | None = None,
 ):
-    """Convert an ONNX model (path or ModelProto) and write its outputs; returns the Keras model.
+    """Convert an ONNX model (path or ModelProto) and write its outputs; returns the Keras model
+    (None where no Keras model was built).
+
+    What is written by default is what onnx2tf 2.x writes: `<stem>_float32.tflite` and
+    `<stem>_float16.tflite`. `output_saved_model` (-osm, onnx2tf 2.x's -fdosm) adds the
+    saved_model, `output_h5` / `output_keras_v3` the Keras files; these need TensorFlow (the
+    `[tf]` extra). `disable_model_save` (-dms) is accepted for onnx2tf 1.x's scripts: no
+    saved_model is the default.
 
     Outputs are staged beside `output_folder_path` and published in one step that replaces
     exactly the previous conversion's files (export/publish.py, export/manifest.py); a file
@@ -166,7 +174,7 @@ def convert(
     direct writer (tflite/direct.py) when it covers every node, else TF's
     converter, said at info level; "direct" the direct writer or a ConversionError naming
     the first node it does not cover. With only .tflite files asked for
-    (`disable_model_save`, no Keras or checked files) the direct writer needs no TensorFlow
+    (the default: no saved_model, Keras or checked files) the direct writer needs no TensorFlow
     and no Keras model (None is returned): the float32 and float16 files, the dynamic-range,
     int4, INT8 and INT16 ones made from them (a QDQ model's INT8 files on its own grids, and
     onnxruntime's calibration methods' ranges as grids: quant/qdq_grids.py), micro ones,
@@ -178,8 +186,8 @@ def convert(
 
     `signatures` ([[name, ('model.onnx',) 'input:D1,D2', ...], ...], --signature) writes
     .tflite files with one signature per entry, built for those input shapes (from that
-    model, default the -i one) and sharing one copy of the weights, and (unless
-    `disable_model_save`) a saved_model with the same signatures
+    model, default the -i one) and sharing one copy of the weights, and (with
+    `output_saved_model`) a saved_model with the same signatures
     (generative/signatures.py). `kv_cache_capacity` (--kv_cache_capacity) gives a decoder's
     past key/value inputs that many positions and makes its present outputs the step's new
     entries (passes/kv_cache.py, docs/generative.md).
@@ -214,8 +222,10 @@ def convert(
         sources = [os.path.abspath(input_onnx_file_path),
                    *external_data_paths(input_onnx_file_path)]
     check = check_onnx_tf_outputs_elementwise_close or check_onnx_tf_outputs_elementwise_close_full
-    disable_model_save = _without_tensorflow(disable_model_save, output_tflite, tflite_writer, {
-        "-oh5": output_h5, "-okv3": output_keras_v3, "-coto / -cotof": check})
+    saved_model = _saved_model_asked(output_saved_model, disable_model_save, (
+        output_tflite, output_h5, output_keras_v3, check))
+    _require_tensorflow(tflite_writer, {"-osm (the saved_model)": saved_model, "-oh5": output_h5,
+                                        "-okv3": output_keras_v3, "-coto / -cotof": check})
     output_integer_quantized_tflite = output_integer_quantized_tflite or micro
     if micro and batch_size is None:  # a microcontroller runs one sample at a time
         batch_size = 1
@@ -233,7 +243,7 @@ def convert(
         raise InputError("-oi4 makes its file from the float32 .tflite: it needs output_tflite.")
     folder.check_claims(planned_outputs(
         stem, output_h5, output_keras_v3, output_tflite, dynamic_range,
-        output_integer_quantized_tflite, check, micro, int4, saved_model=not disable_model_save,
+        output_integer_quantized_tflite, check, micro, int4, saved_model=saved_model,
         litertlm=litertlm,
     ))
     command = list(command_line) if command_line is not None else ["onnx2tf_alt.convert", call]
@@ -241,7 +251,7 @@ def convert(
     custom_inputs = load_custom_inputs([e[:2] for e in custom_input_op_name_np_data_path or []])
     # what the direct writer makes without TF: the float32 file and those made from it
     # (float16, -oi4, -odrqt, -oiqt, --target micro)
-    direct = _direct_asked(tflite_writer, output_tflite and disable_model_save and not any((
+    direct = _direct_asked(tflite_writer, output_tflite and not any((saved_model, 
         output_h5, output_keras_v3, check)))
     spilled_before = set(ir_weights.SPILLED)
     progress.enable(not non_verbose)
@@ -332,7 +342,7 @@ def convert(
 
             with folder.staging() as stage:
                 written = write_signature_files(built, stage, stem, dynamic_range, int4,
-                                                saved_model=not disable_model_save)
+                                                saved_model=saved_model)
                 if litertlm:
                     with phase("litertlm"):
                         written += litert_lm.write_bundles(stage, stem, written,
@@ -364,7 +374,7 @@ def convert(
         with folder.staging() as stage:
             written = write_outputs(converted, stage, stem, output_h5, output_keras_v3, output_tflite,
                                     copy_onnx_input_output_names_to_tflite, builtin_only,
-                                    saved_model=not disable_model_save,
+                                    saved_model=saved_model,
                                     direct_result=None if beside is converted else beside.result)
             if int4:
                 written.append(_write_int4(None if beside is not converted else {
@@ -414,26 +424,32 @@ def convert(
 TFLITE_WRITERS = ("tf", "auto", "direct")
 
 
-def _without_tensorflow(disable_model_save: bool, output_tflite: bool, tflite_writer: str,
-                        keras_outputs: dict[str, bool]) -> bool:
-    """`disable_model_save` as the run takes it: where TensorFlow is not installed
-    (onnx2tf_alt/version.py), the saved_model is left out, said; InputError for a flag that needs
-    TensorFlow (`keras_outputs`: flag -> asked), or when nothing would be written."""
+def _saved_model_asked(output_saved_model: bool, disable_model_save: bool,
+                       others: tuple[bool, ...]) -> bool:
+    """Whether to write the saved_model: only when asked (-osm), as onnx2tf 2.x writes it
+    only with -fdosm; InputError for -osm with -dms, or when nothing would be written
+    (`others`: whether each other output is asked for)."""
+    if output_saved_model and disable_model_save:
+        raise InputError("-osm (output_saved_model) asks for the saved_model and -dms "
+                         "(disable_model_save) for none: leave one of them out.")
+    if not output_saved_model and not any(others):
+        raise InputError("Nothing to write: output_tflite is off and no saved_model (-osm), "
+                         ".h5 (-oh5), .keras (-okv3) or accuracy check (-coto) is asked for.")
+    return output_saved_model
+
+
+def _require_tensorflow(tflite_writer: str, keras_outputs: dict[str, bool]) -> None:
+    """InputError where TensorFlow is not installed (onnx2tf_alt/version.py) and a flag
+    needs it (`keras_outputs`: flag -> asked, or --tflite_writer tf)."""
     from onnx2tf_alt import version
 
     if version.installed():
-        return disable_model_save
+        return
     asked = [flag for flag, on in keras_outputs.items() if on]
     if tflite_writer == "tf":
         asked.append("--tflite_writer tf")
     if asked:
         version.require(", ".join(asked))
-    if not output_tflite:
-        version.require("a conversion without .tflite files (the saved_model)")
-    if not disable_model_save:
-        log.warning("saved_model not written: TensorFlow is not installed (%s); the .tflite "
-                    "files are written as with -dms", version.INSTALL)
-    return True
 
 
 def _direct_asked(tflite_writer: str, tflite_only: bool) -> bool:
@@ -445,8 +461,8 @@ def _direct_asked(tflite_writer: str, tflite_only: bool) -> bool:
     if tflite_writer == "direct" and not tflite_only:
         raise InputError(
             "--tflite_writer direct writes the float32, float16, -odrqt, -oiqt, -oi4 and "
-            "--target micro .tflite files (--signature and --litertlm ones too): add -dms, "
-            "and leave out -oh5, -okv3 and -coto/-cotof (or use --tflite_writer auto).")
+            "--target micro .tflite files (--signature and --litertlm ones too): leave out "
+            "-osm, -oh5, -okv3 and -coto/-cotof (or use --tflite_writer auto).")
     return tflite_writer != "tf" and tflite_only
 
 
@@ -543,7 +559,8 @@ def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
         folder.publish(stage, Manifest.for_conversion(stem, sources, command))
     from onnx2tf_alt.export.summary import log_written
 
-    log_written(folder.path, stem, written, ["written by the direct TFLite writer"])
+    log_written(folder.path, stem, written, [
+        "written by the direct TFLite writer; no saved_model, as onnx2tf 2.x (-osm adds one)"])
     return written
 
 

@@ -3,13 +3,14 @@
 TensorFlow is an extra: `pip install "onnx2tf_alt[tf]"`.
 
 Every .tflite file (float32 / float16, -odrqt, -oiqt, -oi4, --signature, --litertlm,
---target micro) is written by the project's own writer and quantizer without it (`-dms`
-runs never import it). It is needed for what TensorFlow itself is: the saved_model, the
+--target micro) is written by the project's own writer and quantizer without it (the
+default flags never import it). It is needed for what TensorFlow itself is: the saved_model
+(-osm), the
 Keras files (-oh5, -okv3), the accuracy check's Keras model (-coto / -cotof,
 `onnx2tf_alt.check`, `pipeline.build`), TF's converter (`--tflite_writer tf`, and a model
 whose nodes the direct writer does not cover). Without it (0.23 GiB installed, against 2.16
-GiB with it), a conversion writes the .tflite files as with -dms, saying that the saved_model
-was left out; a flag that asks for one of the others is refused (exit 2), and a node only
+GiB with it), a conversion writes the same .tflite files; a flag that asks for one of the
+others is refused (exit 2), and a node only
 TF's converter takes fails the conversion (exit 1), each naming this extra.
 """
 

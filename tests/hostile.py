@@ -296,7 +296,7 @@ def external_data_inside_the_output(r):
     m = cnn()
     external_data_helper.convert_model_to_external_data(m, location="w.bin", size_threshold=0)
     save(r, "out/variables/ext.onnx", m)
-    return ["-i", "out/variables/ext.onnx", "-o", "out"]
+    return ["-i", "out/variables/ext.onnx", "-o", "out", "-osm"]
 
 
 # flags
@@ -335,7 +335,7 @@ def unknown_writer(r):
     return ["-i", save(r, "m.onnx", cnn()), "-o", "out", "--tflite_writer", "fast"]
 
 
-@case(2, "-dms")
+@case(2, "leave out -osm, -oh5")
 def direct_writer_with_keras(r):
     return ["-i", save(r, "m.onnx", cnn()), "-o", "out", "-oh5", "--tflite_writer", "direct"]
 
@@ -468,12 +468,19 @@ def check_data_inf(r):
 def input_in_saved_model_assets(r):
     src = save(r, "proj/assets/model.onnx", cnn())
     write(r, "proj/assets/labels.txt", b"cat\ndog\n")
+    return ["-i", src, "-o", "proj", "-osm"]
+
+
+@case(0, "")
+def input_in_assets_without_a_saved_model(r):
+    src = save(r, "proj/assets/model.onnx", cnn())
+    write(r, "proj/assets/labels.txt", b"cat\ndog\n")
     return ["-i", src, "-o", "proj"]
 
 
 @case(2, "lies at or inside an output path")
 def input_named_like_an_output(r):
-    return ["-i", save(r, "dir/saved_model.pb", cnn()), "-o", "dir"]
+    return ["-i", save(r, "dir/saved_model.pb", cnn()), "-o", "dir", "-osm"]
 
 
 @case(0, "")
@@ -484,13 +491,13 @@ def input_inside_the_output_folder(r):
 @case(2, "was not written by onnx2tf_alt")
 def foreign_saved_model(r):
     write(r, "out/saved_model.pb", b"the user's own saved_model")
-    return ["-i", save(r, "m.onnx", cnn()), "-o", "out"]
+    return ["-i", save(r, "m.onnx", cnn()), "-o", "out", "-osm"]
 
 
 @case(2, "was not written by onnx2tf_alt")
 def foreign_file_in_variables(r):
     write(r, "out/variables/notes.txt", b"mine")
-    return ["-i", save(r, "m.onnx", cnn()), "-o", "out"]
+    return ["-i", save(r, "m.onnx", cnn()), "-o", "out", "-osm"]
 
 
 @case(2, "was not written by onnx2tf_alt")
@@ -537,7 +544,7 @@ def symlinked_variables_folder(r):
     write(r, "elsewhere/precious.bin", b"mine")
     os.makedirs(os.path.join(r, "out"))
     os.symlink(os.path.join(r, "elsewhere"), os.path.join(r, "out", "variables"))
-    return ["-i", save(r, "m.onnx", cnn()), "-o", "out"]
+    return ["-i", save(r, "m.onnx", cnn()), "-o", "out", "-osm"]
 
 
 @case(1, "unsupported ops")
@@ -549,16 +556,22 @@ def symlinked_reports_folder(r):
 
 
 # several models in one folder
-@case(2, "already holds the saved_model of another model", runs=[["-i", "a.onnx", "-o", "out"]])
+@case(0, "", runs=[["-i", "a.onnx", "-o", "out"]])
 def second_model_default_flags(r):
     save(r, "a.onnx", cnn())
     return ["-i", save(r, "b.onnx", cnn(4)), "-o", "out"]
 
 
-@case(0, "", runs=[["-i", "a.onnx", "-o", "out"]])
+@case(2, "leave out -osm", runs=[["-i", "a.onnx", "-o", "out", "-osm"]])
+def second_model_with_a_saved_model_too(r):
+    save(r, "a.onnx", cnn())
+    return ["-i", save(r, "b.onnx", cnn(4)), "-o", "out", "-osm"]
+
+
+@case(0, "", runs=[["-i", "a.onnx", "-o", "out", "-osm"]])
 def second_model_without_saved_model(r):
     save(r, "a.onnx", cnn())
-    return ["-i", save(r, "b.onnx", cnn(4)), "-o", "out", "-dms"]
+    return ["-i", save(r, "b.onnx", cnn(4)), "-o", "out"]
 
 
 @case(0, "", runs=[["-i", "a.onnx", "-o", "out", "-dms"], ["-i", "b.onnx", "-o", "out", "-dms"]])

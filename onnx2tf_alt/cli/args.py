@@ -18,7 +18,8 @@ BACKENDS = {"tf_converter": "tf", "flatbuffer_direct": "auto"}
 USAGE = "onnx2tf-alt -i MODEL.onnx [-o DIR] [options]"
 
 DESCRIPTION = """\
-Convert an ONNX model to saved_model, Keras and TFLite files with channel-last ops.
+Convert an ONNX model to TFLite files (-osm: saved_model, -oh5 / -okv3: Keras) with
+channel-last ops.
 
   onnx2tf-alt -i MODEL.onnx [options]     one model (the same: python -m onnx2tf_alt ...)
   onnx2tf-alt batch SOURCE -o OUT_ROOT    many models, each in its own process:
@@ -89,8 +90,10 @@ def _file_flags(g: _Group) -> None:
     g.add_argument("-oh5", "--output_h5", action="store_true", help="also write <stem>.h5")
     g.add_argument("-okv3", "--output_keras_v3", action="store_true",
                    help="also write <stem>.keras")
+    g.add_argument("-osm", "--output_saved_model", action="store_true",
+                   help="also write the saved_model (needs TensorFlow: the [tf] extra)")
     g.add_argument("-dms", "--disable_model_save", action="store_true",
-                   help="write no saved_model, only the .tflite and other files asked for")
+                   help="no saved_model: the default (accepted for onnx2tf 1.x's scripts)")
     g.add_argument("-coion", "--copy_onnx_input_output_names_to_tflite", action="store_true",
                    help="ONNX input/output names as .tflite tensor names and signature keys")
 
@@ -218,6 +221,8 @@ def _onnx2tf_flags(g: _Group) -> None:
                    help="accepted; signatures are always written")
     g.add_argument("-tb", "--tflite_backend", choices=tuple(BACKENDS), metavar="BACKEND",
                    help="tf_converter is --tflite_writer tf, flatbuffer_direct is auto")
+    g.add_argument("-fdosm", "--flatbuffer_direct_output_saved_model", action="store_true",
+                   dest="output_saved_model", help="onnx2tf 2.x's name for -osm")
     g.add_argument("-kat", "--keep_shape_absolutely_input_names", nargs="+", action="extend",
                    dest="keep_ncw_or_nchw_or_ncdhw_input_names", metavar="NAME",
                    help="onnx2tf's name for -k")

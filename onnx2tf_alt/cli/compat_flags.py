@@ -74,8 +74,9 @@ FLAGS: tuple[CompatFlag, ...] = (
     _row("-oiqt", "--output_integer_quantized_tflite", IMPLEMENTED,
          "also writes the dynamic range, INT8 and INT16-activation .tflite files"),
     _row("-tb", "--tflite_backend", IMPLEMENTED,
-         "tf_converter is --tflite_writer tf; flatbuffer_direct is --tflite_writer auto: "
-         "our own writer where it covers the model, TF's converter elsewhere", ONE, (V2,)),
+         "tf_converter is --tflite_writer tf with the saved_model (unless -dms), as onnx2tf "
+         "writes it; flatbuffer_direct is --tflite_writer auto: our own writer where it "
+         "covers the model, TF's converter elsewhere", ONE, (V2,)),
     _row("-ewo", "--eval_with_onnx", REFUSED, _CHECK, NONE, (V2,)),
     _row("-ens", "--eval_num_samples", REFUSED, _CHECK + " on the first -cind sample",
          ONE, (V2,)),
@@ -93,8 +94,8 @@ FLAGS: tuple[CompatFlag, ...] = (
     _row("-roc", "--report_op_coverage", REFUSED,
          "see docs/supported_ops.md; a failed conversion lists every unsupported node in "
          "reports/<stem>/conversion_errors.json", NONE, (V2,)),
-    _row("-fdosm", "--flatbuffer_direct_output_saved_model", EXPLAINED,
-         "the saved_model is written unless -dms", NONE, (V2,)),
+    _row("-fdosm", "--flatbuffer_direct_output_saved_model", IMPLEMENTED,
+         "also writes the saved_model (our -osm)", NONE, (V2,)),
     _row("-fdopt", "--flatbuffer_direct_output_pytorch", REFUSED, _TORCH, NONE, (V2,)),
     _row("-fdots", "--flatbuffer_direct_output_torchscript", REFUSED, _TORCH, NONE, (V2,)),
     _row("-fdodo", "--flatbuffer_direct_output_dynamo_onnx", REFUSED, _TORCH, NONE, (V2,)),
@@ -215,7 +216,7 @@ FLAGS: tuple[CompatFlag, ...] = (
          "no parameter replacement JSON exists here; a failed conversion writes reports/<stem>/ "
          "with a one-node repro per failing node"),
     _row("-dms", "--disable_model_save", IMPLEMENTED,
-         "writes no saved_model; the .tflite files and the others asked for still"),
+         "no saved_model: the default here, as in onnx2tf 2.x (-osm writes one)"),
     _row("-n", "--non_verbose", IMPLEMENTED, "errors only"),
     _row("-v", "--verbosity", IMPLEMENTED, "log level (default info; onnx2tf's is debug)"),
 )

@@ -111,6 +111,8 @@ def _run(args: argparse.Namespace, command: list[str]) -> int:
             from onnx2tf_alt.cli.args import BACKENDS
 
             options["tflite_writer"] = BACKENDS[backend]
+            if backend == "tf_converter" and not options["disable_model_save"]:
+                options["output_saved_model"] = True  # onnx2tf writes it on that backend
         convert(**options, command_line=command)
     except Onnx2TfError as exc:
         if verbosity == "debug":

@@ -205,9 +205,8 @@ class OutputFolder:
                     f"({source}, listed in {manifest.name}); converting '{self.stem}' into "
                     "the same folder would replace it. Nothing was changed: another model's "
                     "files are kept, so pass another -o folder"
-                    + (", or add -dms (disable_model_save) to write this model's .tflite "
-                       "files beside it without a saved_model" if what == "the saved_model"
-                       else "") + "."
+                    + (", or leave out -osm to write this model's .tflite files beside "
+                       "it without a saved_model" if what == "the saved_model" else "") + "."
                 )
         return (
             f"'{found}' already exists and was not written by onnx2tf_alt (no manifest of "

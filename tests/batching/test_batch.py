@@ -145,8 +145,8 @@ def test_changed_input_and_force_reconvert(zoo, tmp_path):
     manifest.write_text(json.dumps({"path": "conv.onnx"}) + "\n")
     forced = _by_name(onnx2tf_alt.batch(str(manifest), str(out), force=True))
     assert not forced["conv"]["resumed"] and forced["conv"]["outcome"] == "ok"
-    assert os.path.getmtime(out / "conv" / "saved_model.pb") > os.path.getmtime(
-        zoo_out / "conv" / "saved_model.pb")
+    assert os.path.getmtime(out / "conv" / "conv_float32.tflite") > os.path.getmtime(
+        zoo_out / "conv" / "conv_float32.tflite")
 
 
 def test_manifest_flags_expectations_and_caps(tmp_path):
@@ -198,7 +198,7 @@ def test_manifest_flags_expectations_and_caps(tmp_path):
 
 def test_cli_rerun_resumes_and_baseline_regression_exits_1(zoo, tmp_path):
     models, out, first = zoo
-    before = {n: os.path.getmtime(out / n / "saved_model.pb") for n in ("add", "conv", "relu")}
+    before = {n: os.path.getmtime(out / n / f"{n}_float32.tflite") for n in ("add", "conv", "relu")}
     previous = _lines(out / "batch_results.jsonl")
     for r in previous:  # inject a regression: the failing model used to convert
         if r["name"] == "bad":
@@ -218,7 +218,7 @@ def test_cli_rerun_resumes_and_baseline_regression_exits_1(zoo, tmp_path):
     records = {r["name"]: r for r in _lines(out / "batch_results.jsonl")}
     for name, mtime in before.items():
         assert records[name]["resumed"] and records[name]["outcome"] == "ok"
-        assert os.path.getmtime(out / name / "saved_model.pb") == mtime
+        assert os.path.getmtime(out / name / f"{name}_float32.tflite") == mtime
         # The record still describes the files and the run that made them.
         old = _by_name(first)[name]
         for key in ("wall_s", "peak_rss_mb", "tflite_ops", "sizes", "input_sha256"):

@@ -174,7 +174,7 @@ def test_folder_of_an_older_batch_renamed_then_resumed(tmp_path, capsys):
     _save(relu_model(), src / "a" / "m.onnx")
     first = onnx2tf_alt.batch(str(src), str(out))
     assert [(r["name"], r["outcome"]) for r in first.results] == [("a__m", "ok")]
-    converted = os.path.getmtime(out / "a__m" / "saved_model.pb")
+    converted = os.path.getmtime(out / "a__m" / "m_float32.tflite")
     # As an older batch left it: the model's only folder named after its stem.
     old_results = (out / "batch_results.jsonl").read_text().replace('"a__m"', '"m"')
     shutil.copytree(out / "a__m", out / "m")
@@ -186,7 +186,7 @@ def test_folder_of_an_older_batch_renamed_then_resumed(tmp_path, capsys):
     assert kept.renamed == {} and records["a__m"]["resumed"]
     assert records["m"]["error_kind"] == "output folder in use"
     assert str(src / "a" / "m.onnx") in records["m"]["error"]
-    assert os.path.getmtime(out / "m" / "saved_model.pb") == converted
+    assert os.path.getmtime(out / "m" / "m_float32.tflite") == converted
     # Only the old folder: it is renamed, resumed, and m.onnx converted beside it.
     shutil.rmtree(out / "a__m")
     (out / "batch_results.jsonl").write_text(old_results)
@@ -195,5 +195,5 @@ def test_folder_of_an_older_batch_renamed_then_resumed(tmp_path, capsys):
     records = {r["name"]: r for r in _lines(out / "batch_results.jsonl")}
     assert records["a__m"]["resumed"] and records["a__m"]["tflite_ops"] == {"RELU": 1}
     assert records["a__m"]["wall_s"] == first.results[0]["wall_s"]
-    assert os.path.getmtime(out / "a__m" / "saved_model.pb") == converted
+    assert os.path.getmtime(out / "a__m" / "m_float32.tflite") == converted
     assert not records["m"]["resumed"] and records["m"]["tflite_ops"] == {"ADD": 1}

@@ -26,12 +26,13 @@ def test_convert_defaults_are_the_clis():
 
 
 def test_convert_writes_the_clis_files_and_keeps_native_logs_aside(tmp_path):
-    code, output = run_cli("-i", MODEL, "-o", tmp_path / "cli", "-n")
+    code, output = run_cli("-i", MODEL, "-o", tmp_path / "cli", "-n", "-osm")
     assert code == 0, output
-    script = (
+    script = (  # with the saved_model: TensorFlow is imported by the conversion
         "import sys, onnx2tf_alt\n"
         f"onnx2tf_alt.convert(input_onnx_file_path={os.path.abspath(MODEL)!r}, "
-        f"output_folder_path={str(tmp_path / 'api')!r}, non_verbose=True)\n"
+        f"output_folder_path={str(tmp_path / 'api')!r}, non_verbose=True, "
+        "output_saved_model=True)\n"
         "import tensorflow as tf\n"
         "tf.print('the caller prints again')\n")
     env = cli_env()

@@ -4,6 +4,7 @@ the CLI's parser exactly as the table (and docs/cli_flags.md) says; parsing only
 from __future__ import annotations
 
 import argparse
+import os
 
 import pytest
 
@@ -117,3 +118,22 @@ def test_cli_prints_notes_and_refuses_before_converting(tmp_path):
     code, output = run_cli("-i", tmp_path / "missing.onnx", "-otfv1pb")
     assert code == 2 and "use the saved_model" in output
     assert not (tmp_path / "out").exists()
+
+
+def test_the_saved_model_is_written_when_asked_as_onnx2tf_2x_writes_it(tmp_path):
+    """No saved_model by default; -fdosm (our -osm) and -tb tf_converter write one, as
+    onnx2tf 2.x does, -dms still leaves it out there, and -osm with -dms is refused."""
+    model = os.path.join(os.path.dirname(__file__), "..", "data", "mobilenet_block.onnx")
+
+    def saved_model(*flags, expect=0) -> bool:
+        out = tmp_path / "_".join(f.strip("-") for f in flags or ("default",))
+        code, output = run_cli("-i", model, "-o", out, "-n", *flags)
+        assert code == expect, output
+        assert expect == 0 or not out.exists()
+        return (out / "saved_model.pb").is_file()
+
+    assert not saved_model()
+    assert saved_model("-fdosm")
+    assert saved_model("-tb", "tf_converter")
+    assert not saved_model("-tb", "tf_converter", "-dms")
+    assert not saved_model("-osm", "-dms", expect=2)

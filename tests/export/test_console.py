@@ -23,7 +23,7 @@ SIZE = r"\d+(\.\d)? (B|KB|MB|GB)"
 def run(tmp_path_factory) -> tuple[str, list[str]]:
     """(output folder, console lines) of one -oiqt conversion (about 20 s)."""
     folder = str(tmp_path_factory.mktemp("console") / "out")
-    code, output = run_cli("-i", MODEL, "-o", folder, "-oiqt")
+    code, output = run_cli("-i", MODEL, "-o", folder, "-oiqt", "-osm")
     assert code == 0, output
     return folder, output.splitlines()
 

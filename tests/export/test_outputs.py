@@ -28,6 +28,7 @@ def converted(tmp_path_factory):
         output_folder_path=str(out),
         output_h5=True,
         output_keras_v3=True,
+        output_saved_model=True,
         non_verbose=True,
     )
     layout = json.loads((out / "cnn_io_layout.json").read_text())
@@ -114,7 +115,7 @@ def test_batch_size_flag_fixes_batch(tmp_path):
     model, _ = tiny_cnn()
     keras_model = onnx2tf_alt.convert(
         onnx_graph=model, output_folder_path=str(tmp_path / "o"), batch_size=1,
-        non_verbose=True, output_tflite=False,
+        non_verbose=True, output_tflite=False, output_saved_model=True,
     )
     assert keras_model.inputs[0].shape.as_list() == [1, 16, 16, 3]
 
@@ -123,7 +124,7 @@ def test_keep_nchw_input(tmp_path):
     model, feeds = tiny_cnn()
     keras_model = onnx2tf_alt.convert(
         onnx_graph=model, output_folder_path=str(tmp_path / "o"), non_verbose=True,
-        keep_ncw_or_nchw_or_ncdhw_input_names=["input"], output_tflite=False,
+        keep_ncw_or_nchw_or_ncdhw_input_names=["input"], output_tflite=False, output_saved_model=True,
     )
     assert keras_model.inputs[0].shape.as_list() == [None, 3, 16, 16]
     result = keras_model(feeds["input"])
@@ -141,6 +142,6 @@ def test_input_file_untouched(tmp_path):
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     onnx2tf_alt.convert(
         input_onnx_file_path=str(path), output_folder_path=str(tmp_path / "o"),
-        non_verbose=True, output_tflite=False,
+        non_verbose=True, output_tflite=False, output_saved_model=True,
     )
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before

@@ -24,10 +24,10 @@ from harness import make_model
 from models import tiny_cnn
 
 STEM = "cnn"
-MODEL_FILES = {"saved_model.pb", "fingerprint.pb", "variables/variables.index",
-               "variables/variables.data-00000-of-00001", f"{STEM}_float32.tflite",
-               f"{STEM}_float16.tflite", f"{STEM}_io_layout.json", f"{STEM}_manifest.json",
-               f"{STEM}_delegates.json"}
+TFLITE_FILES = {f"{STEM}_float32.tflite", f"{STEM}_float16.tflite", f"{STEM}_io_layout.json",
+                f"{STEM}_manifest.json", f"{STEM}_delegates.json"}  # the default flags'
+MODEL_FILES = TFLITE_FILES | {"saved_model.pb", "fingerprint.pb", "variables/variables.index",
+                              "variables/variables.data-00000-of-00001"}  # with -osm
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +63,11 @@ def work(tmp_path, model_bytes):
 
 def test_stale_files_of_the_previous_conversion_are_replaced_foreign_ones_kept(work):
     out = work.root / "out"
-    work("-i", work.source, "-o", out, "-oh5", "-okv3", expect=0)
+    work("-i", work.source, "-o", out, "-osm", "-oh5", "-okv3", expect=0)
     assert set(tree(out)) == MODEL_FILES | {f"{STEM}.h5", f"{STEM}.keras"}
     (out / "notes.txt").write_text("mine")
-    work("-i", work.source, "-o", out, expect=0)
-    assert set(tree(out)) == MODEL_FILES | {"notes.txt"}
+    work("-i", work.source, "-o", out, expect=0)  # its saved_model and Keras files go
+    assert set(tree(out)) == TFLITE_FILES | {"notes.txt"}
     assert set(tree(out)) - {"notes.txt"} == manifest_files(out, STEM)
     manifest = json.loads((out / f"{STEM}_manifest.json").read_text())
     assert manifest["source"]["sha256"] == tree(work.root)[f"{STEM}.onnx"]
@@ -79,14 +79,14 @@ def test_a_different_model_into_the_same_folder_keeps_the_first_models_files(wor
     out = work.root / "out"
     other = work.root / "other.onnx"
     other.write_bytes(work.source.read_bytes())
-    work("-i", work.source, "-o", out, "-oh5", expect=0)
+    work("-i", work.source, "-o", out, "-osm", "-oh5", expect=0)
     first = tree(out)
     # both would write a saved_model: refused before converting, with the ways out
-    work("-i", other, "-o", out, input_path=other, expect=2,
+    work("-i", other, "-o", out, "-osm", input_path=other, expect=2,
          phrases=["already holds the saved_model of another model's conversion",
-                  f"{STEM}_manifest.json", "-dms"])
+                  f"{STEM}_manifest.json", "leave out -osm"])
     assert tree(out) == first
-    work("-i", other, "-o", out, "-dms", input_path=other, expect=0)
+    work("-i", other, "-o", out, input_path=other, expect=0)
     after = tree(out)
     assert {k: v for k, v in after.items() if k in first} == first
     assert set(after) - set(first) == manifest_files(out, "other")
@@ -105,7 +105,7 @@ def test_refuses_to_write_over_a_file_it_did_not_write(work, foreign):
     (out / foreign).parent.mkdir(parents=True, exist_ok=True)
     (out / foreign).write_text("user data")
     before = tree(out)
-    work("-i", work.source, "-o", out, expect=2,
+    work("-i", work.source, "-o", out, "-osm", expect=2,
          phrases=[str(out / foreign), "was not written by onnx2tf_alt", "another -o"])
     assert tree(out) == before
 
@@ -128,14 +128,14 @@ def test_the_input_is_never_an_output(work, where):
     shutil.copy(work.source, placed)
     (out / "labels.txt").write_text("user data")
     before = tree(out)
-    work("-i", placed, "-o", out, input_path=placed, expect=2,
+    work("-i", placed, "-o", out, "-osm", input_path=placed, expect=2,
          phrases=["lies at or inside an output path", "another -o"])
     assert tree(out) == before
 
 
 def test_input_beside_the_outputs_is_fine(work):
     out = work.root
-    work("-i", work.source, "-o", out, expect=0)
+    work("-i", work.source, "-o", out, "-osm", expect=0)
     assert MODEL_FILES <= set(tree(out))
 
 
@@ -234,7 +234,7 @@ def test_external_data_is_protected_too(work):
     external_data_helper.convert_model_to_external_data(
         model, all_tensors_to_one_file=True, location="saved_model.pb", size_threshold=0)
     onnx.save(model, path)
-    work("-i", path, "-o", out, input_path=path, expect=2,
+    work("-i", path, "-o", out, "-osm", input_path=path, expect=2,
          phrases=["saved_model.pb", "lies at or inside an output path"])
 
 

@@ -98,7 +98,7 @@ def encoder_model() -> onnx.ModelProto:
 def route(reference, tmp_path_factory):
     """route("tf") / route("direct") / route("auto"): the output folder of the decoder
     converted with its prefill, decode and encode signatures, with a saved_model through TF
-    (or with auto, its .tflite files by the direct writer), or with -dms by
+    (or with auto, its .tflite files by the direct writer), or without one by
     the direct writer alone (tflite/direct.write_direct_signatures); each made once."""
     from onnx2tf_alt import convert
 
@@ -118,7 +118,7 @@ def route(reference, tmp_path_factory):
                                 ["encode", encoder, f"features:{BATCH},7,32"]],
                     output_dynamic_range_quantized_tflite=True,
                     output_int4_weight_quantized_tflite=True, non_verbose=True,
-                    disable_model_save=name == "direct", tflite_writer=name)
+                    output_saved_model=name != "direct", tflite_writer=name)
             made[name] = out
         return made[name]
     return converted

@@ -95,8 +95,8 @@ def test_float16_model_converts_without_flex():
 
 def test_beside_a_saved_model_the_direct_writer_writes_the_float32_computing_files(
         tmp_path, monkeypatch):
-    """Default flags on a float64 model: the saved_model computes in float64, the .tflite
-    files are the -dms run's (the direct writer's of the rewrite computing in float32), not
+    """-osm on a float64 model: the saved_model computes in float64, the .tflite
+    files are the default run's (the direct writer's of the rewrite computing in float32), not
     TF's converter's, and -coto checks them."""
     import tensorflow as tf
 
@@ -113,7 +113,8 @@ def test_beside_a_saved_model_the_direct_writer_writes_the_float32_computing_fil
                   non_verbose=True, disable_model_save=True)
     monkeypatch.setattr(tf.lite, "TFLiteConverter", Refused())
     keras = convert_files(input_onnx_file_path=path, output_folder_path=str(tmp_path / "beside"),
-                          non_verbose=True, check_onnx_tf_outputs_elementwise_close=True)
+                          non_verbose=True, check_onnx_tf_outputs_elementwise_close=True,
+                          output_saved_model=True)
     assert keras.onnx2tf_alt_report.passed
     assert (tmp_path / "beside" / "saved_model.pb").exists()
     for name in ("f64_float32.tflite", "f64_float16.tflite"):

@@ -852,7 +852,7 @@ def test_quantized_files_beside_a_saved_model_are_the_tflite_only_runs(tmp_path)
     for name, tflite_only in (("dms", True), ("beside", False)):
         convert(input_onnx_file_path=path, output_folder_path=str(tmp_path / name),
                 non_verbose=True, output_integer_quantized_tflite=True,
-                output_int4_weight_quantized_tflite=True, disable_model_save=tflite_only)
+                output_int4_weight_quantized_tflite=True, output_saved_model=not tflite_only)
     assert (tmp_path / "beside" / "saved_model.pb").exists()
     for suffix in ("float32", "integer_quant", "full_integer_quant",
                    "integer_quant_with_int16_act", "int4_weight_quant"):

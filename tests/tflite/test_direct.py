@@ -510,8 +510,8 @@ def test_cli_direct_refuses_what_it_does_not_cover(uncovered_path, tmp_path):
     assert UNCOVERED in out, out
     assert not os.path.exists(tmp_path / "out" / "cumprod_float32.tflite")
     code, out = run_cli("-i", uncovered_path, "-o", tmp_path / "out2", "--tflite_writer",
-                        "direct")
-    assert code == 2 and "add -dms" in out, out
+                        "direct", "-osm")
+    assert code == 2 and "leave out -osm" in out, out
 
 
 def test_cli_run_imports_no_tensorflow_and_matches_the_tf_route(tmp_path):
@@ -1043,8 +1043,8 @@ def test_streamed_weights_write_the_same_files_also_beside_a_saved_model(tmp_pat
     written = []
     monkeypatch.setattr(direct.Bound, "write", lambda self, path, _write=direct.Bound.write: (
         written.append(os.path.basename(path)), _write(self, path))[1])
-    for flags in ({"disable_model_save": True}, {}):
-        out = tmp_path / ("dms" if flags else "beside")
+    for flags in ({}, {"output_saved_model": True}):
+        out = tmp_path / ("beside" if flags else "dms")
         convert(input_onnx_file_path=model, output_folder_path=str(out), non_verbose=True,
                 output_dynamic_range_quantized_tflite=True, **flags)
         for name in names:
@@ -1085,6 +1085,6 @@ def test_streamed_weights_are_read_back_for_the_int8_files(tmp_path, monkeypatch
             disable_model_save=True, output_integer_quantized_tflite=True)
     monkeypatch.setattr(direct, "STREAMED_BYTES", 0)
     convert(input_onnx_file_path=model, output_folder_path=str(streamed), non_verbose=True,
-            output_integer_quantized_tflite=True)
+            output_integer_quantized_tflite=True, output_saved_model=True)
     assert (streamed / "saved_model.pb").exists()
     assert (streamed / name).read_bytes() == (packed / name).read_bytes()

@@ -254,7 +254,7 @@ def test_cli_files_of_a_model_with_bound_weights(tmp_path):
     source = tmp_path / "decoder.onnx"
     onnx.save(model, source)
     converted_model = onnx2tf_alt.convert(str(source), output_folder_path=str(tmp_path / "out"),
-                                          non_verbose=True)
+                                          non_verbose=True, output_saved_model=True)
     assert converted_model is not None
     (expected,) = ort_run(model, feeds)
     for suffix, tol in (("float32", 1e-4), ("float16", 1e-2)):
