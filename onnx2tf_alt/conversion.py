@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -45,6 +45,16 @@ log = logging.getLogger("onnx2tf_alt")
 # -rtpo lowerings --target micro always takes: ops whose usual TFLite form has no TFLite
 # Micro kernel while this one runs there (measured, docs/micro.md)
 MICRO_FORMS = ("GeLU", "Pow")
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """-coto / -cotof: every value (`full`) or the outputs, the tolerances, the inputs."""
+
+    full: bool
+    atol: float
+    rtol: float
+    custom_inputs: dict
+
 
 # Modules that import TensorFlow are imported where they are used, after the cheap checks of
 # the input and the output folder: an unusable -o fails in a fraction of a second.
@@ -134,10 +144,11 @@ def convert(
     .tflite files always carry a `serving_default` signature.
 
     `check_onnx_tf_outputs_elementwise_close[_full]` compare the model outputs [every node
-    output] of the Keras model and the float32 TFLite with onnxruntime (pass: |tf - onnx| <=
-    atol + rtol * |onnx|), print a table and write `<stem>_accuracy_report.json` / `.html`;
-    the returned model then carries the `AccuracyReport` (onnx2tf_alt.check.compare) as
-    `model.onnx2tf_alt_report` (None when no check ran). `custom_input_op_name_np_data_path`
+    output] of the .tflite files (and of the Keras model, where one is built) with
+    onnxruntime (pass: |tf - onnx| <= atol + rtol * |onnx|), print a table and write
+    `<stem>_accuracy_report.json` / `.html`; a returned Keras model carries the
+    `AccuracyReport` (onnx2tf_alt.check.compare) as `model.onnx2tf_alt_report` (None when no
+    check ran). Without a Keras model the check needs no TensorFlow and None is returned. `custom_input_op_name_np_data_path`
     ([[name, file.npy], ...], ONNX layout) gives test inputs for the check and the failure
     reports; other inputs are seeded random values.
 
@@ -225,7 +236,7 @@ def convert(
     saved_model = _saved_model_asked(output_saved_model, disable_model_save, (
         output_tflite, output_h5, output_keras_v3, check))
     _require_tensorflow(tflite_writer, {"-osm (the saved_model)": saved_model, "-oh5": output_h5,
-                                        "-okv3": output_keras_v3, "-coto / -cotof": check})
+                                        "-okv3": output_keras_v3})
     output_integer_quantized_tflite = output_integer_quantized_tflite or micro
     if micro and batch_size is None:  # a microcontroller runs one sample at a time
         batch_size = 1
@@ -251,8 +262,12 @@ def convert(
     custom_inputs = load_custom_inputs([e[:2] for e in custom_input_op_name_np_data_path or []])
     # what the direct writer makes without TF: the float32 file and those made from it
     # (float16, -oi4, -odrqt, -oiqt, --target micro)
-    direct = _direct_asked(tflite_writer, output_tflite and not any((saved_model, 
-        output_h5, output_keras_v3, check)))
+    direct = _direct_asked(tflite_writer, output_tflite and not any((
+        saved_model, output_h5, output_keras_v3)))
+    checked = CheckRequest(check_onnx_tf_outputs_elementwise_close_full,
+                           check_onnx_tf_outputs_elementwise_close_atol,
+                           check_onnx_tf_outputs_elementwise_close_rtol,
+                           custom_inputs) if check else None
     spilled_before = set(ir_weights.SPILLED)
     progress.enable(not non_verbose)
     try:
@@ -325,7 +340,7 @@ def convert(
                         return _made_from_direct(
                             converted, stage, stem, int4, quant_options, custom_data,
                             quant_norm_mean, quant_norm_std, not non_verbose,
-                            micro, copy_onnx_input_output_names_to_tflite)
+                            micro, copy_onnx_input_output_names_to_tflite, checked)
 
                     written = _write_direct(planned, folder, stem, tflite_writer, sources,
                                             command, copy_onnx_input_output_names_to_tflite,
@@ -461,8 +476,9 @@ def _direct_asked(tflite_writer: str, tflite_only: bool) -> bool:
     if tflite_writer == "direct" and not tflite_only:
         raise InputError(
             "--tflite_writer direct writes the float32, float16, -odrqt, -oiqt, -oi4 and "
-            "--target micro .tflite files (--signature and --litertlm ones too): leave out "
-            "-osm, -oh5, -okv3 and -coto/-cotof (or use --tflite_writer auto).")
+            "--target micro .tflite files (--signature and --litertlm ones too), and checks "
+            "them (-coto / -cotof): leave out -osm, -oh5 and -okv3 (or use --tflite_writer "
+            "auto).")
     return tflite_writer != "tf" and tflite_only
 
 
@@ -582,11 +598,13 @@ def _direct_tflite_files(converted: Converted, folder: str, stem: str) -> list[s
 
 def _made_from_direct(converted: Converted, stage: str, stem: str, int4: bool, quant_options,
                       custom_data, mean, std, print_table: bool, micro: bool = False,
-                      onnx_names: bool = False) -> list[str]:
+                      onnx_names: bool = False, checked: CheckRequest | None = None
+                      ) -> list[str]:
     """The files made from the direct writer's float32 file in `stage`: -oi4's, -odrqt's
     and -oiqt's with their quant report (quant/quantize.py and the own quantizer need no TF
-    for them), and --target micro's check of the full-integer file."""
-    written = []
+    for them), --target micro's check of the full-integer file, and -coto / -cotof's
+    reports (`checked`: the files against onnxruntime, no Keras model)."""
+    written, plan = [], None
     if int4:
         written.append(_write_int4(None, stage, stem))
     if micro:
@@ -605,6 +623,17 @@ def _made_from_direct(converted: Converted, stage: str, stem: str, int4: bool, q
         if micro:
             with phase("micro"):
                 written.append(_check_micro(converted, stage, stem, plan, onnx_names))
+    if checked is not None:
+        from onnx2tf_alt.check.run import check_and_report
+
+        with phase("check"):
+            check_and_report(
+                converted, stage, stem, checked.full, checked.atol, checked.rtol,
+                first_sample(checked.custom_inputs, converted.graph),
+                os.path.join(stage, f"{stem}_float32.tflite"), print_table,
+                more_backends=None if plan is None else _quantized_check(
+                    converted, plan, stage, stem),
+                direct=converted)
     return written
 
 

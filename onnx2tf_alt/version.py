@@ -6,8 +6,8 @@ Every .tflite file (float32 / float16, -odrqt, -oiqt, -oi4, --signature, --liter
 --target micro) is written by the project's own writer and quantizer without it (the
 default flags never import it). It is needed for what TensorFlow itself is: the saved_model
 (-osm), the
-Keras files (-oh5, -okv3), the accuracy check's Keras model (-coto / -cotof,
-`onnx2tf_alt.check`, `pipeline.build`), TF's converter (`--tflite_writer tf`, and a model
+Keras files (-oh5, -okv3), the accuracy check of a Keras model (`onnx2tf_alt.check`,
+`pipeline.build`), TF's converter (`--tflite_writer tf`, and a model
 whose nodes the direct writer does not cover). Without it (0.23 GiB installed, against 2.16
 GiB with it), a conversion writes the same .tflite files; a flag that asks for one of the
 others is refused (exit 2), and a node only

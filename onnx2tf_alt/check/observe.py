@@ -37,12 +37,15 @@ def targets(converted, full: bool) -> list[Target]:
     """Every node output in topological order (`full`) or just the model outputs.
 
     Model outputs are read from the model's own output tensors (in their output perm), so
-    a final relayout is checked too.
+    a final relayout is checked too. A direct conversion (no Keras model) has no tensors:
+    its targets carry the plan's perms, for the direct writer's files.
     """
     result, graph = converted.result, converted.graph
     producers = {o: n for n in graph.nodes for o in n.outputs if o}
+    keras = result.model is not None  # else a direct conversion: values by the plan's perms
     if full:
-        names = [o for n in graph.nodes for o in n.outputs if o and o in result.values]
+        computed = result.values if keras else converted.plan.perms
+        names = [o for n in graph.nodes for o in n.outputs if o and o in computed]
         names += [o for o in graph.outputs if o not in producers]
     else:
         names = list(graph.outputs)
@@ -50,6 +53,10 @@ def targets(converted, full: bool) -> list[Target]:
     for name in dict.fromkeys(names):
         node = producers.get(name)
         node_name, op_type = (node.name, node.op_type) if node else ("(graph output)", "")
+        if not keras:
+            perm = result.output_perms.get(name) or converted.plan.perms[name]
+            found.append(Target(name, node_name, op_type, tuple(perm)))
+            continue
         if name in result.output_names:
             tensor = result.model.output[result.output_names[name]]
             found.append(Target(name, node_name, op_type, result.output_perms[name], tensor))

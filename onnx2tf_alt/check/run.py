@@ -24,7 +24,6 @@ from onnx2tf_alt.check.report import console_table, write_reports
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.layout import perms as P
 from onnx2tf_alt.pipeline import build, stem_of
-from onnx2tf_alt.tflite.lowering import tflite_bytes
 from onnx2tf_alt.translate.io_layout import io_layout
 
 log = logging.getLogger("onnx2tf_alt")
@@ -46,7 +45,8 @@ def check_converted(
     more_backends=None,
     direct=None,
 ) -> AccuracyReport:
-    """Compare the converted model with onnxruntime on one set of inputs.
+    """Compare the converted model with onnxruntime on one set of inputs: its Keras model
+    (where one was built: a direct conversion has none) and its .tflite files.
 
     `full`: every node output (topological order), else only the model outputs. With
     `tflite`, the float32 TFLite is compared as well: a debugging flatbuffer exposing every
@@ -81,11 +81,12 @@ def check_converted(
                 check.status, check.note = FAIL, failures[check.output_name]
         return BackendReport(name, checks)
 
-    failures: dict[str, str] = {}
-    values = tf_values(converted, found, feeds, failures)
-    report.backends["tf"] = backend(
-        "tf", values, lambda t: "not computed: an earlier op raised" if failures else
-        "not computed", failures)
+    if converted.result.model is not None:  # a Keras model was built: it is checked too
+        failures: dict[str, str] = {}
+        values = tf_values(converted, found, feeds, failures)
+        report.backends["tf"] = backend(
+            "tf", values, lambda t: "not computed: an earlier op raised" if failures else
+            "not computed", failures)
     if tflite:
         report.backends["tflite"] = _tflite_report(converted, found, feeds, tflite_model, backend,
                                                    direct)
@@ -139,7 +140,11 @@ def _tflite_report(converted, found, feeds, tflite_model, backend, direct=None
         perms = {t.onnx_name: t.perm for t in found}
         probe = None if outputs_only or direct is None else direct_probe(direct, found)
         if outputs_only:
-            content = tflite_model or tflite_bytes(converted.tflite_result())
+            if tflite_model is None:  # TF's converter (the Keras model's check)
+                from onnx2tf_alt.tflite.lowering import tflite_bytes
+
+                tflite_model = tflite_bytes(converted.tflite_result())
+            content = tflite_model
             keys = {t.onnx_name: converted.result.output_names[t.onnx_name] for t in found}
         elif probe is not None:
             content, converted = probe

@@ -262,24 +262,28 @@ def test_constant_values_are_unobserved_in_tflite(faulty):
 
 @pytest.fixture(scope="module")
 def cnn_cli_runs(tmp_path_factory):
-    """tiny_cnn converted by the CLI with -coto and with -cotof (-cotoa 1e-4), in parallel."""
+    """tiny_cnn converted by the CLI with -coto (the .tflite files only: no Keras model) and
+    with -cotof -osm (the Keras model checked too), -cotoa 1e-4, in parallel."""
     root = tmp_path_factory.mktemp("cnn")
     path = root / "cnn.onnx"
     onnx.save(tiny_cnn()[0], path)
     outs = {flag: root / flag.strip("-") for flag in ("-coto", "-cotof")}
-    procs = {f: start_cli("-i", path, "-o", out, f, "-cotoa", "1e-4") for f, out in outs.items()}
+    procs = {f: start_cli("-i", path, "-o", out, f, "-cotoa", "1e-4",
+                          *(["-osm"] if f == "-cotof" else [])) for f, out in outs.items()}
     return path, {flag: (outs[flag], *finish_cli(proc)) for flag, proc in procs.items()}
 
 
-@pytest.mark.parametrize("flag, count", [("-coto", 1), ("-cotof", 7)])
-def test_cli_check_writes_reports(cnn_cli_runs, flag, count):
+@pytest.mark.parametrize("flag, count, backends", [("-coto", 1, ["tflite"]),
+                                                   ("-cotof", 7, ["tf", "tflite"])])
+def test_cli_check_writes_reports(cnn_cli_runs, flag, count, backends):
     _, runs = cnn_cli_runs
     out, code, output = runs[flag]
     assert code == 0, output
     assert "PASSED" in output, output
     report = json.loads((out / "cnn_accuracy_report.json").read_text())
     assert report["passed"] and report["atol"] == 1e-4
-    for backend in ("tf", "tflite"):
+    assert list(report["backends"]) == backends
+    for backend in backends:
         values = report["backends"][backend]["values"]
         assert len(values) == count and all(v["status"] == PASS for v in values), values
     page = (out / "cnn_accuracy_report.html").read_text()

@@ -6,6 +6,7 @@ installed."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -43,20 +44,24 @@ def test_default_flags_write_the_same_tflite_files_as_with_tensorflow(tmp_path):
         assert (out / name).read_bytes() == (same / name).read_bytes(), name
 
 
-def test_quantized_files_need_no_tensorflow(tmp_path):
-    done = run_without_tf("-i", MODEL, "-o", tmp_path / "out", "-oiqt", "-n")
+def test_quantized_and_checked_files_need_no_tensorflow(tmp_path):
+    """-oiqt -cotof: the quantized files, and every value of each file against onnxruntime."""
+    done = run_without_tf("-i", MODEL, "-o", tmp_path / "out", "-oiqt", "-cotof", "-n")
     assert done.returncode == 0, done.stderr
     written = os.listdir(tmp_path / "out")
     assert "mobilenet_block_full_integer_quant.tflite" in written
     assert "saved_model.pb" not in written
+    with open(tmp_path / "out" / "mobilenet_block_accuracy_report.json") as f:
+        backends = json.load(f)["backends"]
+    assert "tf" not in backends and "tflite:full_integer_quant" in backends
+    assert all(v["status"] == "pass" for v in backends["tflite"]["values"])
 
 
 def test_flags_that_need_tensorflow_are_refused_naming_the_extra(tmp_path):
     out = tmp_path / "out"
     done = run_without_tf("-i", MODEL, "-o", out, "-osm", "-oh5", "-cotof")
     assert done.returncode == 2, done.stderr
-    assert ("-osm (the saved_model), -oh5, -coto / -cotof: TensorFlow is needed and not "
-            "installed") in done.stderr
+    assert "-osm (the saved_model), -oh5: TensorFlow is needed and not installed" in done.stderr
     assert INSTALL in done.stderr
     assert not out.exists()
 

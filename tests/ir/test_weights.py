@@ -72,7 +72,8 @@ def test_a_model_with_weights_on_disk_converts_and_checks(tmp_path):
     path, _ = external_model(tmp_path / "model", size_threshold=1024)
     out = tmp_path / "out"
     model = onnx2tf_alt.convert(input_onnx_file_path=path, output_folder_path=str(out),
-                                check_onnx_tf_outputs_elementwise_close=True, non_verbose=True)
+                                check_onnx_tf_outputs_elementwise_close=True, non_verbose=True,
+                                output_saved_model=True)
     assert model.onnx2tf_alt_report.passed  # TF and float32 TFLite against onnxruntime
     x = rng.randn(2, 96)
     (expected,) = ort.InferenceSession(path).run(None, {"x": x})
@@ -99,7 +100,8 @@ def test_inline_weights_move_to_a_temporary_file_for_the_conversion(tmp_path, mo
 
     out = tmp_path / "out"
     result = onnx2tf_alt.convert(input_onnx_file_path=path, output_folder_path=str(out),
-                                 check_onnx_tf_outputs_elementwise_close=True, non_verbose=True)
+                                 check_onnx_tf_outputs_elementwise_close=True, non_verbose=True,
+                                 output_saved_model=True)
     assert result.onnx2tf_alt_report.passed  # TF and float32 TFLite against onnxruntime
     assert not weights.SPILLED  # the conversion removed its file
     assert sorted(os.listdir(tmp_path / "model")) == ["m.onnx"]  # the user's folder untouched

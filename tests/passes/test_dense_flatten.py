@@ -82,6 +82,7 @@ def test_a_large_permuted_weight_is_made_in_a_temporary_file(tmp_path, monkeypat
     onnx.save(model, str(tmp_path / "m.onnx"))
     result = onnx2tf_alt.convert(input_onnx_file_path=str(tmp_path / "m.onnx"),
                                  output_folder_path=str(tmp_path / "out"),
-                                 check_onnx_tf_outputs_elementwise_close=True, non_verbose=True)
+                                 check_onnx_tf_outputs_elementwise_close=True, non_verbose=True,
+                                 output_saved_model=True)
     assert result.onnx2tf_alt_report.passed  # TF and float32 TFLite against onnxruntime
     assert not weights.SPILLED

@@ -282,7 +282,8 @@ def test_cotof_checks_a_qdq_model_at_every_pair_to_the_step(tmp_path):
     path = str(tmp_path / "block.onnx")
     qdq_block(path)
     model = convert(input_onnx_file_path=path, output_folder_path=str(tmp_path / "out"),
-                    non_verbose=True, check_onnx_tf_outputs_elementwise_close_full=True)
+                    non_verbose=True, check_onnx_tf_outputs_elementwise_close_full=True,
+                    output_saved_model=True)  # a Keras model too, checked beside the file
     report = model.onnx2tf_alt_report
     assert not report.error and report.passed
     for backend in ("tf", "tflite"):

@@ -416,6 +416,7 @@ def test_checker_compares_quantized_files_dequantized(full, tmp_path, monkeypatc
         output_integer_quantized_tflite=True,
         check_onnx_tf_outputs_elementwise_close_full=full,
         check_onnx_tf_outputs_elementwise_close=not full,
+        output_saved_model=True,  # a Keras model too, checked beside the files
     )
     report = model.onnx2tf_alt_report
     float_checks = report.backends["tflite"].checks
