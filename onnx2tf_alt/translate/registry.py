@@ -116,7 +116,8 @@ INDEX_MODULE = "onnx2tf_alt.ops._index"  # generated: python -m onnx2tf_alt.tran
 def _load_ops(key: tuple[str, str] | None = None) -> None:
     """Import the ops modules that register `key` ((domain, op_type), from the generated
     index: a model's conversion imports and compiles only the modules of its ops), or
-    every ops module once (no key, or one the index does not list) so their decorators run."""
+    every ops module once (no key, or one those modules do not register) so their
+    decorators run."""
     global _loaded
     if _loaded:
         return
@@ -124,11 +125,11 @@ def _load_ops(key: tuple[str, str] | None = None) -> None:
 
     if key is not None:
         index = importlib.import_module(INDEX_MODULE).MODULES
-        if key in index:
-            for name in index[key]:
-                if name not in _imported:
-                    _imported.add(name)
-                    importlib.import_module(f"onnx2tf_alt.ops.{name}")
+        for name in index.get(key, ()):
+            if name not in _imported:
+                _imported.add(name)
+                importlib.import_module(f"onnx2tf_alt.ops.{name}")
+        if key in _REGISTRY:
             return
     _loaded = True
     for name in ops_modules():
