@@ -51,6 +51,9 @@ def export(name: str, out_dir: str) -> str:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):  # -h, or no OUT_DIR: the usage
+        print(__doc__)
+        sys.exit(0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2)
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)
     for name in sys.argv[2:] or MODELS:
