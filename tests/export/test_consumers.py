@@ -104,7 +104,7 @@ def converted(request, tmp_path_factory):
         model = {"odd_cnn": odd_cnn, "grouped_conv": grouped_conv}[source]()
         onnx_path = folder / f"{source}.onnx"
         onnx.save(model, onnx_path)
-    code, log = run_cli("-i", onnx_path, "-o", folder / "saved_model", "-n", *flags)
+    code, log = run_cli("-i", onnx_path, "-o", folder / "saved_model", "-n", "-osm", *flags)
     assert code == 0, log
     name = model.graph.input[0].name
     shape = [3] + [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[1:]]
