@@ -176,6 +176,41 @@ def build_loaded(
     return translate(planned, show_progress)
 
 
+def build_direct(
+    input_onnx_file_path: str | None = None,
+    onnx_graph: onnx.ModelProto | None = None,
+    batch_size: int | None = None,
+    overwrite_input_shape: list[str] | None = None,
+    keep_ncw_or_nchw_or_ncdhw_input_names: list[str] | None = None,
+    keep_nwc_or_nhwc_or_ndhwc_input_names: list[str] | None = None,
+    show_progress: bool = False,
+    allow_newer_opset: bool = False,
+    input_names_to_interrupt_model_conversion: list[str] | None = None,
+    output_names_to_interrupt_model_conversion: list[str] | None = None,
+    options: ConversionOptions | None = None,
+) -> Converted:
+    """`build` without TensorFlow: the direct writer's float32 .tflite of the same plan
+    (tflite/direct.py; of its float32-compute rewrite for float64 / float16 models, as the
+    CLI writes it), with no Keras model (`result.model` is None). ConversionError naming
+    the first node the direct writer does not cover."""
+    from onnx2tf_alt.tflite.direct import DirectResult, write_direct
+
+    del show_progress  # the direct writer is quick: no progress bar
+    model = load_model(input_onnx_file_path, onnx_graph, allow_newer_opset)
+    planned = float32_planned(plan_loaded(
+        model, batch_size, overwrite_input_shape, keep_ncw_or_nchw_or_ncdhw_input_names,
+        keep_nwc_or_nhwc_or_ndhwc_input_names, input_names_to_interrupt_model_conversion,
+        output_names_to_interrupt_model_conversion, options))
+    result = write_direct(planned.graph, planned.plan, planned.options)
+    if not isinstance(result, DirectResult):
+        raise ConversionError(
+            [failure_for(result.node, planned.graph, str(result))] if result.node else [],
+            headline=f"the direct TFLite writer: {result}; check it with TensorFlow "
+                     "installed (keras=True).")
+    return Converted(result=result, graph=planned.graph, plan=planned.plan,
+                     model=planned.model, options=planned.options, _tflite_result=result)
+
+
 @dataclass
 class Planned:
     """A prepared model, its graph view and its layout plan: what the TF build and the

@@ -23,6 +23,7 @@ def check(
     custom_input_op_name_np_data_path: list | None = None,
     report_folder: str | None = None,
     seed: int = 0,
+    keras: bool | None = None,
     **build_kwargs,
 ):
     """Compare a conversion of `input_onnx_file_path` with onnxruntime; returns an
@@ -36,17 +37,25 @@ def check(
 
     full: every node output (the -cotof check), else only the model outputs (-coto).
     tflite: compare the float32 TFLite as well as the Keras model.
+    keras: build and compare the Keras model (TensorFlow, the `[tf]` extra: onnx2tf_alt/
+        version.py); default: where TensorFlow is installed. False checks the float32
+        TFLite of the direct writer alone, as the default CLI run writes it, without
+        TensorFlow.
     atol, rtol: a value passes when |converted - onnx| <= atol + rtol * |onnx| everywhere.
     inputs / custom_input_op_name_np_data_path: test inputs by name, as arrays or as
         -cind entries [[name, file.npy(, mean, std)], ...] (ONNX layout; of an array with
         several samples along a leading axis, the first); other inputs are seeded random.
     report_folder: also write `<stem>_accuracy_report.json` and `.html` there.
     build_kwargs: conversion options of `onnx2tf_alt.pipeline.build` (batch_size, ...).
-    Needs TensorFlow (the `[tf]` extra: onnx2tf_alt/version.py).
     """
     from onnx2tf_alt import version
 
-    version.require("onnx2tf_alt.check()")
+    if keras is None:
+        keras = version.installed()
+    if keras:
+        version.require("onnx2tf_alt.check(keras=True)")
+    elif not tflite:
+        raise ValueError("check(keras=False, tflite=False) compares nothing.")
     from onnx2tf_alt.check.inputs import load_custom_inputs
     from onnx2tf_alt.check.run import check_files
 
@@ -54,7 +63,7 @@ def check(
     arrays.update(inputs or {})
     return check_files(
         input_onnx_file_path, converted_path, full=full, atol=atol, rtol=rtol, inputs=arrays,
-        tflite=tflite, report_folder=report_folder, seed=seed, **build_kwargs,
+        tflite=tflite, report_folder=report_folder, seed=seed, keras=keras, **build_kwargs,
     )
 
 

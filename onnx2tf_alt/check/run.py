@@ -23,7 +23,7 @@ from onnx2tf_alt.check.observe import (
 from onnx2tf_alt.check.report import console_table, write_reports
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.layout import perms as P
-from onnx2tf_alt.pipeline import build, stem_of
+from onnx2tf_alt.pipeline import build, build_direct, stem_of
 from onnx2tf_alt.translate.io_layout import io_layout
 
 log = logging.getLogger("onnx2tf_alt")
@@ -140,7 +140,9 @@ def _tflite_report(converted, found, feeds, tflite_model, backend, direct=None
         perms = {t.onnx_name: t.perm for t in found}
         probe = None if outputs_only or direct is None else direct_probe(direct, found)
         if outputs_only:
-            if tflite_model is None:  # TF's converter (the Keras model's check)
+            if tflite_model is None and converted.result.model is None:
+                tflite_model = converted.result.content  # the direct writer's file
+            elif tflite_model is None:  # TF's converter (the Keras model's check)
                 from onnx2tf_alt.tflite.lowering import tflite_bytes
 
                 tflite_model = tflite_bytes(converted.tflite_result())
@@ -181,9 +183,11 @@ def check_files(
     tflite: bool = True,
     report_folder: str | None = None,
     seed: int = DEFAULT_SEED,
+    keras: bool = True,
     **build_kwargs,
 ) -> AccuracyReport:
-    """`onnx2tf_alt.check`: rebuild the conversion in memory and check it (see there)."""
+    """`onnx2tf_alt.check`: rebuild the conversion in memory and check it (see there);
+    without `keras`, the direct writer's conversion alone (no TensorFlow)."""
     stem = stem_of(input_onnx_file_path)
     recorded, tflite_model = None, None
     if converted_path is not None:
@@ -194,7 +198,8 @@ def check_files(
         if os.path.isfile(shipped):
             with open(shipped, "rb") as f:
                 tflite_model = _with_tf_names(f.read(), recorded)
-    converted = build(input_onnx_file_path=input_onnx_file_path, **build_kwargs)
+    converted = (build if keras else build_direct)(
+        input_onnx_file_path=input_onnx_file_path, **build_kwargs)
     if recorded is not None:
         _verify_layout(converted, recorded, converted_path)
     report = check_converted(

@@ -1,7 +1,6 @@
 """TensorFlow is an extra (onnx2tf_alt/version.py): without it a conversion writes the
-.tflite files as with -dms and says the saved_model was left out; a flag that needs it is
-refused with exit 2 and a node only TF's converter takes fails with exit 1, each naming the
-extra. Each run is a fresh interpreter in which `import tensorflow` fails, as where it is not
+same .tflite files and checks them; a flag that needs it is refused with exit 2 and a node
+only TF's converter takes fails with exit 1, each naming the extra. Each run is a fresh interpreter in which `import tensorflow` fails, as where it is not
 installed."""
 
 from __future__ import annotations
@@ -87,7 +86,8 @@ def test_the_python_functions_that_need_tensorflow_say_so():
     code = ("import sys; sys.modules['tensorflow'] = None; sys.modules['tf_keras'] = None\n"
             "import onnx2tf_alt\n"
             "from onnx2tf_alt.errors import InputError\n"
-            f"for call in (lambda: onnx2tf_alt.check({MODEL!r}), onnx2tf_alt.custom_objects):\n"
+            f"for call in (lambda: onnx2tf_alt.check({MODEL!r}, keras=True),\n"
+            "             onnx2tf_alt.custom_objects):\n"
             "    try:\n"
             "        call()\n"
             "    except InputError as error:\n"
@@ -95,7 +95,7 @@ def test_the_python_functions_that_need_tensorflow_say_so():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300, check=True)
     lines = done.stdout.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["onnx2tf_alt.check()",
+    assert [line.split(":")[0] for line in lines] == ["onnx2tf_alt.check(keras=True)",
                                                       "onnx2tf_alt.custom_objects()"]
     assert all(INSTALL in line for line in lines)
 
@@ -104,3 +104,17 @@ def test_the_version_says_what_the_install_writes():
     done = run_without_tf("-V")
     assert done.returncode == 0
     assert "TensorFlow not installed: the .tflite files" in done.stdout + done.stderr
+
+
+def test_python_check_runs_on_the_direct_writers_file():
+    """onnx2tf_alt.check() without TensorFlow: the float32 TFLite alone, every value and the
+    outputs (keras=True is refused, above)."""
+    code = ("import sys; sys.modules['tensorflow'] = None; sys.modules['tf_keras'] = None\n"
+            "import onnx2tf_alt\n"
+            f"full = onnx2tf_alt.check({MODEL!r})\n"
+            f"outputs = onnx2tf_alt.check({MODEL!r}, full=False)\n"
+            "print(full.passed, list(full.backends), len(full.backends['tflite'].checks))\n"
+            "print(outputs.passed, len(outputs.backends['tflite'].checks))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.stdout.splitlines() == ["True ['tflite'] 11", "True 1"], done.stderr
