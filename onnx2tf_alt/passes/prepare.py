@@ -15,6 +15,7 @@ from onnx2tf_alt.ir.index import GraphIndex, dims_of
 from onnx2tf_alt.ir.weights import add_spilled, to_array, weight_free_copy
 from onnx2tf_alt.passes.control_flow import inline_control_flow
 from onnx2tf_alt.passes.conv_taps import cut_dead_taps
+from onnx2tf_alt.passes.deconv_phases import split_transposed_convs
 from onnx2tf_alt.passes.dense_flatten import flatten_channel_last
 from onnx2tf_alt.passes.empty_rows import guard_empty_rows
 from onnx2tf_alt.passes.fusion import fuse_patterns
@@ -628,6 +629,8 @@ def prepare_model(
     if dropped:
         log.info("%d Mul / Div by 1, Add / Sub of 0 removed", dropped)
     if rewrite_one_group_norms(model):
+        model = infer_shapes(model, infer_foreign)
+    if split_transposed_convs(model):
         model = infer_shapes(model, infer_foreign)
     if bound_nms_by_slices(model):
         log.info("NonMaxSuppression: limits lowered to the rows a Slice reads")

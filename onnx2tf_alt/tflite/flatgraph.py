@@ -114,7 +114,8 @@ class FlatGraph:
         if dtype not in TYPES:
             raise NotCovered(f"dtype {dtype}")
         if not dynamic and sum(d is None for d in shape) > 1:
-            raise NotCovered(f"'{name}' has several unknown dims {list(shape)}")
+            raise NotCovered(f"'{name}' has several unknown dims {list(shape)} (-ois gives "
+                             "an input's sizes)")
         t = schema.TensorT()
         t.name = name.encode()
         t.type = TYPES[dtype]

@@ -402,24 +402,28 @@ def test_prelu_after_a_conv(slope_shape):
     assert count_tflite_ops(both_routes(model, {"x": x}).content).get("PRELU") == 1
 
 
-CONV_TRANSPOSES = [  # (attributes, ONNX weight shape)
-    ({"strides": [2, 2]}, (4, 6, 2, 2)),  # a U-Net's up-sampling
-    ({"strides": [2, 2], "pads": [1, 1, 1, 1]}, (4, 3, 4, 4)),
-    ({"strides": [2, 1], "pads": [1, 1, 1, 1], "dilations": [1, 2]}, (4, 5, 3, 3)),
-    ({"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}, (4, 3, 3, 3)),
-    ({"strides": [3, 2], "pads": [0, 2, 1, 0], "output_padding": [2, 1]}, (4, 2, 2, 3)),
-    ({"strides": [2, 2], "auto_pad": "SAME_UPPER"}, (4, 3, 3, 3)),
-    ({"strides": [2, 2], "output_shape": [11, 12]}, (4, 3, 3, 3)),
+CONV_TRANSPOSES = [  # (attributes, ONNX weight shape, written as output phases)
+    ({"strides": [2, 2]}, (4, 6, 2, 2), True),  # a U-Net's up-sampling
+    ({"strides": [2, 2], "pads": [1, 1, 1, 1]}, (4, 3, 4, 4), True),
+    ({"strides": [2, 1], "pads": [1, 1, 1, 1], "dilations": [1, 2]}, (4, 5, 3, 3), False),
+    ({"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}, (4, 3, 3, 3), True),
+    ({"strides": [3, 2], "pads": [0, 2, 1, 0], "output_padding": [2, 1]}, (4, 2, 2, 3), False),
+    ({"strides": [2, 2], "auto_pad": "SAME_UPPER"}, (4, 3, 3, 3), False),
+    ({"strides": [2, 2], "output_shape": [11, 12]}, (4, 3, 3, 3), False),
 ]
 
 
-@pytest.mark.parametrize(("attrs", "w_shape"), CONV_TRANSPOSES,
-                         ids=[str(a) for a, _ in CONV_TRANSPOSES])
-def test_conv_transpose_with_bias(attrs, w_shape):
+@pytest.mark.parametrize(("attrs", "w_shape", "phases"), CONV_TRANSPOSES,
+                         ids=[str(a) for a, _, _ in CONV_TRANSPOSES])
+def test_conv_transpose_with_bias(attrs, w_shape, phases):
+    """One TRANSPOSE_CONV, or, where passes/deconv_phases.py takes it, convolutions of the
+    output phases and one DEPTH_TO_SPACE: the same values on both routes."""
     x = rand(2, 4, 5, 6)
     nodes = [node("ConvTranspose", ["x", "w", "b"], "t", **attrs), node("Relu", ["t"], "y")]
     model = make_model(nodes, {"x": x}, ["y"], {"w": rand(*w_shape), "b": rand(w_shape[1])})
-    assert count_tflite_ops(both_routes(model, {"x": x}).content).get("TRANSPOSE_CONV") == 1
+    ops = count_tflite_ops(both_routes(model, {"x": x}).content)
+    assert (ops.get("TRANSPOSE_CONV"), ops.get("DEPTH_TO_SPACE")) == (
+        (None, 1) if phases else (1, None)), ops
 
 
 CONV_1D = [  # (attributes, ONNX weight shape) on x [2, 6, 11]
@@ -640,8 +644,8 @@ def test_a_scale_folds_into_a_depthwise_conv_with_a_multiplier(per_channel):
 
 
 @pytest.mark.parametrize(("bias", "activation", "attrs"), [
-    (True, "Relu", {"strides": [2, 2]}),  # a DB text detector's head: one TRANSPOSE_CONV
-    (False, None, {"strides": [2, 2]}),
+    (True, "Relu", {"strides": [2, 3]}),  # (equal strides: passes/deconv_phases.py)
+    (False, None, {"strides": [3, 2]}),
     (True, "Clip", {"strides": [2, 3], "pads": [1, 0, 1, 0], "kernel_shape": [3, 3]}),
 ])
 def test_a_transposed_conv_takes_its_bias_batch_norm_and_activation(bias, activation, attrs):

@@ -1,0 +1,224 @@
+"""A strided 2-D ConvTranspose written as convolutions of its output phases.
+
+A transposed convolution of stride s gives each output pixel `(m·s + rh, n·s + rw)` from the
+kernel taps of its phase `(rh, rw)` only: for one phase the output is an ordinary
+convolution of the input, whose kernel is those taps (per axis, the taps `t` with
+`(r + pad_begin - t) % s == 0`, read at input offset `(r + pad_begin - t) / s`). So
+
+    ConvTranspose(x, w, b)  ==  DepthToSpace_DCR(Concat_channels(Conv_phase(x) for each
+                                phase), s), cropped to the output size
+
+exactly (each output is the same sum of the same products). An inference BatchNormalization
+after it is folded into the phases' weights, and a Relu / Clip (0..6, -1..1) after that is
+applied to each phase before they interleave, where TFLite fuses it into the CONV_2D (as
+TF's converter moves it). XNNPACK's TRANSPOSE_CONV is
+slow next to its convolutions (and gains nothing from a second thread): measured on this
+machine's 2 cores, 1 / 2 threads, against the single TRANSPOSE_CONV (with its bias ADD
+and crop SLICE): see docs/benchmarks.md#transposed-convolutions. Where every phase reads
+the same input offsets (kernel size a multiple of the stride, e.g. SAM's 2x2 stride-2
+upscaling) the phases are one convolution with s² times the output channels, and no
+Concat.
+
+Rewritten: 2-D, group 1, dilation 1, equal strides above 1, a constant weight (and bias),
+explicit pads (or VALID), no `output_shape`, and every phase with a tap at an offset >= 0
+start (pads below the stride, as exporters write them). Others are left as they are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from onnx2tf_alt.ir.index import GraphIndex
+from onnx2tf_alt.ir.weights import to_array
+
+
+def split_transposed_convs(model: onnx.ModelProto) -> int:
+    """Rewrite each ConvTranspose of the main graph that qualifies (module docstring);
+    returns how many."""
+    graph = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    index = GraphIndex(graph)
+    initializers = {i.name: i for i in graph.initializer}
+    shapes = _shapes(graph)
+    rewritten: dict[int, list[onnx.NodeProto]] = {}
+    dropped: set[int] = set()
+    for position, node in enumerate(index.nodes):
+        phases = _phases(node, initializers, shapes)
+        if phases is None:
+            continue
+        norm, activation = _followers(index, node.output[0])
+        last = activation or norm
+        dropped.update(index.producer[n.output[0]] for n in (norm, activation) if n)
+        rewritten[position] = _rewrite(graph, node, initializers, opset, *phases,
+                                       norm=norm, activation=activation,
+                                       output=(last or node).output[0])
+    if not rewritten:
+        return 0
+    nodes = [n for position, node in enumerate(index.nodes) if position not in dropped
+             for n in rewritten.get(position, [node])]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return len(rewritten)
+
+
+def _shapes(graph: onnx.GraphProto) -> dict[str, list[int | None]]:
+    return {v.name: [d.dim_value if d.HasField("dim_value") else None
+                     for d in v.type.tensor_type.shape.dim]
+            for v in [*graph.input, *graph.value_info, *graph.output]
+            if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
+
+
+def _phases(node: onnx.NodeProto, initializers: dict, shapes: dict):
+    """(stride, per axis the taps of each phase [(offset, tap), ...], output size) where
+    the node qualifies, else None."""
+    if node.op_type != "ConvTranspose" or node.domain not in ("", "ai.onnx"):
+        return None
+    if len(node.input) < 2 or node.input[1] not in initializers:
+        return None
+    if len(node.input) > 2 and node.input[2] and node.input[2] not in initializers:
+        return None
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    weight_shape = list(initializers[node.input[1]].dims)
+    x, y = shapes.get(node.input[0]), shapes.get(node.output[0])
+    if len(weight_shape) != 4 or not x or not y or len(x) != 4 or None in x[1:] or (
+            len(y) != 4 or None in y[1:]):
+        return None
+    kernel = list(attrs.get("kernel_shape", weight_shape[2:]))
+    strides = list(attrs.get("strides", [1, 1]))
+    auto_pad = attrs.get("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if (attrs.get("group", 1) != 1 or list(attrs.get("dilations", [1, 1])) != [1, 1]
+            or "output_shape" in attrs or auto_pad not in ("NOTSET", "VALID")
+            or strides[0] != strides[1] or strides[0] < 2 or kernel != weight_shape[2:]):
+        return None
+    stride = strides[0]
+    pads = list(attrs.get("pads", [0, 0, 0, 0])) if auto_pad == "NOTSET" else [0, 0, 0, 0]
+    taps = []
+    for axis in (0, 1):
+        begin, size = pads[axis], x[2 + axis]
+        per_phase = [[((r + begin - t) // stride, t) for t in range(kernel[axis])
+                      if (r + begin - t) % stride == 0] for r in range(stride)]
+        if any(not p or min(d for d, _ in p) > 0 for p in per_phase):
+            return None  # a phase without taps, or one that starts past the input's start
+        expected = (size - 1) * stride - pads[axis] - pads[axis + 2] + kernel[axis] + (
+            list(attrs.get("output_padding", [0, 0]))[axis])
+        steps = -(-expected // stride)  # outputs of each phase
+        if expected != y[2 + axis] or any(steps + max(d for d, _ in p) < size
+                                          for p in per_phase):
+            return None  # a phase conv would need a negative end pad: an output cropped
+        taps.append(per_phase)
+    return stride, taps, y[2:], x[2:]
+
+
+# activations TFLite fuses into a CONV_2D: applied to each phase before they interleave
+_FUSED = {"Relu": None, "Clip": ((0.0, 6.0), (-1.0, 1.0), (0.0, None))}
+
+
+def _followers(index: GraphIndex, name: str):
+    """(the inference BatchNormalization, the fusable activation) that read `name` alone, one
+    after the other (each may be None): they commute with the interleaving, so the norm is
+    folded into the phases' weights and the activation applied to each phase, where the
+    CONV_2D takes it."""
+    norm = activation = None
+    consumers = index.consumer_nodes(name) if index.single_use(name) else []
+    if consumers and consumers[0].op_type == "BatchNormalization" and len(
+            consumers[0].output) == 1 and all(i in index.initializers
+                                              for i in consumers[0].input[1:5]):
+        norm = consumers[0]
+        name = norm.output[0]
+        consumers = index.consumer_nodes(name) if index.single_use(name) else []
+    if consumers and consumers[0].op_type in _FUSED and _fusable(consumers[0], index):
+        activation = consumers[0]
+    return norm, activation
+
+
+def _fusable(node: onnx.NodeProto, index: GraphIndex) -> bool:
+    if node.op_type == "Relu":
+        return True
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    bounds = [attrs.get("min"), attrs.get("max")]  # Clip before opset 11
+    for k, name in enumerate(node.input[1:3]):
+        if name and name not in index.initializers:
+            return False
+        if name:
+            bounds[k] = float(to_array(index.initializers[name]))
+    return tuple(bounds) in _FUSED["Clip"]
+
+
+def _rewrite(graph: onnx.GraphProto, node: onnx.NodeProto, initializers: dict, opset: int,
+             stride: int, taps: list, out_size: list[int], in_size: list[int],
+             norm: onnx.NodeProto | None = None, activation: onnx.NodeProto | None = None,
+             output: str = "") -> list[onnx.NodeProto]:
+    """The Conv(s) [each with `activation`], Concat, DepthToSpace and crop that compute
+    `output` (`node`'s, or that of the `norm` / `activation` after it), in the forms of the
+    model's opset."""
+    w = to_array(initializers[node.input[1]])  # [C_in, C_out, kh, kw]
+    cout = w.shape[1]
+    bias = (to_array(initializers[node.input[2]]) if len(node.input) > 2 and node.input[2]
+            else np.zeros(cout, w.dtype))
+    if norm is not None:  # y = (x - mean) * gamma / sqrt(var + eps) + beta, per channel
+        gamma, beta, mean, var = (to_array(initializers[n]) for n in norm.input[1:5])
+        eps = next((a.f for a in norm.attribute if a.name == "epsilon"), 1e-5)
+        scale = (gamma / np.sqrt(var + eps)).astype(w.dtype)
+        w = w * scale[None, :, None, None]
+        bias = ((bias - mean) * scale + beta).astype(w.dtype)
+    prefix = f"{node.name or node.output[0]}/phase"
+    steps = [-(-o // stride) for o in out_size]  # outputs per phase and axis
+    # (weight, pads) per phase, row-major over (rh, rw): DepthToSpace DCR's channel order
+    phases = []
+    for rh in range(stride):
+        for rw in range(stride):
+            (th, tw) = taps[0][rh], taps[1][rw]
+            low = [min(d for d, _ in t) for t in (th, tw)]
+            high = [max(d for d, _ in t) for t in (th, tw)]
+            weight = np.zeros((cout, w.shape[0], high[0] - low[0] + 1, high[1] - low[1] + 1),
+                              w.dtype)
+            for dh, kh in th:
+                for dw, kw in tw:
+                    weight[:, :, dh - low[0], dw - low[1]] = w[:, :, kh, kw].T
+            ends = [steps[a] - 1 + high[a] - (in_size[a] - 1) for a in (0, 1)]
+            phases.append((weight, [-low[0], -low[1], *ends]))
+    merged = all(p[1] == phases[0][1] and p[0].shape == phases[0][0].shape for p in phases)
+    nodes, outputs = [], []
+    groups = [("all", phases)] if merged else [(f"{i}", [p]) for i, p in enumerate(phases)]
+    for label, group in groups:
+        weight = np.concatenate([p[0] for p in group])
+        name = f"{prefix}{label}"
+        graph.initializer.append(numpy_helper.from_array(weight, f"{name}_weight"))
+        graph.initializer.append(numpy_helper.from_array(
+            np.tile(bias, len(group)).astype(w.dtype), f"{name}_bias"))
+        nodes.append(helper.make_node(
+            "Conv", [node.input[0], f"{name}_weight", f"{name}_bias"], [f"{name}_out"],
+            name=f"{name}_conv", kernel_shape=list(weight.shape[2:]), pads=group[0][1]))
+        outputs.append(f"{name}_out")
+        if activation is not None:
+            nodes.append(helper.make_node(
+                activation.op_type, [f"{name}_out", *activation.input[1:]],
+                [f"{name}_act"], name=f"{name}_{activation.op_type.lower()}"))
+            nodes[-1].attribute.extend(activation.attribute)
+            outputs[-1] = f"{name}_act"
+    stacked = outputs[0]
+    if len(outputs) > 1:
+        stacked = f"{prefix}s_stacked"
+        nodes.append(helper.make_node("Concat", outputs, [stacked], name=f"{prefix}s_concat",
+                                      axis=1))
+    cropped = [s * stride for s in steps] != list(out_size)
+    output = output or node.output[0]
+    spread = f"{prefix}s_spread" if cropped else output
+    mode = {"mode": "DCR"} if opset >= 11 else {}  # DCR, the only mode before opset 11
+    nodes.append(helper.make_node("DepthToSpace", [stacked], [spread], name=node.name,
+                                  blocksize=stride, **mode))
+    if cropped:
+        crop = {"starts": [0, 0], "ends": list(out_size), "axes": [2, 3]}
+        if opset < 10:  # Slice-1 takes them as attributes
+            nodes.append(helper.make_node("Slice", [spread], [output],
+                                          name=f"{prefix}s_crop", **crop))
+            return nodes
+        names = [f"{prefix}s_crop_{key}" for key in crop]
+        graph.initializer.extend(numpy_helper.from_array(np.array(v, np.int64), n)
+                                 for n, v in zip(names, crop.values()))
+        nodes.append(helper.make_node("Slice", [spread, *names], [output],
+                                      name=f"{prefix}s_crop"))
+    return nodes

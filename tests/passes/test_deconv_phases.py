@@ -1,0 +1,139 @@
+"""A strided ConvTranspose as convolutions of its output phases (passes/deconv_phases.py):
+the rewritten ONNX graph computes what the original does (onnxruntime on both, random
+geometries), converted models match onnxruntime through TF and the float32 TFLite with no
+TRANSPOSE_CONV left, a BatchNormalization and a Relu / Clip after it end up inside the
+CONV_2Ds, and what the pass does not take keeps its TRANSPOSE_CONV."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from onnx2tf_alt.passes.deconv_phases import split_transposed_convs
+from onnx2tf_alt.passes.prepare import infer_shapes
+
+from harness import check_model, count_tflite_ops, make_model
+
+
+def deconv_model(x_shape, c_out, kernel, seed, bias=True, opset=18, after=(), **attrs):
+    """x -> ConvTranspose(kernel, attrs) [-> the ops of `after`] -> y."""
+    rng = np.random.default_rng(seed)
+    inits = {"w": rng.standard_normal((x_shape[1], c_out, *kernel)).astype(np.float32) * 0.3}
+    inputs = ["x", "w"]
+    if bias:
+        inits["b"] = rng.standard_normal(c_out * attrs.get("group", 1)).astype(np.float32)
+        inputs.append("b")
+    nodes = [helper.make_node("ConvTranspose", inputs, ["t0"], name="up", **attrs)]
+    for k, op in enumerate(after):
+        if op == "BatchNormalization":
+            for name, value in (("gamma", rng.uniform(0.5, 1.5, c_out)),
+                                ("beta", rng.standard_normal(c_out)),
+                                ("mean", rng.standard_normal(c_out) * 0.1),
+                                ("var", rng.uniform(0.5, 1.5, c_out))):
+                inits[name] = value.astype(np.float32)
+            nodes.append(helper.make_node(op, [f"t{k}", "gamma", "beta", "mean", "var"],
+                                          [f"t{k + 1}"], epsilon=1e-3))
+        elif op == "Clip6":
+            inits.update(lo=np.float32(0), hi=np.float32(6))
+            nodes.append(helper.make_node("Clip", [f"t{k}", "lo", "hi"], [f"t{k + 1}"]))
+        else:
+            nodes.append(helper.make_node(op, [f"t{k}"], [f"t{k + 1}"]))
+    nodes.append(helper.make_node("Identity", [f"t{len(after)}"], ["y"]))
+    feeds = {"x": rng.standard_normal(x_shape).astype(np.float32)}
+    return make_model(nodes, feeds, ["y"], inits, opset=opset), feeds
+
+
+def run(model, feeds):
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+def rewritten(model):
+    copy = infer_shapes(onnx.ModelProto.FromString(model.SerializeToString()))
+    return split_transposed_convs(copy), copy
+
+
+def test_random_geometries_compute_what_onnxruntime_does():
+    """Strides 2-4, kernels 1-6, pads below the stride, output padding, odd and non-square
+    sizes, batch 2: every rewritten model gives the original's outputs in onnxruntime."""
+    rng = np.random.default_rng(0)
+    taken = 0
+    for case in range(60):
+        stride = int(rng.integers(2, 5))
+        kernel = [int(rng.integers(1, 7)) for _ in range(2)]
+        pads = [int(rng.integers(0, stride)) for _ in range(4)]
+        padding = [int(rng.integers(0, stride)) for _ in range(2)]
+        x_shape = (2, 3, int(rng.integers(2, 9)), int(rng.integers(2, 9)))
+        if any((x_shape[2 + a] - 1) * stride - pads[a] - pads[a + 2] + kernel[a] + padding[a]
+               < 1 for a in (0, 1)):
+            continue  # no output
+        model, feeds = deconv_model(x_shape, 4, kernel, case, bias=bool(case % 2),
+                                    strides=[stride, stride], pads=pads, output_padding=padding)
+        count, new = rewritten(model)
+        if not count:
+            continue
+        taken += 1
+        assert not any(n.op_type == "ConvTranspose" for n in new.graph.node)
+        np.testing.assert_allclose(run(new, feeds), run(model, feeds), rtol=1e-5, atol=1e-5,
+                                   err_msg=f"case {case}: {stride=} {kernel=} {pads=}")
+    assert taken >= 15, taken
+
+
+@pytest.mark.parametrize(("kernel", "attrs", "convs"), [
+    ((3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}, 4),
+    ((2, 2), {"strides": [2, 2]}, 1),  # SAM's upscaling, a U-Net's: one CONV_2D
+    ((4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, 4),  # DCGAN's
+    ((3, 3), {"strides": [2, 2]}, 4),  # 2 * 7 + 1: a cropped last row and column
+    ((5, 4), {"strides": [3, 3], "pads": [2, 1, 0, 2]}, 9),
+    ((4, 4), {"strides": [4, 4], "auto_pad": "VALID"}, 1),
+])
+def test_converted_files_hold_convolutions_and_one_depth_to_space(kernel, attrs, convs):
+    model, feeds = deconv_model((2, 5, 7, 6), 3, kernel, 1, **attrs)
+    converted = check_model(model, feeds)
+    ops = count_tflite_ops(converted.tflite)
+    assert "TRANSPOSE_CONV" not in ops and "TRANSPOSE" not in ops, ops
+    assert ops.get("CONV_2D") == convs and ops.get("DEPTH_TO_SPACE") == 1, ops
+
+
+@pytest.mark.parametrize("after", [("BatchNormalization", "Relu"), ("Relu",), ("Clip6",),
+                                   ("BatchNormalization",)])
+def test_a_norm_and_an_activation_after_it_go_into_the_convolutions(after):
+    """A DB text detector's head (ConvTranspose 2x2 / 2 -> BatchNormalization -> Relu): one
+    CONV_2D with the norm in its weights and the activation fused, then DEPTH_TO_SPACE."""
+    model, feeds = deconv_model((2, 8, 6, 5), 4, (2, 2), 2, strides=[2, 2], after=after)
+    ops = count_tflite_ops(check_model(model, feeds).tflite)
+    assert ops == {"CONV_2D": 1, "DEPTH_TO_SPACE": 1}, ops
+    model, feeds = deconv_model((2, 8, 6, 5), 4, (3, 3), 3, strides=[2, 2], pads=[1] * 4,
+                                output_padding=[1, 1], after=after)
+    ops = count_tflite_ops(check_model(model, feeds).tflite)
+    assert ops == {"CONV_2D": 4, "CONCATENATION": 1, "DEPTH_TO_SPACE": 1}, ops
+
+
+@pytest.mark.parametrize("opset", [7, 9, 11])
+def test_older_opsets_get_their_slice_and_depth_to_space(opset):
+    """Slice before opset 10 takes attributes; DepthToSpace before 11 has no mode (DCR)."""
+    model, feeds = deconv_model((1, 3, 5, 5), 2, (3, 3), 4, opset=opset, strides=[2, 2])
+    count, new = rewritten(model)
+    assert count == 1
+    np.testing.assert_allclose(run(new, feeds), run(model, feeds), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"strides": [2, 2], "group": 2},
+    {"strides": [2, 2], "dilations": [2, 2]},
+    {"strides": [2, 3]},
+    {"strides": [2, 2], "output_shape": [13, 13]},
+    {"strides": [2, 2], "auto_pad": "SAME_UPPER"},
+    {"strides": [2, 2], "pads": [2, 2, 2, 2]},  # a phase would start past the input
+    {},
+], ids=str)
+def test_what_the_pass_does_not_take_stays_transpose_conv(attrs):
+    channels = 4 if attrs.get("group") else 3
+    model, feeds = deconv_model((2, channels, 6, 6), 2, (3, 3), 5, **attrs)
+    assert rewritten(model)[0] == 0
+    ops = count_tflite_ops(check_model(model, feeds).tflite)
+    groups = attrs.get("group", 1)  # one TRANSPOSE_CONV per group
+    assert ops.get("TRANSPOSE_CONV") == groups and "DEPTH_TO_SPACE" not in ops, ops
