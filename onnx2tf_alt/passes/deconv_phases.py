@@ -19,12 +19,17 @@ the same input offsets (kernel size a multiple of the stride, e.g. SAM's 2x2 str
 upscaling) the phases are one convolution with s² times the output channels, and no
 Concat.
 
-Rewritten: 2-D, group 1, dilation 1, equal strides above 1, a constant weight (and bias),
+A 1-D one (vocoders' upsampling) interleaves its phases with reshapes and a transpose that,
+channel-last, move no data.
+
+Rewritten: 1-D and 2-D, group 1, dilation 1, equal strides above 1, a constant weight (and bias),
 explicit pads (or VALID), no `output_shape`, and every phase with a tap at an offset >= 0
 start (pads below the stride, as exporters write them). Others are left as they are.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import onnx
@@ -46,10 +51,13 @@ def split_transposed_convs(model: onnx.ModelProto) -> int:
     dropped: set[int] = set()
     for position, node in enumerate(index.nodes):
         phases = _phases(node, initializers, shapes)
-        if phases is None:
+        if phases is None or (opset < 5 and len(phases[1]) == 1):  # Reshape's shape input
             continue
         norm, activation = _followers(index, node.output[0])
         last = activation or norm
+        if len(phases[1]) == 1 and (last or node).output[0] in index.outputs:
+            continue  # a model output of rank 3 made by the interleave would be given in
+            # ONNX layout (layout/plan.py's rule for rank-3 outputs): one TRANSPOSE more
         dropped.update(index.producer[n.output[0]] for n in (norm, activation) if n)
         rewritten[position] = _rewrite(graph, node, initializers, opset, *phases,
                                        norm=norm, activation=activation,
@@ -81,29 +89,30 @@ def _phases(node: onnx.NodeProto, initializers: dict, shapes: dict):
         return None
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     weight_shape = list(initializers[node.input[1]].dims)
+    rank = len(weight_shape) - 2  # spatial axes: 1 or 2
     x, y = shapes.get(node.input[0]), shapes.get(node.output[0])
-    if len(weight_shape) != 4 or not x or not y or len(x) != 4 or None in x[1:] or (
-            len(y) != 4 or None in y[1:]):
+    if rank not in (1, 2) or not x or not y or len(x) != rank + 2 or None in x[1:] or (
+            len(y) != rank + 2 or None in y[1:]):
         return None
     kernel = list(attrs.get("kernel_shape", weight_shape[2:]))
-    strides = list(attrs.get("strides", [1, 1]))
+    strides = list(attrs.get("strides", [1] * rank))
     auto_pad = attrs.get("auto_pad", b"NOTSET")
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
-    if (attrs.get("group", 1) != 1 or list(attrs.get("dilations", [1, 1])) != [1, 1]
+    if (attrs.get("group", 1) != 1 or list(attrs.get("dilations", [1] * rank)) != [1] * rank
             or "output_shape" in attrs or auto_pad not in ("NOTSET", "VALID")
-            or strides[0] != strides[1] or strides[0] < 2 or kernel != weight_shape[2:]):
+            or len(set(strides)) != 1 or strides[0] < 2 or kernel != weight_shape[2:]):
         return None
     stride = strides[0]
-    pads = list(attrs.get("pads", [0, 0, 0, 0])) if auto_pad == "NOTSET" else [0, 0, 0, 0]
+    pads = list(attrs.get("pads", [0] * 2 * rank)) if auto_pad == "NOTSET" else [0] * 2 * rank
     taps = []
-    for axis in (0, 1):
+    for axis in range(rank):
         begin, size = pads[axis], x[2 + axis]
         per_phase = [[((r + begin - t) // stride, t) for t in range(kernel[axis])
                       if (r + begin - t) % stride == 0] for r in range(stride)]
         if any(not p or min(d for d, _ in p) > 0 for p in per_phase):
             return None  # a phase without taps, or one that starts past the input's start
-        expected = (size - 1) * stride - pads[axis] - pads[axis + 2] + kernel[axis] + (
-            list(attrs.get("output_padding", [0, 0]))[axis])
+        expected = (size - 1) * stride - pads[axis] - pads[axis + rank] + kernel[axis] + (
+            list(attrs.get("output_padding", [0] * rank))[axis])
         steps = -(-expected // stride)  # outputs of each phase
         if expected != y[2 + axis] or any(steps + max(d for d, _ in p) < size
                                           for p in per_phase):
@@ -151,10 +160,11 @@ def _rewrite(graph: onnx.GraphProto, node: onnx.NodeProto, initializers: dict, o
              stride: int, taps: list, out_size: list[int], in_size: list[int],
              norm: onnx.NodeProto | None = None, activation: onnx.NodeProto | None = None,
              output: str = "") -> list[onnx.NodeProto]:
-    """The Conv(s) [each with `activation`], Concat, DepthToSpace and crop that compute
-    `output` (`node`'s, or that of the `norm` / `activation` after it), in the forms of the
-    model's opset."""
-    w = to_array(initializers[node.input[1]])  # [C_in, C_out, kh, kw]
+    """The Conv(s) [each with `activation`], Concat, DepthToSpace (1-D: the phases stacked
+    on a last axis that a Reshape merges) and crop that compute `output` (`node`'s, or that
+    of the `norm` / `activation` after it), in the forms of the model's opset."""
+    w = to_array(initializers[node.input[1]])  # [C_in, C_out, *kernel]
+    rank = w.ndim - 2
     cout = w.shape[1]
     bias = (to_array(initializers[node.input[2]]) if len(node.input) > 2 and node.input[2]
             else np.zeros(cout, w.dtype))
@@ -162,25 +172,28 @@ def _rewrite(graph: onnx.GraphProto, node: onnx.NodeProto, initializers: dict, o
         gamma, beta, mean, var = (to_array(initializers[n]) for n in norm.input[1:5])
         eps = next((a.f for a in norm.attribute if a.name == "epsilon"), 1e-5)
         scale = (gamma / np.sqrt(var + eps)).astype(w.dtype)
-        w = w * scale[None, :, None, None]
+        w = w * scale.reshape(1, -1, *[1] * rank)
         bias = ((bias - mean) * scale + beta).astype(w.dtype)
     prefix = f"{node.name or node.output[0]}/phase"
     steps = [-(-o // stride) for o in out_size]  # outputs per phase and axis
     # (weight, pads) per phase, row-major over (rh, rw): DepthToSpace DCR's channel order
     phases = []
-    for rh in range(stride):
-        for rw in range(stride):
-            (th, tw) = taps[0][rh], taps[1][rw]
-            low = [min(d for d, _ in t) for t in (th, tw)]
-            high = [max(d for d, _ in t) for t in (th, tw)]
-            weight = np.zeros((cout, w.shape[0], high[0] - low[0] + 1, high[1] - low[1] + 1),
-                              w.dtype)
-            for dh, kh in th:
-                for dw, kw in tw:
-                    weight[:, :, dh - low[0], dw - low[1]] = w[:, :, kh, kw].T
-            ends = [steps[a] - 1 + high[a] - (in_size[a] - 1) for a in (0, 1)]
-            phases.append((weight, [-low[0], -low[1], *ends]))
-    merged = all(p[1] == phases[0][1] and p[0].shape == phases[0][0].shape for p in phases)
+    for phase in itertools.product(range(stride), repeat=rank):
+        chosen = [taps[a][r] for a, r in enumerate(phase)]
+        low = [min(d for d, _ in t) for t in chosen]
+        high = [max(d for d, _ in t) for t in chosen]
+        weight = np.zeros((cout, w.shape[0], *[h - lo + 1 for lo, h in zip(low, high)]),
+                          w.dtype)
+        for combination in itertools.product(*chosen):
+            at = tuple(d - lo for (d, _), lo in zip(combination, low))
+            weight[(slice(None), slice(None), *at)] = w[(slice(None), slice(None),
+                                                         *[t for _, t in combination])].T
+        ends = [steps[a] - 1 + high[a] - (in_size[a] - 1) for a in range(rank)]
+        phases.append((weight, [*(-lo for lo in low), *ends]))
+    # one conv for every phase where they read the same offsets (2-D: DepthToSpace's
+    # channel order; 1-D phases are stacked on a new axis, so one conv each)
+    merged = rank == 2 and all(p[1] == phases[0][1] and p[0].shape == phases[0][0].shape
+                               for p in phases)
     nodes, outputs = [], []
     groups = [("all", phases)] if merged else [(f"{i}", [p]) for i, p in enumerate(phases)]
     for label, group in groups:
@@ -199,19 +212,23 @@ def _rewrite(graph: onnx.GraphProto, node: onnx.NodeProto, initializers: dict, o
                 [f"{name}_act"], name=f"{name}_{activation.op_type.lower()}"))
             nodes[-1].attribute.extend(activation.attribute)
             outputs[-1] = f"{name}_act"
-    stacked = outputs[0]
-    if len(outputs) > 1:
-        stacked = f"{prefix}s_stacked"
-        nodes.append(helper.make_node("Concat", outputs, [stacked], name=f"{prefix}s_concat",
-                                      axis=1))
     cropped = [s * stride for s in steps] != list(out_size)
     output = output or node.output[0]
     spread = f"{prefix}s_spread" if cropped else output
-    mode = {"mode": "DCR"} if opset >= 11 else {}  # DCR, the only mode before opset 11
-    nodes.append(helper.make_node("DepthToSpace", [stacked], [spread], name=node.name,
-                                  blocksize=stride, **mode))
+    if rank == 1:  # [N, C, M] each -> [N, C, M, s] -> [N, C, M * s]
+        nodes += _interleaved(graph, outputs, spread, prefix, cout, steps[0])
+        nodes[-1].name = node.name
+    else:
+        stacked = outputs[0]
+        if len(outputs) > 1:
+            stacked = f"{prefix}s_stacked"
+            nodes.append(helper.make_node("Concat", outputs, [stacked],
+                                          name=f"{prefix}s_concat", axis=1))
+        mode = {"mode": "DCR"} if opset >= 11 else {}  # DCR, the only mode before opset 11
+        nodes.append(helper.make_node("DepthToSpace", [stacked], [spread], name=node.name,
+                                      blocksize=stride, **mode))
     if cropped:
-        crop = {"starts": [0, 0], "ends": list(out_size), "axes": [2, 3]}
+        crop = {"starts": [0] * rank, "ends": list(out_size), "axes": list(range(2, 2 + rank))}
         if opset < 10:  # Slice-1 takes them as attributes
             nodes.append(helper.make_node("Slice", [spread], [output],
                                           name=f"{prefix}s_crop", **crop))
@@ -221,4 +238,27 @@ def _rewrite(graph: onnx.GraphProto, node: onnx.NodeProto, initializers: dict, o
                                  for n, v in zip(names, crop.values()))
         nodes.append(helper.make_node("Slice", [spread, *names], [output],
                                       name=f"{prefix}s_crop"))
+    return nodes
+
+
+def _interleaved(graph: onnx.GraphProto, phases: list[str], output: str, prefix: str,
+                 channels: int, steps: int) -> list[onnx.NodeProto]:
+    """1-D phases [N, C, M] interleaved into `output` [N, C, M * s]: concatenated on the
+    channels [N, s * C, M], split [N, s, C, M], moved to [N, C, M, s] and the last two axes
+    merged. Channel-last that is [N, M, s * C] = [N, M, s, C] = [N, M * s, C]: no data
+    moves (the layout plan sees the reshapes as splits and merges of adjacent axes)."""
+    nodes, stacked = [], f"{prefix}s_stacked"
+    nodes.append(helper.make_node("Concat", phases, [stacked], name=f"{prefix}s_concat",
+                                  axis=1))
+    shapes = {"split": [0, len(phases), channels, steps],
+              "merged": [0, channels, steps * len(phases)]}
+    for key, value in shapes.items():
+        graph.initializer.append(numpy_helper.from_array(np.array(value, np.int64),
+                                                         f"{prefix}s_{key}_shape"))
+    nodes.append(helper.make_node("Reshape", [stacked, f"{prefix}s_split_shape"],
+                                  [f"{prefix}s_split"], name=f"{prefix}s_split"))
+    nodes.append(helper.make_node("Transpose", [f"{prefix}s_split"], [f"{prefix}s_moved"],
+                                  name=f"{prefix}s_move", perm=[0, 2, 3, 1]))
+    nodes.append(helper.make_node("Reshape", [f"{prefix}s_moved", f"{prefix}s_merged_shape"],
+                                  [output]))
     return nodes

@@ -630,11 +630,11 @@ def prepare_model(
         log.info("%d Mul / Div by 1, Add / Sub of 0 removed", dropped)
     if rewrite_one_group_norms(model):
         model = infer_shapes(model, infer_foreign)
-    if split_transposed_convs(model):
-        model = infer_shapes(model, infer_foreign)
     if bound_nms_by_slices(model):
         log.info("NonMaxSuppression: limits lowered to the rows a Slice reads")
     if guard_empty_rows(model):
+        model = infer_shapes(model, infer_foreign)
+    if split_transposed_convs(model):  # after: a guarded region's rows are never 0 here
         model = infer_shapes(model, infer_foreign)
     flatten_channel_last(model)
     absorb_channel_shuffles(model)

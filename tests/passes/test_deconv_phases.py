@@ -137,3 +137,45 @@ def test_what_the_pass_does_not_take_stays_transpose_conv(attrs):
     ops = count_tflite_ops(check_model(model, feeds).tflite)
     groups = attrs.get("group", 1)  # one TRANSPOSE_CONV per group
     assert ops.get("TRANSPOSE_CONV") == groups and "DEPTH_TO_SPACE" not in ops, ops
+
+
+def deconv1d_model(length, c_in, c_out, kernel, seed, **attrs):
+    """x [2, c_in, length] -> ConvTranspose 1-D -> Conv 1-D (3 taps) -> y."""
+    rng = np.random.default_rng(seed)
+    inits = {"w": rng.standard_normal((c_in, c_out, kernel)).astype(np.float32) * 0.3,
+             "b": rng.standard_normal(c_out).astype(np.float32),
+             "w2": rng.standard_normal((2, c_out, 3)).astype(np.float32) * 0.3}
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["t"], name="up", **attrs),
+             helper.make_node("Conv", ["t", "w2"], ["y"], pads=[1, 1])]
+    feeds = {"x": rng.standard_normal((2, c_in, length)).astype(np.float32)}
+    return make_model(nodes, feeds, ["y"], inits), feeds
+
+
+def test_1d_random_geometries_compute_what_onnxruntime_does():
+    rng = np.random.default_rng(1)
+    taken = 0
+    for case in range(40):
+        stride, kernel = int(rng.integers(2, 9)), int(rng.integers(1, 17))
+        pads = [int(rng.integers(0, stride)) for _ in range(2)]
+        length, padding = int(rng.integers(3, 12)), int(rng.integers(0, stride))
+        if (length - 1) * stride - sum(pads) + kernel + padding < 1:
+            continue
+        model, feeds = deconv1d_model(length, 3, 4, kernel, case, strides=[stride], pads=pads,
+                                      output_padding=[padding])
+        count, new = rewritten(model)
+        taken += count
+        np.testing.assert_allclose(run(new, feeds), run(model, feeds), rtol=1e-5, atol=1e-5,
+                                   err_msg=f"case {case}: {stride=} {kernel=} {pads=}")
+    assert taken >= 15, taken
+
+
+@pytest.mark.parametrize(("kernel", "attrs"), [
+    (16, {"strides": [8], "pads": [4, 4]}),  # a HiFi-GAN vocoder's upsampling
+    (4, {"strides": [2], "pads": [1, 1]}),
+    (3, {"strides": [2], "pads": [1, 1], "output_padding": [1]}),
+])
+def test_1d_files_interleave_the_phases_without_moving_data(kernel, attrs):
+    model, feeds = deconv1d_model(9, 6, 5, kernel, 2, **attrs)
+    ops = count_tflite_ops(check_model(model, feeds).tflite)
+    assert "TRANSPOSE_CONV" not in ops and "TRANSPOSE" not in ops, ops
+    assert ops.get("CONV_2D") == attrs["strides"][0] + 1, ops  # a conv per phase, and w2's
