@@ -44,7 +44,8 @@ def cnn_model():
         node("Sigmoid", ["c2"], "s1"),
         node("Concat", ["hs", "s1"], "cat", axis=1),
         node("Resize", ["cat", "", "scales"], "up", mode="nearest"),
-        node("ConvTranspose", ["up", "wt", "bt"], "ct", strides=[2, 2]),
+        node("ConvTranspose", ["up", "wt", "bt"], "ct", strides=[2, 3]),  # unequal strides:
+        # one TRANSPOSE_CONV (equal ones are convolutions of its phases: deconv_phases.py)
         node("GlobalAveragePool", ["ct"], "gap"),
         node("Flatten", ["gap"], "flat"),
         node("Gemm", ["flat", "wf", "bf"], "logits", transB=1),
