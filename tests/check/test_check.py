@@ -365,3 +365,21 @@ def test_random_indices_stay_in_range():
     assert feeds["idx"].min() >= 0 and feeds["idx"].max() < 5
     with pytest.raises(InputError, match="shape"):
         make_inputs(graph_from_model(model), {"idx": np.zeros((3, 3), np.int32)})
+
+
+def test_an_input_of_unknown_sizes_fed_too_small_names_ois(tmp_path):
+    """A Keras model exported with an image input [1, ?, ?, 3] (tf2onnx): the check's random
+    input of 1 x 1 pixels is too small for a 3x3 convolution without padding, so onnxruntime
+    cannot run it; the report says why and what to pass."""
+    w = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, "h", "w"])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, None, None])],
+        [onnx.numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    converted = onnx2tf_alt.pipeline.build(onnx_graph=model)
+    report = check_converted(converted, full=False, tflite=False)
+    assert report.error.startswith("onnxruntime cannot run the model"), report.error
+    assert "input(s) ['x'] have unknown dims, fed as size 1" in report.error
+    assert "-ois" in report.error
