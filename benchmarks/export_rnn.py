@@ -10,7 +10,6 @@ built in the graph at run time. Time them with `benchmarks/bench_model.py OUT_DI
 from __future__ import annotations
 
 import os
-import sys
 
 import torch
 
@@ -51,10 +50,6 @@ def export(name: str, out_dir: str) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):  # -h, or no OUT_DIR: the usage
-        print(__doc__)
-        sys.exit(0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2)
-    out_dir = sys.argv[1]
-    os.makedirs(out_dir, exist_ok=True)
-    for name in sys.argv[2:] or MODELS:
-        print(export(name, out_dir), flush=True)
+    from export_main import run
+
+    run(__doc__, export, MODELS)

@@ -9,7 +9,6 @@ Transposes tf2onnx writes around each channel-first op (in its own venv:
 from __future__ import annotations
 
 import os
-import sys
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf2onnx reads tf_keras models
 
@@ -65,14 +64,6 @@ def export(name: str, out_dir: str) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):  # -h, or no OUT_DIR: the usage
-        print(__doc__)
-        sys.exit(0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2)
-    out_dir = sys.argv[1]
-    os.makedirs(out_dir, exist_ok=True)
-    for name in sys.argv[2:] or ZOO:
-        try:
-            print(export(name, out_dir), flush=True)
-        except Exception as exc:  # noqa: BLE001 - one failing export must not stop the rest
-            print(f"{name}: export failed: {str(exc).strip().splitlines()[-1][:200]}",
-                  file=sys.stderr, flush=True)
+    from export_main import run
+
+    run(__doc__, export, ZOO, keep_going=True)

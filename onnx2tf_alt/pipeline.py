@@ -176,31 +176,18 @@ def build_loaded(
     return translate(planned, show_progress)
 
 
-def build_direct(
-    input_onnx_file_path: str | None = None,
-    onnx_graph: onnx.ModelProto | None = None,
-    batch_size: int | None = None,
-    overwrite_input_shape: list[str] | None = None,
-    keep_ncw_or_nchw_or_ncdhw_input_names: list[str] | None = None,
-    keep_nwc_or_nhwc_or_ndhwc_input_names: list[str] | None = None,
-    show_progress: bool = False,
-    allow_newer_opset: bool = False,
-    input_names_to_interrupt_model_conversion: list[str] | None = None,
-    output_names_to_interrupt_model_conversion: list[str] | None = None,
-    options: ConversionOptions | None = None,
-) -> Converted:
-    """`build` without TensorFlow: the direct writer's float32 .tflite of the same plan
-    (tflite/direct.py; of its float32-compute rewrite for float64 / float16 models, as the
-    CLI writes it), with no Keras model (`result.model` is None). ConversionError naming
-    the first node the direct writer does not cover."""
+def build_direct(input_onnx_file_path: str | None = None,
+                 onnx_graph: onnx.ModelProto | None = None, show_progress: bool = False,
+                 allow_newer_opset: bool = False, **plan_options) -> Converted:
+    """`build` (the same keywords) without TensorFlow: the direct writer's float32 .tflite
+    of the same plan (tflite/direct.py; of its float32-compute rewrite for float64 / float16
+    models, as the CLI writes it), with no Keras model (`result.model` is None).
+    ConversionError naming the first node the direct writer does not cover."""
     from onnx2tf_alt.tflite.direct import DirectResult, write_direct
 
     del show_progress  # the direct writer is quick: no progress bar
     model = load_model(input_onnx_file_path, onnx_graph, allow_newer_opset)
-    planned = float32_planned(plan_loaded(
-        model, batch_size, overwrite_input_shape, keep_ncw_or_nchw_or_ncdhw_input_names,
-        keep_nwc_or_nhwc_or_ndhwc_input_names, input_names_to_interrupt_model_conversion,
-        output_names_to_interrupt_model_conversion, options))
+    planned = float32_planned(plan_loaded(model, **plan_options))
     result = write_direct(planned.graph, planned.plan, planned.options)
     if not isinstance(result, DirectResult):
         raise ConversionError(

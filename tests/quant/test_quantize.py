@@ -861,6 +861,21 @@ def test_quantized_files_beside_a_saved_model_are_the_tflite_only_runs(tmp_path)
         assert dms == beside, suffix
 
 
+def _quantized_upsampler(folder, rng, init: dict, tail: list, y_shape) -> tuple[str, dict]:
+    """x (2, 4, 7, 9) -> Conv 3x3 -> Relu -> `tail` (reading r, writing y), "up", converted
+    with -oiqt on 8 random samples: (output folder, quant report)."""
+    init = {"w": (rng.standard_normal((6, 4, 3, 3)) * 0.3).astype(np.float32), **init}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]), *tail]
+    graph = helper.make_graph(
+        nodes, "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 4, 7, 9))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+        [numpy_helper.from_array(v, k) for k, v in init.items()])
+    samples = rng.standard_normal((8, 2, 4, 7, 9)).astype(np.float32)
+    _, out, report = _quantized_on(folder, graph, samples)
+    return out, report
+
+
 def test_transposed_convolutions_as_phases_quantize_to_integer_kernels(tmp_path):
     """A ConvTranspose of equal strides is convolutions of its output phases
     (passes/deconv_phases.py): every INT8 file computes them on int8 CONV_2D, the
@@ -869,25 +884,17 @@ def test_transposed_convolutions_as_phases_quantize_to_integer_kernels(tmp_path)
     from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
 
     rng = np.random.default_rng(6)
-    init = {"w": (rng.standard_normal((6, 4, 3, 3)) * 0.3).astype(np.float32),
-            "t": (rng.standard_normal((6, 5, 3, 3)) * 0.3).astype(np.float32),
+    init = {"t": (rng.standard_normal((6, 5, 3, 3)) * 0.3).astype(np.float32),
             "tb": rng.standard_normal(5).astype(np.float32) * 0.1,
             "g": rng.uniform(0.5, 1.5, 5).astype(np.float32),
             "be": rng.standard_normal(5).astype(np.float32) * 0.1,
             "m": rng.standard_normal(5).astype(np.float32) * 0.1,
             "v": rng.uniform(0.5, 1.5, 5).astype(np.float32)}
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("ConvTranspose", ["r", "t", "tb"], ["u"], strides=[2, 2],
-                              pads=[1, 1, 1, 1], output_padding=[1, 1]),
-             helper.make_node("BatchNormalization", ["u", "g", "be", "m", "v"], ["n"]),
-             helper.make_node("Relu", ["n"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 4, 7, 9))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, 5, 14, 18))],
-        [numpy_helper.from_array(v, k) for k, v in init.items()])
-    samples = rng.standard_normal((8, 2, 4, 7, 9)).astype(np.float32)
-    _, out, report = _quantized_on(tmp_path, graph, samples)
+    tail = [helper.make_node("ConvTranspose", ["r", "t", "tb"], ["u"], strides=[2, 2],
+                             pads=[1, 1, 1, 1], output_padding=[1, 1]),
+            helper.make_node("BatchNormalization", ["u", "g", "be", "m", "v"], ["n"]),
+            helper.make_node("Relu", ["n"], ["y"])]
+    out, report = _quantized_upsampler(tmp_path, rng, init, tail, (2, 5, 14, 18))
     for variant in ("integer_quant", "full_integer_quant"):
         model = unpack_model(read(out, f"up_{variant}.tflite"))
         graph_ = model.subgraphs[0]
@@ -910,22 +917,14 @@ def test_transposed_convolutions_stay_float_where_the_file_takes_float(tmp_path)
     """XNNPACK's int8 TRANSPOSE_CONV is several times slower than its float one: the INT8
     file with float inputs and outputs computes it in float (a note says so), the
     full-integer one in int8; both stay close to the float32 file."""
-    rng = np.random.default_rng(5)
-    init = {"w": (rng.standard_normal((6, 4, 3, 3)) * 0.3).astype(np.float32),
-            "t": (rng.standard_normal((6, 5, 2, 2)) * 0.3).astype(np.float32),
-            "tb": rng.standard_normal(5).astype(np.float32) * 0.1}
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"]),
-             # unequal strides: one TRANSPOSE_CONV (deconv_phases.py takes equal ones)
-             helper.make_node("ConvTranspose", ["r", "t", "tb"], ["y"], strides=[2, 3])]
-    graph = helper.make_graph(
-        nodes, "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 4, 7, 9))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, 5, 14, 26))],
-        [numpy_helper.from_array(v, k) for k, v in init.items()])
     from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
 
-    samples = rng.standard_normal((8, 2, 4, 7, 9)).astype(np.float32)
-    _, out, report = _quantized_on(tmp_path, graph, samples)
+    rng = np.random.default_rng(5)
+    init = {"t": (rng.standard_normal((6, 5, 2, 2)) * 0.3).astype(np.float32),
+            "tb": rng.standard_normal(5).astype(np.float32) * 0.1}
+    # unequal strides: one TRANSPOSE_CONV (deconv_phases.py takes equal ones)
+    tail = [helper.make_node("ConvTranspose", ["r", "t", "tb"], ["y"], strides=[2, 3])]
+    out, report = _quantized_upsampler(tmp_path, rng, init, tail, (2, 5, 14, 26))
     assert any("TRANSPOSE_CONV op(s) kept in float" in n for n in report["notes"]), report
     kinds = {}
     for variant in ("integer_quant", "full_integer_quant"):
