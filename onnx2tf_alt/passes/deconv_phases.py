@@ -22,7 +22,8 @@ Concat.
 A 1-D one (vocoders' upsampling) interleaves its phases with reshapes and a transpose that,
 channel-last, move no data.
 
-Rewritten: 1-D and 2-D, group 1, dilation 1, equal strides above 1, a constant weight (and bias),
+Rewritten: 1-D and 2-D, any group (a grouped or depthwise Conv per phase: CenterNet's
+upsampling), dilation 1, equal strides above 1, a constant weight (and bias),
 explicit pads (or VALID), no `output_shape`, and every phase with a tap at an offset >= 0
 start (pads below the stride, as exporters write them). Others are left as they are.
 """
@@ -59,9 +60,10 @@ def split_transposed_convs(model: onnx.ModelProto) -> int:
             continue  # a model output of rank 3 made by the interleave would be given in
             # ONNX layout (layout/plan.py's rule for rank-3 outputs): one TRANSPOSE more
         dropped.update(index.producer[n.output[0]] for n in (norm, activation) if n)
+        groups = next((a.i for a in node.attribute if a.name == "group"), 1)
         rewritten[position] = _rewrite(graph, node, initializers, opset, *phases,
                                        norm=norm, activation=activation,
-                                       output=(last or node).output[0])
+                                       output=(last or node).output[0], groups=groups)
     if not rewritten:
         return 0
     nodes = [n for position, node in enumerate(index.nodes) if position not in dropped
@@ -98,7 +100,7 @@ def _phases(node: onnx.NodeProto, initializers: dict, shapes: dict):
     strides = list(attrs.get("strides", [1] * rank))
     auto_pad = attrs.get("auto_pad", b"NOTSET")
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
-    if (attrs.get("group", 1) != 1 or list(attrs.get("dilations", [1] * rank)) != [1] * rank
+    if (list(attrs.get("dilations", [1] * rank)) != [1] * rank
             or "output_shape" in attrs or auto_pad not in ("NOTSET", "VALID")
             or len(set(strides)) != 1 or strides[0] < 2 or kernel != weight_shape[2:]):
         return None
@@ -159,21 +161,28 @@ def _fusable(node: onnx.NodeProto, index: GraphIndex) -> bool:
 def _rewrite(graph: onnx.GraphProto, node: onnx.NodeProto, initializers: dict, opset: int,
              stride: int, taps: list, out_size: list[int], in_size: list[int],
              norm: onnx.NodeProto | None = None, activation: onnx.NodeProto | None = None,
-             output: str = "") -> list[onnx.NodeProto]:
+             output: str = "", groups: int = 1) -> list[onnx.NodeProto]:
     """The Conv(s) [each with `activation`], Concat, DepthToSpace (1-D: the phases stacked
     on a last axis that a Reshape merges) and crop that compute `output` (`node`'s, or that
     of the `norm` / `activation` after it), in the forms of the model's opset."""
-    w = to_array(initializers[node.input[1]])  # [C_in, C_out, *kernel]
+    w = to_array(initializers[node.input[1]])  # [C_in, C_out / groups, *kernel]
     rank = w.ndim - 2
-    cout = w.shape[1]
+    cin, cout = w.shape[0], w.shape[1] * groups
     bias = (to_array(initializers[node.input[2]]) if len(node.input) > 2 and node.input[2]
             else np.zeros(cout, w.dtype))
+    scale = np.ones(cout, w.dtype)
     if norm is not None:  # y = (x - mean) * gamma / sqrt(var + eps) + beta, per channel
         gamma, beta, mean, var = (to_array(initializers[n]) for n in norm.input[1:5])
         eps = next((a.f for a in norm.attribute if a.name == "epsilon"), 1e-5)
         scale = (gamma / np.sqrt(var + eps)).astype(w.dtype)
-        w = w * scale.reshape(1, -1, *[1] * rank)
         bias = ((bias - mean) * scale + beta).astype(w.dtype)
+
+    def conv_taps(tap: np.ndarray) -> np.ndarray:
+        """One kernel position of the transposed conv's weight, [C_in, C_out / groups], as
+        the grouped Conv's [C_out, C_in / groups], the norm's scale applied."""
+        per_group = tap.reshape(groups, cin // groups, cout // groups).transpose(0, 2, 1)
+        return per_group.reshape(cout, cin // groups) * scale[:, None]
+
     prefix = f"{node.name or node.output[0]}/phase"
     steps = [-(-o // stride) for o in out_size]  # outputs per phase and axis
     # (weight, pads) per phase, row-major over (rh, rw): DepthToSpace DCR's channel order
@@ -182,29 +191,30 @@ def _rewrite(graph: onnx.GraphProto, node: onnx.NodeProto, initializers: dict, o
         chosen = [taps[a][r] for a, r in enumerate(phase)]
         low = [min(d for d, _ in t) for t in chosen]
         high = [max(d for d, _ in t) for t in chosen]
-        weight = np.zeros((cout, w.shape[0], *[h - lo + 1 for lo, h in zip(low, high)]),
+        weight = np.zeros((cout, cin // groups, *[h - lo + 1 for lo, h in zip(low, high)]),
                           w.dtype)
         for combination in itertools.product(*chosen):
             at = tuple(d - lo for (d, _), lo in zip(combination, low))
-            weight[(slice(None), slice(None), *at)] = w[(slice(None), slice(None),
-                                                         *[t for _, t in combination])].T
+            weight[(slice(None), slice(None), *at)] = conv_taps(
+                w[(slice(None), slice(None), *[t for _, t in combination])])
         ends = [steps[a] - 1 + high[a] - (in_size[a] - 1) for a in range(rank)]
         phases.append((weight, [*(-lo for lo in low), *ends]))
     # one conv for every phase where they read the same offsets (2-D: DepthToSpace's
     # channel order; 1-D phases are stacked on a new axis, so one conv each)
-    merged = rank == 2 and all(p[1] == phases[0][1] and p[0].shape == phases[0][0].shape
-                               for p in phases)
+    merged = rank == 2 and groups == 1 and all(
+        p[1] == phases[0][1] and p[0].shape == phases[0][0].shape for p in phases)
     nodes, outputs = [], []
-    groups = [("all", phases)] if merged else [(f"{i}", [p]) for i, p in enumerate(phases)]
-    for label, group in groups:
-        weight = np.concatenate([p[0] for p in group])
+    convs = [("all", phases)] if merged else [(f"{i}", [p]) for i, p in enumerate(phases)]
+    for label, together in convs:
+        weight = np.concatenate([p[0] for p in together])
         name = f"{prefix}{label}"
         graph.initializer.append(numpy_helper.from_array(weight, f"{name}_weight"))
         graph.initializer.append(numpy_helper.from_array(
-            np.tile(bias, len(group)).astype(w.dtype), f"{name}_bias"))
+            np.tile(bias, len(together)).astype(w.dtype), f"{name}_bias"))
         nodes.append(helper.make_node(
             "Conv", [node.input[0], f"{name}_weight", f"{name}_bias"], [f"{name}_out"],
-            name=f"{name}_conv", kernel_shape=list(weight.shape[2:]), pads=group[0][1]))
+            name=f"{name}_conv", kernel_shape=list(weight.shape[2:]), pads=together[0][1],
+            group=groups))
         outputs.append(f"{name}_out")
         if activation is not None:
             nodes.append(helper.make_node(

@@ -27,12 +27,13 @@ def deconv_model(x_shape, c_out, kernel, seed, bias=True, opset=18, after=(), **
         inits["b"] = rng.standard_normal(c_out * attrs.get("group", 1)).astype(np.float32)
         inputs.append("b")
     nodes = [helper.make_node("ConvTranspose", inputs, ["t0"], name="up", **attrs)]
+    total = c_out * attrs.get("group", 1)  # the output channels
     for k, op in enumerate(after):
         if op == "BatchNormalization":
-            for name, value in (("gamma", rng.uniform(0.5, 1.5, c_out)),
-                                ("beta", rng.standard_normal(c_out)),
-                                ("mean", rng.standard_normal(c_out) * 0.1),
-                                ("var", rng.uniform(0.5, 1.5, c_out))):
+            for name, value in (("gamma", rng.uniform(0.5, 1.5, total)),
+                                ("beta", rng.standard_normal(total)),
+                                ("mean", rng.standard_normal(total) * 0.1),
+                                ("var", rng.uniform(0.5, 1.5, total))):
                 inits[name] = value.astype(np.float32)
             nodes.append(helper.make_node(op, [f"t{k}", "gamma", "beta", "mean", "var"],
                                           [f"t{k + 1}"], epsilon=1e-3))
@@ -122,7 +123,6 @@ def test_older_opsets_get_their_slice_and_depth_to_space(opset):
 
 
 @pytest.mark.parametrize("attrs", [
-    {"strides": [2, 2], "group": 2},
     {"strides": [2, 2], "dilations": [2, 2]},
     {"strides": [2, 3]},
     {"strides": [2, 2], "output_shape": [13, 13]},
@@ -131,12 +131,10 @@ def test_older_opsets_get_their_slice_and_depth_to_space(opset):
     {},
 ], ids=str)
 def test_what_the_pass_does_not_take_stays_transpose_conv(attrs):
-    channels = 4 if attrs.get("group") else 3
-    model, feeds = deconv_model((2, channels, 6, 6), 2, (3, 3), 5, **attrs)
+    model, feeds = deconv_model((2, 3, 6, 6), 2, (3, 3), 5, **attrs)
     assert rewritten(model)[0] == 0
     ops = count_tflite_ops(check_model(model, feeds).tflite)
-    groups = attrs.get("group", 1)  # one TRANSPOSE_CONV per group
-    assert ops.get("TRANSPOSE_CONV") == groups and "DEPTH_TO_SPACE" not in ops, ops
+    assert ops.get("TRANSPOSE_CONV") == 1 and "DEPTH_TO_SPACE" not in ops, ops
 
 
 def deconv1d_model(length, c_in, c_out, kernel, seed, **attrs):
@@ -179,3 +177,22 @@ def test_1d_files_interleave_the_phases_without_moving_data(kernel, attrs):
     ops = count_tflite_ops(check_model(model, feeds).tflite)
     assert "TRANSPOSE_CONV" not in ops and "TRANSPOSE" not in ops, ops
     assert ops.get("CONV_2D") == attrs["strides"][0] + 1, ops  # a conv per phase, and w2's
+
+
+@pytest.mark.parametrize(("channels", "group", "per_group_out", "kind"), [
+    (8, 8, 1, "DEPTHWISE_CONV_2D"),  # CenterNet's upsampling: 4x4 / 2, groups = channels
+    (8, 2, 3, "CONV_2D"),
+])
+def test_grouped_transposed_convs_become_grouped_phase_convs(channels, group, per_group_out,
+                                                              kind):
+    """A grouped ConvTranspose (one TRANSPOSE_CONV per group before): a grouped (or
+    depthwise) convolution per phase, with the BatchNormalization and Relu after it."""
+    model, feeds = deconv_model((2, channels, 6, 5), per_group_out, (4, 4), 7,
+                                strides=[2, 2], pads=[1, 1, 1, 1], group=group,
+                                after=("BatchNormalization", "Relu"))
+    count, new = rewritten(model)
+    assert count == 1
+    np.testing.assert_allclose(run(new, feeds), run(model, feeds), rtol=1e-5, atol=1e-5)
+    ops = count_tflite_ops(check_model(model, feeds).tflite)
+    assert "TRANSPOSE_CONV" not in ops and ops.get("DEPTH_TO_SPACE") == 1, ops
+    assert ops.get(kind) == 4 and "RELU" not in ops and "MUL" not in ops, ops
