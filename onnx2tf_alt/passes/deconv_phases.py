@@ -23,9 +23,10 @@ A 1-D one (vocoders' upsampling) interleaves its phases with reshapes and a tran
 channel-last, move no data.
 
 Rewritten: 1-D and 2-D, any group (a grouped or depthwise Conv per phase: CenterNet's
-upsampling), dilation 1, equal strides above 1, a constant weight (and bias),
-explicit pads (or VALID), no `output_shape`, and every phase with a tap at an offset >= 0
-start (pads below the stride, as exporters write them). Others are left as they are.
+upsampling), dilation 1, equal strides above 1, a constant weight (and bias), any padding
+(explicit, VALID, SAME_UPPER / SAME_LOWER or an `output_shape`), and every phase with a
+tap at an offset >= 0 start (pads below the stride, as exporters write them). Others are
+left as they are.
 """
 
 from __future__ import annotations
@@ -101,11 +102,22 @@ def _phases(node: onnx.NodeProto, initializers: dict, shapes: dict):
     auto_pad = attrs.get("auto_pad", b"NOTSET")
     auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
     if (list(attrs.get("dilations", [1] * rank)) != [1] * rank
-            or "output_shape" in attrs or auto_pad not in ("NOTSET", "VALID")
             or len(set(strides)) != 1 or strides[0] < 2 or kernel != weight_shape[2:]):
         return None
     stride = strides[0]
+    padding = list(attrs.get("output_padding", [0] * rank))
     pads = list(attrs.get("pads", [0] * 2 * rank)) if auto_pad == "NOTSET" else [0] * 2 * rank
+    if "output_shape" in attrs or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        # pads from the output size (shape inference's), split as onnxruntime splits them:
+        # SAME_UPPER puts an odd one at the end, SAME_LOWER and an explicit output_shape at
+        # the start (checked against onnxruntime: tests/passes/test_deconv_phases.py)
+        if any(padding):
+            return None
+        totals = [stride * (x[2 + a] - 1) + kernel[a] - y[2 + a] for a in range(rank)]
+        if min(totals) < 0:
+            return None
+        begins = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in totals]
+        pads = [*begins, *(t - b for t, b in zip(totals, begins))]
     taps = []
     for axis in range(rank):
         begin, size = pads[axis], x[2 + axis]
@@ -114,7 +126,7 @@ def _phases(node: onnx.NodeProto, initializers: dict, shapes: dict):
         if any(not p or min(d for d, _ in p) > 0 for p in per_phase):
             return None  # a phase without taps, or one that starts past the input's start
         expected = (size - 1) * stride - pads[axis] - pads[axis + rank] + kernel[axis] + (
-            list(attrs.get("output_padding", [0] * rank))[axis])
+            padding[axis])
         steps = -(-expected // stride)  # outputs of each phase
         if expected != y[2 + axis] or any(steps + max(d for d, _ in p) < size
                                           for p in per_phase):

@@ -408,8 +408,9 @@ CONV_TRANSPOSES = [  # (attributes, ONNX weight shape, written as output phases)
     ({"strides": [2, 1], "pads": [1, 1, 1, 1], "dilations": [1, 2]}, (4, 5, 3, 3), False),
     ({"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}, (4, 3, 3, 3), True),
     ({"strides": [3, 2], "pads": [0, 2, 1, 0], "output_padding": [2, 1]}, (4, 2, 2, 3), False),
-    ({"strides": [2, 2], "auto_pad": "SAME_UPPER"}, (4, 3, 3, 3), False),
-    ({"strides": [2, 2], "output_shape": [11, 12]}, (4, 3, 3, 3), False),
+    ({"strides": [2, 2], "auto_pad": "SAME_UPPER"}, (4, 3, 3, 3), True),
+    ({"strides": [2, 2], "output_shape": [11, 12]}, (4, 3, 3, 3), True),
+    ({"strides": [2, 3], "auto_pad": "SAME_UPPER"}, (4, 3, 3, 3), False),
 ]
 
 
