@@ -294,7 +294,7 @@ def convert(
                     keep_ncw_or_nchw_or_ncdhw_input_names, keep_nwc_or_nhwc_or_ndhwc_input_names,
                     input_names_to_interrupt_model_conversion,
                     output_names_to_interrupt_model_conversion, options)
-            from onnx2tf_alt.quant.quantize import QuantOptions
+            from onnx2tf_alt.quant.options import QuantOptions
 
             quant_options = QuantOptions(
                     dynamic_range, output_integer_quantized_tflite, quant_type,

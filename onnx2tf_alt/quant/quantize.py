@@ -47,6 +47,7 @@ from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
 from onnx2tf_alt.passes.qdq_pairs import FUSED
 from onnx2tf_alt.quant.measure import compare_outputs, cosine, figure, gain  # noqa: F401
 from onnx2tf_alt.quant.notes import CONSOLE_WIDTH, Note, console_lines
+from onnx2tf_alt.quant.options import QuantOptions
 from onnx2tf_alt.quant.qdq_weights import requantize_per_tensor, weights_per_tensor
 from onnx2tf_alt.tflite.late_weights import mapped
 from onnx2tf_alt.tflite.run import as_input, dequantized, run_signature
@@ -60,28 +61,6 @@ QUANT_DTYPES = ("int8", "uint8", "float32")
 QUANT_TYPES = ("per-channel", "per-tensor")
 BUILTINS, BUILTINS_INT8 = "TFLITE_BUILTINS", "TFLITE_BUILTINS_INT8"
 INT16_OPS = "EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8"
-
-
-@dataclass
-class QuantOptions:
-    """What the -odrqt / -oiqt family of flags asked for."""
-
-    dynamic_range: bool = False
-    integer: bool = False
-    quant_type: str = "per-channel"
-    input_quant_dtype: str = "int8"
-    output_quant_dtype: str = "int8"
-    calibration_method: str = DEFAULT_METHOD
-    keep_float: list[str] = field(default_factory=list)  # ONNX nodes the INT8 files keep float
-    keep_float_auto: float | None = None  # target output cosine of the INT8 files
-    sensitivity: bool = False  # rank the INT8 files' ops (-cotof) even without a target
-    bias_correction: bool = True  # the INT8 files' conv biases (quant/bias_correction.py)
-    warn_below: float = 0.99  # held-out pooled cosine under which an INT8 file is flagged
-    integer_kernels_only: bool = False  # --target micro: no op of the INT8 files stays float
-
-    @property
-    def any(self) -> bool:
-        return self.dynamic_range or self.integer
 
 
 @dataclass(frozen=True)
