@@ -31,6 +31,11 @@ _PLAIN_CONSTANTS = {"value_int": np.int64, "value_ints": np.int64, "value_float"
                     "value_floats": np.float32}
 
 
+def default_opset(model: onnx.ModelProto, missing: int = 1) -> int:
+    """The model's opset of the default ONNX domain ("" or "ai.onnx"); `missing` without one."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), missing)
+
+
 def dims_of(info: onnx.ValueInfoProto | None) -> list[int | str | None] | None:
     """The dims of a tensor value info, each its size, its symbol (dim_param) or None when
     it has neither; None when the rank is unknown (no info, not a tensor, no shape)."""

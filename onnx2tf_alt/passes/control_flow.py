@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from onnx2tf_alt.ir.index import GraphIndex, dims_of
+from onnx2tf_alt.ir.index import GraphIndex, default_opset, dims_of
 
 MAX_UNROLL = 256  # iterations; longer loops stay loops
 EXPANDED = ("If", "Loop", "Scan")  # the ops `_expand` may replace
@@ -31,7 +31,7 @@ def inline_control_flow(model: onnx.ModelProto) -> bool:
     """
     if not _has_control_flow(model.graph):  # the scopes below index the whole graph
         return False
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = default_opset(model)
     namer = _Namer(_all_names(model.graph))
     changed = _inline_graph(model.graph, _Scope({}, {}), opset, namer)
     if changed and model.ir_version < 4:

@@ -37,7 +37,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from onnx2tf_alt.ir.index import GraphIndex
+from onnx2tf_alt.ir.index import GraphIndex, default_opset
 from onnx2tf_alt.ir.weights import to_array
 
 
@@ -45,14 +45,13 @@ def split_transposed_convs(model: onnx.ModelProto) -> int:
     """Rewrite each ConvTranspose of the main graph that qualifies (module docstring);
     returns how many."""
     graph = model.graph
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = default_opset(model)
     index = GraphIndex(graph)
-    initializers = {i.name: i for i in graph.initializer}
-    shapes = _shapes(graph)
+    initializers = index.initializers
     rewritten: dict[int, list[onnx.NodeProto]] = {}
     dropped: set[int] = set()
     for position, node in enumerate(index.nodes):
-        phases = _phases(node, initializers, shapes)
+        phases = _phases(node, initializers, index.shape)
         if phases is None or (opset < 5 and len(phases[1]) == 1):  # Reshape's shape input
             continue
         norm, activation = _followers(index, node.output[0])
@@ -74,14 +73,7 @@ def split_transposed_convs(model: onnx.ModelProto) -> int:
     return len(rewritten)
 
 
-def _shapes(graph: onnx.GraphProto) -> dict[str, list[int | None]]:
-    return {v.name: [d.dim_value if d.HasField("dim_value") else None
-                     for d in v.type.tensor_type.shape.dim]
-            for v in [*graph.input, *graph.value_info, *graph.output]
-            if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
-
-
-def _phases(node: onnx.NodeProto, initializers: dict, shapes: dict):
+def _phases(node: onnx.NodeProto, initializers: dict, shape_of):
     """(stride, per axis the taps of each phase [(offset, tap), ...], output size) where
     the node qualifies, else None."""
     if node.op_type != "ConvTranspose" or node.domain not in ("", "ai.onnx"):
@@ -93,7 +85,7 @@ def _phases(node: onnx.NodeProto, initializers: dict, shapes: dict):
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     weight_shape = list(initializers[node.input[1]].dims)
     rank = len(weight_shape) - 2  # spatial axes: 1 or 2
-    x, y = shapes.get(node.input[0]), shapes.get(node.output[0])
+    x, y = shape_of(node.input[0]), shape_of(node.output[0])
     if rank not in (1, 2) or not x or not y or len(x) != rank + 2 or None in x[1:] or (
             len(y) != rank + 2 or None in y[1:]):
         return None

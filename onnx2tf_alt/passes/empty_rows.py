@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from onnx2tf_alt.ir.index import GraphIndex
+from onnx2tf_alt.ir.index import GraphIndex, default_opset
 
 FRAGILE = {"Conv", "ConvTranspose", "MaxPool", "AveragePool"}
 UNARY = {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Selu",
@@ -36,7 +36,7 @@ BINARY = {"Add", "Sub", "Mul", "Div"}
 
 def guard_empty_rows(model: onnx.ModelProto) -> int:
     """Pad and cut the main graph's regions as the module says; returns how many."""
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = default_opset(model, 0)
     if opset < 11:  # Pad takes its pads as an input from opset 11
         return 0
     graph = model.graph

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnx2tf_alt.ir.index import GraphIndex
+from onnx2tf_alt.ir.index import GraphIndex, default_opset
 
 ARITHMETIC = {"Add", "Sub", "Mul", "Div", "Pow"}
 CORES = {"Erf": "none", "Tanh": "tanh"}
@@ -39,7 +39,7 @@ def fuse_patterns(model: onnx.ModelProto) -> onnx.ModelProto:
     not graph outputs. Constants it alone used are removed.
     """
     graph = model.graph
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = default_opset(model)
     while True:
         index = GraphIndex(graph)
         match = next((m for i in range(len(index.nodes)) if (m := _match_gelu(i, index))), None)

@@ -28,6 +28,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx2tf_alt.errors import UnsupportedFormError
+from onnx2tf_alt.ir.index import default_opset
 from onnx2tf_alt.passes.graph_walk import (
     TABLE_CARRIERS,
     computed_from,
@@ -53,15 +54,13 @@ def fit_mask_and_positions(model: onnx.ModelProto, entries: list, capacity: int)
     _shift_positions(model, entries, capacity, mask)
 
 
-def _opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
-
 
 class _Nodes:
     """Nodes added to a graph, with the forms of this model's opset."""
 
     def __init__(self, model: onnx.ModelProto, prefix: str):
-        self.graph, self.opset, self.prefix, self.nodes = model.graph, _opset(model), prefix, []
+        self.graph, self.opset, self.prefix = model.graph, default_opset(model), prefix
+        self.nodes = []
 
     def constant(self, name: str, value) -> str:
         name = f"{self.prefix}/{name}"

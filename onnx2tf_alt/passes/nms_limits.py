@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from onnx2tf_alt.ir.index import GraphIndex
+from onnx2tf_alt.ir.index import GraphIndex, default_opset
 
 ROW_KEEPING = {"Cast", "Identity"}
 
@@ -25,11 +25,7 @@ ROW_KEEPING = {"Cast", "Identity"}
 def bound_nms_by_slices(model: onnx.ModelProto) -> int:
     """Lower the limits of the NonMaxSuppression nodes (main graph and subgraphs) whose
     rows only a leading Slice reads; returns how many were lowered."""
-    return _bound_in(model.graph, [], _opset(model))
-
-
-def _opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    return _bound_in(model.graph, [], default_opset(model, 0))
 
 
 def _bound_in(graph: onnx.GraphProto, scopes: list[GraphIndex], opset: int) -> int:

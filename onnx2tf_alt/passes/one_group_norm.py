@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnx2tf_alt.ir.index import GraphIndex
+from onnx2tf_alt.ir.index import GraphIndex, default_opset
 
 
 def rewrite_one_group_norms(model: onnx.ModelProto) -> int:
@@ -27,7 +27,7 @@ def rewrite_one_group_norms(model: onnx.ModelProto) -> int:
     graph; returns how many."""
     graph = model.graph
     index = GraphIndex(graph)
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = default_opset(model)
     replaced: dict[int, list[onnx.NodeProto]] = {}  # position of the last Reshape -> nodes
     dropped: set[int] = set()
     for position, node in enumerate(index.nodes):

@@ -11,7 +11,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from onnx2tf_alt.errors import InputError
-from onnx2tf_alt.ir.index import GraphIndex, dims_of
+from onnx2tf_alt.ir.index import GraphIndex, default_opset, dims_of
 from onnx2tf_alt.ir.weights import add_spilled, to_array, weight_free_copy
 from onnx2tf_alt.passes.control_flow import inline_control_flow
 from onnx2tf_alt.passes.conv_taps import cut_dead_taps
@@ -410,7 +410,7 @@ def fold_constants(model: onnx.ModelProto) -> bool:
     graph = model.graph
     known = _KnownValues(graph.initializer)
     index = GraphIndex(graph)
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = default_opset(model)
     shapes = _NodeShapes(index, known, opset, model.opset_import)
     folded_nodes = []
     for node in graph.node:
