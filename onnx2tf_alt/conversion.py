@@ -31,6 +31,7 @@ from onnx2tf_alt.pipeline import (
     Planned,
     check_batch_size,
     check_input_names,
+    direct_conversion,
     float32_planned,
     plan_loaded,
     stem_of,
@@ -45,6 +46,7 @@ log = logging.getLogger("onnx2tf_alt")
 # -rtpo lowerings --target micro always takes: ops whose usual TFLite form has no TFLite
 # Micro kernel while this one runs there (measured, docs/micro.md)
 MICRO_FORMS = ("GeLU", "Pow")
+
 
 @dataclass(frozen=True)
 class CheckRequest:
@@ -148,9 +150,9 @@ def convert(
     onnxruntime (pass: |tf - onnx| <= atol + rtol * |onnx|), print a table and write
     `<stem>_accuracy_report.json` / `.html`; a returned Keras model carries the
     `AccuracyReport` (onnx2tf_alt.check.compare) as `model.onnx2tf_alt_report` (None when no
-    check ran). Without a Keras model the check needs no TensorFlow and None is returned. `custom_input_op_name_np_data_path`
-    ([[name, file.npy], ...], ONNX layout) gives test inputs for the check and the failure
-    reports; other inputs are seeded random values.
+    check ran). Without a Keras model the check needs no TensorFlow and None is returned.
+    `custom_input_op_name_np_data_path` ([[name, file.npy], ...], ONNX layout) gives test
+    inputs for the check and the failure reports; other inputs are seeded random values.
 
     `output_dynamic_range_quantized_tflite` / `output_integer_quantized_tflite` also write
     quantized .tflite files and `<stem>_quant_report.json` (see quant/quantize.py):
@@ -185,15 +187,15 @@ def convert(
     direct writer (tflite/direct.py) when it covers every node, else TF's
     converter, said at info level; "direct" the direct writer or a ConversionError naming
     the first node it does not cover. With only .tflite files asked for
-    (the default: no saved_model, Keras or checked files) the direct writer needs no TensorFlow
-    and no Keras model (None is returned): the float32 and float16 files, the dynamic-range,
+    (the default: no saved_model or Keras files) the direct writer needs no TensorFlow and
+    no Keras model (None is returned): the float32 and float16 files, the dynamic-range,
     int4, INT8 and INT16 ones made from them (a QDQ model's INT8 files on its own grids, and
     onnxruntime's calibration methods' ranges as grids: quant/qdq_grids.py), micro ones,
-    --signature and --litertlm files; with a saved_model or Keras files beside them, or with
-    checked files, "auto" writes the .tflite files directly from the plan the Keras model was
-    built from (not --signature ones), and the quantized, int4 and micro files from that
-    graph as without them (but with checked files, whose probes are Keras models); "direct"
-    takes only the first case.
+    --signature and --litertlm files, and the check of them; with a saved_model or Keras
+    files beside them, "auto" writes the .tflite files directly from the plan the Keras model
+    was built from (not --signature ones), and the quantized, int4 and micro files and the
+    check's TFLite values from that graph as without them; "direct" takes only the first
+    case.
 
     `signatures` ([[name, ('model.onnx',) 'input:D1,D2', ...], ...], --signature) writes
     .tflite files with one signature per entry, built for those input shapes (from that
@@ -402,23 +404,10 @@ def convert(
                 with phase("micro"):
                     written.append(_check_micro(beside, stage, stem, quant_plan,
                                                 copy_onnx_input_output_names_to_tflite))
-            if check:
-                from onnx2tf_alt.check.run import check_and_report
-
-                with phase("check"):
-                    model.onnx2tf_alt_report = check_and_report(
-                        converted, stage, stem,
-                        full=check_onnx_tf_outputs_elementwise_close_full,
-                        atol=check_onnx_tf_outputs_elementwise_close_atol,
-                        rtol=check_onnx_tf_outputs_elementwise_close_rtol,
-                        custom_inputs=first_sample(custom_inputs, converted.graph),
-                        tflite_path=os.path.join(stage, f"{stem}_float32.tflite")
-                        if output_tflite else None,
-                        print_table=not non_verbose,
-                        more_backends=None if quant_plan is None else _quantized_check(
-                            beside, quant_plan, stage, stem),
-                        direct=None if beside is converted else beside,
-                    )
+            if checked is not None:
+                model.onnx2tf_alt_report = _checked(
+                    converted, stage, stem, checked, output_tflite, not non_verbose,
+                    quant_plan, beside)
             if copy_onnx_input_output_names_to_tflite:
                 from onnx2tf_alt.tflite.names import copy_onnx_names_in_files
 
@@ -552,17 +541,14 @@ def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,
     None when it does not cover the model ("auto": the caller converts with TF; "direct": a
     ConversionError naming the node). Past STREAMED_BYTES of weights the file is written as
     it is packed."""
-    from onnx2tf_alt.tflite.direct import STREAMED_BYTES, DirectResult, write_direct
+    from onnx2tf_alt.tflite.direct import STREAMED_BYTES
     from onnx2tf_alt.translate.io_layout import save_io_layout
 
-    planned = float32_planned(planned)
-    with phase("tflite float32 (direct)"):
-        result = write_direct(planned.graph, planned.plan, planned.options, STREAMED_BYTES)
-    if not isinstance(result, DirectResult):
-        _not_covered(result, planned, tflite_writer)
+    planned, converted = direct_conversion(planned, STREAMED_BYTES)
+    if not isinstance(converted, Converted):
+        _not_covered(converted, planned, tflite_writer)
         return None
-    converted = Converted(result=result, graph=planned.graph, plan=planned.plan,
-                          model=planned.model, options=planned.options, _tflite_result=result)
+    result = converted.result
     with folder.staging() as stage:
         written = [*_direct_tflite_files(converted, stage, stem), f"{stem}_io_layout.json"]
         save_io_layout(result, planned.graph, os.path.join(stage, written[-1]), onnx_names)
@@ -624,17 +610,27 @@ def _made_from_direct(converted: Converted, stage: str, stem: str, int4: bool, q
             with phase("micro"):
                 written.append(_check_micro(converted, stage, stem, plan, onnx_names))
     if checked is not None:
-        from onnx2tf_alt.check.run import check_and_report
-
-        with phase("check"):
-            check_and_report(
-                converted, stage, stem, checked.full, checked.atol, checked.rtol,
-                first_sample(checked.custom_inputs, converted.graph),
-                os.path.join(stage, f"{stem}_float32.tflite"), print_table,
-                more_backends=None if plan is None else _quantized_check(
-                    converted, plan, stage, stem),
-                direct=converted)
+        _checked(converted, stage, stem, checked, True, print_table, plan, converted)
     return written
+
+
+def _checked(converted: Converted, stage: str, stem: str, checked: CheckRequest,
+             float32_written: bool, print_table: bool, quant_plan, files: Converted):
+    """-coto / -cotof's AccuracyReport of `converted` (check/run.py), its reports written
+    into `stage`: the float32 file in `stage` (where written) and the quantized files of
+    `quant_plan`, read as `files` wrote them (the conversion the .tflite files come from:
+    the direct writer's, or `converted` where TF's converter wrote them)."""
+    from onnx2tf_alt.check.run import check_and_report
+
+    with phase("check"):
+        return check_and_report(
+            converted, stage, stem, checked.full, checked.atol, checked.rtol,
+            first_sample(checked.custom_inputs, converted.graph),
+            os.path.join(stage, f"{stem}_float32.tflite") if float32_written else None,
+            print_table,
+            more_backends=None if quant_plan is None else _quantized_check(
+                files, quant_plan, stage, stem),
+            direct=files if files.result.model is None else None)
 
 
 def _read_back(converted: Converted, float32: str, quant_plan) -> None:
@@ -830,23 +826,19 @@ def write_outputs(
 
 
 def _direct_conversion(converted: Converted) -> Converted:
-    """The direct writer's conversion (tflite/direct.py) of the plan `converted`'s Keras
-    model was built from, or of its rewrite computing in float32 for a model with float64
-    or float16 tensors (pipeline.float32_planned, as -dms writes it); `converted` itself
-    where the direct writer does not cover it (said at -v info). Past STREAMED_BYTES of
-    weights the file is written as it is packed, the weights beside the Keras model's never
-    all in memory a second time."""
-    from onnx2tf_alt.tflite.direct import STREAMED_BYTES, DirectResult, write_direct
+    """The direct writer's conversion (pipeline.direct_conversion) of the plan
+    `converted`'s Keras model was built from; `converted` itself where the direct writer
+    does not cover it (said at -v info). Past STREAMED_BYTES of weights the file is
+    written as it is packed, the weights beside the Keras model's never all in memory a
+    second time."""
+    from onnx2tf_alt.tflite.direct import STREAMED_BYTES
 
-    planned = float32_planned(Planned(converted.graph, converted.plan, converted.model,
-                                      converted.options))
-    with phase("tflite float32 (direct)"):
-        result = write_direct(planned.graph, planned.plan, planned.options, STREAMED_BYTES)
-    if not isinstance(result, DirectResult):
-        log.info("direct TFLite writer: %s: converting with TF", result)
+    _, found = direct_conversion(Planned(converted.graph, converted.plan, converted.model,
+                                         converted.options), STREAMED_BYTES)
+    if not isinstance(found, Converted):
+        log.info("direct TFLite writer: %s: converting with TF", found)
         return converted
-    return Converted(result=result, graph=planned.graph, plan=planned.plan,
-                     model=planned.model, options=planned.options, _tflite_result=result)
+    return found
 
 
 def _write_tflite_files(converted: Converted, folder: str, stem: str,

@@ -180,22 +180,36 @@ def build_direct(input_onnx_file_path: str | None = None,
                  onnx_graph: onnx.ModelProto | None = None, show_progress: bool = False,
                  allow_newer_opset: bool = False, **plan_options) -> Converted:
     """`build` (the same keywords) without TensorFlow: the direct writer's float32 .tflite
-    of the same plan (tflite/direct.py; of its float32-compute rewrite for float64 / float16
-    models, as the CLI writes it), with no Keras model (`result.model` is None).
+    of the same plan (direct_conversion), with no Keras model (`result.model` is None).
     ConversionError naming the first node the direct writer does not cover."""
-    from onnx2tf_alt.tflite.direct import DirectResult, write_direct
-
     del show_progress  # the direct writer is quick: no progress bar
     model = load_model(input_onnx_file_path, onnx_graph, allow_newer_opset)
-    planned = float32_planned(plan_loaded(model, **plan_options))
-    result = write_direct(planned.graph, planned.plan, planned.options)
-    if not isinstance(result, DirectResult):
+    planned, found = direct_conversion(plan_loaded(model, **plan_options))
+    if not isinstance(found, Converted):
         raise ConversionError(
-            [failure_for(result.node, planned.graph, str(result))] if result.node else [],
-            headline=f"the direct TFLite writer: {result}; check it with TensorFlow "
+            [failure_for(found.node, planned.graph, str(found))] if found.node else [],
+            headline=f"the direct TFLite writer: {found}; check it with TensorFlow "
                      "installed (keras=True).")
-    return Converted(result=result, graph=planned.graph, plan=planned.plan,
-                     model=planned.model, options=planned.options, _tflite_result=result)
+    return found
+
+
+def direct_conversion(planned: Planned, bound_bytes: int | None = None):
+    """(`planned` computing in float32 (float32_planned: a float64 / float16 model's
+    rewrite, as the CLI writes it), and the direct writer's conversion of it (tflite/
+    direct.py) as a Converted with no Keras model, or the NotCovered saying why not).
+    `bound_bytes`: past these weight bytes the file is written as it is packed
+    (default: direct.BOUND_BYTES)."""
+    from onnx2tf_alt.tflite.direct import BOUND_BYTES, DirectResult, write_direct
+
+    planned = float32_planned(planned)
+    with phase("tflite float32 (direct)"):
+        result = write_direct(planned.graph, planned.plan, planned.options,
+                              BOUND_BYTES if bound_bytes is None else bound_bytes)
+    if not isinstance(result, DirectResult):
+        return planned, result
+    return planned, Converted(result=result, graph=planned.graph, plan=planned.plan,
+                              model=planned.model, options=planned.options,
+                              _tflite_result=result)
 
 
 @dataclass

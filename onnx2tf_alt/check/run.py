@@ -145,13 +145,13 @@ def _tflite_report(converted, found, feeds, tflite_model, backend, direct=None
         perms = {t.onnx_name: t.perm for t in found}
         probe = None if outputs_only or direct is None else direct_probe(direct, found)
         if outputs_only:
-            if tflite_model is None and converted.result.model is None:
-                tflite_model = converted.result.content  # the direct writer's file
-            elif tflite_model is None:  # TF's converter (the Keras model's check)
+            content = tflite_model
+            if content is None and converted.result.model is None:
+                content = converted.result.content  # the direct writer's file
+            elif content is None:  # TF's converter (the Keras model's check)
                 from onnx2tf_alt.tflite.lowering import tflite_bytes
 
-                tflite_model = tflite_bytes(converted.tflite_result())
-            content = tflite_model
+                content = tflite_bytes(converted.tflite_result())
             keys = {t.onnx_name: converted.result.output_names[t.onnx_name] for t in found}
         elif probe is not None:
             content, converted = probe
