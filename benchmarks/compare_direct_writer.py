@@ -115,6 +115,34 @@ def line(row: dict) -> str:
     return text
 
 
+def summary(rows: list[dict], with_latency: bool) -> str:
+    """The line the direct writer is judged on: how many models it writes, how far its
+    outputs are from the TF route's, its ops and TRANSPOSEs against TF's, and latency."""
+    covered = [r for r in rows if "direct_error" not in r and "tf_error" not in r]
+    not_direct = [r["model"] for r in rows if "direct_error" in r]
+    text = (f"summary: {len(rows) - len(not_direct)} of {len(rows)} models written directly"
+            + (f" (not: {', '.join(not_direct)})" if not_direct else ""))
+    if not covered:
+        return text
+    ratios = [r["direct_wall_s"] / r["tf_wall_s"] for r in covered]
+    worst = max(covered, key=lambda r: r["float32_max_rel"])
+    more_t = [r["model"] for r in covered if r["transposes"]["direct"] > r["transposes"]["tf"]]
+    more_ops = [r["model"] for r in covered if r["ops"]["direct"] > r["ops"]["tf"]]
+    text += (f"; {len(covered)} compared with the TF route: median wall direct/tf "
+             f"{statistics.median(ratios):.2f}; worst float32 max rel "
+             f"{worst['float32_max_rel']:.2e} ({worst['model']}), "
+             f"{sum(r['float32_max_rel'] > 1e-6 for r in covered)} above 1e-6; "
+             f"more TRANSPOSE than TF's: {len(more_t)} {more_t or ''}; "
+             f"more ops: {len(more_ops)} {more_ops or ''}")
+    if with_latency:
+        lat = [r["latency_ratio"] for r in covered]
+        slow = max(covered, key=lambda r: r["latency_ratio"])
+        text += (f"; latency direct/tf median {statistics.median(lat):.3f}, worst "
+                 f"{slow['latency_ratio']:.3f} ({slow['model']}), "
+                 f"{sum(x > 1.05 for x in lat)} above 1.05")
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("models", nargs="+", type=Path)
@@ -128,18 +156,9 @@ def main(argv: list[str] | None = None) -> None:
     for model in args.models:
         rows.append(compare_model(model, args.runs, args.latency, args.ois))
         print(line(rows[-1]), flush=True)
-    covered = [r for r in rows if "direct_error" not in r and "tf_error" not in r]
-    if covered:
-        ratios = [r["direct_wall_s"] / r["tf_wall_s"] for r in covered]
-        worst = max(covered, key=lambda r: r["float32_max_rel"])
-        print(f"summary: {len(covered)} of {len(rows)} models written directly; median wall "
-              f"direct/tf {statistics.median(ratios):.2f}; worst float32 max rel "
-              f"{worst['float32_max_rel']:.2e} ({worst['model']})"
-              + (f"; median latency direct/tf "
-                 f"{statistics.median(r['latency_ratio'] for r in covered):.3f}"
-                 if args.latency else ""))
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        if args.json:  # after every model: a long run's rows survive its interruption
+            args.json.write_text(json.dumps(rows, indent=1))
+    print(summary(rows, args.latency))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,9 @@ FLATBUFFER_MARGIN = 64 << 20  # room for the DEQUANTIZE ops, tensors and alignme
 DEQUANTIZE_RUNTIME = "1.15.0"  # the TFLite release that runs DEQUANTIZE version 3
 REDUCED_PRECISION = b"fp16accfp32"  # what TF's float16 files declare
 PTQ_FLOAT16 = 1001  # ConversionMetadata's ModelOptimizationMode for float16 weights
+HALF_MAX = float(np.finfo(np.float16).max)  # 65504
+HALF_TINY = float(np.finfo(np.float16).tiny)  # 6.1e-5, the smallest normal float16
+HALF_CHECKED_BYTES = 1 << 20
 
 
 def float16_from_float32(content: bytes, model=None) -> bytes | None:
@@ -75,7 +78,8 @@ def float16_model(model) -> bool:
             tensor = subgraph.tensors[index]
             buffer = model.buffers[tensor.buffer]
             if (tensor.type != schema.TensorType.FLOAT32 or not _inline_or_lazy(buffer)
-                    or tensor.isVariable or index in entry or index not in readers):
+                    or tensor.isVariable or index in entry or index not in readers
+                    or not _halves_faithfully(buffer)):
                 continue
             key = (tensor.buffer, tuple(tensor.shape if tensor.shape is not None else ()))
             if key in first and index not in exits:
@@ -110,12 +114,32 @@ def float16_model(model) -> bool:
     return True
 
 
+def _halves_faithfully(buffer) -> bool:
+    """Whether the constant means the same in float16: no finite value beyond float16's
+    range (+-65504: it would become +-inf, and -inf * 0 a NaN), and not a constant that lives
+    wholly below float16's smallest normal number (a LayerNorm epsilon of 1e-12 would become
+    0: BEiT's float16 file gave NaN wherever a row's variance is 0). Such a constant stays
+    float32 (TF's float16 files halve it anyway). A buffer made when written is looked at
+    where it is small (HALF_CHECKED_BYTES): a large one is a weight matrix."""
+    if isinstance(buffer, LazyBuffer):
+        if buffer.nbytes > HALF_CHECKED_BYTES:
+            return True
+        values = np.asarray(buffer.make(), np.float32).reshape(-1)
+    else:
+        values = np.frombuffer(np.asarray(buffer.data, np.uint8).tobytes(), "<f4")
+    magnitude = np.abs(values[np.isfinite(values)])
+    if not magnitude.size:
+        return True
+    largest = float(magnitude.max())
+    return largest <= HALF_MAX and not 0 < largest < HALF_TINY
+
+
 def _inline_or_lazy(buffer) -> bool:
     return isinstance(buffer, LazyBuffer) or (buffer.data is not None and len(buffer.data) > 0)
 
 
 def _half(buffer):
-    """A float16 copy of a float32 buffer (beyond float16: +-inf, as TF writes them)."""
+    """A float16 copy of a float32 buffer."""
     if isinstance(buffer, LazyBuffer):
         return LazyBuffer(make=lambda make=buffer.make: _halved(make()),
                           nbytes=buffer.nbytes // 2,

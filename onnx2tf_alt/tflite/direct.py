@@ -53,6 +53,9 @@ MIN_VERSION = {"BROADCAST_TO": 2}
 # value types of a model's inputs and outputs only, cast to float32 on entry and back on
 # exit (pipeline.float32_planned)
 WIDE_OR_HALF = {np.dtype(np.float16), np.dtype(np.float64)}
+# ops that read or write such a value as it is: a type change, its bits (TFLite's CAST and
+# BITCAST take every type)
+BIT_EXACT = {"Cast", "BitCast"}
 # Weights past which the file is not packed in memory but written by late_weights.Bound
 # (the bytes of each weight made from its array as it is written; past 2 GB after the
 # flatbuffer): packing holds the builder and the file's bytes besides the arrays.
@@ -276,7 +279,7 @@ class DirectWriter:
         try:
             for name, dtype in zip(values, dtypes):
                 self._check_dtype(name, dtype)
-                if dtype in WIDE_OR_HALF and node.op_type != "Cast":
+                if dtype in WIDE_OR_HALF and node.op_type not in BIT_EXACT:
                     raise NotCovered(f"'{name}' is {dtype}: TFLite has few {dtype} kernels "
                                      "(the file computes in float32: passes/float32_compute)")
         except NotCovered as reason:

@@ -488,8 +488,9 @@ def maxima_as_relu(flat: FlatGraph, outputs: list[int]) -> None:
 
 def fuse_activations(flat: FlatGraph, outputs: list[int]) -> None:
     """An activation op whose input is the one use of a fusable op's output goes into that
-    op's fusedActivationFunction, through a RESHAPE between them too (a lifted 1-D conv's),
-    as TF's converter fuses it."""
+    op's fusedActivationFunction, through a RESHAPE (a lifted 1-D conv's) or a TRANSPOSE (a
+    value the plan keeps channel-first after it, as ShuffleNet's branches) between them too:
+    the activation commutes with either. TF's converter fuses both."""
     producers = {o: op for op in flat.operators for o in op.outputs}
     readers = _consumers(flat)
 
@@ -504,7 +505,8 @@ def fuse_activations(flat: FlatGraph, outputs: list[int]) -> None:
         if op.name not in ACTIVATIONS:
             continue
         source = only_use(op.inputs[0])
-        fused = only_use(source.inputs[0]) if source and source.name == "RESHAPE" else source
+        moves = source is not None and source.name in ("RESHAPE", "TRANSPOSE")
+        fused = only_use(source.inputs[0]) if moves else source
         if (fused is None or fused.name not in FUSABLE
                 or fused.options[1].fusedActivationFunction != 0):
             continue

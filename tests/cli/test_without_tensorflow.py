@@ -66,9 +66,11 @@ def test_flags_that_need_tensorflow_are_refused_naming_the_extra(tmp_path):
 
 
 def test_a_node_only_tfs_converter_takes_fails_naming_it_and_the_extra(tmp_path):
-    """BitCast of float64: the direct writer computes in float32 and does not take it."""
+    """float64 arithmetic whose bits a BitCast reads: the direct writer would compute it in
+    float32 (other bits), TFLite's ADD has no float64 kernel; TF's converter takes it."""
     graph = helper.make_graph(
-        [helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.INT64, name="bits")], "g",
+        [helper.make_node("Add", ["x", "x"], ["s"], name="bits"),
+         helper.make_node("BitCast", ["s"], ["y"], to=TensorProto.INT64, name="cast")], "g",
         [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [3])],
         [helper.make_tensor_value_info("y", TensorProto.INT64, [3])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)])

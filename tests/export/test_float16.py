@@ -211,3 +211,51 @@ def test_a_file_with_weights_after_the_flatbuffer_gives_the_same_float16_file(fi
                              tflite_run(converted, feed, float32)):
             np.testing.assert_array_equal(got, want)
     assert float16_from_float32(stored) == derived
+
+
+@pytest.mark.parametrize("epsilon", [1e-12, 1e-6])
+def test_constants_float16_cannot_hold_stay_float32(tmp_path, epsilon):
+    """BEiT's LayerNorm epsilon of 1e-12 is 0 in float16, and a mask fill of -1e9 is -inf:
+    halved as TF's float16 files halve them, a row of zero variance gives inf * 0 = NaN.
+    Such constants stay float32 in the float16 file (the other weights are halved), which
+    then matches onnxruntime where the float32 file does."""
+    import onnx2tf_alt
+
+    from onnx2tf_alt.tflite.flatbuffer import schema, unpack_model
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    x[:, 0] = 0.25  # a constant row: variance 0
+    inits = {"scale": rng.standard_normal(16).astype(np.float32),
+             "bias": rng.standard_normal(16).astype(np.float32),
+             "w": rng.standard_normal((16, 16)).astype(np.float32),
+             "mask": np.where(np.arange(16) < 12, 0, -1e9).astype(np.float32)}
+    nodes = [helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["n"], axis=-1,
+                              epsilon=epsilon),
+             helper.make_node("MatMul", ["n", "w"], ["h"]),
+             helper.make_node("Add", ["h", "mask"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["y"], axis=-1)]
+    model = make_model(nodes, {"x": x}, ["y"], inits)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    onnx2tf_alt.convert(input_onnx_file_path=str(path), output_folder_path=str(tmp_path / "o"),
+                        non_verbose=True)
+    content = (tmp_path / "o" / "m_float16.tflite").read_bytes()
+    model16 = unpack_model(content)
+    constants = {schema.TensorType.FLOAT16: [], schema.TensorType.FLOAT32: []}
+    for t in model16.subgraphs[0].tensors:
+        data = model16.buffers[t.buffer].data
+        if t.type in constants and data is not None and len(data):
+            dtype = "<f2" if t.type == schema.TensorType.FLOAT16 else "<f4"
+            constants[t.type].append(np.frombuffer(bytes(data), dtype))
+    halves, kept = constants[schema.TensorType.FLOAT16], constants[schema.TensorType.FLOAT32]
+    assert any(h.size == 256 for h in halves)  # the weights are halved
+    assert all(np.isfinite(h).all() and np.abs(h).max() > 0 for h in halves)
+    assert any(k.min() <= -1e9 for k in kept)  # the mask (in the dense layer's bias)
+    assert any(k.size == 1 and k[0] == np.float32(epsilon) for k in kept)
+    from onnx2tf_alt.tflite.run import run_signature
+    from ai_edge_litert.interpreter import Interpreter
+
+    got = run_signature(Interpreter(model_content=content), {"x": x})
+    expected = ort_run(model, {"x": x})[0]
+    assert_close(next(iter(got.values())), expected, tol=2e-2, what="float16 file")

@@ -93,6 +93,55 @@ def test_conv_with_activation(attrs, w_shape, activation):
     assert "RELU" not in census and "RELU6" not in census  # fused into the conv
 
 
+@pytest.mark.parametrize(("between", "activation"), [
+    ("TRANSPOSE", "RELU"), ("TRANSPOSE", "RELU6"), ("RESHAPE", "RELU"), (None, "RELU_N1_TO_1"),
+    ("TRANSPOSE read elsewhere", "RELU"),  # the conv's own value is read: nothing fuses
+])
+def test_an_activation_goes_into_the_conv_through_a_move(between, activation):
+    """direct_rewrites.fuse_activations: ShuffleNet V2's branch ends Conv -> Relu -> Concat
+    -> channel shuffle, and the plan keeps the Relu channel-first, so the direct writer's
+    graph holds CONV_2D -> TRANSPOSE -> RELU. The activation commutes with the TRANSPOSE (as
+    with a lifted 1-D conv's RESHAPE) and goes into the conv, as TF's converter fuses it;
+    the file computes the same values."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt.tflite.direct import Part, _pack
+    from onnx2tf_alt.tflite.direct_rewrites import rewrite
+    from onnx2tf_alt.tflite.flatgraph import FlatGraph, options
+    from onnx2tf_alt.tflite.run import run_signature
+
+    x, w, b = rand(2, 5, 4, 3), rand(6, 1, 1, 3), rand(6)
+    flat = FlatGraph()
+    xt = flat.tensor("x", x.shape)
+    c = flat.tensor("c", (2, 5, 4, 6))
+    flat.op("CONV_2D", [xt, flat.tensor("w", w.shape, np.float32, w),
+                        flat.tensor("b", b.shape, np.float32, b)], [c],
+            options("Conv2DOptions", strideH=1, strideW=1))
+    moved, expected = c, np.einsum("nhwc,oc->nhwo", x, w[:, 0, 0]) + b
+    if between and between.startswith("TRANSPOSE"):
+        moved = flat.tensor("t", (2, 6, 5, 4))
+        flat.op("TRANSPOSE", [c, flat.tensor("perm", (4,), np.int32,
+                                             np.array([0, 3, 1, 2], np.int32))], [moved])
+        expected = expected.transpose(0, 3, 1, 2)
+    elif between == "RESHAPE":
+        moved = flat.tensor("t", (2, 20, 6))
+        flat.op("RESHAPE", [c, flat.tensor("shape", (3,), np.int32,
+                                           np.array([2, 20, 6], np.int32))], [moved])
+        expected = expected.reshape(2, 20, 6)
+    y = flat.tensor("y", flat.shape(moved))
+    flat.op(activation, [moved], [y])
+    low, high = {"RELU": (0, None), "RELU6": (0, 6), "RELU_N1_TO_1": (-1, 1)}[activation]
+    expected = np.clip(expected, low, high)
+    outputs = [y, c] if between and between.endswith("read elsewhere") else [y]
+    rewrite(flat, outputs)
+    names = [op.name for op in flat.operators]
+    assert (activation in names) == (len(outputs) == 2), names
+    content = _pack([Part("serving_default", flat, [xt], outputs, ["x"],
+                          ["y", "c"][:len(outputs)])])
+    got = run_signature(Interpreter(model_content=content), {"x": x})["y"]
+    assert_close(got, expected, 1e-5, f"{between} {activation}")
+
+
 @pytest.mark.parametrize(("attrs", "w_shape"), [
     ({"group": 4, "pads": [1, 2, 1, 2], "strides": [2, 1]}, (4, 1, 3, 5)),
     ({"group": 6, "auto_pad": "SAME_UPPER", "strides": [1, 2]}, (12, 1, 3, 3)),
