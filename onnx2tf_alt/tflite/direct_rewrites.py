@@ -196,7 +196,9 @@ def fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
     (no fused activation, with a constant filter and bias), goes into that op's filter and
     bias (as TF's converter folds them): the MUL scales both, the ADD shifts the bias; an
     activation fused into the MUL or ADD moves to the op (a transposed convolution's bias,
-    batch norm and ReLU: one op, as TF's converter writes it)."""
+    batch norm and ReLU: one op, as TF's converter writes it). A RESHAPE that keeps the
+    channel axis last may stand between them (LeViT's Linear -> Flatten -> BatchNorm1d):
+    it then takes the MUL's or ADD's output."""
     producers = {o: op for op in flat.operators for o in op.outputs}
     readers = _consumers(flat)
     gone = []
@@ -206,9 +208,13 @@ def fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
         for k in (0, 1):
             source = producers.get(op.inputs[k])
             factor = _constant(flat, op.inputs[1 - k])
-            if (source is None or source.name not in _FILTER_AXIS
-                    or op.inputs[k] in outputs or len(readers.get(op.inputs[k], [])) != 1
-                    or source.options[1].fusedActivationFunction):
+            if source is None or op.inputs[k] in outputs or len(readers.get(op.inputs[k],
+                                                                           [])) != 1:
+                continue
+            mid = _channel_keeping_reshape(flat, source, op, k, outputs, readers, producers)
+            if mid is not None:
+                source = producers[mid.inputs[0]]
+            if source.name not in _FILTER_AXIS or source.options[1].fusedActivationFunction:
                 continue
             channels = flat.shape(source.outputs[0])[-1]
             filt = _constant(flat, source.inputs[1])
@@ -239,11 +245,29 @@ def fold_affine(flat: FlatGraph, outputs: list[int]) -> None:
             else:
                 flat.set_constant(source.inputs[at], bias + values)
             source.options[1].fusedActivationFunction = op.options[1].fusedActivationFunction
-            _absorb(flat, source, op)
-            producers[op.outputs[0]] = source
+            _absorb(flat, source if mid is None else mid, op)
+            producers[op.outputs[0]] = source if mid is None else mid
             gone.append(op)
             break
     flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def _channel_keeping_reshape(flat: FlatGraph, reshape: Operator, op: Operator, k: int,
+                             outputs: list[int], readers: dict, producers: dict):
+    """`reshape` where it is a RESHAPE between a filtered op and `op` (reading it as input
+    k) that keeps the last axis, whose input nothing else reads, and whose output `op` keeps
+    the shape of: a per-channel MUL / ADD then commutes with it. Else None."""
+    if reshape.name != "RESHAPE":
+        return None
+    source = producers.get(reshape.inputs[0])
+    if (source is None or source.name not in _FILTER_AXIS or reshape.inputs[0] in outputs
+            or len(readers.get(reshape.inputs[0], [])) != 1
+            or not same_shape(flat, op.inputs[k], op.outputs[0])):
+        return None
+    before, after = flat.shape(reshape.inputs[0]), flat.shape(reshape.outputs[0])
+    if not before or not after or before[-1] is None or before[-1] != after[-1]:
+        return None
+    return reshape
 
 
 # readers for which x / c and x * (1 / c), an ulp apart, differ: a rounding or a comparison
