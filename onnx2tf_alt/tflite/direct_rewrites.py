@@ -58,6 +58,7 @@ def rewrite(flat: FlatGraph, outputs: list[int], for_quantization: bool = False)
     fuse_activations(flat, outputs)
     merge_reshapes(flat, outputs)
     flatten_into_dense(flat, outputs)
+    kept_dims_into_dense(flat, outputs)
     broadcast_leading_units(flat, outputs)
     reciprocal_roots(flat, outputs)
     transposed_operands(flat, outputs)
@@ -130,25 +131,48 @@ IDENTITY_OPERAND = {"LOGICAL_AND": True, "LOGICAL_OR": False, "ADD": 0, "MUL": 1
 def drop_logical_identities(flat: FlatGraph, outputs: list[int]) -> None:
     """LOGICAL_AND with a constant all true, LOGICAL_OR with one all false, ADD of zeros and
     MUL by ones that do not broadcast the other operand: its readers read that operand (TF's
-    converter folds them; a decoder's causal mask at one new position is all true)."""
+    converter folds them; a decoder's causal mask at one new position is all true). Where
+    the result is a model output (a last LayerNorm's shift of zeros, an RMSNorm's scale of
+    ones, as random-weight models have them), the op making the operand writes the output
+    instead, if nothing else reads the operand."""
     same: dict[int, int] = {}
     kept = []
     for op in flat.operators:
         op.inputs = [same.get(i, i) for i in op.inputs]
-        neutral = IDENTITY_OPERAND.get(op.name)
-        fused = op.options is not None and getattr(op.options[1], "fusedActivationFunction", 0)
-        if neutral is not None and op.outputs[0] not in outputs and not fused:
-            for k, index in enumerate(op.inputs):
-                values, other = flat.constant(index), op.inputs[1 - k]
-                if (values is not None and np.all(values == neutral)
-                        and same_shape(flat, other, op.outputs[0])):
-                    same[op.outputs[0]] = other
-                    break
-            else:
-                kept.append(op)
+        other = _neutral_operand(flat, op)
+        if other is not None and op.outputs[0] not in outputs:
+            same[op.outputs[0]] = other
             continue
         kept.append(op)
     flat.operators = kept
+    producers = {o: op for op in flat.operators for o in op.outputs}
+    readers = _consumers(flat)
+    gone = []
+    for op in flat.operators:
+        other = _neutral_operand(flat, op)
+        source = producers.get(other)
+        if (other is None or source is None or other in outputs or len(source.outputs) != 1
+                or len(readers.get(other, [])) != 1):
+            continue
+        _absorb(flat, source, op)
+        gone.append(op)
+    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def _neutral_operand(flat: FlatGraph, op: Operator) -> int | None:
+    """The operand `op` passes on unchanged (the other one a constant of its identity
+    element that does not broadcast it), or None."""
+    neutral = IDENTITY_OPERAND.get(op.name)
+    fused = op.options is not None and getattr(op.options[1], "fusedActivationFunction", 0)
+    if neutral is None or fused:
+        return None
+    for k, index in enumerate(op.inputs):
+        values, other = flat.constant(index), op.inputs[1 - k]
+        if (values is not None and np.all(values == neutral)
+                and same_shape(flat, other, op.outputs[0])
+                and flat.tensors[other].type == flat.tensors[op.outputs[0]].type):
+            return other
+    return None
 
 
 def same_shape(flat: FlatGraph, a: int, b: int) -> bool:
@@ -545,7 +569,8 @@ def merge_reshapes(flat: FlatGraph, outputs: list[int]) -> None:
     """RESHAPE(RESHAPE(x)): one RESHAPE of x (the inner one dropped when nothing else reads
     it); two RESHAPEs of x to one shape then merged; then a RESHAPE to the shape its input
     has, that input computed by an op and read by it alone: that op writes its output (as
-    TF's converter drops such a RESHAPE)."""
+    TF's converter drops such a RESHAPE); where other ops read that input too (SegFormer's
+    stage output, reshaped to an image and to tokens), the RESHAPE's readers read it."""
     producers = {o: op for op in flat.operators for o in op.outputs}
     for op in flat.operators:
         inner = producers.get(op.inputs[0])
@@ -558,9 +583,16 @@ def merge_reshapes(flat: FlatGraph, outputs: list[int]) -> None:
     gone = []
     for op in flat.operators:
         source = producers.get(op.inputs[0])
-        if (op.name != "RESHAPE" or source is None or op.inputs[0] in outputs
-                or len(readers.get(op.inputs[0], [])) != 1
-                or not same_shape(flat, op.inputs[0], op.outputs[0])):
+        if op.name != "RESHAPE" or not same_shape(flat, op.inputs[0], op.outputs[0]):
+            continue
+        if op.outputs[0] not in outputs and len(readers.get(op.inputs[0], [])) > 1:
+            for reader in readers.get(op.outputs[0], []):
+                reader.inputs = [op.inputs[0] if i == op.outputs[0] else i
+                                 for i in reader.inputs]
+            gone.append(op)
+            continue
+        if (source is None or op.inputs[0] in outputs
+                or len(readers.get(op.inputs[0], [])) != 1):
             continue
         source.outputs = [op.outputs[0] if o == op.inputs[0] else o for o in source.outputs]
         producers[op.outputs[0]] = source
@@ -588,6 +620,33 @@ def flatten_into_dense(flat: FlatGraph, outputs: list[int]) -> None:
             op.inputs[0] = source.inputs[0]
             if all(u.inputs[0] != source.outputs[0] for u in users):
                 gone.append(source)
+    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def kept_dims_into_dense(flat: FlatGraph, outputs: list[int]) -> None:
+    """A FULLY_CONNECTED (keepNumDims false) of an input (..., K) whose one reader is a
+    RESHAPE of its (rows, units) output back to (..., units): the op keeps the input's
+    dims itself and writes the RESHAPE's output (GPT-2's Conv1D, exported as a 2-D Gemm
+    between two Reshapes, as TF's converter writes it)."""
+    producers = {o: op for op in flat.operators for o in op.outputs}
+    readers = _consumers(flat)
+    gone = []
+    for op in flat.operators:
+        if op.name != "RESHAPE":
+            continue
+        dense = producers.get(op.inputs[0])
+        if (dense is None or dense.name != "FULLY_CONNECTED" or dense.options[1].keepNumDims
+                or len(dense.outputs) != 1 or op.inputs[0] in outputs
+                or len(readers.get(op.inputs[0], [])) != 1):
+            continue
+        given, wanted = flat.shape(dense.inputs[0]), flat.shape(op.outputs[0])
+        weights = flat.shape(dense.inputs[1])
+        if (len(given) < 3 or given[-1] != weights[-1] or None in given
+                or tuple(wanted) != (*given[:-1], weights[0])):
+            continue
+        dense.options[1].keepNumDims = True
+        dense.outputs = list(op.outputs)
+        gone.append(op)
     flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
 
 

@@ -693,6 +693,58 @@ def test_a_scale_folds_into_a_depthwise_conv_with_a_multiplier(per_channel):
     assert ops == {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 1}, ops
 
 
+@pytest.mark.parametrize(("last", "dropped"), [
+    ("shift of zeros", True),  # ViT's final LayerNorm at initialization
+    ("scale of ones", True),  # T5's final RMSNorm weight at initialization
+    ("scale of twos", False),
+    ("broadcasting zeros", False),  # (1, 5, 6) + (3, 1, 1) zeros: the shape changes
+])
+def test_a_neutral_last_op_gives_its_output_to_the_op_before(last, dropped):
+    """direct_rewrites.drop_logical_identities where the ADD of zeros or MUL by ones is the
+    model's output: the op before it writes the output (as TF's converter folds it)."""
+    x = rand(1, 5, 6)
+    value = {"shift of zeros": 0.0, "scale of ones": 1.0, "scale of twos": 2.0,
+             "broadcasting zeros": 0.0}[last]
+    shape = (3, 1, 1) if last == "broadcasting zeros" else (6,)
+    op = "Add" if "zeros" in last else "Mul"
+    model = make_model([node("MatMul", ["x", "w"], "h"), node("Tanh", ["h"], "t"),
+                        node(op, ["t", "c"], "y")], {"x": x}, ["y"],
+                       initializers={"w": rand(6, 6), "c": np.full(shape, value, np.float32)})
+    ops = count_tflite_ops(both_routes(model, {"x": x}).content)
+    assert (op.upper() not in ops) == dropped, ops
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_linear_between_two_reshapes_is_one_dense_op(batch):
+    """direct_rewrites.kept_dims_into_dense: GPT-2's Conv1D as exported, Reshape to rows ->
+    Gemm -> Reshape back, is one FULLY_CONNECTED keeping the input's dims (as TF's
+    converter writes it); no RESHAPE is left."""
+    x = rand(batch, 5, 8)
+    init = {"w": rand(8, 6), "b": rand(6), "rows": np.array([-1, 8], np.int64),
+            "back": np.array([batch, 5, 6], np.int64)}
+    model = make_model([node("Reshape", ["x", "rows"], "r"),
+                        node("Gemm", ["r", "w", "b"], "g"),
+                        node("Reshape", ["g", "back"], "h"), node("Tanh", ["h"], "y")],
+                       {"x": x}, ["y"], initializers=init)
+    ops = count_tflite_ops(both_routes(model, {"x": x}).content)
+    assert ops == {"FULLY_CONNECTED": 1, "TANH": 1}, ops
+
+
+def test_a_reshape_to_its_own_shape_is_dropped_where_others_read_its_input():
+    """direct_rewrites.merge_reshapes: SegFormer's stage output is reshaped to an image for
+    the next stage and 'to tokens' (its own shape) for the decode head: the second RESHAPE
+    goes, its reader reads the value itself."""
+    x = rand(1, 12, 4)
+    init = {"image": np.array([1, 3, 4, 4], np.int64), "tokens": np.array([1, 12, 4], np.int64),
+            "w": rand(4, 5), "g": rand(4)}
+    model = make_model([node("Mul", ["x", "g"], "n"),
+                        node("Reshape", ["n", "image"], "img"), node("Relu", ["img"], "y1"),
+                        node("Reshape", ["n", "tokens"], "t"), node("MatMul", ["t", "w"], "y2")],
+                       {"x": x}, ["y1", "y2"], initializers=init)
+    ops = count_tflite_ops(both_routes(model, {"x": x}).content)
+    assert ops.get("RESHAPE") == 1, ops
+
+
 @pytest.mark.parametrize(("flat_shape", "activation", "folds"), [
     ([-1, 6], None, True),  # LeViT: Linear -> Flatten(0, 1) -> BatchNorm1d -> Reshape back
     ([-1, 6], "Relu", True),
