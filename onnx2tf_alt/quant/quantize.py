@@ -783,6 +783,7 @@ def _write_variant(variant: Variant, source, folder: str, stem: str, plan: Quant
     except Exception as exc:  # noqa: BLE001 - reported; the other files are still written
         entry["error"] = _short(exc)
         log.warning("%s was not written: %s", name, entry["error"])
+        log.debug("%s", name, exc_info=True)
         return entry
     path = os.path.join(folder, name)
     with open(path, "wb") as f:
@@ -889,6 +890,10 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
         if plan.qdq_per_tensor and plan.takes_ranges(variant):
             content, _ = requantize_per_tensor(content)
         return content
+    if direct and not getattr(source.result, "content", b""):
+        raise ValueError("the float32 file passes 2 GB and the own quantizer reads it in "
+                         "memory: calibrated INT8 / INT16 files are not made past 2 GB yet; "
+                         "-odrqt (int8 weights) and -oi4 (int4 weights) are")
     int16 = int16_activations(variant)
     key = (id(source), int16)
     if key not in calibrated:

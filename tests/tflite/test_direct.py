@@ -1221,3 +1221,28 @@ def test_streamed_weights_are_read_back_for_the_int8_files(tmp_path, monkeypatch
             output_integer_quantized_tflite=True, output_saved_model=True)
     assert (streamed / "saved_model.pb").exists()
     assert (streamed / name).read_bytes() == (packed / name).read_bytes()
+
+
+def test_int8_files_past_2_gb_are_refused_by_name_and_the_weight_files_written(
+        tmp_path, monkeypatch, capfd):
+    """A float32 file past 2 GB (its weights after the flatbuffer) is not read back into
+    memory for the own quantizer: -oiqt says which files it does not make and why, and
+    still writes the dynamic-range file (stood in for here by a streamed file that is not
+    read back; the INT16 files, made from a conversion of their own, are not)."""
+    from onnx2tf_alt import conversion
+    from onnx2tf_alt.api import convert
+    from onnx2tf_alt.tflite import direct
+
+    monkeypatch.setattr(direct, "STREAMED_BYTES", 0)
+    monkeypatch.setattr(conversion, "_read_back", lambda *args: None)
+    convert(input_onnx_file_path=MOBILENET, output_folder_path=str(tmp_path / "o"),
+            non_verbose=False, output_integer_quantized_tflite=True)
+    written = {p.name for p in (tmp_path / "o").glob("*.tflite")}
+    assert "mobilenet_block_dynamic_range_quant.tflite" in written
+    refused = [line.removeprefix("WARNING: ") for line in capfd.readouterr().err.splitlines()
+               if "was not written" in line]
+    for name in ("mobilenet_block_integer_quant.tflite",
+                 "mobilenet_block_full_integer_quant.tflite"):
+        assert name not in written
+        assert any(m.startswith(name) and "passes 2 GB" in m and "-odrqt" in m
+                   for m in refused), refused
