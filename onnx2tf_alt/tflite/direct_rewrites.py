@@ -56,6 +56,7 @@ def rewrite(flat: FlatGraph, outputs: list[int], for_quantization: bool = False)
         pass
     maxima_as_relu(flat, outputs)
     fuse_activations(flat, outputs)
+    reshapes_before_dense(flat, outputs)
     merge_reshapes(flat, outputs)
     flatten_into_dense(flat, outputs)
     kept_dims_into_dense(flat, outputs)
@@ -621,6 +622,49 @@ def flatten_into_dense(flat: FlatGraph, outputs: list[int]) -> None:
             if all(u.inputs[0] != source.outputs[0] for u in users):
                 gone.append(source)
     flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def reshapes_before_dense(flat: FlatGraph, outputs: list[int]) -> None:
+    """A FULLY_CONNECTED (keepNumDims) whose one reader is a RESHAPE keeping the last axis:
+    the input is reshaped instead, to the RESHAPE's leading dims, and the op writes the
+    RESHAPE's output; a RESHAPE before the op then merges with the new one (merge_reshapes:
+    Swin's attention projection between its window reshapes, as TF's converter writes it)."""
+    while _reshape_before_dense(flat, outputs):
+        pass
+
+
+def _reshape_before_dense(flat: FlatGraph, outputs: list[int]) -> bool:
+    """One move of reshapes_before_dense; whether one was made."""
+    producers = {o: op for op in flat.operators for o in op.outputs}
+    readers = _consumers(flat)
+    for op in flat.operators:
+        if op.name != "RESHAPE":
+            continue
+        dense = producers.get(op.inputs[0])
+        if (dense is None or dense.name != "FULLY_CONNECTED" or not dense.options[1].keepNumDims
+                or len(dense.outputs) != 1 or op.inputs[0] in outputs
+                or len(readers.get(op.inputs[0], [])) != 1):
+            continue
+        given, before, after = (flat.shape(dense.inputs[0]), flat.shape(op.inputs[0]),
+                                flat.shape(op.outputs[0]))
+        if (None in given or None in after or not after or after[-1] != before[-1]
+                or len(flat.shape(dense.inputs[1])) != 2):
+            continue
+        shape = (*after[:-1], given[-1])
+        name = flat.tensors[dense.inputs[0]].name.decode()
+        moved = flat.tensor(f"{name}/rows", shape)
+        at = next(k for k, o in enumerate(flat.operators) if o is dense)
+        flat.operators.insert(at, Operator(
+            "RESHAPE", [dense.inputs[0], flat.tensor(f"{name}/rows_shape", (len(shape),),
+                                                     np.int32, np.asarray(shape, np.int32))],
+            [moved], None))
+        dense.inputs[0] = moved
+        dense.outputs = list(op.outputs)
+        if len(shape) == 2:  # rows: the kernel flattens itself (flatten_into_dense drops it)
+            dense.options[1].keepNumDims = False
+        flat.operators = [o for o in flat.operators if o is not op]
+        return True
+    return False
 
 
 def kept_dims_into_dense(flat: FlatGraph, outputs: list[int]) -> None:

@@ -730,6 +730,23 @@ def test_a_linear_between_two_reshapes_is_one_dense_op(batch):
     assert ops == {"FULLY_CONNECTED": 1, "TANH": 1}, ops
 
 
+@pytest.mark.parametrize("before", [True, False])
+def test_a_reshape_after_a_linear_moves_before_it(before):
+    """direct_rewrites.reshapes_before_dense: Swin's window attention reshapes the tokens,
+    projects them and reshapes the result back (keeping the channels last): the second
+    RESHAPE moves before the FULLY_CONNECTED and merges with the first (one RESHAPE, as
+    TF's converter writes it; without a first one, still one)."""
+    x = rand(2, 12, 8)
+    init = {"w": rand(8, 6), "a": np.array([2, 3, 4, 8], np.int64),
+            "b": np.array([6, 4, 6], np.int64)}
+    nodes = [node("Reshape", ["x", "a"], "r")] if before else []
+    nodes += [node("MatMul", ["r" if before else "x", "w"], "h"),
+              node("Reshape", ["h", "b"], "o"), node("Tanh", ["o"], "y")]
+    model = make_model(nodes, {"x": x}, ["y"], initializers=init)
+    ops = count_tflite_ops(both_routes(model, {"x": x}).content)
+    assert ops == {"RESHAPE": 1, "FULLY_CONNECTED": 1, "TANH": 1}, ops
+
+
 def test_a_reshape_to_its_own_shape_is_dropped_where_others_read_its_input():
     """direct_rewrites.merge_reshapes: SegFormer's stage output is reshaped to an image for
     the next stage and 'to tokens' (its own shape) for the decode head: the second RESHAPE
@@ -1224,7 +1241,7 @@ def test_streamed_weights_are_read_back_for_the_int8_files(tmp_path, monkeypatch
 
 
 def test_int8_files_past_2_gb_are_refused_by_name_and_the_weight_files_written(
-        tmp_path, monkeypatch, capfd):
+        tmp_path, monkeypatch, capfd, caplog):
     """A float32 file past 2 GB (its weights after the flatbuffer) is not read back into
     memory for the own quantizer: -oiqt says which files it does not make and why, and
     still writes the dynamic-range file (stood in for here by a streamed file that is not
@@ -1239,8 +1256,8 @@ def test_int8_files_past_2_gb_are_refused_by_name_and_the_weight_files_written(
             non_verbose=False, output_integer_quantized_tflite=True)
     written = {p.name for p in (tmp_path / "o").glob("*.tflite")}
     assert "mobilenet_block_dynamic_range_quant.tflite" in written
-    refused = [line.removeprefix("WARNING: ") for line in capfd.readouterr().err.splitlines()
-               if "was not written" in line]
+    said = [*capfd.readouterr().err.splitlines(), *(r.getMessage() for r in caplog.records)]
+    refused = [line.removeprefix("WARNING: ") for line in said if "was not written" in line]
     for name in ("mobilenet_block_integer_quant.tflite",
                  "mobilenet_block_full_integer_quant.tflite"):
         assert name not in written
