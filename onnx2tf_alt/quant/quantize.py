@@ -780,7 +780,7 @@ def _write_variant(variant: Variant, source, folder: str, stem: str, plan: Quant
     entry = {"file": name, "variant": variant.suffix}
     try:
         content = _quantized_file(source, variant, plan, report, float_tflite, calibrated)
-    except Exception as exc:  # noqa: BLE001 - reported; the other files are still written
+    except Exception as exc:  # reported; the other files are still written
         entry["error"] = _short(exc)
         log.warning("%s was not written: %s", name, entry["error"])
         log.debug("%s", name, exc_info=True)

@@ -220,7 +220,6 @@ def test_constants_float16_cannot_hold_stay_float32(tmp_path, epsilon):
     Such constants stay float32 in the float16 file (the other weights are halved), which
     then matches onnxruntime where the float32 file does."""
     import onnx2tf_alt
-
     from onnx2tf_alt.tflite.flatbuffer import schema, unpack_model
 
     rng = np.random.default_rng(4)
@@ -253,8 +252,9 @@ def test_constants_float16_cannot_hold_stay_float32(tmp_path, epsilon):
     assert all(np.isfinite(h).all() and np.abs(h).max() > 0 for h in halves)
     assert any(k.min() <= -1e9 for k in kept)  # the mask (in the dense layer's bias)
     assert any(k.size == 1 and k[0] == np.float32(epsilon) for k in kept)
-    from onnx2tf_alt.tflite.run import run_signature
     from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt.tflite.run import run_signature
 
     got = run_signature(Interpreter(model_content=content), {"x": x})
     expected = ort_run(model, {"x": x})[0]
