@@ -305,6 +305,8 @@ def convert(
                 check_onnx_tf_outputs_elementwise_close_full, bias_correction,
                 int8_warn_below, integer_kernels_only=micro,
             )
+            if planned is not None and quant_options.integer:
+                _calibration_data_given(planned, custom_data)
             if not direct:  # the Keras build's: loaded while collection is still off
                 import tensorflow  # noqa: F401
             startup.resume()  # modules loaded: collection back on (onnx2tf_alt/startup.py)
@@ -531,6 +533,18 @@ def _not_covered(reason, planned, tflite_writer: str) -> None:
         error.prepared_model = planned.model  # replayed by the failure report
         raise error
     log.info("direct TFLite writer: %s: converting with TF", reason)
+
+
+def _calibration_data_given(planned, custom_data) -> None:
+    """-oiqt on a float model: every input that is not an image has -cind data, said before
+    anything is converted (quant.quantize.plan_quantization says it again; a QDQ model
+    brings its own ranges and needs none)."""
+    from calibration.samples import require_calibration_data
+    from onnx2tf_alt.passes.qdq_pairs import FUSED
+
+    if not any(n.op_type in ("QuantizeLinear", "DequantizeLinear", FUSED)
+               for n in planned.model.graph.node):
+        require_calibration_data(planned.graph, custom_data or {})
 
 
 def _write_direct(planned, folder: OutputFolder, stem: str, tflite_writer: str,

@@ -288,6 +288,25 @@ def test_missing_calibration_data_fails_before_writing(token_files, tmp_path):
     assert not out.exists()
 
 
+def test_missing_calibration_data_is_said_before_converting(token_files, tmp_path, monkeypatch):
+    """The model is planned (its inputs' shapes known) and then refused: nothing is
+    converted first (a 2.3 GB model's -oiqt without -cind took 12.2 s and 1.36 GB to be told,
+    now 0.33 s and 66 MB)."""
+    from onnx2tf_alt import conversion
+    from onnx2tf_alt.errors import InputError
+
+    def converting(*args, **kwargs):
+        raise AssertionError("converted before the calibration data was checked")
+
+    monkeypatch.setattr(conversion, "direct_conversion", converting)
+    monkeypatch.setattr(conversion, "translate", converting)
+    _, path = token_files
+    with pytest.raises(InputError, match="-cind tokens"):
+        convert(input_onnx_file_path=path, output_folder_path=str(tmp_path / "out"),
+                non_verbose=True, output_integer_quantized_tflite=True)
+    assert not (tmp_path / "out").exists()
+
+
 def test_calibration_sample_planning(token_files):
     """Whole-input samples (rank + 1) and batch rows (same rank) are both N samples, split
     alike for every input so paired rows stay paired; MEAN and STD normalize; a single
