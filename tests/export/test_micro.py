@@ -247,9 +247,12 @@ def shapes_only(shapes: dict, outputs: list[str]):
                            shapes=shapes)
 
 
-def test_an_input_past_the_sram_is_a_warning_before_quantizing(caplog):
+def test_an_input_past_the_sram_is_a_warning_before_quantizing(caplog, monkeypatch):
     graph = shapes_only({"x": (2, 3, 2048, 2048), "probs": (2, 10)}, ["probs"])
-    logger = logging.getLogger("onnx2tf_alt")  # it does not propagate to the root logger
+    logger = logging.getLogger("onnx2tf_alt")
+    # as a conversion configures it (logs.configure_logging), whichever test ran first in
+    # this worker: caplog's handler on the root logger would see each record twice
+    monkeypatch.setattr(logger, "propagate", False)
     logger.addHandler(caplog.handler)
     try:
         with caplog.at_level(logging.WARNING, logger="onnx2tf_alt"):  # -n set it to errors
