@@ -66,7 +66,8 @@ def rewrite(flat: FlatGraph, outputs: list[int], for_quantization: bool = False)
     pads_into_same_windows(flat, outputs)
 
 
-SMALL_CONSTANT = 1024  # bytes up to which constant inputs are compared by value
+SMALL_CONSTANT = 1 << 16  # bytes up to which constant inputs are compared by value (an
+# unrolled LSTM's shape constants of 2 KB are written once per layer)
 
 
 def merge_duplicates(flat: FlatGraph, outputs: list[int]) -> None:

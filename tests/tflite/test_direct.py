@@ -747,6 +747,19 @@ def test_a_reshape_after_a_linear_moves_before_it(before):
     assert ops == {"RESHAPE": 1, "FULLY_CONNECTED": 1, "TANH": 1}, ops
 
 
+@pytest.mark.parametrize("values", [300, 9000])  # 1.2 KB, 36 KB
+def test_ops_with_equal_constants_of_kilobytes_are_merged(values):
+    """direct_rewrites.merge_duplicates compares constants up to 64 KB by value: an
+    unrolled LSTM's per-layer shape constants (2 KB) made each layer's shape ops again."""
+    x = rand(2, values)
+    c = rand(values)
+    model = make_model([node("Add", ["x", "c1"], "a1"), node("Add", ["x", "c2"], "a2"),
+                        node("Mul", ["a1", "a2"], "y")], {"x": x}, ["y"],
+                       initializers={"c1": c, "c2": c.copy()})
+    ops = count_tflite_ops(both_routes(model, {"x": x}).content)
+    assert ops == {"ADD": 1, "MUL": 1}, ops
+
+
 def test_a_reshape_to_its_own_shape_is_dropped_where_others_read_its_input():
     """direct_rewrites.merge_reshapes: SegFormer's stage output is reshaped to an image for
     the next stage and 'to tokens' (its own shape) for the decode head: the second RESHAPE
