@@ -125,12 +125,15 @@ def _halves_faithfully(buffer) -> bool:
         if buffer.nbytes > HALF_CHECKED_BYTES:
             return True
         values = np.asarray(buffer.make(), np.float32).reshape(-1)
-    else:
-        values = np.frombuffer(np.asarray(buffer.data, np.uint8).tobytes(), "<f4")
-    magnitude = np.abs(values[np.isfinite(values)])
-    if not magnitude.size:
+    else:  # a view of the bytes: no copy of the weights
+        values = np.asarray(buffer.data, np.uint8).view("<f4")
+    if not values.size:
         return True
-    largest = float(magnitude.max())
+    low, high = float(values.min()), float(values.max())  # two passes, no temporaries
+    if not np.isfinite(low) or not np.isfinite(high):  # +-inf or NaN among them: rare
+        finite = values[np.isfinite(values)]
+        low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+    largest = max(-low, high)
     return largest <= HALF_MAX and not 0 < largest < HALF_TINY
 
 

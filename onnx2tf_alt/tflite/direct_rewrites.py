@@ -138,22 +138,25 @@ def drop_logical_identities(flat: FlatGraph, outputs: list[int]) -> None:
     ones, as random-weight models have them), the op making the operand writes the output
     instead, if nothing else reads the operand."""
     same: dict[int, int] = {}
-    kept = []
+    kept, at_outputs = [], []
     for op in flat.operators:
         op.inputs = [same.get(i, i) for i in op.inputs]
         other = _neutral_operand(flat, op)
         if other is not None and op.outputs[0] not in outputs:
             same[op.outputs[0]] = other
             continue
+        if other is not None:
+            at_outputs.append((op, other))
         kept.append(op)
     flat.operators = kept
+    if not at_outputs:
+        return
     producers = {o: op for op in flat.operators for o in op.outputs}
     readers = _consumers(flat)
     gone = []
-    for op in flat.operators:
-        other = _neutral_operand(flat, op)
+    for op, other in at_outputs:
         source = producers.get(other)
-        if (other is None or source is None or other in outputs or len(source.outputs) != 1
+        if (source is None or other in outputs or len(source.outputs) != 1
                 or len(readers.get(other, [])) != 1):
             continue
         _absorb(flat, source, op)
@@ -639,12 +642,8 @@ def _reshape_before_dense(flat: FlatGraph, outputs: list[int]) -> bool:
     producers = {o: op for op in flat.operators for o in op.outputs}
     readers = _consumers(flat)
     for op in flat.operators:
-        if op.name != "RESHAPE":
-            continue
-        dense = producers.get(op.inputs[0])
-        if (dense is None or dense.name != "FULLY_CONNECTED" or not dense.options[1].keepNumDims
-                or len(dense.outputs) != 1 or op.inputs[0] in outputs
-                or len(readers.get(op.inputs[0], [])) != 1):
+        dense = _dense_before(flat, op, True, outputs, producers, readers)
+        if dense is None:
             continue
         given, before, after = (flat.shape(dense.inputs[0]), flat.shape(op.inputs[0]),
                                 flat.shape(op.outputs[0]))
@@ -677,12 +676,8 @@ def kept_dims_into_dense(flat: FlatGraph, outputs: list[int]) -> None:
     readers = _consumers(flat)
     gone = []
     for op in flat.operators:
-        if op.name != "RESHAPE":
-            continue
-        dense = producers.get(op.inputs[0])
-        if (dense is None or dense.name != "FULLY_CONNECTED" or dense.options[1].keepNumDims
-                or len(dense.outputs) != 1 or op.inputs[0] in outputs
-                or len(readers.get(op.inputs[0], [])) != 1):
+        dense = _dense_before(flat, op, False, outputs, producers, readers)
+        if dense is None:
             continue
         given, wanted = flat.shape(dense.inputs[0]), flat.shape(op.outputs[0])
         weights = flat.shape(dense.inputs[1])
@@ -693,6 +688,20 @@ def kept_dims_into_dense(flat: FlatGraph, outputs: list[int]) -> None:
         dense.outputs = list(op.outputs)
         gone.append(op)
     flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
+
+
+def _dense_before(flat: FlatGraph, reshape: Operator, keep_dims: bool, outputs: list[int],
+                  producers: dict, readers: dict) -> Operator | None:
+    """The FULLY_CONNECTED (keepNumDims `keep_dims`) whose one result only `reshape`, a
+    RESHAPE, reads (and is no model output), or None."""
+    if reshape.name != "RESHAPE":
+        return None
+    dense = producers.get(reshape.inputs[0])
+    if (dense is None or dense.name != "FULLY_CONNECTED"
+            or bool(dense.options[1].keepNumDims) != keep_dims or len(dense.outputs) != 1
+            or reshape.inputs[0] in outputs or len(readers.get(reshape.inputs[0], [])) != 1):
+        return None
+    return dense
 
 
 BROADCASTING = {"ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "POW", "SQUARED_DIFFERENCE",
