@@ -296,7 +296,10 @@ def _conv_transpose(ctx, x, w, strides, lengths, padding):
         x, w, strides, lengths = lift_1d(x, w, strides, lengths)
         return tf.squeeze(_conv_transpose(ctx, x, w, strides, lengths, padding), 1)
     dims = [*lengths, w.shape[1]]
-    shape = [x.shape[0], *dims] if x.shape[0] is not None else tf.stack([tf.shape(x)[0], *dims])
+    if x.shape[0] is not None and not any(tf.is_tensor(d) for d in dims):
+        shape = [x.shape[0], *dims]
+    else:
+        shape = tf.stack([x.shape[0] or tf.shape(x)[0], *dims])
     op = tf.nn.conv2d_transpose if len(strides) == 2 else tf.nn.conv3d_transpose
     return op(x, tf_kernel(ctx, w), shape, strides=[1, *strides, 1], padding=padding)
 
@@ -312,7 +315,10 @@ def conv_transpose(ctx):
     output_padding = list(ctx.attr("output_padding", [0] * n))
     sizes = ctx.shape(0)[2:]
     if any(size is None for size in sizes):
-        raise NotImplementedError("ConvTranspose needs static spatial dims; use -ois")
+        padding, lengths = _run_time_lengths(ctx, kernel, strides, output_padding)
+        y = per_group(ctx.x(0), w, ctx.attr("group", 1), lambda xi, wi: _conv_transpose(
+            ctx, xi, wi, strides, lengths, padding))
+        return _bias(ctx, y)
     crop = _transpose_crop(ctx, sizes, kernel, strides, output_padding)
     if all(_is_tf_same_crop(*axis) for axis in zip(sizes, kernel, strides, crop)):
         padding, lengths = "SAME", [m for _, m in crop]
@@ -364,6 +370,37 @@ def conv_transpose_direct(ctx):
     ctx.op("ADD", [y, ctx.weight(bias, "bias")], out,
            options("AddOptions", fusedActivationFunction=0))
     return out
+
+
+def _run_time_lengths(ctx, kernel, strides, output_padding) -> tuple[str, list]:
+    """TF's padding and the output's spatial lengths (tensors: in * s + c) for spatial
+    dims known only at run time. Without output_shape, the ONNX output starts at a
+    begin and has a length in * s + c whatever the input's length (_transpose_crop's
+    arithmetic, read at two lengths): where TF's SAME output or its VALID one (uncropped)
+    is that output, it is written so; else NotImplementedError (a crop of run-time
+    length)."""
+    if ctx.attr("output_shape") is not None:
+        raise NotImplementedError("ConvTranspose with output_shape on spatial dims known at "
+                                  "run time; set them with -ois")
+    probes = [_transpose_crop(ctx, [size] * len(kernel), kernel, strides, output_padding)
+              for size in (16, 17)]
+    same = valid = True
+    offsets = []
+    for axis, (k, s) in enumerate(zip(kernel, strides)):
+        (b16, m16), (b17, m17) = probes[0][axis], probes[1][axis]
+        if b16 != b17 or m17 - m16 != s:
+            raise NotImplementedError("ConvTranspose whose output does not grow with its "
+                                      "input's run-time length; set it with -ois")
+        same = same and _is_tf_same_crop(16, k, s, (b16, m16))
+        valid = valid and b16 == 0 and m16 == s * 15 + k
+        offsets.append(m16 - 16 * s)
+    if not (same or valid):
+        raise NotImplementedError("ConvTranspose with pads TF's SAME and VALID outputs do "
+                                  "not take on spatial dims known at run time; set them "
+                                  "with -ois")
+    dims = tf.shape(ctx.x(0))[1:-1]
+    return ("SAME" if same else "VALID",
+            [dims[a] * s + c for a, (s, c) in enumerate(zip(strides, offsets))])
 
 
 def _is_tf_same_crop(size, k, s, crop) -> bool:

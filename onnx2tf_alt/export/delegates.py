@@ -29,6 +29,7 @@ from onnx2tf_alt.tflite.late_weights import mapped
 log = logging.getLogger("onnx2tf_alt")
 
 XNNPACK_ANALYSIS_BYTES = 1 << 30  # larger files: see analyze
+RUN_TIME_DIM = 224  # an input's run-time dims past the batch, in the report (1 fails)
 DTYPE_NAMES = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
 
 ONE_RUNTIME_INPUT = frozenset({
@@ -138,7 +139,12 @@ def xnnpack_partitions(content: bytes | None, path: str | None = None
         interpreter = Interpreter(model_path=path, num_threads=1)
     else:
         interpreter = Interpreter(model_content=content, num_threads=1)
-    interpreter.allocate_tensors()  # the default delegate is applied here
+    try:
+        interpreter.allocate_tensors()  # the default delegate is applied here
+    except RuntimeError:
+        if not _sized_for_windows(interpreter):
+            raise
+        interpreter.allocate_tensors()
     details = interpreter._get_ops_details()
     kernels = [d for d in details if d["op_name"] == "DELEGATE"]
     originals = [d for d in details if d["op_name"] != "DELEGATE"]
@@ -156,6 +162,21 @@ def xnnpack_partitions(content: bytes | None, path: str | None = None
             partition[op] = number
             pending += [t for t in inputs_of[op] if t not in boundary]
     return partition, len(kernels)
+
+
+def _sized_for_windows(interpreter) -> bool:
+    """Gives the inputs' run-time dims past the batch RUN_TIME_DIM (they are 1 until set,
+    too small for a network's strided windows: its XNNPACK subgraph fails to reshape);
+    whether there were any. The partitions do not depend on the sizes."""
+    resized = False
+    for detail in interpreter.get_input_details():
+        signature = detail["shape_signature"]
+        if any(d < 0 for d in signature[1:]):
+            shape = [1 if a == 0 and d < 0 else RUN_TIME_DIM if d < 0 else d
+                     for a, d in enumerate(signature)]
+            interpreter.resize_tensor_input(detail["index"], shape, strict=False)
+            resized = True
+    return resized
 
 
 # --- GPU ------------------------------------------------------------------------------------

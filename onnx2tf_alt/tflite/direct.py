@@ -239,7 +239,7 @@ class DirectWriter:
                 raise NotCovered(f"input '{name}' has no known shape")
             input_names[name] = keras = keras_name(name, taken)
             index = flat.tensor(f"{key}_{keras}:0", P.physical_shape(shape, perm),
-                                graph.dtypes[name])
+                                graph.dtypes[name], dynamic=True)
             self.values[name] = _Value(index, perm)
             inputs.append(index)
         for position, node in enumerate(graph.nodes):
@@ -269,7 +269,9 @@ class DirectWriter:
         where = f"node '{node.name}' ({node.op_type})"
         values = [n for n in (*node.inputs, *node.outputs) if n and n not in self.graph.constants]
         dtypes = [np.dtype(self.graph.dtypes.get(n, np.float32)) for n in values]
-        writers = [] if writer is None or any(d != np.float32 for d in dtypes) else [writer]
+        writers = ([] if writer is None or any(d != np.float32 for d in dtypes)
+                   or any(_beyond_writers(self.graph.shapes.get(n)) for n in values)
+                   else [writer])
         if handler is not None:
             writers.append(functools.partial(record_handler, handler))
         if not writers:
@@ -302,6 +304,14 @@ class DirectWriter:
                 self.values[name] = _Value(None, P.identity(array.ndim), array)
             else:
                 self.values[name] = _Value(value, perm)
+
+
+def _beyond_writers(shape) -> bool:
+    """Whether a value of ONNX `shape` is beyond the `@direct` writers, which read shapes
+    known but for one dim: of unknown rank, or several dims known only at run time (an
+    image's height and width). The handler's own code writes such nodes (tflite/recorder.py)
+    as it builds them in TF, from the shapes the written tensors have."""
+    return shape is None or sum(d is None for d in shape) > 1
 
 
 @dataclass

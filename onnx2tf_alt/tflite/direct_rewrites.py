@@ -47,6 +47,7 @@ def rewrite(flat: FlatGraph, outputs: list[int], for_quantization: bool = False)
     if speed_folds:
         constant_divisions(flat, outputs)
         if not for_quantization:
+            hard_swishes(flat, outputs)
             merge_constant_products(flat, outputs)
     fold_affine(flat, outputs)
     if speed_folds:
@@ -181,8 +182,15 @@ def _neutral_operand(flat: FlatGraph, op: Operator) -> int | None:
 
 
 def same_shape(flat: FlatGraph, a: int, b: int) -> bool:
-    """Tensors a and b have one shape: equal dims, at most one unknown (the batch); two values
-    of several run-time dims may differ."""
+    """Tensor b, computed from a by ops whose other operands are constants, has a's shape:
+    equal dims (a constant that broadcasts an unknown dim makes it known, so equal unknown
+    dims are a's own)."""
+    return flat.shape(a) == flat.shape(b)
+
+
+def one_shape(flat: FlatGraph, a: int, b: int) -> bool:
+    """Any tensors a and b have one shape: equal dims, at most one unknown (then the
+    element counts fix it); two values of several run-time dims may differ."""
     shape = flat.shape(a)
     return shape == flat.shape(b) and sum(d is None for d in shape) <= 1
 
@@ -330,6 +338,105 @@ def constant_divisions(flat: FlatGraph, outputs: list[int]) -> None:
         activation = op.options[1].fusedActivationFunction if op.options else 0
         op.name, op.inputs = "MUL", [op.inputs[0], inverse]
         op.options = options("MulOptions", fusedActivationFunction=activation)
+
+
+def hard_swishes(flat: FlatGraph, outputs: list[int]) -> None:
+    """x * relu6(x + 3) * (1 / 6), multiplied in either order (tf2onnx's MobileNetV3 and
+    Keras write x * (relu6(x + 3) * (1 / 6)), torch's and Paddle's exports x * relu6(x + 3)
+    / 6, torch's before opset 14 x * HardSigmoid(x) with alpha 1 / 6 and beta 0.5), its
+    parts read by it alone: one HARD_SWISH, one pass over x where there were three
+    (TF's converter fuses the first order). Not for the graph the own quantizer starts
+    from: XNNPACK takes no INT8 HARD_SWISH and 16x8 has none (passes/quant_rewrites.py).
+    The order -rtpo HardSwish writes, (x / 6) * relu6(x + 3), is left as it is."""
+    producers = {o: op for op in flat.operators for o in op.outputs}
+    readers = _consumers(flat)
+
+    def only(index: int, name: str) -> Operator | None:
+        """The op `name` that writes `index`, read there alone, without a fused activation."""
+        op = producers.get(index)
+        if (op is None or op.name != name or index in outputs
+                or len(readers.get(index, [])) != 1
+                or (op.options is not None and op.options[1].fusedActivationFunction)):
+            return None
+        return op
+
+    def sixth(op: Operator) -> int | None:
+        """The operand of MUL `op` whose other one is the constant 1 / 6."""
+        for k in (0, 1):
+            c = _constant(flat, op.inputs[1 - k])
+            if c is not None and c.size == 1 and abs(float(c.reshape(-1)[0]) - 1 / 6) < 1e-7:
+                return op.inputs[k]
+        return None
+
+    def shifted_relu6(index: int, x: int) -> list[Operator] | None:
+        """The ops of relu6(x + 3) writing `index`: a RELU6 of an ADD, or the ADD with it
+        fused."""
+        relu6 = only(index, "RELU6")
+        add = only(relu6.inputs[0], "ADD") if relu6 is not None else producers.get(index)
+        if (add is None or add.name != "ADD" or (relu6 is None and (
+                index in outputs or len(readers.get(index, [])) != 1
+                or add.options[1].fusedActivationFunction != ACTIVATIONS["RELU6"]))):
+            return None
+        for k in (0, 1):
+            three = _constant(flat, add.inputs[1 - k])
+            if (add.inputs[k] == x and three is not None and three.size == 1
+                    and float(three.reshape(-1)[0]) == 3.0):
+                return [add] if relu6 is None else [add, relu6]
+        return None
+
+    def scalar(index: int, value: float) -> bool:
+        c = _constant(flat, index)
+        return c is not None and c.size == 1 and float(c.reshape(-1)[0]) == value
+
+    def hard_sigmoid(index: int, x: int) -> list[Operator] | None:
+        """The ops of min(relu(x * (1 / 6) + 0.5), 1) writing `index` (HardSigmoid's
+        writer, torch's hard-swish before opset 14): MINIMUM, RELU (or fused), ADD, MUL."""
+        least = only(index, "MINIMUM")
+        if least is None or not any(scalar(least.inputs[1 - k], 1.0) for k in (0, 1)):
+            return None
+        inner = next(i for i in least.inputs if not scalar(i, 1.0))
+        relu = only(inner, "RELU")
+        add = only(relu.inputs[0], "ADD") if relu is not None else producers.get(inner)
+        if (add is None or add.name != "ADD" or (relu is None and (
+                len(readers.get(inner, [])) != 1 or inner in outputs
+                or add.options[1].fusedActivationFunction != ACTIVATIONS["RELU"]))):
+            return None
+        for k in (0, 1):
+            scaled = only(add.inputs[k], "MUL")
+            if scalar(add.inputs[1 - k], 0.5) and scaled is not None and sixth(scaled) == x:
+                return [least, add, scaled] + ([relu] if relu is not None else [])
+        return None
+
+    gone = []
+    for op in flat.operators:
+        if (op.name != "MUL" or op.options[1].fusedActivationFunction
+                or flat.tensors[op.outputs[0]].type != FLOAT32):
+            continue
+        found = None
+        for k in (0, 1):  # x * hard_sigmoid(x)
+            parts = hard_sigmoid(op.inputs[k], op.inputs[1 - k])
+            if parts is not None:
+                found = (op.inputs[1 - k], parts)
+                break
+        for k in (0, 1) if found is None else ():  # x * (relu6(x + 3) * (1 / 6))
+            x, inner = op.inputs[1 - k], only(op.inputs[k], "MUL")
+            gate = sixth(inner) if inner is not None else None
+            parts = shifted_relu6(gate, x) if gate is not None else None
+            if parts is not None:
+                found = (x, [inner, *parts])
+                break
+        inner = only(sixth(op), "MUL") if sixth(op) is not None else None
+        for k in (0, 1) if found is None and inner is not None else ():  # (x * relu6) / 6
+            x = inner.inputs[1 - k]
+            parts = shifted_relu6(inner.inputs[k], x)
+            if parts is not None:
+                found = (x, [inner, *parts])
+                break
+        if found is None or not same_shape(flat, found[0], op.outputs[0]):
+            continue
+        op.name, op.inputs, op.options = "HARD_SWISH", [found[0]], None
+        gone.extend(found[1])
+    flat.operators = [op for op in flat.operators if all(op is not g for g in gone)]
 
 
 def merge_constant_products(flat: FlatGraph, outputs: list[int]) -> None:
@@ -588,7 +695,7 @@ def merge_reshapes(flat: FlatGraph, outputs: list[int]) -> None:
     gone = []
     for op in flat.operators:
         source = producers.get(op.inputs[0])
-        if op.name != "RESHAPE" or not same_shape(flat, op.inputs[0], op.outputs[0]):
+        if op.name != "RESHAPE" or not one_shape(flat, op.inputs[0], op.outputs[0]):
             continue
         if op.outputs[0] not in outputs and len(readers.get(op.inputs[0], [])) > 1:
             for reader in readers.get(op.outputs[0], []):

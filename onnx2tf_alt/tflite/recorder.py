@@ -113,6 +113,9 @@ class Recorder(DirectOps):
         self.random = _Namespace("random", uniform=self._random_fn("RANDOM_UNIFORM"),
                                  normal=self._random_fn("RANDOM_STANDARD_NORMAL"))
         self.image = _Namespace("image", non_max_suppression=self.non_max_suppression)
+        self.compat = _Namespace("compat", v1=_Namespace("v1", image=_Namespace(
+            "image", resize_nearest_neighbor=self._resize_fn("RESIZE_NEAREST_NEIGHBOR"),
+            resize_bilinear=self._resize_fn("RESIZE_BILINEAR"))))
         self.newaxis = None
         self.__dict__.update(unary)
         self.__dict__.update({k: self._binary_fn(k) for k in _BINARY})
@@ -1209,6 +1212,22 @@ class Recorder(DirectOps):
         self._ctx.op("NON_MAX_SUPPRESSION_V4", [boxes.index, scores.index, limit.index,
                                                 iou.index, least.index], [selected, count])
         return self.slice(selected_tensor, [0], self.reshape(count_tensor, [1]))
+
+    def _resize_fn(self, builtin: str):
+        """tf.compat.v1.image's resize of an NHWC value to `size` (2 ints, or a run-time
+        int32 vector): RESIZE_NEAREST_NEIGHBOR or RESIZE_BILINEAR with its flags."""
+        kind = "ResizeNearestNeighborOptions" if "NEAREST" in builtin else "ResizeBilinearOptions"
+
+        def resize(images, size, align_corners=False, half_pixel_centers=False, name=None):
+            x, size = self._tensor(images), self.cast(self._tensor(size), np.int32)
+            if x.shape.rank != 4 or size.shape != (2,):
+                raise NotCovered(f"tf.compat.v1.image resize of {list(x.shape)} to {size.shape}")
+            hw = ((None, None) if size.const is None
+                  else tuple(int(d) for d in size.const.reshape(-1)))
+            return self._write_shaped(builtin, [x, size], (x.shape[0], *hw, x.shape[3]),
+                                      x.dtype, options(kind, alignCorners=bool(align_corners),
+                                                       halfPixelCenters=bool(half_pixel_centers)))
+        return resize
 
     def _random_fn(self, builtin: str):
         """RANDOM_UNIFORM in [0, 1) or RANDOM_STANDARD_NORMAL, scaled as asked (a draw per

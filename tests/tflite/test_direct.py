@@ -18,6 +18,8 @@ import pytest
 from onnx2tf_alt.ir.loader import load_model
 from onnx2tf_alt.pipeline import plan_loaded, translate
 from onnx2tf_alt.tflite.direct import DirectResult, NotCovered, write_direct
+from onnx2tf_alt.tflite.lowering import tflite_bytes
+from onnx2tf_alt.tflite.run import run_signature
 
 from cli_runner import cli_env, manifest_files, run_cli, tree
 from harness import (
@@ -659,23 +661,67 @@ def _lcnet_block(kernel: int, shift) -> tuple:
 
 
 @pytest.mark.parametrize(("kernel", "shift", "ops"), [
-    # the shift into the pointwise conv's bias, then (a / 6) into its filter
-    (1, 0.31, {"CONV_2D": 2, "ADD": 1, "MUL": 1}),
-    (1, [0.1, -0.2, 0.3, 0.05, -0.4, 0.7], {"CONV_2D": 2, "ADD": 1, "MUL": 1}),
+    # the shift into the pointwise conv's bias, then the scale a into its filter
+    (1, 0.31, {"CONV_2D": 2, "HARD_SWISH": 1}),
+    (1, [0.1, -0.2, 0.3, 0.05, -0.4, 0.7], {"CONV_2D": 2, "HARD_SWISH": 1}),
     # a 3x3 window pads with zeros, not with the shift: the ADD stays, and the MUL before it
-    (3, 0.31, {"CONV_2D": 2, "ADD": 2, "MUL": 2}),
+    (3, 0.31, {"CONV_2D": 2, "HARD_SWISH": 1, "ADD": 1, "MUL": 1}),
 ])
 def test_a_hard_swish_scale_and_shift_fold_as_tf_folds_them(kernel, shift, ops):
-    """direct_rewrites.constant_divisions, merge_constant_products, shifts_into_pointwise
-    and scales_into_convolutions on PP-LCNet's block (the PP-OCR text detector's backbone):
-    / 6 written as * (1 / 6) and merged with the learnable scale into one MUL, the shift
-    and that scale folded into a following 1x1 conv. The file matches onnxruntime and TF's
-    route's file (1e-6), with no more ops (harness.both_routes); the + 3 and x * relu6
-    stay."""
+    """direct_rewrites.constant_divisions, hard_swishes, shifts_into_pointwise and
+    scales_into_convolutions on PP-LCNet's block (the PP-OCR text detector's backbone):
+    x * relu6(x + 3) / 6 one HARD_SWISH (TF's converter, which merges the / 6 with the
+    learnable scale first, writes ADD, MUL and MUL), the shift and the scale folded into a
+    following 1x1 conv. The file matches onnxruntime and TF's route's file (1e-6), with
+    fewer ops (harness.both_routes)."""
     nodes, init = _lcnet_block(kernel, shift)
     x = rand(2, 3, 9, 7)
     model = make_model(nodes, {"x": x}, ["y"], initializers=init)
     assert count_tflite_ops(both_routes(model, {"x": x}).content) == ops  # Clip: a fused RELU6
+
+
+HARD_SWISHES = {  # x * relu6(x + 3) / 6 as exporters write it, x the value "h"
+    "tf2onnx": [node("Add", ["h", "three"], "h3"), node("Clip", ["h3", "zero", "six"], "r"),
+                node("Mul", ["r", "sixth"], "rs"), node("Mul", ["h", "rs"], "hs")],
+    "torch_div": [node("Add", ["h", "three"], "h3"), node("Clip", ["h3", "zero", "six"], "r"),
+                  node("Mul", ["h", "r"], "hr"), node("Div", ["hr", "six"], "hs")],
+    "gate_first": [node("Add", ["three", "h"], "h3"), node("Clip", ["h3", "zero", "six"], "r"),
+                   node("Div", ["r", "six"], "rs"), node("Mul", ["rs", "h"], "hs")],
+    "hard_sigmoid": [node("HardSigmoid", ["h"], "r", alpha=1 / 6, beta=0.5),
+                     node("Mul", ["h", "r"], "hs")],
+}
+
+
+@pytest.mark.parametrize("form", HARD_SWISHES)
+@pytest.mark.parametrize("then", ["Conv", "MaxPool"])
+def test_each_form_of_hard_swish_is_one_op(form, then):
+    """direct_rewrites.hard_swishes: every order of x * relu6(x + 3) / 6 and x *
+    HardSigmoid(x) (torch's hard-swish before opset 14) between two convs is one HARD_SWISH
+    (TF's converter fuses only tf2onnx's order, and only where the / 6 is not folded into
+    the next conv first); the file matches onnxruntime and TF's route's (1e-6)."""
+    x = rand(2, 3, 9, 7)
+    init = {"w1": rand(6, 3, 3, 3), "three": np.float32(3), "zero": np.float32(0),
+            "six": np.float32(6), "sixth": np.float32(1 / 6), "w2": rand(5, 6, 1, 1)}
+    last = (node("Conv", ["hs", "w2"], "y") if then == "Conv"
+            else node("MaxPool", ["hs"], "y", kernel_shape=[2, 2]))
+    nodes = [node("Conv", ["x", "w1"], "h", pads=[1, 1, 1, 1]), *HARD_SWISHES[form], last]
+    model = make_model(nodes, {"x": x}, ["y"], initializers=init, opset=13)
+    ops = count_tflite_ops(both_routes(model, {"x": x}).content)
+    assert ops == {"CONV_2D": 1 + (then == "Conv"), "HARD_SWISH": 1,
+                   **({"MAX_POOL_2D": 1} if then == "MaxPool" else {})}, ops
+
+
+@pytest.mark.parametrize(("change", "value"), [("sixth", 0.2), ("three", 2.5)])
+def test_a_near_hard_swish_stays_what_it_is(change, value):
+    """Another constant than 1 / 6 or 3, or a HardSigmoid of TF's default slope: no
+    HARD_SWISH."""
+    x = rand(2, 3, 9, 7)
+    init = {"w1": rand(6, 3, 3, 3), "three": np.float32(3), "zero": np.float32(0),
+            "six": np.float32(6), "sixth": np.float32(1 / 6), change: np.float32(value)}
+    nodes = [node("Conv", ["x", "w1"], "h", pads=[1, 1, 1, 1]), *HARD_SWISHES["tf2onnx"],
+             node("HardSigmoid", ["hs"], "g"), node("Mul", ["hs", "g"], "y")]
+    model = make_model(nodes, {"x": x}, ["y"], initializers=init, opset=13)
+    assert "HARD_SWISH" not in count_tflite_ops(both_routes(model, {"x": x}).content)
 
 
 @pytest.mark.parametrize("per_channel", [False, True])
@@ -1276,3 +1322,139 @@ def test_int8_files_past_2_gb_are_refused_by_name_and_the_weight_files_written(
         assert name not in written
         assert any(m.startswith(name) and "passes 2 GB" in m and "-odrqt" in m
                    for m in refused), refused
+
+
+# --- inputs of run-time height and width ------------------------------------------------------
+SIZES = [(2, 24, 40), (1, 16, 16), (1, 40, 8)]  # (batch, height, width), all multiples of 8
+
+
+def _at_sizes(model, name: str, channels: int, sizes=SIZES, tf_route: bool = True) -> dict:
+    """The direct file of `model` (input `name` of run-time dims) against onnxruntime at each
+    of `sizes`, and against the TF route's file where it has one; the direct file's ops."""
+    planned = plan_loaded(load_model(None, model))
+    result = write_direct(planned.graph, planned.plan, planned.options)
+    assert isinstance(result, DirectResult), str(result)
+    converted = translate(planned)
+    direct = replace(converted, result=result, _tflite_result=result)
+    tf_file = tflite_bytes(converted.tflite_result()) if tf_route else None
+    for batch, height, width in sizes:
+        feeds = {name: rand(batch, channels, height, width)}
+        got, expected = tflite_run(direct, feeds, result.content), ort_run(model, feeds)
+        for i, (a, e) in enumerate(zip(got, expected)):
+            assert_close(a, e, 1e-5, f"direct output {i} at {feeds[name].shape}")
+        if tf_file is not None:
+            for i, (a, e) in enumerate(zip(tflite_run(converted, feeds, tf_file), expected)):
+                assert_close(a, e, 1e-5, f"TF route's output {i} at {feeds[name].shape}")
+    return count_tflite_ops(result.content)
+
+
+def test_a_network_of_run_time_height_and_width():
+    """A small U-Net with a classifier head on an input [N, 3, H, W] (tflite/direct.py:
+    nodes whose values have several run-time dims are written by their handlers' code, as
+    in TF): strided and padded convs, hard-swish, pooling, a transposed conv, a resize, a
+    skip connection, global pooling and a dense layer; the same values as onnxruntime at
+    three sizes, through the direct writer and TF's converter."""
+    init = {"w1": rand(8, 3, 3, 3) * 0.3, "b1": rand(8), "w2": rand(8, 8, 3, 3) * 0.2,
+            "w3": rand(8, 8, 1, 1) * 0.3, "wt": rand(8, 8, 2, 2) * 0.3, "bt": rand(8),
+            "w4": rand(2, 8, 1, 1) * 0.3, "scales": np.array([1, 1, 2, 2], np.float32),
+            "wd": rand(8, 5) * 0.3, "three": np.float32(3), "zero": np.float32(0),
+            "six": np.float32(6)}
+    nodes = [node("Conv", ["x", "w1", "b1"], "c1", pads=[1, 1, 1, 1], strides=[2, 2]),
+             node("Add", ["c1", "three"], "s3"), node("Clip", ["s3", "zero", "six"], "r6"),
+             node("Mul", ["c1", "r6"], "m6"), node("Div", ["m6", "six"], "h"),
+             node("Conv", ["h", "w2"], "c2", pads=[1, 1, 1, 1]), node("Relu", ["c2"], "a"),
+             node("MaxPool", ["a"], "p", kernel_shape=[2, 2], strides=[2, 2]),
+             node("Conv", ["p", "w3"], "c3"),
+             node("ConvTranspose", ["c3", "wt", "bt"], "u", strides=[2, 2]),
+             node("Add", ["u", "a"], "skip"),
+             node("Resize", ["skip", "", "scales"], "big", mode="nearest"),
+             node("Conv", ["big", "w4"], "c4"), node("Sigmoid", ["c4"], "map"),
+             node("GlobalAveragePool", ["skip"], "g"), node("Flatten", ["g"], "f"),
+             node("MatMul", ["f", "wd"], "cls")]
+    x = rand(1, 3, 16, 16)
+    model = make_model(nodes, {"x": x}, ["map", "cls"], initializers=init, opset=13,
+                       input_shapes={"x": ["N", 3, "H", "W"]})
+    ops = _at_sizes(model, "x", 3)
+    assert ops.get("HARD_SWISH") == 1 and "TRANSPOSE" not in ops, ops
+
+
+DYNAMIC_CONV_TRANSPOSES = [  # (attributes, ONNX weight shape): those of run-time lengths
+    ({"strides": [2, 2]}, (4, 6, 2, 2)),  # TF's SAME
+    ({"strides": [2, 2], "pads": [1, 1, 1, 1]}, (4, 3, 4, 4)),  # SAME
+    ({"strides": [2, 2]}, (4, 3, 3, 3)),  # VALID, the full output
+    ({"strides": [2, 2], "auto_pad": "SAME_UPPER"}, (4, 3, 3, 3)),
+    ({"strides": [2, 2], "group": 2}, (4, 3, 2, 2)),
+]
+
+
+@pytest.mark.parametrize(("attrs", "w_shape"), DYNAMIC_CONV_TRANSPOSES,
+                         ids=[str(a) for a, _ in DYNAMIC_CONV_TRANSPOSES])
+def test_a_transposed_conv_of_run_time_height_and_width(attrs, w_shape):
+    """ops/conv.py's _run_time_lengths: an output of in * s + c, with TF's SAME or VALID
+    padding, on both routes at three sizes."""
+    nodes = [node("ConvTranspose", ["x", "w", "b"], "t", **attrs), node("Relu", ["t"], "y")]
+    groups = attrs.get("group", 1)
+    model = make_model(nodes, {"x": rand(1, 4, 5, 6)}, ["y"],
+                       {"w": rand(*w_shape), "b": rand(w_shape[1] * groups)}, opset=13,
+                       input_shapes={"x": ["N", 4, "H", "W"]})
+    _at_sizes(model, "x", 4, sizes=[(2, 5, 6), (1, 3, 9), (1, 8, 1)])
+
+
+def test_a_transposed_conv_it_cannot_crop_at_run_time_is_refused_by_name():
+    """Pads neither TF padding takes (an output cropped by a run-time length): the direct
+    writer and the TF route name the node and -ois; nothing is written wrong."""
+    nodes = [node("ConvTranspose", ["x", "w"], "y", strides=[2, 2], pads=[1, 1, 1, 1],
+                  output_padding=[1, 1])]
+    model = make_model(nodes, {"x": rand(1, 4, 5, 6)}, ["y"], {"w": rand(4, 3, 3, 3)},
+                       opset=13, input_shapes={"x": ["N", 4, "H", "W"]})
+    planned = plan_loaded(load_model(None, model))
+    found = write_direct(planned.graph, planned.plan, planned.options)
+    assert isinstance(found, NotCovered) and "-ois" in str(found), found
+    with pytest.raises(Exception, match="ConvTranspose with pads.*-ois"):
+        translate(planned)
+
+
+def test_a_flatten_by_a_computed_shape_at_opset_12():
+    """Paddle2ONNX's flatten of a value of run-time width, Reshape(x, Concat(Slice(Shape(x),
+    0, 2), [-1])), which ONNX's inference leaves without a rank before opset 17
+    (passes/shape_values.py gives it [N, 8, W]), then a transpose and a dense layer (a text
+    recognizer's head): both routes at three widths."""
+    init = {"w": rand(8, 4, 3, 3) * 0.3, "zero": np.array([0], np.int64),
+            "two": np.array([2], np.int64), "rest": np.array([-1], np.int64),
+            "wd": rand(8, 5) * 0.3}
+    nodes = [node("Conv", ["x", "w"], "c", pads=[0, 1, 0, 1], strides=[3, 1]),
+             node("Shape", ["c"], "s"), node("Slice", ["s", "zero", "two", "zero"], "nc"),
+             node("Concat", ["nc", "rest"], "target", axis=0),
+             node("Reshape", ["c", "target"], "flat"),
+             node("Transpose", ["flat"], "seq", perm=[0, 2, 1]),
+             node("MatMul", ["seq", "wd"], "y")]
+    model = make_model(nodes, {"x": rand(1, 4, 3, 10)}, ["y"], initializers=init, opset=12,
+                       input_shapes={"x": ["N", 4, 3, "W"]})
+    _at_sizes(model, "x", 4, sizes=[(1, 3, 10), (2, 3, 7), (1, 3, 1)])
+
+
+def test_cli_an_image_of_run_time_size_is_written_directly(tmp_path):
+    """tf2onnx's input [1, ?, ?, 3] (was refused by the direct writer: "several unknown
+    dims"): written directly by a -dms run that imports no TensorFlow, its XNNPACK coverage
+    reported (the report sizes the run-time dims), its outputs those of onnxruntime at two
+    sizes."""
+    nodes = [node("Transpose", ["image"], "nchw", perm=[0, 3, 1, 2]),
+             node("Conv", ["nchw", "w"], "c", strides=[2, 2]), node("Relu", ["c"], "r"),
+             node("GlobalAveragePool", ["r"], "y")]
+    model = make_model(nodes, {"image": rand(1, 12, 10, 3)}, ["y"], {"w": rand(6, 3, 3, 3)},
+                       opset=13,
+                       input_shapes={"image": [1, "h", "w", 3]})
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    run_without_tensorflow("-i", path, "-o", tmp_path / "out", "-dms", "--tflite_writer",
+                           "direct")
+    report = json.loads((tmp_path / "out" / "m_delegates.json").read_text())
+    assert report["ops_delegated"] == report["ops_total"], report["summary"]
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(tmp_path / "out" / "m_float32.tflite"))
+    for height, width in ((12, 10), (31, 17)):
+        image = rand(1, height, width, 3)
+        got = run_signature(interpreter, {"image": image})
+        assert_close(next(iter(got.values())).reshape(-1),
+                     ort_run(model, {"image": image})[0].reshape(-1), 1e-5, f"{image.shape}")
