@@ -10,7 +10,10 @@ counts by type, TRANSPOSE counts and, with --latency, each file's median latency
 thread (XNNPACK), measured alternately, best of three rounds.
 
     python benchmarks/compare_direct_writer.py MODEL.onnx [...] [--runs 3] [--latency]
-        [--json PATH] [--ois NAME:D1,D2 ...]
+        [--json PATH] [--ois NAME:D1,D2 ...] [--run_dim N]
+
+--run_dim: the files are run with their inputs' run-time dims past the batch of this size
+(default 1; an image of run-time height and width needs more than a network's strides).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def max_rel(a: list[np.ndarray], b: list[np.ndarray]) -> float:
 
 
 def compare_model(model: Path, runs: int, with_latency: bool,
-                  shapes: list[str] | None = None) -> dict:
+                  shapes: list[str] | None = None, run_dim: int = 1) -> dict:
     row: dict = {"model": model.name}
     work = Path(tempfile.mkdtemp(prefix="compare_direct_"))
     try:
@@ -79,7 +82,8 @@ def compare_model(model: Path, runs: int, with_latency: bool,
                      for p in ("float32", "float16")} for w in WRITERS}
         for precision in ("float32", "float16"):
             tf_file, direct_file = files["tf"][precision], files["direct"][precision]
-            row[f"{precision}_max_rel"] = max(max_rel(run(tf_file, s), run(direct_file, s))
+            row[f"{precision}_max_rel"] = max(max_rel(run(tf_file, s, run_dim),
+                                                      run(direct_file, s, run_dim))
                                               for s in range(3))
         counts = {w: op_counts(files[w]["float32"]) for w in WRITERS}
         row["ops"] = {w: sum(counts[w].values()) for w in WRITERS}
@@ -89,7 +93,8 @@ def compare_model(model: Path, runs: int, with_latency: bool,
                           if counts["tf"][name] != counts["direct"][name]}
         row["sizes_mb"] = {w: len(files[w]["float32"]) / 1e6 for w in WRITERS}
         if with_latency:
-            rounds = [[latency(files[w]["float32"]) for w in WRITERS] for _ in range(3)]
+            rounds = [[latency(files[w]["float32"], run_dim=run_dim) for w in WRITERS]
+                      for _ in range(3)]
             best = [min(r[i] for r in rounds) * 1e3 for i in range(2)]
             row["latency_ms"] = dict(zip(WRITERS, best))
             row["latency_ratio"] = best[1] / best[0]
@@ -151,10 +156,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--ois", nargs="+", metavar="NAME:SHAPE",
                         help="input shapes for every model (a decoder's symbolic dims)")
+    parser.add_argument("--run_dim", type=int, default=1,
+                        help="size of the files' run-time dims past the batch when run")
     args = parser.parse_args(argv)
     rows = []
     for model in args.models:
-        rows.append(compare_model(model, args.runs, args.latency, args.ois))
+        rows.append(compare_model(model, args.runs, args.latency, args.ois, args.run_dim))
         print(line(rows[-1]), flush=True)
         if args.json:  # after every model: a long run's rows survive its interruption
             args.json.write_text(json.dumps(rows, indent=1))

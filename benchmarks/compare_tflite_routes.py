@@ -23,7 +23,13 @@ def op_counts(content: bytes) -> collections.Counter:
     return collections.Counter(op_name(model, op) for g in model.subgraphs for op in g.operators)
 
 
-def run(content: bytes, seed: int = 0) -> list[np.ndarray]:
+def run_shape(signature, run_dim: int = 1) -> list[int]:
+    """The shape a file's input of `shape_signature` is run at: its run-time batch 1, its
+    other run-time dims `run_dim` (an image's height and width)."""
+    return [d if d > 0 else 1 if axis == 0 else run_dim for axis, d in enumerate(signature)]
+
+
+def run(content: bytes, seed: int = 0, run_dim: int = 1) -> list[np.ndarray]:
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_content=content)
@@ -31,7 +37,7 @@ def run(content: bytes, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     feeds = {}
     for name, detail in runner.get_input_details().items():
-        shape = [d if d > 0 else 1 for d in detail["shape_signature"]]
+        shape = run_shape(detail["shape_signature"], run_dim)
         dtype = detail["dtype"]
         if np.issubdtype(dtype, np.integer):
             feeds[name] = rng.integers(0, 4, shape).astype(dtype)
@@ -43,14 +49,14 @@ def run(content: bytes, seed: int = 0) -> list[np.ndarray]:
     return [out[k] for k in sorted(out)]
 
 
-def latency(content: bytes, runs: int = 20) -> float:
+def latency(content: bytes, runs: int = 20, run_dim: int = 1) -> float:
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_content=content, num_threads=1)
     runner = interpreter.get_signature_runner()
     feeds = {}
     for name, detail in runner.get_input_details().items():
-        shape = [d if d > 0 else 1 for d in detail["shape_signature"]]
+        shape = run_shape(detail["shape_signature"], run_dim)
         feeds[name] = np.zeros(shape, detail["dtype"])
     runner(**feeds)
     times = []

@@ -55,9 +55,11 @@ def same_pads(size: int, k: int, s: int, d: int) -> tuple[int, int]:
 
 
 def is_tf_same(pads, kernel, strides, dilations, spatial) -> bool:
-    """Do these pads equal what TF's SAME padding adds (None: SAME at run time)?"""
+    """Do these pads equal what TF's SAME padding adds (None: SAME at run time)? On a size
+    known only at run time, at stride 1, where SAME adds (k - 1) d whatever the size."""
     return all(
         p is None or (size is not None and tuple(p) == same_pads(size, k, s, d))
+        or (size is None and s == 1 and tuple(p) == same_pads(1, k, s, d))
         for p, size, k, s, d in zip(pads, spatial, kernel, strides, dilations)
     )
 

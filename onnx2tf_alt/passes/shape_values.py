@@ -32,44 +32,68 @@ class _Value:
 
 
 def fill_reshape_gaps(model: onnx.ModelProto) -> int:
-    """Give each Reshape whose output has no shape the one its shape input's value gives
-    (as far as it is known: unknown dims stay unknown), or the rank its length gives;
-    returns how many were filled, so inference can run again downstream of them."""
+    """Give each Reshape and Slice of a data value the dims its shape or slice parameters'
+    values give where inference left them unknown (a Reshape's rank from its shape input's
+    length at least); returns how many outputs changed, so inference can run again
+    downstream of them."""
     graph = model.graph
     index = GraphIndex(graph)
     opset = default_opset(model)
     values: dict[str, _Value | None] = {}
     filled = 0
     for node in graph.node:
-        if node.domain not in ("", "ai.onnx"):
+        if node.domain not in ("", "ai.onnx") or not node.output or not node.output[0]:
             continue
-        if node.op_type != "Reshape":
-            if len(node.output) == 1 and node.output[0]:
-                values[node.output[0]] = _evaluate(node, index, values, opset)
-            continue
-        if len(node.input) < 2 or dims_of(index.info(node.output[0])) is not None:
-            continue
-        data = dims_of(index.info(node.input[0]))
-        target = _value(node.input[1], index, values)
-        length = dims_of(index.info(node.input[1]))
-        if target is None and length is not None and len(length) == 1 and isinstance(
-                length[0], int):
-            target = _Value([None] * length[0])  # the rank alone
-        info = index.info(node.input[0])
-        if target is None or data is None or info is None or target.scalar:
-            continue
-        allow_zero = any(a.name == "allowzero" and a.i for a in node.attribute)
-        dims = reshaped(data, target.items, allow_zero)
-        out = helper.make_tensor_value_info(node.output[0], info.type.tensor_type.elem_type,
-                                            dims)
-        declared = index.info(node.output[0])
-        if declared is not None:
-            declared.CopyFrom(out)
-        else:
-            graph.value_info.append(out)
-            index.infos[node.output[0]] = graph.value_info[-1]
-        filled += 1
+        data = dims_of(index.info(node.input[0])) if node.input else None
+        dims = None
+        if node.op_type == "Reshape" and len(node.input) > 1 and data is not None:
+            dims = _reshape_dims(node, data, index, values)
+        elif node.op_type == "Slice" and data is not None:
+            dims = _sliced(node, data, [_value(i, index, values) if i else None
+                                        for i in node.input], opset)
+        if node.op_type != "Reshape" and len(node.output) == 1:
+            values[node.output[0]] = _evaluate(node, index, values, opset)
+        if dims is not None:
+            filled += _merge(graph, index, node.output[0], node.input[0], dims)
     return filled
+
+
+def _reshape_dims(node, data: list[Dim], index: GraphIndex, values: dict) -> list | None:
+    target = _value(node.input[1], index, values)
+    length = dims_of(index.info(node.input[1]))
+    if target is None and length is not None and len(length) == 1 and isinstance(
+            length[0], int):
+        target = _Value([None] * length[0])  # the rank alone
+    if target is None or target.scalar:
+        return None
+    allow_zero = any(a.name == "allowzero" and a.i for a in node.attribute)
+    return reshaped(data, target.items, allow_zero)
+
+
+def _merge(graph, index: GraphIndex, name: str, like: str, dims: list[Dim]) -> int:
+    """Write `dims` as value `name`'s shape where inference left it without one, or fill
+    the dims it left unknown (None) or without a size where `dims` has one; 1 if it
+    changed."""
+    declared = index.info(name)
+    known = dims_of(declared)
+    if known is not None:
+        if len(known) != len(dims):
+            return 0
+        merged = [d if isinstance(d, int) else n if isinstance(n, int) or d is None else d
+                  for d, n in zip(known, dims)]
+        if merged == known:
+            return 0
+        dims = merged
+    source = index.info(like)
+    if source is None:
+        return 0
+    out = helper.make_tensor_value_info(name, source.type.tensor_type.elem_type, dims)
+    if declared is not None:
+        declared.CopyFrom(out)
+    else:
+        graph.value_info.append(out)
+        index.infos[name] = graph.value_info[-1]
+    return 1
 
 
 def reshaped(data: list[Dim], target: list[Dim], allow_zero: bool = False) -> list[Dim]:
@@ -167,22 +191,57 @@ def _evaluate(node: onnx.NodeProto, index: GraphIndex, values: dict,
     return None
 
 
-def _slice(node, first: _Value, inputs: list, opset: int) -> _Value | None:
+def _slice_parameters(node, inputs: list, opset: int):
+    """(starts, ends, axes, steps) of a Slice, or None where one is known only at run time."""
     if opset < 10:
-        starts, ends, axes = _attr(node, "starts"), _attr(node, "ends"), _attr(node, "axes", [0])
-        steps = [1]
-    else:
-        if any(v is None for name, v in zip(node.input[1:], inputs[1:]) if name):
-            return None  # a parameter known only at run time
-        given = [inputs[i].items if i < len(inputs) and node.input[i] else None
-                 for i in range(1, 5)]
-        starts, ends, axes, steps = given[0], given[1], given[2] or [0], given[3] or [1]
-        if starts is None or ends is None:
-            return None
-    if list(axes) not in ([0], [-1]) or any(not isinstance(v, int)
-                                           for v in [*starts, *ends, *steps]):
+        axes = _attr(node, "axes")
+        return _attr(node, "starts"), _attr(node, "ends"), axes, None
+    given = [inputs[i].items if i < len(inputs) and node.input[i] and inputs[i] is not None
+             else None for i in range(1, 5)]
+    if any(v is None for v, name in zip(given, [*node.input[1:5], "", "", ""]) if name):
+        return None
+    starts, ends, axes, steps = given
+    return starts, ends, axes, steps
+
+
+def _slice(node, first: _Value, inputs: list, opset: int) -> _Value | None:
+    """A slice of a shape value."""
+    params = _slice_parameters(node, inputs, opset)
+    if params is None:
+        return None
+    starts, ends, axes, steps = params
+    steps = steps or [1]
+    if (len(starts) != 1 or (axes and list(axes) not in ([0], [-1]))
+            or not all(isinstance(v, int) for v in (*starts, *ends, *steps))):
         return None
     return _Value(first.items[slice(starts[0], ends[0], steps[0])])
+
+
+def _sliced(node, data: list[Dim], inputs: list, opset: int) -> list[Dim] | None:
+    """The dims of a Slice of a value of dims `data`: a sliced dim of known size and known
+    parameters has its length; one of unknown size keeps it where the whole of it is taken."""
+    params = _slice_parameters(node, inputs, opset)
+    if params is None:
+        return None
+    starts, ends, axes, steps = params
+    axes = list(axes) if axes else list(range(len(starts)))
+    steps = list(steps) if steps else [1] * len(starts)
+    if not (len(starts) == len(ends) == len(axes) == len(steps)):
+        return None
+    dims = list(data)
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        if not -len(data) <= (axis if isinstance(axis, int) else len(data)) < len(data):
+            return None
+        axis %= len(data)
+        size = data[axis]
+        if not all(isinstance(v, int) for v in (start, end, step)) or step == 0:
+            dims[axis] = None
+        elif isinstance(size, int):
+            dims[axis] = len(range(*slice(start, end, step).indices(size)))
+        else:
+            whole = start == 0 and step == 1 and end >= 2**31 - 1
+            dims[axis] = size if whole else None
+    return dims
 
 
 def _arithmetic(op: str, a: _Value, b: _Value) -> _Value | None:

@@ -174,7 +174,7 @@ class DirectWriter:
         move = P.transpose_between(have, want)
         target = tuple(phys[a] for a in move)
         out = self.flat.tensor(f"{name}/{'_'.join(map(str, want))}", target,
-                               self.flat.dtype(value.tensor))
+                               self.flat.dtype(value.tensor), dynamic=True)
         if extra > 0 or P.moves_only_unit_axes(phys, move):
             self.reshape(value.tensor, target, out)
         else:
@@ -205,6 +205,8 @@ class DirectWriter:
 
     def reshape(self, source: int, shape, out: int) -> None:
         """RESHAPE `source` to `shape` (one None: -1) into `out`."""
+        if sum(d is None for d in shape) > 1:
+            raise NotCovered(f"a reshape to several run-time dims {list(shape)}")
         dims = [-1 if d is None else int(d) for d in shape]
         target = self.flat.tensor(f"{self.flat.tensors[out].name.decode()}/shape", (len(dims),),
                                   np.int32, np.array(dims, np.int32))
