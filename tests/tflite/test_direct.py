@@ -1375,7 +1375,45 @@ def test_a_network_of_run_time_height_and_width():
     model = make_model(nodes, {"x": x}, ["map", "cls"], initializers=init, opset=13,
                        input_shapes={"x": ["N", 3, "H", "W"]})
     ops = _at_sizes(model, "x", 3)
-    assert ops.get("HARD_SWISH") == 1 and "TRANSPOSE" not in ops, ops
+    # the stride-2 conv's pads are TF's SAME only on odd sizes: one PAD; the stride-1 conv's
+    # on every size (ops/_spatial.is_tf_same)
+    assert ops.get("HARD_SWISH") == 1 and ops.get("PAD") == 1 and "TRANSPOSE" not in ops, ops
+
+
+def _dims(name: str, axes: list[int], out: str) -> list:
+    """TorchScript's x.size(a) for each axis, unsqueezed: Shape, Gather, Unsqueeze."""
+    nodes = [node("Shape", [name], f"{out}_shape")]
+    for a in axes:
+        nodes += [node("Gather", [f"{out}_shape", f"i{a}"], f"{out}_{a}", axis=0),
+                  node("Unsqueeze", [f"{out}_{a}", "axis0"], f"{out}_{a}u")]
+    return nodes
+
+
+def test_a_channel_shuffle_and_split_by_computed_sizes():
+    """ShuffleNet V2 as TorchScript exports it with run-time batch, height and width: the
+    shuffle's Reshapes to targets gathered from Shape (x.size(i)) and the channel split's
+    Slice by bounds computed from x.size(1) // 2 (passes/prepare's fold of the known
+    channel count, passes/shape_values' shapes): the direct file matches onnxruntime at
+    three sizes. (TF's converter writes the last conv as FlexConv2D: TF's own shape
+    inference loses the channel count through the computed Reshape.)"""
+    c = 8
+    init = {"w": rand(c, 3, 3, 3) * 0.3, "w2": rand(c // 2, c // 2, 1, 1) * 0.3,
+            "axis0": np.array([0], np.int64), "two": np.array([2], np.int64),
+            "half": np.array(2, np.int64), **{f"i{a}": np.array(a, np.int64) for a in range(4)}}
+    nodes = [node("Conv", ["x", "w"], "h", pads=[1, 1, 1, 1]),
+             *_dims("h", [0, 1, 2, 3], "d"),
+             node("Div", ["d_1", "half"], "c2"), node("Unsqueeze", ["c2", "axis0"], "c2u"),
+             node("Concat", ["d_0u", "two", "c2u", "d_2u", "d_3u"], "t5", axis=0),
+             node("Reshape", ["h", "t5"], "g"),
+             node("Transpose", ["g"], "gt", perm=[0, 2, 1, 3, 4]),
+             node("Concat", ["d_0u", "d_1u", "d_2u", "d_3u"], "t4", axis=0),
+             node("Reshape", ["gt", "t4"], "shuffled"),
+             node("Slice", ["shuffled", "c2u", "d_1u", "i1u"], "right"),
+             node("Conv", ["right", "w2"], "y")]
+    nodes.insert(0, node("Unsqueeze", ["i1", "axis0"], "i1u"))
+    model = make_model(nodes, {"x": rand(1, 3, 8, 6)}, ["y"], initializers=init, opset=13,
+                       input_shapes={"x": ["N", 3, "H", "W"]})
+    _at_sizes(model, "x", 3, tf_route=False)
 
 
 DYNAMIC_CONV_TRANSPOSES = [  # (attributes, ONNX weight shape): those of run-time lengths
