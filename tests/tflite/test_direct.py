@@ -1496,3 +1496,55 @@ def test_cli_an_image_of_run_time_size_is_written_directly(tmp_path):
         got = run_signature(interpreter, {"image": image})
         assert_close(next(iter(got.values())).reshape(-1),
                      ort_run(model, {"image": image})[0].reshape(-1), 1e-5, f"{image.shape}")
+
+
+def test_token_ids_of_run_time_batch_and_length():
+    """A BERT-style block on token ids [B, T] (was refused by the direct writer: "several
+    unknown dims"): embedding gather, positions sliced to the run-time length, LayerNorm,
+    heads split and merged by Reshapes to targets gathered from Shape, a padding mask,
+    softmax attention. Direct file and TF route's against onnxruntime at three (B, T)."""
+    d, heads, vocab = 8, 2, 20
+    init = {"emb": rand(vocab, d), "pos": rand(40, d), "gamma": rand(d), "beta": rand(d),
+            "wq": rand(d, d), "wk": rand(d, d), "wv": rand(d, d),
+            "axis0": np.array([0], np.int64), "one": np.array([1], np.int64),
+            "i0": np.array(0, np.int64), "i1": np.array(1, np.int64),
+            "split": np.array([heads, d // heads], np.int64), "merged": np.array([d], np.int64),
+            "big": np.float32(-1e4), "unit": np.float32(1)}
+    nodes = [node("Gather", ["emb", "ids"], "e"), *_dims("ids", [0, 1], "n"),
+             node("Slice", ["pos", "axis0", "n_1u", "axis0"], "p"), node("Add", ["e", "p"], "h"),
+             node("LayerNormalization", ["h", "gamma", "beta"], "ln", axis=-1, epsilon=1e-5)]
+    for name, weight in (("q", "wq"), ("k", "wk"), ("v", "wv")):
+        nodes += [node("MatMul", ["ln", weight], f"{name}0"),
+                  node("Concat", ["n_0u", "n_1u", "split"], f"{name}_shape", axis=0),
+                  node("Reshape", [f"{name}0", f"{name}_shape"], f"{name}4"),
+                  node("Transpose", [f"{name}4"], f"{name}h",
+                       perm=[0, 2, 3, 1] if name == "k" else [0, 2, 1, 3])]
+    nodes += [node("Cast", ["mask"], "maskf", to=1), node("Sub", ["unit", "maskf"], "off"),
+              node("Mul", ["off", "big"], "neg"), node("Unsqueeze", ["neg", "one"], "neg3"),
+              node("Unsqueeze", ["neg3", "one"], "neg4"),
+              node("MatMul", ["qh", "kh"], "scores"), node("Add", ["scores", "neg4"], "masked"),
+              node("Softmax", ["masked"], "attn", axis=-1), node("MatMul", ["attn", "vh"], "o"),
+              node("Transpose", ["o"], "ot", perm=[0, 2, 1, 3]),
+              node("Concat", ["n_0u", "n_1u", "merged"], "o_shape", axis=0),
+              node("Reshape", ["ot", "o_shape"], "y")]
+
+    def feeds(batch: int, length: int) -> dict:
+        mask = np.ones((batch, length), np.int64)
+        mask[0, length // 2:] = 0
+        return {"ids": RNG.integers(0, vocab, (batch, length)).astype(np.int64), "mask": mask}
+
+    model = make_model(nodes, feeds(2, 5), ["y"], initializers=init, opset=17,
+                       input_shapes={"ids": ["B", "T"], "mask": ["B", "T"]})
+    planned = plan_loaded(load_model(None, model))
+    result = write_direct(planned.graph, planned.plan, planned.options)
+    assert isinstance(result, DirectResult), str(result)
+    converted = translate(planned)
+    direct = replace(converted, result=result, _tflite_result=result)
+    tf_file = tflite_bytes(converted.tflite_result())
+    for batch, length in ((2, 5), (1, 1), (3, 17)):
+        given = feeds(batch, length)
+        expected = ort_run(model, given)[0]
+        assert_close(tflite_run(direct, given, result.content)[0], expected, 1e-5,
+                     f"direct at {(batch, length)}")
+        assert_close(tflite_run(converted, given, tf_file)[0], expected, 1e-5,
+                     f"TF route's at {(batch, length)}")
