@@ -868,8 +868,11 @@ class Recorder(DirectOps):
         return super().stack(values, axis)
 
     def concat(self, values, axis: int, name=None) -> Tensor:
-        """CONCATENATION; its dim is computed at run time where a part's is."""
+        """CONCATENATION; its dim is computed at run time where a part's is. One value is
+        itself (tf.concat's identity: TorchScript's torch.cat of a one-item list)."""
         values = [self._tensor(v) for v in values]
+        if len(values) == 1:
+            return values[0]
         dtype = next((v.dtype for v in values if v.const is None), values[0].dtype)
         values = [self.cast(v, dtype) if v.const is not None else v for v in values]
         rank = values[0].shape.rank

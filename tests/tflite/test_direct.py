@@ -1548,3 +1548,13 @@ def test_token_ids_of_run_time_batch_and_length():
                      f"direct at {(batch, length)}")
         assert_close(tflite_run(converted, given, tf_file)[0], expected, 1e-5,
                      f"TF route's at {(batch, length)}")
+
+
+def test_a_concat_of_one_value_is_that_value_at_run_time_sizes():
+    """TorchScript's torch.cat of a one-item list (DenseNet's first layer of each block, at
+    opset 12) on a value of run-time height and width: no CONCATENATION (as tf.concat)."""
+    nodes = [node("Conv", ["x", "w"], "c", pads=[1, 1, 1, 1]),
+             node("Concat", ["c"], "one", axis=1), node("Relu", ["one"], "y")]
+    model = make_model(nodes, {"x": rand(1, 3, 6, 5)}, ["y"], {"w": rand(4, 3, 3, 3)},
+                       opset=12, input_shapes={"x": ["N", 3, "H", "W"]})
+    assert _at_sizes(model, "x", 3) == {"CONV_2D": 1}
