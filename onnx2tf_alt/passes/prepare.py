@@ -23,7 +23,7 @@ from onnx2tf_alt.passes.neutral import drop_neutral_arithmetic
 from onnx2tf_alt.passes.nms_limits import bound_nms_by_slices
 from onnx2tf_alt.passes.one_group_norm import rewrite_one_group_norms
 from onnx2tf_alt.passes.qdq_pairs import fuse_quant_pairs
-from onnx2tf_alt.passes.shape_values import fill_reshape_gaps
+from onnx2tf_alt.passes.shape_values import fill_computed_shape_gaps
 from onnx2tf_alt.passes.shuffle import absorb_channel_shuffles
 
 log = logging.getLogger("onnx2tf_alt")
@@ -177,7 +177,7 @@ def _infer_rounds(light: onnx.ModelProto,
             log.warning("ONNX shape inference failed (%s); continuing with known shapes", exc)
             break
         if not (fill_same_shape_gaps(light) + fill_handler_gaps(light, infer_foreign)
-                + fill_control_flow_gaps(light) + fill_reshape_gaps(light)):
+                + fill_control_flow_gaps(light) + fill_computed_shape_gaps(light)):
             break
     return light
 

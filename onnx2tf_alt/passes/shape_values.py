@@ -1,13 +1,15 @@
-"""The shapes of Reshape outputs ONNX's inference leaves unknown, from the values of the shape
-computations that feed them.
+"""The shapes of Reshape and Slice outputs ONNX's inference leaves unknown, from the values
+of the shape computations that feed them.
 
 ONNX's data propagation follows Shape -> Slice -> Concat -> Reshape only from opset 17 on
 for some of these ops: a Paddle2ONNX export at opset 12 that flattens a value of run-time width
 by `Reshape(x, Concat(Slice(Shape(x), 0, 2), [-1]))` leaves the Reshape's output, and every
-value after it, without even a rank (PP-OCR's recognizer with a dynamic width). Here the
-small integer values such subgraphs compute are followed with their dims known, symbolic
-(a dim_param, equal where the symbol is) or unknown, and each such Reshape gets its output's
-shape.
+value after it, without even a rank (PP-OCR's recognizer with a dynamic width); a TorchScript
+export's channel split `x[:, x.size(1) // 2:]` of an image of run-time size leaves the
+Slice's channels unknown (ShuffleNet V2), and the convolution after it cannot be written.
+Here the small integer values such subgraphs compute are followed with their dims known,
+symbolic (a dim_param, equal where the symbol is) or unknown, and each such Reshape and
+Slice gets the dims they give where inference left them unknown.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class _Value:
         self.items, self.scalar = list(items), scalar
 
 
-def fill_reshape_gaps(model: onnx.ModelProto) -> int:
+def fill_computed_shape_gaps(model: onnx.ModelProto) -> int:
     """Give each Reshape and Slice of a data value the dims its shape or slice parameters'
     values give where inference left them unknown (a Reshape's rank from its shape input's
     length at least); returns how many outputs changed, so inference can run again
@@ -51,7 +53,7 @@ def fill_reshape_gaps(model: onnx.ModelProto) -> int:
         elif node.op_type == "Slice" and data is not None:
             dims = _sliced(node, data, [_value(i, index, values) if i else None
                                         for i in node.input], opset)
-        if node.op_type != "Reshape" and len(node.output) == 1:
+        if len(node.output) == 1:
             values[node.output[0]] = _evaluate(node, index, values, opset)
         if dims is not None:
             filled += _merge(graph, index, node.output[0], node.input[0], dims)
@@ -72,14 +74,14 @@ def _reshape_dims(node, data: list[Dim], index: GraphIndex, values: dict) -> lis
 
 def _merge(graph, index: GraphIndex, name: str, like: str, dims: list[Dim]) -> int:
     """Write `dims` as value `name`'s shape where inference left it without one, or fill
-    the dims it left unknown (None) or without a size where `dims` has one; 1 if it
-    changed."""
+    the dims it left unknown: None, or a symbol it made up (`unk__N`), where `dims` has a
+    size or a symbol of the model's; 1 if it changed."""
     declared = index.info(name)
     known = dims_of(declared)
     if known is not None:
         if len(known) != len(dims):
             return 0
-        merged = [d if isinstance(d, int) else n if isinstance(n, int) or d is None else d
+        merged = [n if _made_up(d) and (isinstance(n, int) or not _made_up(n)) else d
                   for d, n in zip(known, dims)]
         if merged == known:
             return 0
@@ -94,6 +96,11 @@ def _merge(graph, index: GraphIndex, name: str, like: str, dims: list[Dim]) -> i
         graph.value_info.append(out)
         index.infos[name] = graph.value_info[-1]
     return 1
+
+
+def _made_up(dim: Dim) -> bool:
+    """Unknown, or a symbol ONNX's inference made up for a dim it could not compute."""
+    return dim is None or (isinstance(dim, str) and dim.startswith("unk__"))
 
 
 def reshaped(data: list[Dim], target: list[Dim], allow_zero: bool = False) -> list[Dim]:
@@ -171,8 +178,9 @@ def _evaluate(node: onnx.NodeProto, index: GraphIndex, values: dict,
     if not inputs or inputs[0] is None:
         return None
     first = inputs[0]
-    if op in ("Identity", "Cast"):
-        return first
+    if op in ("Identity", "Cast") or (op == "Reshape" and not first.scalar and len(inputs) == 2
+                                      and inputs[1] is not None and len(inputs[1].items) == 1):
+        return _Value(first.items)
     if op == "Unsqueeze" and first.scalar:
         return _Value(first.items)
     if op == "Squeeze" and len(first.items) == 1:

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnx2tf_alt.ir.index import dims_of
 from onnx2tf_alt.passes.prepare import infer_shapes
-from onnx2tf_alt.passes.shape_values import fill_reshape_gaps, reshaped
+from onnx2tf_alt.passes.shape_values import fill_computed_shape_gaps, reshaped
 
 
 @pytest.mark.parametrize(("data", "target", "dims"), [
@@ -66,5 +66,23 @@ def test_a_shape_of_run_time_values_gives_the_rank_alone():
         [numpy_helper.from_array(np.array([-1], np.int64), "rest")])
     model = onnx.shape_inference.infer_shapes(
         helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)]))
-    assert fill_reshape_gaps(model) == 1
+    assert fill_computed_shape_gaps(model) == 1
     assert dims_of(model.graph.output[0]) == [None, None]
+
+
+def test_a_channel_split_by_a_computed_bound_gets_its_channels():
+    """x[:, x.size(1) // 2:] of x [N, 8, H, W] (TorchScript's ShuffleNet split): the Slice's
+    output [N, 4, H, W], which ONNX's inference leaves without its channels."""
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in
+             {"one": 1, "two": 2, "axis": [1], "end": [2**62]}.items()]
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("Gather", ["s", "one"], ["c"], axis=0),
+         helper.make_node("Div", ["c", "two"], ["half"]),
+         helper.make_node("Unsqueeze", ["half", "axis"], ["start"]),
+         helper.make_node("Slice", ["x", "start", "end", "axis"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, "H", "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    inferred = infer_shapes(model)
+    assert dims_of(inferred.graph.output[0]) == ["N", 4, "H", "W"]
