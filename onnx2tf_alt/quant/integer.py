@@ -57,6 +57,7 @@ POWER_OPS = {"MUL", "ADD", "SUB", "SUM", "MEAN", "SQRT", "ABS", "SQUARED_DIFFERE
              "MAXIMUM"}
 MAX_LOG_CHAIN = 8
 
+SHAPE_ONLY = {"SHAPE", "RANK"}  # ops whose results depend on their inputs' shapes alone
 KERNEL_LIMIT = 127  # symmetric int8 weights: -128 is never used
 BIAS_TYPES = {TT.INT8: TT.INT32, TT.INT16: TT.INT64}
 BIAS_ROOM = 2.0**30  # largest int32 bias code
@@ -139,6 +140,19 @@ class _Quantizer:
         self.views: dict[tuple[int, int], int] = {}  # (tensor, type) -> converted tensor
         self.constants: dict[tuple, int] = {}  # (tensor, role...) -> quantized copy
         self.emitted: list = []
+        self.data = self._data_dependent()
+
+    def _data_dependent(self) -> set[int]:
+        """The tensors whose values depend on the values of the subgraph's inputs: not those
+        computed from constants and shapes alone (a resize's size from SHAPE, CAST and MUL,
+        a run-time size's taps), which are exact arithmetic on sizes, never quantized."""
+        found = {int(i) for i in self.graph.inputs}
+        for op in self.graph.operators:
+            if op_name(self.model, op) in SHAPE_ONLY:
+                continue
+            if any(int(i) in found for i in op.inputs if i >= 0):
+                found.update(int(t) for t in op.outputs)
+        return found
 
     # --- which ops -------------------------------------------------------------------------
     def tensor(self, index: int):
@@ -180,6 +194,8 @@ class _Quantizer:
             return None  # a value input that is not float (indices, integers)
         if not values or all(self.constant(i) for i in op.inputs if i >= 0):
             return None  # computes on constants alone (a GATHER of a table by indices does not)
+        if not any(int(i) in self.data for i in op.inputs if i >= 0):
+            return None  # computes on sizes alone
         if any(not self.constant(i) and self.measured(i) is None for i in values):
             return None
         for pos in (rule.kernel, rule.bias):
