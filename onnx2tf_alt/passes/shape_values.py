@@ -39,7 +39,10 @@ def fill_computed_shape_gaps(model: onnx.ModelProto) -> int:
     length at least); returns how many outputs changed, so inference can run again
     downstream of them."""
     graph = model.graph
-    if not any(n.op_type == "Shape" for n in graph.node):
+    shaped = {v.name for v in [*graph.value_info, *graph.output]
+              if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
+    if not any(n.op_type == "Shape" or (n.op_type == "Reshape" and n.output[0] not in shaped)
+               for n in graph.node):
         return 0  # every shape value is a constant, which ONNX's inference reads
     index = GraphIndex(graph)
     opset = default_opset(model)
