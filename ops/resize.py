@@ -264,6 +264,7 @@ def _tf_kernel(samplings: dict, target: Target, shape):
     return tf_kernel_for(spatial, target.sizes[2:])
 
 
+_TAPS = {"linear": 2, "cubic": 4}  # taps per output position of linear_taps / cubic_taps
 _KERNEL_BUILTINS = {"nearest": ("RESIZE_NEAREST_NEIGHBOR", "ResizeNearestNeighborOptions"),
                     "bilinear": ("RESIZE_BILINEAR", "ResizeBilinearOptions")}
 
@@ -420,10 +421,21 @@ def runtime_resize(ctx, at: ResizeAttrs):
     for a, target in zip(axes, _runtime_targets(ctx, x, axes)):
         axis = ctx.axis(a)
         index, weight, outside = taps(tensorflow_ops(), at, target)
-        x = tf.gather(x, index, axis=axis)
-        if weight is not None:
-            weight = _along(tf.cast(weight, x.dtype), axis, rank + 1)
-            x = tf.reduce_sum(x * weight, axis + 1)
+        if weight is not None and not at.antialias:
+            # each of the K taps gathered and weighted, summed in order as a reduction sums
+            # them: two GATHERs, MULs and an ADD on the output's size (XNNPACK takes the MUL
+            # and ADD), not a gather of K times the output and a SUM on TFLite's kernel
+            weight = tf.cast(weight, x.dtype)
+            parts = [tf.gather(x, index[:, k], axis=axis) * _along(weight[:, k], axis, rank)
+                     for k in range(_TAPS[at.mode])]
+            x = parts[0]
+            for part in parts[1:]:
+                x = x + part
+        else:
+            x = tf.gather(x, index, axis=axis)
+            if weight is not None:  # antialiased: K known at run time
+                weight = _along(tf.cast(weight, x.dtype), axis, rank + 1)
+                x = tf.reduce_sum(x * weight, axis + 1)
         if outside is not None:
             keep = _along(tf.logical_not(outside), axis, rank)
             inside = keep if inside is None else inside & keep

@@ -1605,3 +1605,23 @@ def test_cli_quantized_files_of_run_time_size_run_at_every_size(tmp_path):
             assert got.shape == expected.shape, (variant, got.shape)
             cosine = float(np.sum(got * expected) / np.linalg.norm(got) / np.linalg.norm(expected))
             assert cosine > 0.99, (variant, height, width, cosine)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_a_resize_to_the_input_size_at_run_time(mode):
+    """A segmenter's head (torchvision's DeepLabV3 / LR-ASPP): features of a stride-4 conv
+    resized back to the input's run-time height and width (sizes from Shape, a scale known
+    only at run time): each tap gathered, weighted and summed in order (ops/resize.py's
+    run-time path), as onnxruntime at three sizes, odd ones included."""
+    init = {"w": rand(5, 3, 3, 3) * 0.3, "two": np.array([2], np.int64),
+            "four": np.array([4], np.int64), "zero": np.array([0], np.int64)}
+    nodes = [node("Conv", ["x", "w"], "f", pads=[1, 1, 1, 1], strides=[4, 4]),
+             node("Shape", ["f"], "fs"), node("Slice", ["fs", "zero", "two"], "nc"),
+             node("Shape", ["x"], "xs"), node("Slice", ["xs", "two", "four"], "hw"),
+             node("Concat", ["nc", "hw"], "sizes", axis=0),
+             node("Resize", ["f", "", "", "sizes"], "y", mode=mode,
+                  coordinate_transformation_mode="pytorch_half_pixel")]
+    model = make_model(nodes, {"x": rand(1, 3, 16, 16)}, ["y"], initializers=init, opset=13,
+                       input_shapes={"x": ["N", 3, "H", "W"]})
+    ops = _at_sizes(model, "x", 3, sizes=[(1, 16, 16), (2, 13, 22), (1, 9, 7)])
+    assert "SUM" not in ops, ops
