@@ -127,7 +127,7 @@ class ModelBuilder:
             if any(n and n not in self.values for n in node.inputs):
                 continue  # an upstream node failed; it is reported already
             try:
-                self._convert_node(node, plan.node_inputs[index])
+                self._convert_node(node, plan.node_inputs[index], index)
             except Exception as exc:  # noqa: BLE001 - reported per node, with the node
                 failures.append(failure_for(node, graph, f"{type(exc).__name__}: {exc}"))
         if failures:
@@ -168,7 +168,7 @@ class ModelBuilder:
             self.values[name] = Value(perm=P.identity(tensor.shape.rank or 0), tensor=tensor)
         for index, node in enumerate(self.graph.nodes):
             try:
-                self._convert_node(node, self.plan.node_inputs[index])
+                self._convert_node(node, self.plan.node_inputs[index], index)
             except Exception as exc:
                 failure = failure_for(node, self.graph, f"{type(exc).__name__}: {exc}")
                 raise ConversionError([failure], headline="a subgraph node failed:") from exc
@@ -199,12 +199,15 @@ class ModelBuilder:
                 self.plan.perms[name] = perm
         return decision.inputs
 
-    def _convert_node(self, node: Node, wanted: list[Perm | None]) -> None:
+    def _convert_node(self, node: Node, wanted: list[Perm | None], index: int) -> None:
         graph = self.graph
         opset = graph.opset_of(node.domain)
         handler = find_handler(node.op_type, node.domain, opset)
         if any(i in self._learned for i in node.inputs):
-            wanted = self._relearn(node, handler.layout)
+            # the plan keeps the decision too: the direct writer run on this plan after the
+            # build (-osm with .tflite files, conversion._direct_conversion) reads the node's
+            # inputs in the perms its outputs' perms were decided with
+            wanted = self.plan.node_inputs[index] = self._relearn(node, handler.layout)
         out_perms = [self.plan.perms.get(o, ()) for o in node.outputs]
         ctx = NodeContext(self, node, graph, wanted, out_perms, opset, self.options)
         result = handler.fn(ctx)
