@@ -340,8 +340,11 @@ def _dynamic_resize(ctx, at: ResizeAttrs, target: Target, x, resized):
             f"Resize ({at.mode}, {at.coord}, {at.nearest}) with scales {target.scales} on "
             f"dynamic spatial dims {ctx.shape(0)}; set static input shapes with -ois"
         )
-    spatial = tf.cast(tf.shape(x)[1:-1], tf.float32)
-    size = tf.cast(spatial * tf.constant(scales, tf.float32), tf.int32)
+    if all(float(s).is_integer() for s in scales):  # n * k in int32: exact, two ops
+        size = tf.shape(x)[1:-1] * tf.constant([int(s) for s in scales], tf.int32)
+    else:
+        spatial = tf.cast(tf.shape(x)[1:-1], tf.float32)
+        size = tf.cast(spatial * tf.constant(scales, tf.float32), tf.int32)
     return _tf_resize(x, kernel, size, ctx.rank(0))
 
 

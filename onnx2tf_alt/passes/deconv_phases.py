@@ -86,8 +86,11 @@ def _phases(node: onnx.NodeProto, initializers: dict, shape_of):
     weight_shape = list(initializers[node.input[1]].dims)
     rank = len(weight_shape) - 2  # spatial axes: 1 or 2
     x, y = shape_of(node.input[0]), shape_of(node.output[0])
-    if rank not in (1, 2) or not x or not y or len(x) != rank + 2 or None in x[1:] or (
-            len(y) != rank + 2 or None in y[1:]):
+    if rank not in (1, 2) or not x or not y or len(x) != rank + 2 or len(y) != rank + 2:
+        return None
+    if None in x[2:] or None in y[2:]:
+        return _run_time_phases(attrs, weight_shape)
+    if None in x[1:] or None in y[1:]:
         return None
     kernel = list(attrs.get("kernel_shape", weight_shape[2:]))
     strides = list(attrs.get("strides", [1] * rank))
@@ -125,6 +128,36 @@ def _phases(node: onnx.NodeProto, initializers: dict, shape_of):
             return None  # a phase conv would need a negative end pad: an output cropped
         taps.append(per_phase)
     return stride, taps, y[2:], x[2:]
+
+
+def _run_time_phases(attrs: dict, weight_shape: list[int]):
+    """_phases of a 2-D ConvTranspose on spatial dims known only at run time, where its
+    output is `in · s` whatever the input (k + output_padding - pads = s: a U-Net's or a
+    text detector's 2x2 stride-2 upsampling, 4x4 with pads 1): each phase is a
+    convolution of the input with size-independent pads, interleaved without a crop. The
+    output size is None."""
+    kernel = list(attrs.get("kernel_shape", weight_shape[2:]))
+    strides = list(attrs.get("strides", [1, 1]))
+    auto_pad = attrs.get("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if (len(weight_shape) != 4 or auto_pad not in ("NOTSET", "VALID") or "output_shape" in attrs
+            or list(attrs.get("dilations", [1, 1])) != [1, 1] or len(set(strides)) != 1
+            or strides[0] < 2 or kernel != weight_shape[2:]):
+        return None
+    stride = strides[0]
+    padding = list(attrs.get("output_padding", [0, 0]))
+    pads = list(attrs.get("pads", [0] * 4)) if auto_pad == "NOTSET" else [0] * 4
+    taps = []
+    for axis in range(2):
+        if kernel[axis] + padding[axis] - pads[axis] - pads[axis + 2] != stride:
+            return None  # the output is not in · s: a crop of run-time length
+        per_phase = [[((r + pads[axis] - t) // stride, t) for t in range(kernel[axis])
+                      if (r + pads[axis] - t) % stride == 0] for r in range(stride)]
+        if any(not p or min(d for d, _ in p) > 0 or max(d for d, _ in p) < 0
+               for p in per_phase):
+            return None
+        taps.append(per_phase)
+    return stride, taps, None, None
 
 
 # activations TFLite fuses into a CONV_2D: applied to each phase before they interleave
@@ -188,7 +221,8 @@ def _rewrite(graph: onnx.GraphProto, node: onnx.NodeProto, initializers: dict, o
         return per_group.reshape(cout, cin // groups) * scale[:, None]
 
     prefix = f"{node.name or node.output[0]}/phase"
-    steps = [-(-o // stride) for o in out_size]  # outputs per phase and axis
+    # outputs per phase and axis: the input's length where the output is in · s (at run time)
+    steps = in_size if out_size is None else [-(-o // stride) for o in out_size]
     # (weight, pads) per phase, row-major over (rh, rw): DepthToSpace DCR's channel order
     phases = []
     for phase in itertools.product(range(stride), repeat=rank):
@@ -201,7 +235,8 @@ def _rewrite(graph: onnx.GraphProto, node: onnx.NodeProto, initializers: dict, o
             at = tuple(d - lo for (d, _), lo in zip(combination, low))
             weight[(slice(None), slice(None), *at)] = conv_taps(
                 w[(slice(None), slice(None), *[t for _, t in combination])])
-        ends = [steps[a] - 1 + high[a] - (in_size[a] - 1) for a in range(rank)]
+        ends = [high[a] if out_size is None else steps[a] - 1 + high[a] - (in_size[a] - 1)
+                for a in range(rank)]
         phases.append((weight, [*(-lo for lo in low), *ends]))
     # one conv for every phase where they read the same offsets (2-D: DepthToSpace's
     # channel order; 1-D phases are stacked on a new axis, so one conv each)
@@ -226,7 +261,7 @@ def _rewrite(graph: onnx.GraphProto, node: onnx.NodeProto, initializers: dict, o
                 [f"{name}_act"], name=f"{name}_{activation.op_type.lower()}"))
             nodes[-1].attribute.extend(activation.attribute)
             outputs[-1] = f"{name}_act"
-    cropped = [s * stride for s in steps] != list(out_size)
+    cropped = out_size is not None and [s * stride for s in steps] != list(out_size)
     output = output or node.output[0]
     spread = f"{prefix}s_spread" if cropped else output
     if rank == 1:  # [N, C, M] each -> [N, C, M, s] -> [N, C, M * s]

@@ -1416,32 +1416,38 @@ def test_a_channel_shuffle_and_split_by_computed_sizes():
     _at_sizes(model, "x", 3, tf_route=False)
 
 
-DYNAMIC_CONV_TRANSPOSES = [  # (attributes, ONNX weight shape): those of run-time lengths
-    ({"strides": [2, 2]}, (4, 6, 2, 2)),  # TF's SAME
-    ({"strides": [2, 2], "pads": [1, 1, 1, 1]}, (4, 3, 4, 4)),  # SAME
-    ({"strides": [2, 2]}, (4, 3, 3, 3)),  # VALID, the full output
-    ({"strides": [2, 2], "auto_pad": "SAME_UPPER"}, (4, 3, 3, 3)),
-    ({"strides": [2, 2], "group": 2}, (4, 3, 2, 2)),
+DYNAMIC_CONV_TRANSPOSES = [  # (attributes, ONNX weight shape, written as output phases)
+    ({"strides": [2, 2]}, (4, 6, 2, 2), True),  # output in · s: phases (deconv_phases)
+    ({"strides": [2, 2], "pads": [1, 1, 1, 1]}, (4, 3, 4, 4), True),
+    ({"strides": [2, 2], "group": 2}, (4, 3, 2, 2), True),
+    ({"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}, (4, 3, 3, 3), True),
+    ({"strides": [2, 2]}, (4, 3, 3, 3), False),  # TF's VALID, the full output
+    ({"strides": [2, 2], "auto_pad": "SAME_UPPER"}, (4, 3, 3, 3), False),  # TF's SAME
 ]
 
 
-@pytest.mark.parametrize(("attrs", "w_shape"), DYNAMIC_CONV_TRANSPOSES,
-                         ids=[str(a) for a, _ in DYNAMIC_CONV_TRANSPOSES])
-def test_a_transposed_conv_of_run_time_height_and_width(attrs, w_shape):
-    """ops/conv.py's _run_time_lengths: an output of in * s + c, with TF's SAME or VALID
-    padding, on both routes at three sizes."""
+@pytest.mark.parametrize(("attrs", "w_shape", "phases"), DYNAMIC_CONV_TRANSPOSES,
+                         ids=[str(a) for a, _, _ in DYNAMIC_CONV_TRANSPOSES])
+def test_a_transposed_conv_of_run_time_height_and_width(attrs, w_shape, phases):
+    """A transposed conv whose output is in · s whatever the input is written as
+    convolutions of its phases and a DEPTH_TO_SPACE (passes/deconv_phases.py: XNNPACK's
+    TRANSPOSE_CONV takes no run-time output shape, the PP-OCR detector of run-time size
+    1.075 -> 1.000 of its fixed-size file's latency); the others as one TRANSPOSE_CONV of
+    an output in · s + c computed at run time (ops/conv.py's _run_time_lengths: TF's SAME or
+    VALID padding). Both routes at three sizes."""
     nodes = [node("ConvTranspose", ["x", "w", "b"], "t", **attrs), node("Relu", ["t"], "y")]
     groups = attrs.get("group", 1)
     model = make_model(nodes, {"x": rand(1, 4, 5, 6)}, ["y"],
                        {"w": rand(*w_shape), "b": rand(w_shape[1] * groups)}, opset=13,
                        input_shapes={"x": ["N", 4, "H", "W"]})
-    _at_sizes(model, "x", 4, sizes=[(2, 5, 6), (1, 3, 9), (1, 8, 1)])
+    ops = _at_sizes(model, "x", 4, sizes=[(2, 5, 6), (1, 3, 9), (1, 8, 1)])
+    assert ("TRANSPOSE_CONV" not in ops and "DEPTH_TO_SPACE" in ops) == phases, ops
 
 
 def test_a_transposed_conv_it_cannot_crop_at_run_time_is_refused_by_name():
     """Pads neither TF padding takes (an output cropped by a run-time length): the direct
     writer and the TF route name the node and -ois; nothing is written wrong."""
-    nodes = [node("ConvTranspose", ["x", "w"], "y", strides=[2, 2], pads=[1, 1, 1, 1],
+    nodes = [node("ConvTranspose", ["x", "w"], "y", strides=[2, 2], pads=[2, 2, 2, 2],
                   output_padding=[1, 1])]
     model = make_model(nodes, {"x": rand(1, 4, 5, 6)}, ["y"], {"w": rand(4, 3, 3, 3)},
                        opset=13, input_shapes={"x": ["N", 4, "H", "W"]})
