@@ -13,6 +13,7 @@ from onnx2tf_alt.ir.graph import Graph
 DEFAULT_SEED = 0
 SMALL_INT_LIMIT = 8  # random integer inputs lie in [0, 8) unless an index bound is lower
 UNKNOWN_DIM = 1  # size used for a dimension the model leaves symbolic
+IMAGE_DIM = 224  # ... but an image's height and width (strided windows need room)
 
 # Ops that pass index values through unchanged, so an input's use as indices can be traced.
 _INDEX_PASSTHROUGH = {"Cast", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten",
@@ -120,7 +121,7 @@ def make_inputs(
             feeds[name] = _checked_custom(name, custom[name], shape, dtype)
             sources[name] = "file"
             continue
-        dims = tuple(UNKNOWN_DIM if d is None else d for d in shape)
+        dims = test_dims(shape, dtype)
         if dtype.kind == "f":
             feeds[name] = rng.standard_normal(dims).astype(dtype)
         elif dtype.kind in "iu":
@@ -135,6 +136,18 @@ def make_inputs(
             )
         sources[name] = "random"
     return feeds, sources
+
+
+def test_dims(shape, dtype) -> tuple[int, ...]:
+    """The dims random test data takes: UNKNOWN_DIM for each symbolic one, but IMAGE_DIM
+    for the height and width of an image (float, rank 4, 1 or 3 channels first or last)."""
+    dims = [UNKNOWN_DIM if d is None else d for d in shape]
+    if np.dtype(dtype).kind == "f" and len(shape) == 4:
+        spatial = (2, 3) if shape[1] in (1, 3) else (1, 2) if shape[3] in (1, 3) else ()
+        for axis in spatial:
+            if shape[axis] is None:
+                dims[axis] = IMAGE_DIM
+    return tuple(dims)
 
 
 def _checked_custom(name: str, array: np.ndarray, shape: tuple, dtype: np.dtype) -> np.ndarray:

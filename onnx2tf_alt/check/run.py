@@ -12,7 +12,13 @@ import numpy as np
 from onnx2tf_alt import progress
 from onnx2tf_alt.check.compare import FAIL, AccuracyReport, BackendReport, compare
 from onnx2tf_alt.check.file_values import direct_probe
-from onnx2tf_alt.check.inputs import DEFAULT_SEED, UNKNOWN_DIM, first_sample, make_inputs
+from onnx2tf_alt.check.inputs import (
+    DEFAULT_SEED,
+    IMAGE_DIM,
+    UNKNOWN_DIM,
+    first_sample,
+    make_inputs,
+)
 from onnx2tf_alt.check.observe import (
     debug_tflite,
     ort_values,
@@ -72,7 +78,8 @@ def check_converted(
                      and None in (converted.graph.shapes.get(n) or ())]
         if open_dims:  # e.g. an image input of unknown height and width, fed 1 x 1
             report.error += (f" (input(s) {open_dims} have unknown dims, fed as size "
-                             f"{UNKNOWN_DIM}: give their sizes with -ois, or data with -cind)")
+                             f"{UNKNOWN_DIM} (an image's height and width {IMAGE_DIM}): give "
+                             "their sizes with -ois, or data with -cind)")
         return report
 
     def backend(name: str, values: dict, missing=lambda t: "not computed",

@@ -367,19 +367,32 @@ def test_random_indices_stay_in_range():
         make_inputs(graph_from_model(model), {"idx": np.zeros((3, 3), np.int32)})
 
 
-def test_an_input_of_unknown_sizes_fed_too_small_names_ois(tmp_path):
-    """A Keras model exported with an image input [1, ?, ?, 3] (tf2onnx): the check's random
-    input of 1 x 1 pixels is too small for a 3x3 convolution without padding, so onnxruntime
-    cannot run it; the report says why and what to pass."""
-    w = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+def _unknown_sizes_model(channels: int) -> onnx.ModelProto:
+    """A 3x3 convolution without padding of an input [1, channels, ?, ?]."""
+    w = np.random.default_rng(0).standard_normal((4, channels, 3, 3)).astype(np.float32)
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, "h", "w"])],
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, channels, "h", "w"])],
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, None, None])],
         [onnx.numpy_helper.from_array(w, "w")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    converted = onnx2tf_alt.pipeline.build(onnx_graph=model)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_input_of_unknown_sizes_fed_too_small_names_ois(tmp_path):
+    """An input [1, 2, ?, ?] (not an image: 2 channels): the check's random input of 1 x 1
+    is too small for a 3x3 convolution without padding, so onnxruntime cannot run it; the
+    report says why and what to pass."""
+    converted = onnx2tf_alt.pipeline.build(onnx_graph=_unknown_sizes_model(2))
     report = check_converted(converted, full=False, tflite=False)
     assert report.error.startswith("onnxruntime cannot run the model"), report.error
     assert "input(s) ['x'] have unknown dims, fed as size 1" in report.error
     assert "-ois" in report.error
+
+
+def test_an_image_of_unknown_height_and_width_is_checked_at_224():
+    """An image input [1, 3, ?, ?] (as tf2onnx and dynamic_axes exports write them): the
+    check feeds 224 x 224 (check/inputs.test_dims) and runs, where 1 x 1 could not."""
+    converted = onnx2tf_alt.pipeline.build(onnx_graph=_unknown_sizes_model(3))
+    report = check_converted(converted, full=False, tflite=False)
+    assert not report.error and report.inputs["x"]["shape"] == [1, 3, 224, 224], report
+    assert report.passed, report
