@@ -169,12 +169,13 @@ def _input_graph(
 
 def image_channel_axis(shape, dtype) -> int | None:
     """Channel axis (1: NCHW, 3: NHWC) of an image-like input: float, rank 4, 1 or 3
-    channels; None for any other input."""
+    channels (height and width may be known only at run time: tf2onnx's [1, ?, ?, 3]);
+    None for any other input."""
     if dtype is None or np.dtype(dtype).kind != "f" or shape is None or len(shape) != 4:
         return None
     if shape[1] in (1, 3):
         return 1
-    if shape[3] in (1, 3) and shape[1] is not None:
+    if shape[3] in (1, 3):
         return 3
     return None
 

@@ -256,3 +256,22 @@ def test_the_cli_refuses_bad_calibration_data_before_converting(tmp_path, cnn_fi
     assert "Traceback" not in output and "RuntimeWarning" not in output, output
     assert tree(out) == before
     assert leftovers(tmp_path, out, tmp) == [] and os.listdir(tmp) == []
+
+
+@pytest.mark.parametrize(("shape", "axis"), [
+    ((1, None, None, 3), 3),  # tf2onnx's Keras image of run-time size
+    ((None, 3, None, None), 1),
+    ((1, 224, 224, 1), 3),
+    ((1, 16, 100, 8), None),  # 8 channels: not an image
+    ((1, 3, 224), None),
+])
+def test_an_image_of_run_time_size_calibrates_on_the_photographs(shape, axis):
+    """image_channel_axis: an NHWC image of run-time height took -cind before ("is not an
+    image"); now the shipped photographs, at DEFAULT_IMAGE_SIZE."""
+    from calibration.samples import DEFAULT_IMAGE_SIZE, _image_units, image_channel_axis
+
+    assert image_channel_axis(shape, np.float32) == axis
+    if axis is not None:
+        calibration, held = _image_units(shape, axis, None, None)
+        size = [DEFAULT_IMAGE_SIZE if d is None else d for d in shape]
+        assert calibration.shape[1:] == tuple(size[1:]) and len(held), calibration.shape
