@@ -1,7 +1,10 @@
 """Where a .tflite spends its time, op by op, and which ops fall off the XNNPACK delegate.
 
     python benchmarks/profile_tflite.py MODEL.tflite|MODEL.onnx [--threads N] [--top 20]
-        [--json out.json]
+        [--json out.json] [--run_dim N]
+
+(--run_dim: the size of the inputs' run-time dims past the batch, default 1; an image model
+of run-time height and width needs room for its strided windows, e.g. 224.)
 
 An .onnx is converted first with the CLI into a temporary folder and its float32 file is
 profiled. Each op is mapped to the ONNX nodes it computes through `<stem>_delegates.json`
@@ -76,11 +79,13 @@ def _read(tflite: str) -> tuple[bytes, list[dict] | None]:
         return content, json.load(f)["ops"]
 
 
-def random_inputs(interpreter: Interpreter, seed: int = 0) -> list[np.ndarray]:
+def random_inputs(interpreter: Interpreter, seed: int = 0, run_dim: int = 1) -> list[np.ndarray]:
+    """Seeded random inputs; run-time dims past the batch of size `run_dim`."""
     rng = np.random.default_rng(seed)
     feeds = []
     for detail in interpreter.get_input_details():
-        shape = [max(int(d), 1) for d in detail["shape"]]
+        shape = [max(int(d), 1) if int(s) >= 0 else 1 if axis == 0 else run_dim
+                 for axis, (d, s) in enumerate(zip(detail["shape"], detail["shape_signature"]))]
         dtype = np.dtype(detail["dtype"])
         if np.issubdtype(dtype, np.floating):
             feeds.append(rng.standard_normal(shape).astype(dtype))
@@ -219,7 +224,8 @@ def nodes_text(nodes: list[dict] | None, limit: int = 2) -> str:
     return text + (f" +{len(nodes) - limit}" if len(nodes) > limit else "")
 
 
-def profile(path: str, threads: int, top: int, budget: float = BUDGET_S) -> dict:
+def profile(path: str, threads: int, top: int, budget: float = BUDGET_S,
+            run_dim: int = 1) -> dict:
     """Convert (an .onnx), analyze and time the model; the result print_profile shows."""
     content, described, name = load(path)
     report = analyze(content)
@@ -228,7 +234,7 @@ def profile(path: str, threads: int, top: int, budget: float = BUDGET_S) -> dict
             op.onnx_nodes = entry["onnx_nodes"]
     model = schema.ModelT.InitFromPackedBuf(bytearray(content), 0)
     probe = Interpreter(model_content=content)
-    feeds = random_inputs(probe)
+    feeds = random_inputs(probe, run_dim=run_dim)
     values = all_values(content, feeds)
     whole = best_ms(content, feeds, threads, budget)
     reference = best_ms(content, feeds, threads, budget, delegate=False)
@@ -289,8 +295,10 @@ def main() -> None:
     parser.add_argument("--json", help="also write the profile here")
     parser.add_argument("--budget", type=float, default=BUDGET_S,
                         help="seconds of timing runs per measured model (default 0.2)")
+    parser.add_argument("--run_dim", type=int, default=1,
+                        help="size of the inputs' run-time dims past the batch (an image's)")
     args = parser.parse_args()
-    result = profile(args.model, args.threads, args.top, args.budget)
+    result = profile(args.model, args.threads, args.top, args.budget, args.run_dim)
     print_profile(result)
     if args.json:
         with open(args.json, "w") as f:
