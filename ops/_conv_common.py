@@ -78,7 +78,9 @@ def depthwise_conv(ctx, x, w, strides, dilations, padding):
         return tf.squeeze(depthwise_conv(ctx, x, w, strides, dilations, padding), 1)
     if max(strides) > 1 and max(dilations) > 1:  # TF allows dilation only with stride 1
         w, dilations = dilate_kernel(w, dilations), [1, 1]
-    xp, channels = array_module(w), x.shape[-1]
+    # TF may have lost x's channels through a reshape to a computed shape (a channel
+    # shuffle of run-time size); the graph keeps them
+    xp, channels = array_module(w), x.shape[-1] or ctx.shape(0)[1]
     kernel = xp.transpose(xp.reshape(w, [channels, -1, *w.shape[2:]]), [2, 3, 0, 1])
     kh, kw = kernel.shape[:2]
     if kh * kw > MAX_DEPTHWISE_TAPS and all(d is not None for d in x.shape[1:3]):

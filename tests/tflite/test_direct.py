@@ -1409,10 +1409,14 @@ def test_a_channel_shuffle_and_split_by_computed_sizes():
              node("Concat", ["d_0u", "d_1u", "d_2u", "d_3u"], "t4", axis=0),
              node("Reshape", ["gt", "t4"], "shuffled"),
              node("Slice", ["shuffled", "c2u", "d_1u", "i1u"], "right"),
-             node("Conv", ["right", "w2"], "y")]
+             node("Conv", ["right", "w2"], "y"),
+             # a depthwise conv of the shuffled value: TF's build lost its channels there
+             # (ops/_conv_common.depthwise_conv takes them from the graph)
+             node("Conv", ["shuffled", "wd"], "dw", group=c, pads=[1, 1, 1, 1])]
     nodes.insert(0, node("Unsqueeze", ["i1", "axis0"], "i1u"))
-    model = make_model(nodes, {"x": rand(1, 3, 8, 6)}, ["y"], initializers=init, opset=13,
-                       input_shapes={"x": ["N", 3, "H", "W"]})
+    init["wd"] = rand(c, 1, 3, 3) * 0.3
+    model = make_model(nodes, {"x": rand(1, 3, 8, 6)}, ["y", "dw"], initializers=init,
+                       opset=13, input_shapes={"x": ["N", 3, "H", "W"]})
     _at_sizes(model, "x", 3, tf_route=False)
 
 
