@@ -360,52 +360,44 @@ def hard_swishes(flat: FlatGraph, outputs: list[int]) -> None:
             return None
         return op
 
+    def scalar(index: int, value: float, tolerance: float = 0.0) -> bool:
+        c = _constant(flat, index)
+        return c is not None and c.size == 1 and abs(float(c.reshape(-1)[0]) - value) <= tolerance
+
     def sixth(op: Operator) -> int | None:
         """The operand of MUL `op` whose other one is the constant 1 / 6."""
-        for k in (0, 1):
-            c = _constant(flat, op.inputs[1 - k])
-            if c is not None and c.size == 1 and abs(float(c.reshape(-1)[0]) - 1 / 6) < 1e-7:
-                return op.inputs[k]
-        return None
+        return next((op.inputs[k] for k in (0, 1) if scalar(op.inputs[1 - k], 1 / 6, 1e-7)),
+                    None)
+
+    def activated_add(index: int, activation: str, shift: float):
+        """(the ops, the operand v) of activation(v + shift) writing `index`: an
+        `activation` op of an ADD, or the ADD with it fused; else None."""
+        act = only(index, activation)
+        add = only(act.inputs[0], "ADD") if act is not None else producers.get(index)
+        if (add is None or add.name != "ADD" or (act is None and (
+                index in outputs or len(readers.get(index, [])) != 1
+                or add.options[1].fusedActivationFunction != ACTIVATIONS[activation]))):
+            return None
+        operand = next((add.inputs[k] for k in (0, 1) if scalar(add.inputs[1 - k], shift)),
+                       None)
+        return None if operand is None else ([add] if act is None else [add, act], operand)
 
     def shifted_relu6(index: int, x: int) -> list[Operator] | None:
-        """The ops of relu6(x + 3) writing `index`: a RELU6 of an ADD, or the ADD with it
-        fused."""
-        relu6 = only(index, "RELU6")
-        add = only(relu6.inputs[0], "ADD") if relu6 is not None else producers.get(index)
-        if (add is None or add.name != "ADD" or (relu6 is None and (
-                index in outputs or len(readers.get(index, [])) != 1
-                or add.options[1].fusedActivationFunction != ACTIVATIONS["RELU6"]))):
-            return None
-        for k in (0, 1):
-            three = _constant(flat, add.inputs[1 - k])
-            if (add.inputs[k] == x and three is not None and three.size == 1
-                    and float(three.reshape(-1)[0]) == 3.0):
-                return [add] if relu6 is None else [add, relu6]
-        return None
-
-    def scalar(index: int, value: float) -> bool:
-        c = _constant(flat, index)
-        return c is not None and c.size == 1 and float(c.reshape(-1)[0]) == value
+        """The ops of relu6(x + 3) writing `index`."""
+        found = activated_add(index, "RELU6", 3.0)
+        return found[0] if found is not None and found[1] == x else None
 
     def hard_sigmoid(index: int, x: int) -> list[Operator] | None:
         """The ops of min(relu(x * (1 / 6) + 0.5), 1) writing `index` (HardSigmoid's
         writer, torch's hard-swish before opset 14): MINIMUM, RELU (or fused), ADD, MUL."""
         least = only(index, "MINIMUM")
-        if least is None or not any(scalar(least.inputs[1 - k], 1.0) for k in (0, 1)):
+        inner = None if least is None else next(
+            (least.inputs[k] for k in (0, 1) if scalar(least.inputs[1 - k], 1.0)), None)
+        found = None if inner is None else activated_add(inner, "RELU", 0.5)
+        scaled = None if found is None else only(found[1], "MUL")
+        if scaled is None or sixth(scaled) != x:
             return None
-        inner = next(i for i in least.inputs if not scalar(i, 1.0))
-        relu = only(inner, "RELU")
-        add = only(relu.inputs[0], "ADD") if relu is not None else producers.get(inner)
-        if (add is None or add.name != "ADD" or (relu is None and (
-                len(readers.get(inner, [])) != 1 or inner in outputs
-                or add.options[1].fusedActivationFunction != ACTIVATIONS["RELU"]))):
-            return None
-        for k in (0, 1):
-            scaled = only(add.inputs[k], "MUL")
-            if scalar(add.inputs[1 - k], 0.5) and scaled is not None and sixth(scaled) == x:
-                return [least, add, scaled] + ([relu] if relu is not None else [])
-        return None
+        return [least, *found[0], scaled]
 
     gone = []
     for op in flat.operators:
@@ -425,7 +417,8 @@ def hard_swishes(flat: FlatGraph, outputs: list[int]) -> None:
             if parts is not None:
                 found = (x, [inner, *parts])
                 break
-        inner = only(sixth(op), "MUL") if sixth(op) is not None else None
+        product = sixth(op)
+        inner = only(product, "MUL") if product is not None else None
         for k in (0, 1) if found is None and inner is not None else ():  # (x * relu6) / 6
             x = inner.inputs[1 - k]
             parts = shifted_relu6(inner.inputs[k], x)
