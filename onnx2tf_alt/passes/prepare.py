@@ -23,7 +23,7 @@ from onnx2tf_alt.passes.neutral import drop_neutral_arithmetic
 from onnx2tf_alt.passes.nms_limits import bound_nms_by_slices
 from onnx2tf_alt.passes.one_group_norm import rewrite_one_group_norms
 from onnx2tf_alt.passes.qdq_pairs import fuse_quant_pairs
-from onnx2tf_alt.passes.shape_values import fill_computed_shape_gaps
+from onnx2tf_alt.passes.shape_values import fill_computed_shape_gaps, known_part
 from onnx2tf_alt.passes.shuffle import absorb_channel_shuffles
 
 log = logging.getLogger("onnx2tf_alt")
@@ -539,7 +539,8 @@ def _try_fold(node, known, shapes: _NodeShapes, opset) -> dict[str, np.ndarray] 
         start, end = attrs.get("start", 0), attrs.get("end", None)
         return {node.output[0]: np.array(shape[start:end], dtype=np.int64)}
     if node.op_type in ("Gather", "Slice") and node.input[0] not in known:
-        return _known_dims_of_shape(node, known, shapes)
+        part = known_part(node, shapes.index, known, opset)
+        return None if part is None else {node.output[0]: part}
     if not all((not i) or i in known for i in node.input):
         return None
     if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
@@ -549,40 +550,6 @@ def _try_fold(node, known, shapes: _NodeShapes, opset) -> dict[str, np.ndarray] 
     if node.op_type == "Constant" or node.input:
         return _evaluate(node, known, opset)
     return None
-
-
-def _known_dims_of_shape(node, known, shapes: _NodeShapes) -> dict[str, np.ndarray] | None:
-    """A Gather or Slice (on axis 0, constant parameters) of the Shape of a value whose
-    shape is known only in part, taking known dims alone (TorchScript's x.size(1) of an
-    image of run-time height and width): those dims."""
-    source = shapes.index.producer_node(node.input[0])
-    if (source is None or source.op_type != "Shape"
-            or not all((not i) or i in known for i in node.input[1:])):
-        return None
-    dims = dims_of(shapes.index.info(source.input[0]))
-    if dims is None:
-        return None
-    attrs = {a.name: helper.get_attribute_value(a) for a in source.attribute}
-    dims = np.array(dims[attrs.get("start", 0):attrs.get("end", None)], dtype=object)
-    node_attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    try:
-        if node.op_type == "Gather":
-            if node_attrs.get("axis", 0) != 0:
-                return None
-            picked = dims[np.asarray(known[node.input[1]])]
-        else:
-            params = [np.asarray(known[i]).reshape(-1) if i else None for i in node.input[1:]]
-            params += [None] * (4 - len(params))
-            starts, ends, axes, steps = params
-            if axes is not None and list(axes) not in ([0], [-1]):
-                return None
-            step = 1 if steps is None else int(steps[0])
-            picked = dims[slice(int(starts[0]), int(ends[0]), step)]
-    except (IndexError, ValueError, TypeError):
-        return None
-    if not all(isinstance(d, int) for d in np.asarray(picked).reshape(-1)):
-        return None
-    return {node.output[0]: np.asarray(picked).astype(np.int64)}
 
 
 def _constant_value(node) -> np.ndarray | None:

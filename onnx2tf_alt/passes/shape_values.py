@@ -141,10 +141,34 @@ def _value(name: str, index: GraphIndex, values: dict) -> _Value | None:
     init = index.initializers.get(name)
     if init is None or init.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
         return None
-    array = numpy_helper.to_array(init)
-    if array.ndim > 1 or array.size > LIMIT:
+    return _array_value(numpy_helper.to_array(init))
+
+
+def _array_value(array: np.ndarray) -> _Value | None:
+    array = np.asarray(array)
+    if array.dtype.kind not in "iu" or array.ndim > 1 or array.size > LIMIT:
         return None
     return _Value([int(v) for v in array.reshape(-1)], array.ndim == 0)
+
+
+def known_part(node: onnx.NodeProto, index: GraphIndex, known: dict,
+               opset: int) -> np.ndarray | None:
+    """What a Gather or Slice `node` of a Shape takes of that value where it takes known dims
+    alone (TorchScript's x.size(1) of an image of run-time height and width), its other
+    inputs constants in `known` (arrays by name); else None."""
+    source = index.producer_node(node.input[0])
+    if source is None or source.op_type != "Shape":
+        return None
+    values = {source.output[0]: _evaluate(source, index, {}, opset)}
+    for name in node.input[1:]:
+        if name:
+            if name not in known:
+                return None
+            values[name] = _array_value(known[name])
+    found = _evaluate(node, index, values, opset)
+    if found is None or not all(isinstance(d, int) for d in found.items):
+        return None
+    return np.array(found.items[0] if found.scalar else found.items, np.int64)
 
 
 def _constant(node: onnx.NodeProto) -> _Value | None:
