@@ -20,7 +20,9 @@ Two kinds of decoder, told apart by their inputs:
 
 With --encoder (a speech model, benchmarks/export_whisper_kv.py): random input features go
 through ENCODER.onnx in onnxruntime and through the file's `encode` signature, and each side
-feeds its own encoder output to every decoder step (`encoder_hidden_states`).
+feeds its own encoder output to every decoder step (`encoder_hidden_states`). A text
+encoder (T5's, BART's: `input_ids` in) gets --source random ids below --vocab and a mask of
+ones, which its decoder takes as `encoder_attention_mask`.
 
 With --first (Optimum's pair: `decoder_model.onnx` for the prompt, MODEL.onnx =
 `decoder_with_past_model.onnx` for each new token): onnxruntime runs the prompt through
@@ -65,8 +67,9 @@ class OnnxDecoder:
 
     def start(self, prompt: np.ndarray) -> np.ndarray:
         if self.encoder is not None:
-            self.extra = {"encoder_hidden_states": self.encoder.run(None, {
-                self.encoder.get_inputs()[0].name: self.features})[0]}
+            names = [i.name for i in self.encoder.get_inputs()]
+            self.extra = {"encoder_hidden_states": self.encoder.run(
+                None, encoder_feeds(names, self.features))[0], **encoder_mask(self.features)}
         if not self.cached:
             self.ids = list(prompt)
             return self.step(None)
@@ -103,11 +106,30 @@ class OnnxDecoder:
         taken = {i.name for i in session.get_inputs()}  # builder: no position ids
         out = dict(zip([o.name for o in session.get_outputs()],
                        session.run(None, {k: v for k, v in feeds.items() if k in taken})))
-        # a past the step returns no present for (cross-attention's) is kept as it is
-        self.past = {name: out.get("present" + name[name.index("."):], value)
-                     for name, value in self.past.items()}
+        # a past the step returns no present for (cross-attention's) is kept as it is, as
+        # is one it returns empty (Optimum's merged encoder-decoders: a placeholder)
+        presents = {name: out.get("present" + name[name.index("."):]) for name in self.past}
+        self.past = {name: value if presents[name] is None or not presents[name].size
+                     else presents[name] for name, value in self.past.items()}
         self.length = total
         return out["logits"][0, -1]
+
+
+def encoder_feeds(names: list[str], features: np.ndarray) -> dict[str, np.ndarray]:
+    """The encoder's inputs: `features` as its first, and an all-ones attention mask where
+    it takes one (a text encoder: T5's, BART's)."""
+    feeds = {names[0]: features}
+    if "attention_mask" in names[1:]:
+        feeds["attention_mask"] = np.ones(features.shape[:2], np.int64)
+    return feeds
+
+
+def encoder_mask(features: np.ndarray) -> dict[str, np.ndarray]:
+    """A text encoder's mask as its decoder takes it (`encoder_attention_mask`; a speech
+    encoder's decoder takes none: the signature's inputs filter it out)."""
+    if features.dtype != np.int64:
+        return {}
+    return {"encoder_attention_mask": np.ones(features.shape[:2], np.int64)}
 
 
 class TfliteDecoder:
@@ -148,8 +170,9 @@ class TfliteDecoder:
         self.length = 0
         if "encode" in self.signatures:
             encoder = self.signatures["encode"]
-            encoded = encoder.run({next(iter(encoder.inputs)): self.features})
-            self.extra = {"encoder_hidden_states": next(iter(encoded.values()))}
+            encoded = encoder.run(encoder_feeds(list(encoder.inputs), self.features))
+            self.extra = {"encoder_hidden_states": next(iter(encoded.values())),
+                          **encoder_mask(self.features)}
         return self._run(prefill, prompt)
 
     def step(self, token: int | None) -> np.ndarray:
@@ -233,23 +256,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("onnx")
     parser.add_argument("tflite", nargs="+")
-    parser.add_argument("--encoder", help="a speech model's encoder (see the docstring)")
+    parser.add_argument("--encoder", help="an encoder-decoder's encoder (see the docstring)")
     parser.add_argument("--first", help="Optimum's decoder_model.onnx, for the prompt")
     parser.add_argument("--prompt", type=int, default=16)
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--source", type=int, default=12,
+                        help="a text encoder's input length (its encode signature's)")
+    parser.add_argument("--start", type=int, default=None,
+                        help="the prompt's first token (decoder_start_token_id: T5's 0)")
+    parser.add_argument("--vocab", type=int, default=512,
+                        help="a text encoder's input ids are drawn below this")
     args = parser.parse_args()
 
     rng = np.random.default_rng(args.seed)
     features = None
     if args.encoder:
-        shape = _session(args.encoder, 1).get_inputs()[0].shape
-        features = rng.normal(size=[1, *shape[1:]]).astype(np.float32)
+        first = _session(args.encoder, 1).get_inputs()[0]
+        if "int" in first.type:  # a text encoder: --source random token ids
+            features = rng.integers(2, args.vocab, (1, args.source)).astype(np.int64)
+        else:
+            features = rng.normal(size=[1, *first.shape[1:]]).astype(np.float32)
     reference = OnnxDecoder(args.onnx, args.threads[0], args.encoder, features, args.first)
     vocab = reference.session.get_outputs()[0].shape[-1]
     vocab = vocab if isinstance(vocab, int) else 1000
     prompt = rng.integers(0, vocab, args.prompt).astype(np.int64)
+    if args.start is not None:  # an encoder-decoder's decoder starts from its start token
+        prompt[0] = args.start
     expected, expected_logits, _, _ = greedy(reference, prompt, args.new)
     print(f"onnxruntime tokens: {expected}")
     for path in args.tflite:

@@ -11,8 +11,8 @@ files). Nothing is downloaded: the text is synthetic, two kinds of sequence mixe
     from train_tiny import train
     train(model, steps=300)   # a transformers causal LM, in place; returns the last loss
 
-A speech encoder-decoder (Whisper) learns the same text under random input features, which
-it learns to disregard: its decoder is what the KV cache serves.
+An encoder-decoder learns the same text under random input features (Whisper) or random
+source ids (T5, BART), which it learns to disregard: its decoder is what the KV cache serves.
 """
 
 from __future__ import annotations
@@ -44,10 +44,13 @@ def train(model, steps: int = 300, seed: int = 0, size: int = 16, length: int = 
     loss = float("nan")
     for _ in range(steps):
         ids = torch.from_numpy(batch(rng, follow, size, length))
-        if model.config.is_encoder_decoder:  # decoder inputs: the labels shifted right
+        if getattr(model.config, "num_mel_bins", None):  # decoder inputs: labels shifted
             frames = 2 * model.config.max_source_positions
             features = torch.randn(size, model.config.num_mel_bins, frames)
             out = model(input_features=features, labels=ids)
+        elif model.config.is_encoder_decoder:  # a text encoder (T5, BART): random source ids
+            source = torch.randint(0, model.config.vocab_size, (size, 12))
+            out = model(input_ids=source, labels=ids)
         else:
             out = model(input_ids=ids, labels=ids)
         out.loss.backward()

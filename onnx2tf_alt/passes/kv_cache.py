@@ -131,8 +131,24 @@ def take_cache_branch(model: onnx.ModelProto) -> str | None:
         graph.initializer.append(numpy_helper.from_array(
             np.full([1] * len(tensor.shape.dim), take), value.name))
         inline_control_flow(model)
+        _drop_placeholders(graph)
         return value.name
     return None
+
+
+def _drop_placeholders(graph: onnx.GraphProto) -> None:
+    """The outputs that the branch with past returns as an empty constant dropped: Optimum's
+    merged encoder-decoders (T5, BART, Whisper) give each cross-attention cache, which the
+    step does not change, as a [0, heads, 1, head size] placeholder there; the caller keeps
+    the one the first step returned."""
+    producer = {out: node for node in graph.node for out in node.output}
+    empty = {t.name for t in graph.initializer if 0 in t.dims}
+    for node in graph.node:
+        value = next((a.t for a in node.attribute if a.name == "value"), None)
+        if node.op_type == "Constant" and value is not None and 0 in value.dims:
+            empty.add(node.output[0])
+    for output in [o for o in graph.output if source_of(producer, o.name) in empty]:
+        graph.output.remove(output)
 
 
 def _is_gqa(node: onnx.NodeProto) -> bool:

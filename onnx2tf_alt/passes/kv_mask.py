@@ -5,20 +5,24 @@ A fixed-capacity cache has empty slots, and a past input's length is always the 
 Two forms exporters write would then compute wrong tokens after the first; both are
 rewritten here, or the conversion is refused:
 
-- **No attention mask** (Optimum's Whisper decoders mask by the past's length alone): an
-  `attention_mask` input [batch, past + sequence] is added, as transformers' decoders take
-  it (1 at a filled slot and at the step's positions, 0 at an empty slot), and its bias
-  (-1e9 at the empty slots) is added to each self-attention's scores before their Softmax.
+- **No attention mask** (Optimum's Whisper, T5 and BART decoders mask by the past's length
+  alone; T5's and BART's `encoder_attention_mask` spans the encoder's positions, not the
+  keys, and is not taken for it): an `attention_mask` input [batch, past + sequence] is
+  added, as transformers' decoders take it (1 at a filled slot and at the step's
+  positions, 0 at an empty slot), and its bias (-1e9 at the empty slots) is added to each
+  self-attention's scores before their Softmax.
   A self-attention's Softmax is the one a present key's Concat reaches through a single
   MatMul (the scores; from a value's Concat the next Softmax is two MatMuls away). A
   decoder where no cache reaches one (a fused attention op) is refused.
 - **Positions from the past's length** (a Range started at a Shape of a past input, or of
   the mask less the step: GPT-2 exports without `position_ids`, Whisper's decoders): the
   position table's Gather or the rotary Cos / Sin that such a Range reaches reads it plus
-  (filled slots - capacity), the filled slots counted in the mask's cache part. Anything
-  else that reads the Range (a causal mask over capacity + sequence keys) keeps it, and no
-  shape changes, so the signatures stay static. Positions made from the length some other
-  way than by a Range are refused.
+  (filled slots - capacity), the filled slots counted in the mask's cache part. The keys'
+  positions, a Range from 0 to the present key's length (T5's relative attention bias):
+  the cache's slots keep theirs, the step's keys after the capacity take the filled
+  slots'. Anything else that reads the Ranges (a causal mask over capacity + sequence keys)
+  keeps them, and no shape changes, so the signatures stay static. Positions made from the
+  length some other way than by a Range are refused.
 """
 
 from __future__ import annotations
@@ -47,12 +51,32 @@ def fit_mask_and_positions(model: onnx.ModelProto, entries: list, capacity: int)
     positions that do not depend on the past's length (see the module docstring).
     UnsupportedFormError where neither can be done."""
     graph = model.graph
-    mask = next((i.name for i in graph.input if "mask" in i.name.lower()), None)
+    mask = own_mask(graph, entries)
     if mask is None:
         taken = {name for node in graph.node for name in node.output}
         mask = _add_mask(model, entries, MASK if MASK not in taken else f"onnx2tf_alt_{MASK}")
     _shift_positions(model, entries, capacity, mask)
 
+
+def own_mask(graph: onnx.GraphProto, entries: list) -> str | None:
+    """The decoder's own attention mask: an input named as a mask that spans its keys, not
+    an encoder's (T5's and BART's decoders take `encoder_attention_mask` over the encoder's
+    positions, and no mask of their own); None where there is none."""
+    pasts = {e.past for e in entries}
+    encoder = {d.dim_param for i in graph.input  # the encoder's states and cross caches
+               if _encoders(i.name) or (i.name not in pasts and "past" in i.name.lower())
+               for d in list(i.type.tensor_type.shape.dim)[1:] if d.dim_param}
+    for value in graph.input:
+        dims = value.type.tensor_type.shape.dim
+        if "mask" not in value.name.lower() or _encoders(value.name) or (
+                dims and dims[-1].dim_param in encoder - {e.symbol for e in entries}):
+            continue
+        return value.name
+    return None
+
+
+def _encoders(name: str) -> bool:
+    return "encoder" in name.lower() or "cross" in name.lower()
 
 
 class _Nodes:
@@ -190,8 +214,10 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
         i.name for i in graph.input
         if any(d.dim_param and d.dim_param != s and s in d.dim_param
                for d in i.type.tensor_type.shape.dim for s in symbols)}
-    lengths = {n.output[0] for n in graph.node
-               if n.op_type == "Shape" and source_of(producer, n.input[0]) in spans}
+    # a present key's Concat: the keys (past and new) that a key position indexes
+    keys = {c.output[0] for c in (_present_concat(producer, e.present) for e in entries) if c}
+    lengths = {n.output[0] for n in graph.node if n.op_type == "Shape"
+               and source_of(producer, n.input[0]) in spans | keys}
     if not lengths:
         return
     tables = {name for name, dims in constant_dims(graph).items() if len(dims) == 2}
@@ -240,9 +266,18 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
                 continue
             # the Range's values plus the shift: the Range itself stays as it is (constant
             # once the capacity fixes its start), so the positions keep its static length
-            step = added.like(shift, at.input[0], f"{at.output[0]}/shift", TensorProto.INT64)
-            shifted[at.output[0]] = added.add("Add", [at.output[0], step],
-                                              f"{at.output[0]}/shifted")
+            out = at.output[0]
+            step = added.like(shift, at.input[0], f"{out}/shift", TensorProto.INT64)
+            moved = added.add("Add", [out, step], f"{out}/shifted")
+            if not computed_from(producer, at.input[0], lengths):
+                # counted from 0 to the keys' length: the keys' positions (T5's relative
+                # bias). The cache's slots keep theirs; the step's, after the capacity, move
+                # to the filled slots
+                first = added.like(added.constant("capacity_at", np.array(capacity, np.int64)),
+                                   at.input[0], f"{out}/capacity", TensorProto.INT64)
+                slots = added.add("Less", [out, first], f"{out}/in_cache")
+                moved = added.add("Where", [slots, out, moved], f"{out}/keys")
+            shifted[out] = moved
             added.after(at)
         node.input[index] = _copy_path(graph, producer, read, shifted)
 

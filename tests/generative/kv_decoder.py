@@ -19,10 +19,11 @@ PAST = [f"past.{i}.{k}" for i in range(LAYERS) for k in ("key", "value")]
 
 
 def cached_steps(run, prompt: np.ndarray, new: int, capacity: int = CAPACITY,
-                 forced: list | None = None):
+                 forced: list | None = None, extra: dict | None = None):
     """Greedy decoding with a fixed-capacity cache: `run(signature, feeds)` returns a dict of
     outputs; the new entries of each step are written into the cache at its position.
-    `forced`: the tokens fed after each step instead of the greedy ones."""
+    `forced`: the tokens fed after each step instead of the greedy ones; `extra`: more
+    inputs fed to every step (an encoder's mask)."""
     batch = len(prompt)
     cache = {name: np.zeros((batch, KV_HEADS, capacity, HEAD), np.float32) for name in PAST}
     ids, start, tokens, logits = prompt, 0, [], []
@@ -33,7 +34,7 @@ def cached_steps(run, prompt: np.ndarray, new: int, capacity: int = CAPACITY,
         mask[:, capacity:] = 1
         feeds = {"input_ids": ids, "attention_mask": mask,
                  "position_ids": np.tile(np.arange(start, start + length), (batch, 1)),
-                 **cache}
+                 **cache, **(extra or {})}
         out = run("prefill" if step == 0 else "decode", feeds)
         for name in PAST:
             cache[name][:, :, start:start + length] = out[name.replace("past", "present")]
@@ -153,9 +154,11 @@ def _repeated_kv(name: str, out: str) -> list:
             helper.make_node("Reshape", [out + "_repeated", "all_heads"], [out])]
 
 
-def growing_steps(session, prompt: np.ndarray, new: int) -> tuple[list, list[np.ndarray]]:
+def growing_steps(session, prompt: np.ndarray, new: int, extra: dict | None = None
+                  ) -> tuple[list, list[np.ndarray]]:
     """Greedy decoding with the original model in onnxruntime (the past grows by
-    concatenation): the tokens and each step's last logits, [batch, vocab]."""
+    concatenation): the tokens and each step's last logits, [batch, vocab]. `extra`: more
+    inputs fed to every step."""
     batch = len(prompt)
     past = {f"past.{i}.{k}": np.zeros((batch, KV_HEADS, 0, HEAD), np.float32)
             for i in range(LAYERS) for k in ("key", "value")}
@@ -163,7 +166,8 @@ def growing_steps(session, prompt: np.ndarray, new: int) -> tuple[list, list[np.
     for _ in range(new):
         length = start + ids.shape[1]
         feeds = {"input_ids": ids, "attention_mask": np.ones((batch, length), np.int64),
-                 "position_ids": np.tile(np.arange(start, length), (batch, 1)), **past}
+                 "position_ids": np.tile(np.arange(start, length), (batch, 1)), **past,
+                 **(extra or {})}
         taken = {i.name for i in session.get_inputs()}  # a form without mask or positions
         out = dict(zip([o.name for o in session.get_outputs()],
                        session.run(None, {k: v for k, v in feeds.items() if k in taken})))

@@ -55,21 +55,21 @@ def routed(model: onnx.ModelProto, kind: str, op: str) -> onnx.ModelProto:
     return model
 
 
-def decode_as_onnxruntime(model: onnx.ModelProto, reference: onnx.ModelProto | None = None
-                          ) -> None:
+def decode_as_onnxruntime(model: onnx.ModelProto, reference: onnx.ModelProto | None = None,
+                          extra: dict | None = None) -> None:
     """`model` with a fixed-capacity cache decodes, in onnxruntime, as `reference` (default
-    `model`) with its past growing."""
+    `model`) with its past growing; `extra`: more inputs fed to every step of both."""
     prompt = np.random.default_rng(1).integers(0, 512, (BATCH, PROMPT)).astype(np.int64)
     session = ort.InferenceSession((reference or model).SerializeToString(),
                                    providers=["CPUExecutionProvider"])
-    tokens, logits = growing_steps(session, prompt, NEW)
+    tokens, logits = growing_steps(session, prompt, NEW, extra)
     rewritten, entries = fixed_capacity(model, CAPACITY)
     assert sorted(e.past for e in entries) == sorted(PAST)
     session = ort.InferenceSession(rewritten.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     names, taken = [o.name for o in session.get_outputs()], {i.name for i in session.get_inputs()}
     got_tokens, got_logits = cached_steps(lambda _, feeds: dict(zip(names, session.run(
-        None, {k: v for k, v in feeds.items() if k in taken}))), prompt, NEW)
+        None, {k: v for k, v in feeds.items() if k in taken}))), prompt, NEW, extra=extra)
     np.testing.assert_array_equal(np.array(got_tokens), np.array(tokens))
     for step, (got, want) in enumerate(zip(got_logits, logits)):
         assert_close(got, want, 1e-5, f"step {step}")
@@ -510,3 +510,132 @@ def test_a_decoder_without_a_mask_or_a_softmax_over_its_keys_is_refused():
             node.op_type = "LogSoftmax"
     with pytest.raises(UnsupportedFormError, match="no Softmax over its keys was found"):
         fixed_capacity(model, CAPACITY)
+
+
+FRAMES = 7  # an encoder's positions
+
+
+def with_encoder_mask(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` given an `encoder_attention_mask` [batch, frames] input, as T5's and BART's
+    decoders take it (over the encoder's positions, for their cross-attention; here its
+    mean times 0 is added to the logits: read, but changing nothing)."""
+    graph = model.graph
+    graph.input.append(helper.make_tensor_value_info(
+        "encoder_attention_mask", onnx.TensorProto.INT64, ["batch", "encoder_sequence"]))
+    graph.initializer.append(numpy_helper.from_array(np.array(0, np.float32), "nothing"))
+    final = next(n for n in graph.node if "logits" in n.output)
+    final.output[0] = "logits_alone"
+    graph.node.extend([
+        helper.make_node("Cast", ["encoder_attention_mask"], ["encoder_filled"],
+                         to=onnx.TensorProto.FLOAT),
+        helper.make_node("ReduceMean", ["encoder_filled"], ["encoder_mean"], keepdims=0),
+        helper.make_node("Mul", ["encoder_mean", "nothing"], ["encoder_nothing"]),
+        helper.make_node("Add", ["logits_alone", "encoder_nothing"], ["logits"])])
+    return model
+
+
+ENCODER_MASK = {"encoder_attention_mask": np.ones((BATCH, FRAMES), np.int64)}
+
+
+def test_an_encoders_mask_is_not_taken_for_the_decoders():
+    """Optimum's T5 and BART decoders take no mask of their own, only the encoder's: the
+    rewrite adds the decoder's mask over the cache and counts the filled slots in it, not
+    in `encoder_attention_mask` (taken for it before: exit 0, wrong logits)."""
+    model = with_encoder_mask(positions_from_the_past(without_mask(decoder_model()),
+                                                      "past.0.key"))
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)
+    decode_as_onnxruntime(model, reference, ENCODER_MASK)
+    masks = [i.name for i in model.graph.input if "mask" in i.name]
+    assert masks == ["encoder_attention_mask", "attention_mask"], masks
+
+
+def with_relative_bias(model: onnx.ModelProto, buckets: int = 6) -> onnx.ModelProto:
+    """`model` with a bias on each layer's scores from the distance of key to query, looked
+    up in a table [buckets, heads], as T5's decoder computes it: the keys' positions are
+    Range(0, the present key's length), the queries' Range(past, past + sequence)."""
+    graph = model.graph
+    table = np.random.default_rng(5).normal(0, 2, (buckets, HEADS)).astype(np.float32)
+    graph.initializer.extend([
+        numpy_helper.from_array(table, "relative_table"),
+        numpy_helper.from_array(np.array(2, np.int64), "at_two"),
+        numpy_helper.from_array(np.array(0, np.int64), "no_distance"),
+        numpy_helper.from_array(np.array(buckets - 1, np.int64), "last_bucket"),
+        numpy_helper.from_array(np.array([2, 0, 1], np.int64), "heads_first")])
+    nodes = [
+        helper.make_node("Shape", ["present.0.key"], ["keys_shape"]),
+        helper.make_node("Gather", ["keys_shape", "at_two"], ["keys_length"], axis=0),
+        helper.make_node("Range", ["zero", "keys_length", "one"], ["key_positions"]),
+        helper.make_node("Shape", ["past.0.key"], ["past_shape_rel"]),
+        helper.make_node("Gather", ["past_shape_rel", "at_two"], ["past_length_rel"], axis=0),
+        helper.make_node("Add", ["past_length_rel", "sequence"], ["query_end"]),
+        helper.make_node("Range", ["past_length_rel", "query_end", "one"], ["query_positions"]),
+        helper.make_node("Unsqueeze", ["query_positions", "axis_1"], ["query_rows"]),
+        helper.make_node("Sub", ["key_positions", "query_rows"], ["distance"]),
+        helper.make_node("Min", ["distance", "no_distance"], ["back"]),
+        helper.make_node("Neg", ["back"], ["behind"]),
+        helper.make_node("Min", ["behind", "last_bucket"], ["bucket"]),
+        helper.make_node("Gather", ["relative_table", "bucket"], ["relative_qkh"]),
+        helper.make_node("Transpose", ["relative_qkh"], ["relative_hqk"], perm=[2, 0, 1]),
+        helper.make_node("Unsqueeze", ["relative_hqk", "axis_0_rel"], ["relative_bias"])]
+    graph.initializer.append(numpy_helper.from_array(np.array([0], np.int64), "axis_0_rel"))
+    for layer in range(LAYERS):
+        add = next(n for n in graph.node if n.output[0] == f"l{layer}_kept")
+        add.input[1] = f"l{layer}_biased"
+        nodes.append(helper.make_node("Add", ["mask_bias", "relative_bias"],
+                                      [f"l{layer}_biased"]))
+    return in_order(model, nodes)
+
+
+def test_key_positions_counted_to_the_keys_length_follow_the_filled_slots():
+    """T5's relative attention bias: key k at position k for the cache's slots, the step's
+    keys (after the capacity) at the filled slots; before, the step's own key stood at the
+    capacity, a wrong distance from every query (exit 0, wrong logits)."""
+    model = with_relative_bias(decoder_model())
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)
+    decode_as_onnxruntime(model, reference)
+
+
+def test_t5s_form_an_encoder_mask_and_a_relative_bias():
+    model = with_relative_bias(with_encoder_mask(positions_from_the_past(
+        without_mask(decoder_model()), "past.0.key")))
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)
+    decode_as_onnxruntime(model, reference, ENCODER_MASK)
+
+
+def with_cross_placeholder(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A merged decoder (`merged`) given a cross-attention cache as Optimum's merged T5, BART
+    and Whisper decoders have it: `past.0.cross` in; `present.0.cross` out, an empty
+    [0, heads, 1, head] constant in the branch with past (the step does not change it)."""
+    graph = model.graph
+    shape = ["batch", KV_HEADS, "encoder_sequence", HEAD]
+    graph.input.append(helper.make_tensor_value_info("past.0.cross", onnx.TensorProto.FLOAT,
+                                                     shape))
+    graph.output.append(helper.make_tensor_value_info("present.0.cross",
+                                                      onnx.TensorProto.FLOAT, None))
+    node = graph.node[0]
+    node.output.append("present.0.cross")
+    for attribute in node.attribute:
+        branch = attribute.g
+        if attribute.name == "then_branch":
+            branch.node.append(helper.make_node(
+                "Constant", [], ["present.0.cross/then"], value=numpy_helper.from_array(
+                    np.zeros((0, KV_HEADS, 1, HEAD), np.float32))))
+        else:
+            branch.node.append(helper.make_node("Identity", ["past.0.cross"],
+                                                ["present.0.cross/else"]))
+        branch.output.append(helper.make_tensor_value_info(
+            f"present.0.cross/{attribute.name[:4]}", onnx.TensorProto.FLOAT, None))
+    return model
+
+
+def test_a_merged_decoders_placeholder_outputs_are_dropped():
+    """Optimum's merged encoder-decoders (T5, BART, Whisper) return each cross-attention cache
+    as an empty constant in the branch with past: not a cache to fix (refused before: 'not
+    Concat(past input, new entries)'), and not an output of the decode step."""
+    model = with_cross_placeholder(merged(decoder_model()))
+    cross = {"past.0.cross": np.zeros((BATCH, KV_HEADS, FRAMES, HEAD), np.float32)}
+    decode_as_onnxruntime(model, decoder_model(), cross)
+    assert "present.0.cross" not in {o.name for o in model.graph.output}
