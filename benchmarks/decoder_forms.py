@@ -18,11 +18,13 @@ tf direct, TF's converter and the direct writer side by side); a conversion that
 is a row saying so, with its first line.
 
 NAME=DIR: an encoder-decoder as `optimum-cli export onnx --task
-automatic-speech-recognition-with-past` writes it (DIR/encoder_model.onnx,
-decoder_model.onnx, decoder_with_past_model.onnx): one file with `encode`, `prefill`
-(decoder_model.onnx) and `decode` (decoder_with_past_model.onnx over the cache, the
-cross-attention caches as `prefill` computes them) signatures, against onnxruntime
-running the same three files (generate.py --encoder --first).
+automatic-speech-recognition-with-past` (Whisper) or `--task text2text-generation-with-past`
+(T5, BART, Marian) writes it (DIR/encoder_model.onnx, decoder_model.onnx,
+decoder_with_past_model.onnx): one file with `encode`, `prefill` (decoder_model.onnx) and
+`decode` (decoder_with_past_model.onnx over the cache, the cross-attention caches as
+`prefill` computes them) signatures, against onnxruntime running the same three files
+(generate.py --encoder --first). NAME=DIR/decoder_model_merged.onnx: the same with the
+merged decoder for `decode` (onnxruntime runs it too).
 """
 
 from __future__ import annotations
@@ -43,24 +45,50 @@ def run(command: list[str]) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
-def seq2seq_signatures(folder: str, prompt: int) -> tuple[str, list[str], list[str]]:
-    """Optimum's encoder-decoder in `folder`: the -i model, the --signature flags and the
-    extra generate.py flags. The encoder's output's length is measured by running it in
-    onnxruntime; `decode` takes the cross-attention caches as `prefill` returns them."""
+def seq2seq_signatures(model: str, prompt: int, source: int = 12
+                       ) -> tuple[str, list[str], list[str]]:
+    """Optimum's encoder-decoder: `model` its folder (decode: decoder_with_past_model.onnx)
+    or its decoder_model_merged.onnx. (the -i model, the --signature flags, the extra
+    generate.py flags). The encoder's output's length is measured by running it in
+    onnxruntime; `decode` takes the cross-attention caches as `prefill` returns them. A
+    text encoder (T5, BART, Marian: `input_ids` and `attention_mask` in) reads `source`
+    ids, and its decoder's `encoder_attention_mask` is as long; the prompt starts with the
+    config's decoder_start_token_id."""
+    import json
+
     import numpy as np
     import onnxruntime as ort
 
+    folder = model if os.path.isdir(model) else os.path.dirname(model)
     encoder, first, past = (os.path.join(folder, f"{name}.onnx") for name in (
         "encoder_model", "decoder_model", "decoder_with_past_model"))
+    past = past if os.path.isdir(model) else model
     session = ort.InferenceSession(encoder, providers=["CPUExecutionProvider"])
     features = session.get_inputs()[0]
-    shape = [1, *features.shape[1:]]
-    encoded = session.run(None, {features.name: np.zeros(shape, np.float32)})[0].shape
-    flags = ["--signature", "encode", encoder, f"{features.name}:{','.join(map(str, shape))}",
+    text = "int" in features.type
+    shape = [1, source] if text else [1, *features.shape[1:]]
+    feeds = {i.name: np.ones(shape, np.int64 if text else np.float32)
+             for i in session.get_inputs()}
+    encoded = session.run(None, feeds)[0].shape
+    inputs = [f"{name}:{','.join(map(str, shape))}" for name in feeds]
+    mask = [f"encoder_attention_mask:1,{source}"] if text else []
+    flags = ["--signature", "encode", encoder, *inputs,
              "--signature", "prefill", first, f"input_ids:1,{prompt}",
-             f"encoder_hidden_states:{','.join(map(str, encoded))}",
-             "--signature", "decode", "input_ids:1,1"]
-    return past, flags, ["--encoder", encoder, "--first", first]
+             f"encoder_hidden_states:{','.join(map(str, encoded))}", *mask,
+             "--signature", "decode", "input_ids:1,1", *mask]
+    extra = ["--encoder", encoder, "--first", first]
+    if text:
+        with open(os.path.join(folder, "config.json")) as f:
+            config = json.load(f)
+        extra += ["--source", str(source), "--vocab", str(config["vocab_size"]),
+                  "--start", str(config["decoder_start_token_id"])]
+    return past, flags, extra
+
+
+def is_seq2seq(model: str) -> bool:
+    """An encoder-decoder's folder, or a decoder with encoder_model.onnx beside it."""
+    folder = model if os.path.isdir(model) else os.path.dirname(model)
+    return os.path.exists(os.path.join(folder, "encoder_model.onnx"))
 
 
 def convert(model: str, out: str, capacity: int, prompt: int, litertlm: bool,
@@ -71,7 +99,7 @@ def convert(model: str, out: str, capacity: int, prompt: int, litertlm: bool,
 
     command = [sys.executable, "-c", _MEASURED, "-i", model, "-o", out, "-dms", "-n",
                "-odrqt", "--kv_cache_capacity", str(capacity), "--tflite_writer", writer]
-    if os.path.isdir(model):
+    if is_seq2seq(model):
         model, flags, _ = seq2seq_signatures(model, prompt)
         command[4] = model
         command += flags
@@ -113,7 +141,7 @@ def main() -> None:
             print(f"| {name} | {writer} | exit {code} | {first[:160]} | | {measured} |")
             continue
         extra = []
-        if os.path.isdir(model):
+        if is_seq2seq(model):
             model, _, extra = seq2seq_signatures(model, a.prompt)
         stem = os.path.splitext(os.path.basename(model))[0]
         files = [os.path.join(out, f"{stem}_{v}.tflite") for v in ("float32",

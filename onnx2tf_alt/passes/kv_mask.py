@@ -20,9 +20,12 @@ rewritten here, or the conversion is refused:
   (filled slots - capacity), the filled slots counted in the mask's cache part. The keys'
   positions, a Range from 0 to the present key's length (T5's relative attention bias):
   the cache's slots keep theirs, the step's keys after the capacity take the filled
-  slots'. Anything else that reads the Ranges (a causal mask over capacity + sequence keys)
-  keeps them, and no shape changes, so the signatures stay static. Positions made from the
-  length some other way than by a Range are refused.
+  slots'. A length that reaches the positions as a value only, no Range (M2M100's and
+  NLLB's `(CumSum(ids != pad) + past) * (ids != pad) + pad`), is itself moved to the filled
+  slots on that path. Anything else that reads the Ranges or the length (a causal mask over
+  capacity + sequence keys) keeps them, and no shape changes, so the signatures stay
+  static. Positions made from the length some other way (through a shape or an index) are
+  refused.
 """
 
 from __future__ import annotations
@@ -251,13 +254,23 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
         read = node.input[index]
         ranges = [n for n in nodes_upstream(producer, read) if n.op_type == "Range"
                   and any(computed_from(producer, i, lengths) for i in n.input[:2])]
+        scalars = [] if ranges else _length_scalars(graph, producer, read, lengths, entries)
+        if scalars:  # no Range: the length enters the positions' arithmetic as a value
+            for scalar in scalars:
+                if scalar not in shifted:
+                    step = added.like(shift, scalar, f"{scalar}/shift", TensorProto.INT64)
+                    shifted[scalar] = added.add("Add", [scalar, step], f"{scalar}/filled")
+                    added.after(producer[scalar])
+            node.input[index] = _copy_path(graph, producer, read, shifted)
+            continue
         if not ranges:
             length = producer[computed_from(producer, read, lengths)]
             raise UnsupportedFormError(
                 f"--kv_cache_capacity: this decoder computes its positions from the length of "
                 f"its past: {node.op_type} '{node.name or node.output[0]}' reads a value made "
                 f"from {length.op_type}('{length.input[0]}'), not through a Range that could be "
-                "started at the cache's filled slots. With a fixed-capacity cache that length "
+                "started at the cache's filled slots nor as a value added to (a shape or an "
+                "index made from it). With a fixed-capacity cache that length "
                 "is always the capacity, and every position would be wrong. Export the decoder "
                 "with a position_ids input (transformers: pass position_ids to the model; "
                 "Optimum's exports have it), or convert without --kv_cache_capacity.")
@@ -281,6 +294,57 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
             added.after(at)
         node.input[index] = _copy_path(graph, producer, read, shifted)
 
+
+
+# the ops a length may pass through as a value on its way to a position (input positions
+# that may carry it; None: any), so that adding the shift to it changes no shape
+_VALUE_OPS = {"Add": None, "Sub": None, "Mul": None, "Neg": None, "Min": None, "Max": None,
+              "Cast": None, "Identity": None, "CastLike": {0}, "Unsqueeze": {0},
+              "Squeeze": {0}, "Reshape": {0}, "Expand": {0}, "CumSum": {0}, "Where": {1, 2}}
+
+
+def _length_scalars(graph: onnx.GraphProto, producer: dict, read: str, lengths: set[str],
+                    entries: list) -> list[str]:
+    """The past's lengths that `read` is computed from as values alone (M2M100's and NLLB's
+    positions: (CumSum(ids != pad) + past length) * (ids != pad) + pad): each a Gather of
+    a length Shape at the cache's axis, reaching `read` through _VALUE_OPS only. [] when it
+    is computed from a length some other way (a shape it gives, another axis)."""
+    axes = {e.past: e.axis for e in entries}
+    found, todo, seen = [], [read], set()
+    while todo:
+        name = todo.pop()
+        node = producer.get(name)
+        if name in seen or node is None or not computed_from(producer, name, lengths):
+            continue
+        seen.add(name)
+        if node.op_type == "Gather" and node.input[0] in lengths:
+            source = source_of(producer, producer[node.input[0]].input[0])
+            rank = next((len(i.type.tensor_type.shape.dim) for i in graph.input
+                         if i.name == source), 0)
+            value = _constant(graph, node.input[1])
+            if rank and value is not None and value.size == 1 and (
+                    int(value) % rank == axes.get(source, rank - 1)):  # a mask: its last
+                found.append(name)
+                continue
+            return []
+        allowed = _VALUE_OPS.get(node.op_type, ())
+        for k, name_in in enumerate(node.input):
+            if name_in and computed_from(producer, name_in, lengths):
+                if allowed is not None and k not in allowed:
+                    return []
+                todo.append(name_in)
+    return found
+
+
+def _constant(graph: onnx.GraphProto, name: str):
+    """The value of the initializer or Constant node `name`, or None."""
+    for tensor in graph.initializer:
+        if tensor.name == name:
+            return numpy_helper.to_array(tensor)
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output[0] == name:
+            return numpy_helper.to_array(next(a.t for a in node.attribute if a.name == "value"))
+    return None
 
 
 def _copy_path(graph: onnx.GraphProto, producer: dict, name: str, shifted: dict) -> str:

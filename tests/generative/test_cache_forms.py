@@ -130,11 +130,12 @@ def test_the_command_line_exits_1_before_building(tmp_path, capfd):
 
 
 def positions_from_the_past(model: onnx.ModelProto, source: str,
-                            by_range: bool = True) -> onnx.ModelProto:
+                            how: str = "range") -> onnx.ModelProto:
     """The decoder without `position_ids`: its positions are Range(past, past + sequence),
     the past length read from the shape of `source` (a past input, or the attention mask
-    less the sequence), as a GPT-2 export without position_ids computes them; without
-    `by_range`, past + CumSum(ones) - 1."""
+    less the sequence), as a GPT-2 export without position_ids computes them; `how`
+    "cumsum": past + CumSum(ones) - 1 (M2M100's and NLLB's form); "shape": the last
+    `sequence` of CumSum(ones over past + sequence) - 1, the length giving a shape."""
     graph = model.graph
     graph.input.remove(next(i for i in graph.input if i.name == "position_ids"))
     graph.initializer.extend([numpy_helper.from_array(np.array(2, np.int64), "two"),
@@ -146,10 +147,21 @@ def positions_from_the_past(model: onnx.ModelProto, source: str,
         nodes.append(helper.make_node("Identity", ["source_length"], ["first_position"]))
     else:
         nodes.append(helper.make_node("Sub", ["source_length", "sequence"], ["first_position"]))
-    if by_range:
+    if how == "range":
         nodes += [helper.make_node("Add", ["first_position", "sequence"], ["end_position"]),
                   helper.make_node("Range", ["first_position", "end_position", "one"],
                                    ["steps"]),
+                  helper.make_node("Unsqueeze", ["steps", "axis_0"], ["position_ids"])]
+    elif how == "shape":
+        graph.initializer.append(numpy_helper.from_array(np.array([1 << 30], np.int64), "end"))
+        nodes += [helper.make_node("Add", ["first_position", "sequence"], ["end_position"]),
+                  helper.make_node("Unsqueeze", ["end_position", "axis_0"], ["all_1d"]),
+                  helper.make_node("ConstantOfShape", ["all_1d"], ["all_ones"],
+                                   value=numpy_helper.from_array(np.array([1], np.int64))),
+                  helper.make_node("CumSum", ["all_ones", "axis_0"], ["all_counted"]),
+                  helper.make_node("Sub", ["all_counted", "one"], ["all_steps"]),
+                  helper.make_node("Unsqueeze", ["first_position", "axis_0"], ["first_1d"]),
+                  helper.make_node("Slice", ["all_steps", "first_1d", "end"], ["steps"]),
                   helper.make_node("Unsqueeze", ["steps", "axis_0"], ["position_ids"])]
     else:
         nodes += [helper.make_node("ConstantOfShape", ["ids_shape"], ["ones"],
@@ -204,8 +216,13 @@ def test_positions_from_the_past_length_are_shifted_to_the_filled_slots(source):
     decode_as_onnxruntime(positions_from_the_past(decoder_model(), source))
 
 
-def test_positions_from_the_past_length_without_a_range_are_refused():
-    model = positions_from_the_past(decoder_model(), "past.0.key", by_range=False)
+def test_positions_from_the_past_length_as_a_value_are_shifted_to_the_filled_slots():
+    """M2M100's and NLLB's positions: the past's length added to a CumSum, no Range."""
+    decode_as_onnxruntime(positions_from_the_past(decoder_model(), "past.0.key", "cumsum"))
+
+
+def test_positions_from_the_past_length_giving_a_shape_are_refused():
+    model = positions_from_the_past(decoder_model(), "past.0.key", "shape")
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     prompt = np.random.default_rng(1).integers(0, 512, (1, PROMPT)).astype(np.int64)
     feeds = {"input_ids": prompt, "attention_mask": np.ones((1, PROMPT), np.int64),
