@@ -450,14 +450,18 @@ def _mask_over_the_cache(graph: onnx.GraphProto, capacity: int) -> None:
     """An attention mask declared as long as the step (`[batch, sequence_length]`, as
     Optimum's merged decoders declare it for both branches) spans the cache and the step in
     the branch with past: its length becomes `capacity + sequence`, else a signature's
-    shapes would give it the step's length and no cache slot could be masked."""
+    shapes would give it the step's length and no cache slot could be masked. So does a
+    mask whose length is a symbol of its own (torch.export names it `s41`: it has no Dim for
+    past + sequence), which nothing else could give."""
     inputs = {i.name: i.type.tensor_type.shape.dim for i in graph.input}
     ids = inputs.get("input_ids")
     mask = inputs.get("attention_mask")
     if ids is None or mask is None or len(ids) != 2 or len(mask) != 2:
         return
-    sequence = ids[1].dim_param
-    if sequence and mask[1].dim_param == sequence:
+    sequence, length = ids[1].dim_param, mask[1].dim_param
+    elsewhere = {d.dim_param for v in [*graph.input, *graph.output] if v.name != "attention_mask"
+                 for d in v.type.tensor_type.shape.dim}
+    if sequence and (length == sequence or length.isidentifier() and length not in elsewhere):
         mask[1].dim_param = f"{capacity} + {sequence}"
 
 

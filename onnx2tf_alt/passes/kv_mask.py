@@ -254,16 +254,11 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
         read = node.input[index]
         ranges = [n for n in nodes_upstream(producer, read) if n.op_type == "Range"
                   and any(computed_from(producer, i, lengths) for i in n.input[:2])]
-        scalars = [] if ranges else _length_scalars(graph, producer, read, lengths, entries)
-        if scalars:  # no Range: the length enters the positions' arithmetic as a value
-            for scalar in scalars:
-                if scalar not in shifted:
-                    step = added.like(shift, scalar, f"{scalar}/shift", TensorProto.INT64)
-                    shifted[scalar] = added.add("Add", [scalar, step], f"{scalar}/filled")
-                    added.after(producer[scalar])
-            node.input[index] = _copy_path(graph, producer, read, shifted)
-            continue
-        if not ranges:
+        # the length as a value besides the Ranges (transformers 5's T5: Range(0, sequence)
+        # + the past's length) or instead of them (M2M100's CumSum)
+        scalars = _length_scalars(graph, producer, read, lengths, entries,
+                                  {n.output[0] for n in ranges})
+        if scalars is None or not (ranges or scalars):
             length = producer[computed_from(producer, read, lengths)]
             raise UnsupportedFormError(
                 f"--kv_cache_capacity: this decoder computes its positions from the length of "
@@ -286,52 +281,80 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
                 # counted from 0 to the keys' length: the keys' positions (T5's relative
                 # bias). The cache's slots keep theirs; the step's, after the capacity, move
                 # to the filled slots
-                first = added.like(added.constant("capacity_at", np.array(capacity, np.int64)),
-                                   at.input[0], f"{out}/capacity", TensorProto.INT64)
+                first = added.like(f"{added.prefix}/capacity", at.input[0],
+                                   f"{out}/capacity", TensorProto.INT64)
                 slots = added.add("Less", [out, first], f"{out}/in_cache")
                 moved = added.add("Where", [slots, out, moved], f"{out}/keys")
             shifted[out] = moved
             added.after(at)
+        for scalar in scalars:
+            if scalar not in shifted:
+                step = added.like(shift, scalar, f"{scalar}/shift", TensorProto.INT64)
+                shifted[scalar] = added.add("Add", [scalar, step], f"{scalar}/filled")
+                added.after(producer[scalar])
         node.input[index] = _copy_path(graph, producer, read, shifted)
 
 
 
-# the ops a length may pass through as a value on its way to a position (input positions
-# that may carry it; None: any), so that adding the shift to it changes no shape
-_VALUE_OPS = {"Add": None, "Sub": None, "Mul": None, "Neg": None, "Min": None, "Max": None,
-              "Cast": None, "Identity": None, "CastLike": {0}, "Unsqueeze": {0},
-              "Squeeze": {0}, "Reshape": {0}, "Expand": {0}, "CumSum": {0}, "Where": {1, 2}}
+# the inputs that give a size, a shape, an axis or a position in a tensor: a length that
+# reaches one of them is not a value the shift can be added to (the shapes would change)
+_SIZE_INPUTS = {"Range": {0, 1, 2}, "Reshape": {1}, "Expand": {1}, "ConstantOfShape": {0},
+                "Tile": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1, 2, 3}, "Resize": {1, 2, 3},
+                "Unsqueeze": {1}, "Squeeze": {1}, "Split": {1}, "CumSum": {1}, "TopK": {1},
+                "OneHot": {1}, "ReduceSum": {1}, "ReduceMean": {1}, "ReduceMax": {1},
+                "ReduceMin": {1}, "ReduceProd": {1}, "Upsample": {1}}
+_SUBGRAPHS = {"If", "Loop", "Scan"}
 
 
 def _length_scalars(graph: onnx.GraphProto, producer: dict, read: str, lengths: set[str],
-                    entries: list) -> list[str]:
-    """The past's lengths that `read` is computed from as values alone (M2M100's and NLLB's
-    positions: (CumSum(ids != pad) + past length) * (ids != pad) + pad): each a Gather of
-    a length Shape at the cache's axis, reaching `read` through _VALUE_OPS only. [] when it
-    is computed from a length some other way (a shape it gives, another axis)."""
+                    entries: list, ranges: set[str]) -> list[str] | None:
+    """The past's lengths that `read` is computed from as values, besides the outputs of
+    `ranges` (M2M100's and NLLB's positions: (CumSum(ids != pad) + past length) * (ids !=
+    pad) + pad): each a Gather of a length Shape at the cache's axis, reaching `read`
+    as values (no _SIZE_INPUTS on the way; a Shape of what it computes reads no value).
+    None when it is computed from a length some other way (a shape it gives, another
+    axis)."""
     axes = {e.past: e.axis for e in entries}
+    # stop at the Ranges, and at a Shape of what the length computes (no value of it read)
+    beside = {n: node for n, node in producer.items() if n not in ranges and (
+        n in lengths or node.op_type not in ("Shape", "Size"))}
+
+    def from_length(name: str) -> bool:
+        return computed_from(beside, name, lengths) is not None
+
     found, todo, seen = [], [read], set()
     while todo:
         name = todo.pop()
-        node = producer.get(name)
-        if name in seen or node is None or not computed_from(producer, name, lengths):
+        node = beside.get(name)
+        if name in seen or node is None or not from_length(name):
             continue
         seen.add(name)
-        if node.op_type == "Gather" and node.input[0] in lengths:
-            source = source_of(producer, producer[node.input[0]].input[0])
+        if name in lengths or node.op_type == "Gather" and node.input[0] in lengths:
+            # Shape(x, start=a, end=a + 1) (torch.export's) or Gather(Shape(x), a): a at the
+            # cache's axis (a mask: its last); any other read of a length is refused
+            shape = producer[name if name in lengths else node.input[0]]
+            source = source_of(producer, shape.input[0])
             rank = next((len(i.type.tensor_type.shape.dim) for i in graph.input
                          if i.name == source), 0)
-            value = _constant(graph, node.input[1])
-            if rank and value is not None and value.size == 1 and (
-                    int(value) % rank == axes.get(source, rank - 1)):  # a mask: its last
-                found.append(name)
-                continue
-            return []
-        allowed = _VALUE_OPS.get(node.op_type, ())
+            axis = axes.get(source, rank - 1)
+            if name in lengths:
+                bounds = {a.name: a.i for a in shape.attribute}
+                start, end = (b + rank if b < 0 else b for b in (bounds.get("start", 0),
+                                                                 bounds.get("end", rank)))
+                at, one = start, min(end, rank) - start == 1
+            else:
+                value = _constant(graph, node.input[1])
+                one = value is not None and value.size == 1
+                at = int(value.reshape(-1)[0]) % rank if one and rank else None
+            if not (rank and one and at == axis):
+                return None
+            found.append(name)
+            continue
+        sizes = _SIZE_INPUTS.get(node.op_type, set())
         for k, name_in in enumerate(node.input):
-            if name_in and computed_from(producer, name_in, lengths):
-                if allowed is not None and k not in allowed:
-                    return []
+            if name_in and from_length(name_in):
+                if k in sizes or node.op_type in _SUBGRAPHS:
+                    return None
                 todo.append(name_in)
     return found
 

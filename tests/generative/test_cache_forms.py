@@ -567,10 +567,14 @@ def test_an_encoders_mask_is_not_taken_for_the_decoders():
     assert masks == ["encoder_attention_mask", "attention_mask"], masks
 
 
-def with_relative_bias(model: onnx.ModelProto, buckets: int = 6) -> onnx.ModelProto:
+def with_relative_bias(model: onnx.ModelProto, buckets: int = 6,
+                       form: str = "optimum") -> onnx.ModelProto:
     """`model` with a bias on each layer's scores from the distance of key to query, looked
-    up in a table [buckets, heads], as T5's decoder computes it: the keys' positions are
-    Range(0, the present key's length), the queries' Range(past, past + sequence)."""
+    up in a table [buckets, heads], as T5's decoder computes it. `form` "optimum"
+    (transformers 4): the keys' positions are Range(0, the present key's length), the
+    queries' Range(past, past + sequence); "transformers5": the keys' Range(0, past +
+    sequence), the queries' Range(0, sequence) + past, the past's length read as
+    torch.export reads it, Shape(past, start=2, end=3)."""
     graph = model.graph
     table = np.random.default_rng(5).normal(0, 2, (buckets, HEADS)).astype(np.float32)
     graph.initializer.extend([
@@ -579,14 +583,28 @@ def with_relative_bias(model: onnx.ModelProto, buckets: int = 6) -> onnx.ModelPr
         numpy_helper.from_array(np.array(0, np.int64), "no_distance"),
         numpy_helper.from_array(np.array(buckets - 1, np.int64), "last_bucket"),
         numpy_helper.from_array(np.array([2, 0, 1], np.int64), "heads_first")])
-    nodes = [
-        helper.make_node("Shape", ["present.0.key"], ["keys_shape"]),
-        helper.make_node("Gather", ["keys_shape", "at_two"], ["keys_length"], axis=0),
-        helper.make_node("Range", ["zero", "keys_length", "one"], ["key_positions"]),
-        helper.make_node("Shape", ["past.0.key"], ["past_shape_rel"]),
-        helper.make_node("Gather", ["past_shape_rel", "at_two"], ["past_length_rel"], axis=0),
-        helper.make_node("Add", ["past_length_rel", "sequence"], ["query_end"]),
-        helper.make_node("Range", ["past_length_rel", "query_end", "one"], ["query_positions"]),
+    if form == "optimum":
+        nodes = [
+            helper.make_node("Shape", ["present.0.key"], ["keys_shape"]),
+            helper.make_node("Gather", ["keys_shape", "at_two"], ["keys_length"], axis=0),
+            helper.make_node("Range", ["zero", "keys_length", "one"], ["key_positions"]),
+            helper.make_node("Shape", ["past.0.key"], ["past_shape_rel"]),
+            helper.make_node("Gather", ["past_shape_rel", "at_two"], ["past_length_rel"],
+                             axis=0),
+            helper.make_node("Add", ["past_length_rel", "sequence"], ["query_end"]),
+            helper.make_node("Range", ["past_length_rel", "query_end", "one"],
+                             ["query_positions"])]
+    else:
+        graph.initializer.append(numpy_helper.from_array(np.array([], np.int64), "to_scalar"))
+        nodes = [
+            helper.make_node("Shape", ["past.0.key"], ["past_1d"], start=2, end=3),
+            helper.make_node("Reshape", ["past_1d", "to_scalar"], ["past_length_rel"]),
+            helper.make_node("Add", ["past_length_rel", "sequence"], ["keys_length"]),
+            helper.make_node("Range", ["zero", "keys_length", "one"], ["key_positions"]),
+            helper.make_node("Range", ["zero", "sequence", "one"], ["query_index_rel"]),
+            helper.make_node("Add", ["query_index_rel", "past_length_rel"],
+                             ["query_positions"])]
+    nodes += [
         helper.make_node("Unsqueeze", ["query_positions", "axis_1"], ["query_rows"]),
         helper.make_node("Sub", ["key_positions", "query_rows"], ["distance"]),
         helper.make_node("Min", ["distance", "no_distance"], ["back"]),
@@ -604,11 +622,14 @@ def with_relative_bias(model: onnx.ModelProto, buckets: int = 6) -> onnx.ModelPr
     return in_order(model, nodes)
 
 
-def test_key_positions_counted_to_the_keys_length_follow_the_filled_slots():
+@pytest.mark.parametrize("form", ["optimum", "transformers5"])
+def test_key_positions_counted_to_the_keys_length_follow_the_filled_slots(form):
     """T5's relative attention bias: key k at position k for the cache's slots, the step's
     keys (after the capacity) at the filled slots; before, the step's own key stood at the
-    capacity, a wrong distance from every query (exit 0, wrong logits)."""
-    model = with_relative_bias(decoder_model())
+    capacity, a wrong distance from every query (exit 0, wrong logits). transformers 5's
+    T5 adds the past's length to Range(0, sequence) as a value (exit 0, wrong logits
+    before)."""
+    model = with_relative_bias(decoder_model(), form=form)
     reference = onnx.ModelProto()
     reference.CopyFrom(model)
     decode_as_onnxruntime(model, reference)
@@ -656,3 +677,23 @@ def test_a_merged_decoders_placeholder_outputs_are_dropped():
     cross = {"past.0.cross": np.zeros((BATCH, KV_HEADS, FRAMES, HEAD), np.float32)}
     decode_as_onnxruntime(model, decoder_model(), cross)
     assert "present.0.cross" not in {o.name for o in model.graph.output}
+
+
+def test_a_mask_of_its_own_symbol_spans_the_cache():
+    """torch.export has no Dim for past + sequence: the mask's length is a symbol of its own
+    (`s41`), which nothing else gives; it spans the cache and the step like any mask."""
+    model = decoder_model()
+    mask = next(i for i in model.graph.input if i.name == "attention_mask")
+    mask.type.tensor_type.shape.dim[1].dim_param = "s41"
+    decode_as_onnxruntime(model, decoder_model())
+    mask = next(i for i in model.graph.input if i.name == "attention_mask")
+    assert mask.type.tensor_type.shape.dim[1].dim_param == f"{CAPACITY} + sequence"
+
+
+def test_a_length_of_another_axis_is_refused():
+    """The batch read where the past's length is expected: nothing to move; refused."""
+    model = positions_from_the_past(decoder_model(), "past.0.key", "cumsum")
+    gather = next(n for n in model.graph.node if n.output[0] == "source_length")
+    gather.input[1] = "zero"  # Shape(past)[0]
+    with pytest.raises(UnsupportedFormError, match="computes its positions from the length"):
+        fixed_capacity(model, CAPACITY)
