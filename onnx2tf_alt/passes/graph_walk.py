@@ -24,6 +24,20 @@ def source_of(producer: dict[str, onnx.NodeProto], name: str) -> str:
     return name
 
 
+def concat_of(producer: dict[str, onnx.NodeProto], name: str, types: dict[str, int]
+              ) -> onnx.NodeProto | None:
+    """The Concat that `name` copies (see is_copy), also through a Cast to the element type
+    its first input already has (`types`: the graph inputs' element types; GPT-J's and
+    CodeGen's present keys are cast back to the model's type), or None."""
+    node = producer.get(source_of(producer, name))
+    if node is not None and node.op_type == "Cast":
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        inner = producer.get(source_of(producer, node.input[0]))
+        first = inner.input[0] if inner is not None and inner.op_type == "Concat" else ""
+        node = inner if first and types.get(source_of(producer, first)) == to else None
+    return node if node is not None and node.op_type == "Concat" else None
+
+
 def computed_from(producer: dict[str, onnx.NodeProto], name: str, wanted: set[str],
               limit: int = 400) -> str | None:
     """The first of `wanted` that `name` is computed from (a bounded walk up), or None."""

@@ -42,7 +42,13 @@ import onnx
 from onnx import helper
 
 from onnx2tf_alt.errors import InputError, UnsupportedFormError
-from onnx2tf_alt.passes.graph_walk import TABLE_CARRIERS, constant_dims, source_of, traced
+from onnx2tf_alt.passes.graph_walk import (
+    TABLE_CARRIERS,
+    concat_of,
+    constant_dims,
+    source_of,
+    traced,
+)
 from onnx2tf_alt.passes.kv_mask import fit_mask_and_positions
 from onnx2tf_alt.passes.prepare import symbol_value
 
@@ -74,17 +80,22 @@ class CacheEntry:
 
 def cache_entries(model: onnx.ModelProto) -> list[CacheEntry]:
     """The past/present pairs of `model`: a graph output made (through copies: Identity, a
-    one-input Concat) by a two-input Concat whose first input is (through copies) a graph
-    input, or a GroupQueryAttention's present key / value whose past is a graph input."""
+    one-input Concat, a Cast to the type it has) by a two-input Concat whose first input is
+    (through copies) a graph input, or a GroupQueryAttention's present key / value whose
+    past is a graph input."""
     graph = model.graph
     inputs = {i.name: i for i in graph.input}
     producer = {out: node for node in graph.node for out in node.output}
     found = []
+    types = {i.name: i.type.tensor_type.elem_type for i in graph.input}
     for output in graph.output:
         source = source_of(producer, output.name)
         node = producer.get(source)
         if node is None:
             continue
+        concat = concat_of(producer, output.name, types)
+        if concat is not None:
+            node = concat
         if _is_gqa(node) and source in node.output[1:3]:
             k = list(node.output).index(source)
             past = inputs.get(node.input[k + 2]) if len(node.input) > k + 2 else None
@@ -285,10 +296,12 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
     attentions = {source_of(producer, e.present) for e in entries}
     for node in [n for n in graph.node if _is_gqa(n) and attentions & set(n.output)]:
         new_entries.update(_rotary_outside(graph, node))
+    types = {i.name: i.type.tensor_type.elem_type for i in graph.input}
     for entry in entries:
         source = source_of(producer, entry.present)
         node = producer[source]
-        new = new_entries[source] if _is_gqa(node) else node.input[1]
+        new = new_entries[source] if _is_gqa(node) else concat_of(
+            producer, entry.present, types).input[1]
         rename_value(graph, entry.present, entry.present + ALL_SUFFIX)
         graph.node.append(helper.make_node("Identity", [new], [entry.present],
                                            name=f"{entry.present}/new_entries"))

@@ -39,6 +39,7 @@ from onnx2tf_alt.ir.index import default_opset
 from onnx2tf_alt.passes.graph_walk import (
     TABLE_CARRIERS,
     computed_from,
+    concat_of,
     constant_dims,
     nodes_upstream,
     source_of,
@@ -133,7 +134,7 @@ def _add_mask(model: onnx.ModelProto, entries: list, mask: str) -> str:
     producer = {out: node for node in graph.node for out in node.output}
     softmaxes: dict[str, onnx.NodeProto] = {}
     for entry in entries:
-        concat = _present_concat(producer, entry.present)
+        concat = _present_concat(graph, producer, entry.present)
         if concat is not None:
             for node in _softmaxes_reached(graph, concat.output[0]):
                 softmaxes.setdefault(node.output[0], node)
@@ -172,9 +173,10 @@ def _add_mask(model: onnx.ModelProto, entries: list, mask: str) -> str:
     return mask
 
 
-def _present_concat(producer: dict, present: str) -> onnx.NodeProto | None:
-    node = producer.get(source_of(producer, present))
-    return node if node is not None and node.op_type == "Concat" else None
+def _present_concat(graph: onnx.GraphProto, producer: dict, present: str
+                    ) -> onnx.NodeProto | None:
+    return concat_of(producer, present, {i.name: i.type.tensor_type.elem_type
+                                         for i in graph.input})
 
 
 def _softmaxes_reached(graph: onnx.GraphProto, start: str) -> list[onnx.NodeProto]:
@@ -218,7 +220,7 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
         if any(d.dim_param and d.dim_param != s and s in d.dim_param
                for d in i.type.tensor_type.shape.dim for s in symbols)}
     # a present key's Concat: the keys (past and new) that a key position indexes
-    keys = {c.output[0] for c in (_present_concat(producer, e.present) for e in entries) if c}
+    keys = {c.output[0] for c in (_present_concat(graph, producer, e.present) for e in entries) if c}
     lengths = {n.output[0] for n in graph.node if n.op_type == "Shape"
                and source_of(producer, n.input[0]) in spans | keys}
     if not lengths:

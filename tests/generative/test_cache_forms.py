@@ -697,3 +697,21 @@ def test_a_length_of_another_axis_is_refused():
     gather.input[1] = "zero"  # Shape(past)[0]
     with pytest.raises(UnsupportedFormError, match="computes its positions from the length"):
         fixed_capacity(model, CAPACITY)
+
+
+def cast_back(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with each present key a Cast of its Concat to the type it has, as GPT-J's and
+    CodeGen's exports write it (keys computed in float32, cast back to the model's type)."""
+    graph = model.graph
+    for layer in range(LAYERS):
+        present = f"present.{layer}.key"
+        concat = next(n for n in graph.node if n.output[0] == present)
+        concat.output[0] = f"{present}/joined"
+        graph.node.insert(list(graph.node).index(concat) + 1, helper.make_node(
+            "Cast", [f"{present}/joined"], [present], to=onnx.TensorProto.FLOAT))
+    return model
+
+
+def test_a_present_cast_to_its_own_type_is_a_cache():
+    """Refused before ('Cast(Concat(...)), not Concat(past input, new entries)')."""
+    decode_as_onnxruntime(cast_back(decoder_model()), decoder_model())
