@@ -209,9 +209,10 @@ def _dim(value: onnx.ValueInfoProto | None, axis: int) -> str:
 
 
 def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask: str) -> None:
-    """The position reads that a Range started at the past's length reaches, made from that
-    Range shifted to the filled slots (see the module docstring). UnsupportedFormError when
-    such a read is computed from the length without a Range."""
+    """The position reads that the past's length reaches (a table's Gather, a rotary Cos /
+    Sin, a comparison of key and query positions), made from positions moved to the filled
+    slots (see the module docstring). UnsupportedFormError when a table read is computed
+    from the length some other way."""
     graph = model.graph
     producer = {out: node for node in graph.node for out in node.output}
     symbols = {e.symbol for e in entries if e.symbol}
@@ -220,14 +221,33 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
         if any(d.dim_param and d.dim_param != s and s in d.dim_param
                for d in i.type.tensor_type.shape.dim for s in symbols)}
     # a present key's Concat: the keys (past and new) that a key position indexes
-    keys = {c.output[0] for c in (_present_concat(graph, producer, e.present) for e in entries) if c}
+    keys = {c.output[0] for c in (_present_concat(graph, producer, e.present) for e in entries)
+            if c}
     lengths = {n.output[0] for n in graph.node if n.op_type == "Shape"
                and source_of(producer, n.input[0]) in spans | keys}
     if not lengths:
         return
     tables = {name for name, dims in constant_dims(graph).items() if len(dims) == 2}
-    reads = []  # (node, input index) of each position read made from a length
+
+    def moved(read: str) -> tuple[list, list[str]] | None:
+        """(the Ranges, the length values) `read` is computed from; None where some length
+        reaches it otherwise (a size, another axis) or it reads no Range nor value."""
+        ranges = [n for n in nodes_upstream(producer, read) if n.op_type == "Range"
+                  and any(computed_from(producer, i, lengths) for i in n.input[:2])]
+        # the length as a value besides the Ranges (transformers 5's T5: Range(0, sequence)
+        # + the past's length) or instead of them (M2M100's CumSum)
+        scalars = _length_scalars(graph, producer, read, lengths, entries,
+                                  {n.output[0] for n in ranges})
+        return None if scalars is None or not (ranges or scalars) else (ranges, scalars)
+
+    reads = []  # (node, input index, its Ranges and length values)
     for node in graph.node:
+        if node.op_type in _COMPARISONS:  # key against query positions (a sliding window)
+            found = [moved(i) if computed_from(producer, i, lengths) else None
+                     for i in node.input[:2]]
+            if all(found):  # both sides positions, else the comparison keeps its values
+                reads += [(node, k, f) for k, f in enumerate(found)]
+            continue
         if node.op_type in ("Cos", "Sin"):
             index = 0
         elif node.op_type == "Gather" and traced(producer, node.input[0],
@@ -235,33 +255,11 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
             index = 1
         else:
             continue
-        if computed_from(producer, node.input[index], lengths) is not None:
-            reads.append((node, index))
-    if not reads:
-        return
-    added = _Nodes(model, f"{mask}/onnx2tf_alt_positions")
-    cache_part = added.add("Slice", [mask, added.constant("starts", np.array([0, 0], np.int64)),
-                                     added.constant("ends", np.array([1, capacity], np.int64)),
-                                     added.constant("axes", np.array([0, 1], np.int64))],
-                           "cache_part")
-    filled = added.add("Cast", [cache_part], "filled", to=TensorProto.INT64)
-    count = added.axes("ReduceSum", filled, [1], "count", keepdims=0)
-    shift = added.add("Sub", [count, added.constant("capacity", np.array(capacity, np.int64))],
-                      "shift_1")
-    shift = added.add("Reshape", [shift, added.constant("scalar", np.array([], np.int64))],
-                      "shift")
-    added.before(None)
-    shifted: dict[str, str] = {}  # a tensor -> its copy made from the shifted Range
-    for node, index in reads:
-        read = node.input[index]
-        ranges = [n for n in nodes_upstream(producer, read) if n.op_type == "Range"
-                  and any(computed_from(producer, i, lengths) for i in n.input[:2])]
-        # the length as a value besides the Ranges (transformers 5's T5: Range(0, sequence)
-        # + the past's length) or instead of them (M2M100's CumSum)
-        scalars = _length_scalars(graph, producer, read, lengths, entries,
-                                  {n.output[0] for n in ranges})
-        if scalars is None or not (ranges or scalars):
-            length = producer[computed_from(producer, read, lengths)]
+        if computed_from(producer, node.input[index], lengths) is None:
+            continue
+        found = moved(node.input[index])
+        if found is None:
+            length = producer[computed_from(producer, node.input[index], lengths)]
             raise UnsupportedFormError(
                 f"--kv_cache_capacity: this decoder computes its positions from the length of "
                 f"its past: {node.op_type} '{node.name or node.output[0]}' reads a value made "
@@ -271,6 +269,21 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
                 "is always the capacity, and every position would be wrong. Export the decoder "
                 "with a position_ids input (transformers: pass position_ids to the model; "
                 "Optimum's exports have it), or convert without --kv_cache_capacity.")
+        reads.append((node, index, found))
+    if not reads:
+        return
+    added = _Nodes(model, f"{mask}/onnx2tf_alt_positions")
+    cache_part = added.add("Slice", [mask, added.constant("starts", np.array([0, 0], np.int64)),
+                                     added.constant("ends", np.array([1, capacity], np.int64)),
+                                     added.constant("axes", np.array([0, 1], np.int64))],
+                           "cache_part")
+    filled = added.add("Cast", [cache_part], "filled", to=TensorProto.INT64)
+    count = added.axes("ReduceSum", filled, [0, 1], "count", keepdims=0)  # a scalar
+    shift = added.add("Sub", [count, added.constant("capacity", np.array(capacity, np.int64))],
+                      "shift")
+    added.before(None)
+    shifted: dict[str, str] = {}  # a tensor -> its copy made from the moved positions
+    for node, index, (ranges, scalars) in reads:
         for at in ranges:
             if at.output[0] in shifted:
                 continue
@@ -278,24 +291,26 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
             # once the capacity fixes its start), so the positions keep its static length
             out = at.output[0]
             step = added.like(shift, at.input[0], f"{out}/shift", TensorProto.INT64)
-            moved = added.add("Add", [out, step], f"{out}/shifted")
+            moved_range = added.add("Add", [out, step], f"{out}/shifted")
             if not computed_from(producer, at.input[0], lengths):
                 # counted from 0 to the keys' length: the keys' positions (T5's relative
-                # bias). The cache's slots keep theirs; the step's, after the capacity, move
-                # to the filled slots
+                # bias, a sliding window's mask). The cache's slots keep theirs; the step's,
+                # after the capacity, move to the filled slots
                 first = added.like(f"{added.prefix}/capacity", at.input[0],
                                    f"{out}/capacity", TensorProto.INT64)
                 slots = added.add("Less", [out, first], f"{out}/in_cache")
-                moved = added.add("Where", [slots, out, moved], f"{out}/keys")
-            shifted[out] = moved
+                moved_range = added.add("Where", [slots, out, moved_range], f"{out}/keys")
+            shifted[out] = moved_range
             added.after(at)
         for scalar in scalars:
             if scalar not in shifted:
                 step = added.like(shift, scalar, f"{scalar}/shift", TensorProto.INT64)
                 shifted[scalar] = added.add("Add", [scalar, step], f"{scalar}/filled")
                 added.after(producer[scalar])
-        node.input[index] = _copy_path(graph, producer, read, shifted)
+        node.input[index] = _copy_path(graph, producer, node.input[index], shifted)
 
+
+_COMPARISONS = ("Less", "LessOrEqual", "Greater", "GreaterOrEqual")
 
 
 # the inputs that give a size, a shape, an axis or a position in a tensor: a length that

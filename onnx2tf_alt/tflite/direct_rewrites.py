@@ -65,6 +65,7 @@ def rewrite(flat: FlatGraph, outputs: list[int], for_quantization: bool = False)
     reciprocal_roots(flat, outputs)
     transposed_operands(flat, outputs)
     pads_into_same_windows(flat, outputs)
+    unshared_moves(flat, outputs)
 
 
 SMALL_CONSTANT = 1 << 16  # bytes up to which constant inputs are compared by value (an
@@ -947,3 +948,71 @@ def _same_pads(size: int, kernel: int, stride: int, dilation: int) -> tuple[int,
     reach = (kernel - 1) * dilation + 1
     total = max((-(-size // stride) - 1) * stride + reach - size, 0)
     return total // 2, total - total // 2
+
+
+MOVES = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS")
+# elementwise ops LiteRT may run in place (their result written over an input's buffer)
+IN_PLACE = BROADCASTING | {"ABS", "NEG", "EXP", "LOG", "SQRT", "RSQRT", "SQUARE", "SIN", "COS",
+                           "TANH", "LOGISTIC", "RELU", "RELU6", "RELU_N1_TO_1", "LEAKY_RELU",
+                           "HARD_SWISH", "GELU", "ELU", "FLOOR", "CEIL", "ROUND", "SIGN",
+                           "LOGICAL_NOT", "CAST"}
+# the copies a RESHAPE of an integer or boolean value reads (float values, whose ops XNNPACK
+# runs and plans, were not seen written over: they keep their file)
+_COPIES = {np.dtype(np.int32): ("ADD", 0), np.dtype(np.int64): ("ADD", 0),
+           np.dtype(np.bool_): ("LOGICAL_OR", False)}
+
+
+def unshared_moves(flat: FlatGraph, outputs: list[int]) -> None:
+    """LiteRT's memory planner lets a RESHAPE's result share its input's buffer where other
+    ops still read that input, then lets an elementwise op that alone reads the RESHAPE's
+    result write its own result into that buffer in place, over the input the others have
+    yet to read (LiteRT issues #8889 and #8928: exit 0 and wrong values on its builtin
+    kernels; XNNPACK plans the memory of its partitions itself). A decoder's mask found it:
+    an int64 [1] count reshaped to a scalar, read by an ADD, and read by another ADD as it
+    was. So such a RESHAPE (SQUEEZE, EXPAND_DIMS) gets its input to itself: the other
+    readers read its result where broadcasting gives them the same result shape, else the
+    RESHAPE of an integer or boolean value reads a copy of it (an ADD of 0, a LOGICAL_OR
+    with false: the same int64 count concatenated was written over, float32 values in the
+    same places were not)."""
+    from onnx2tf_alt.tflite.flatgraph import TYPES
+
+    dtypes = {code: dtype for dtype, code in TYPES.items()}
+    readers = _consumers(flat)
+    for move in [op for op in flat.operators if op.name in MOVES]:
+        x, y = move.inputs[0], move.outputs[0]
+        users = readers.get(y, [])
+        others = [op for op in readers.get(x, []) if op is not move]
+        if (flat.constant(x) is not None or y in outputs or len(users) != 1
+                or users[0].name not in IN_PLACE or not (others or x in outputs)):
+            continue
+        for other in others:
+            if other.name in BROADCASTING and _same_result(flat, other, x, y):
+                other.inputs = [y if i == x else i for i in other.inputs]
+                readers[y].append(other)
+                readers[x].remove(other)
+        if not [op for op in readers.get(x, []) if op is not move] and x not in outputs:
+            continue
+        dtype = dtypes.get(flat.tensors[x].type)
+        if dtype not in _COPIES or flat.tensors[x].quantization is not None and (
+                flat.tensors[x].quantization.scale is not None):
+            continue
+        builtin, zero = _COPIES[dtype]
+        name = flat.tensors[x].name.decode()
+        copy = flat.tensor(f"{name}/own_copy", flat.shape(x), dtype,
+                           dynamic=flat.tensors[x].shapeSignature is not None)
+        nothing = flat.tensor(f"{name}/own_copy_zero", (), dtype, np.asarray(zero, dtype))
+        at = next(k for k, op in enumerate(flat.operators) if op is move)
+        flat.operators.insert(at, Operator(builtin, [x, nothing], [copy],
+                                           options(f"{builtin.title().replace('_', '')}Options")))
+        move.inputs[0] = copy
+
+
+def _same_result(flat: FlatGraph, op: Operator, x: int, y: int) -> bool:
+    """Whether `op`, reading `y` where it reads `x`, gives its result the same shape."""
+    shapes = [flat.shape(y if i == x else i) for i in op.inputs if i >= 0]
+    if any(None in shape for shape in shapes) or None in flat.shape(op.outputs[0]):
+        return False
+    try:
+        return tuple(np.broadcast_shapes(*shapes)) == flat.shape(op.outputs[0])
+    except ValueError:
+        return False

@@ -1635,3 +1635,64 @@ def test_a_resize_to_the_input_size_at_run_time(mode):
                        input_shapes={"x": ["N", 3, "H", "W"]})
     ops = _at_sizes(model, "x", 3, sizes=[(1, 16, 16), (2, 13, 22), (1, 9, 7)])
     assert "SUM" not in ops, ops
+
+
+def _builtin_run(content: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The file's outputs on LiteRT's builtin kernels with its default memory planner (no
+    XNNPACK, which plans the memory of its partitions itself), in the graph's output order."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interpreter = Interpreter(model_content=content, experimental_op_resolver_type=(
+        OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
+    interpreter.allocate_tensors()
+    for detail, value in zip(interpreter.get_input_details(), feeds.values()):
+        interpreter.set_tensor(detail["index"], value.astype(detail["dtype"]))
+    interpreter.invoke()
+    return [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
+
+
+def _moved_and_read(form: str):
+    """A decoder mask's count of filled slots (int64 [1]), reshaped to a scalar and added to
+    a constant, and read as it is after that: added to the keys' positions ("added": that
+    ADD then reads the scalar) or concatenated ("concatenated": the RESHAPE then reads a
+    copy)."""
+    mask = np.zeros((2, 9), np.int64)
+    mask[:, :3] = mask[:, 8:] = 1
+    init = {"starts": np.array([0, 0], np.int64), "ends": np.array([1, 8], np.int64),
+            "axes": np.array([0, 1], np.int64), "one": np.array([1], np.int64),
+            "eight": np.array(8, np.int64), "scalar": np.array([], np.int64),
+            "nine": np.array(9, np.int64), "keys": np.arange(9, dtype=np.int64),
+            "other": np.array([5], np.int64)}
+    nodes = [node("Slice", ["m", "starts", "ends", "axes"], "part"),
+             node("ReduceSum", ["part", "one"], "count", keepdims=0),
+             node("Sub", ["count", "eight"], "shift_1"),
+             node("Reshape", ["shift_1", "scalar"], "shift"),
+             node("Add", ["nine", "shift"], "filled")]
+    if form == "added":
+        nodes += [node("Add", ["keys", "shift_1"], "moved"),
+                  node("LessOrEqual", ["moved", "filled"], "y")]
+    else:
+        nodes += [node("Concat", ["shift_1", "other"], "joined", axis=0),
+                  node("Mul", ["joined", "filled"], "y")]
+    return make_model(nodes, {"m": mask}, ["y"], initializers=init), {"m": mask}
+
+
+@pytest.mark.parametrize("form", ["added", "concatenated"])
+def test_a_reshaped_value_read_elsewhere_too_is_not_written_over(form, monkeypatch):
+    """LiteRT's builtin kernels with their default memory planner (LiteRT issues #8889,
+    #8928) let the ADD of the scalar write over the count's buffer, which the other op has
+    yet to read: direct_rewrites.unshared_moves gives the RESHAPE its input to itself (the
+    other reader reads its result, or the RESHAPE a copy). Wrong values without it."""
+    from onnx2tf_alt.tflite import direct_rewrites
+
+    model, feeds = _moved_and_read(form)
+    expected = ort_run(model, feeds)
+    for guarded in (True, False):
+        if not guarded:
+            monkeypatch.setattr(direct_rewrites, "unshared_moves", lambda flat, outputs: None)
+        planned = plan_loaded(load_model(None, model))
+        result = write_direct(planned.graph, planned.plan, planned.options)
+        got = _builtin_run(result.content, feeds)
+        same = all(np.array_equal(np.asarray(g).reshape(e.shape), e)
+                   for g, e in zip(got, expected))
+        assert same == guarded, (guarded, got, expected)
