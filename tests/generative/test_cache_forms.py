@@ -715,3 +715,27 @@ def cast_back(model: onnx.ModelProto) -> onnx.ModelProto:
 def test_a_present_cast_to_its_own_type_is_a_cache():
     """Refused before ('Cast(Concat(...)), not Concat(past input, new entries)')."""
     decode_as_onnxruntime(cast_back(decoder_model()), decoder_model())
+
+
+def with_window(model: onnx.ModelProto, window: int = 3) -> onnx.ModelProto:
+    """`model` attending to the last `window` positions only (a sliding window, as
+    transformers' Mistral builds it: key position > query position - window beside the
+    causal key position <= query position)."""
+    graph = model.graph
+    graph.initializer.append(numpy_helper.from_array(np.array(window, np.int64), "window"))
+    causal = next(n for n in graph.node if n.output[0] == "causal")
+    causal.output[0] = "causal_alone"
+    return in_order(model, [
+        helper.make_node("Sub", ["query_column", "window"], ["window_start"]),
+        helper.make_node("Greater", ["key_at", "window_start"], ["in_window"]),
+        helper.make_node("And", ["causal_alone", "in_window"], ["causal"])])
+
+
+def test_a_sliding_window_compares_the_moved_positions():
+    """Optimum's Mistral with sliding_window: the window's comparison of key and query
+    positions read the capacity's positions, so every filled slot fell outside the window
+    (exit 0, 1/32 tokens); they are the filled slots' positions now."""
+    model = with_window(decoder_model())
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)
+    decode_as_onnxruntime(model, reference)
