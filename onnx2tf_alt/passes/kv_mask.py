@@ -245,7 +245,10 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
         if node.op_type in _COMPARISONS:  # key against query positions (a sliding window)
             found = [moved(i) if computed_from(producer, i, lengths) else None
                      for i in node.input[:2]]
-            if all(found):  # both sides positions, else the comparison keeps its values
+            # both sides positions, one of them offset (k > q - window): else the comparison
+            # keeps its values (a causal k <= q gives the same on every filled slot, and
+            # stays a constant the conversion folds)
+            if all(found) and any(_offset(producer, i, lengths) for i in node.input[:2]):
                 reads += [(node, k, f) for k, f in enumerate(found)]
             continue
         if node.op_type in ("Cos", "Sin"):
@@ -311,6 +314,27 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
 
 
 _COMPARISONS = ("Less", "LessOrEqual", "Greater", "GreaterOrEqual")
+_ARITHMETIC = ("Add", "Sub", "Mul", "Div", "Neg")
+
+
+def _offset(producer: dict, name: str, lengths: set[str]) -> bool:
+    """Whether positions `name` are offset on their way from their Ranges and the past's
+    length (an arithmetic op with an operand made from neither: a window)."""
+    lengths = lengths | {o for node in producer.values() if node.op_type == "Range"
+                         for o in node.output}
+    todo, seen = [name], set()
+    while todo:
+        name = todo.pop()
+        node = producer.get(name)
+        if name in seen or node is None or node.op_type == "Range":
+            continue
+        seen.add(name)
+        inputs = [i for i in node.input if i]
+        if node.op_type in _ARITHMETIC and not all(computed_from(producer, i, lengths)
+                                                    for i in inputs):
+            return True
+        todo += [i for i in inputs if computed_from(producer, i, lengths)]
+    return False
 
 
 # the inputs that give a size, a shape, an axis or a position in a tensor: a length that
