@@ -49,6 +49,7 @@ from onnx2tf_alt.passes.graph_walk import (
     source_of,
     traced,
 )
+from onnx2tf_alt.passes.kv_check import check_rewrite
 from onnx2tf_alt.passes.kv_mask import fit_mask_and_positions
 from onnx2tf_alt.passes.prepare import symbol_value
 
@@ -288,6 +289,8 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
             "(e.g. transformers / Optimum with use_cache), or drop the flag.")
     check_total(model, entries)
     check_capacity(model, entries, capacity)
+    original = onnx.ModelProto()  # for check_rewrite (weights on disk stay there)
+    original.CopyFrom(model)
     fit_mask_and_positions(model, entries, capacity)
     graph = model.graph
     totals = _total_symbols(graph, entries)
@@ -314,6 +317,7 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
     for total, sequence in totals.items():
         _substitute_total(graph, total, f"{capacity} + {sequence}")
     _mask_over_the_cache(graph, capacity)
+    check_rewrite(original, model, entries, capacity)
     return model, entries
 
 

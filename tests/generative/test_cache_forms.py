@@ -739,3 +739,32 @@ def test_a_sliding_window_compares_the_moved_positions():
     reference = onnx.ModelProto()
     reference.CopyFrom(model)
     decode_as_onnxruntime(model, reference)
+
+
+def with_linear_bias(model: onnx.ModelProto, slope: float = 0.5) -> onnx.ModelProto:
+    """`model` with slope * (key position - query position) added to each layer's scores
+    (a linear distance bias, as ALiBi is; made from the mask's Ranges, no table): a form the
+    rewrite does not move."""
+    graph = model.graph
+    graph.initializer.append(numpy_helper.from_array(np.array(slope, np.float32), "slope"))
+    nodes = [helper.make_node("Sub", ["key_at", "query_column"], ["distance_lin"]),
+             helper.make_node("Cast", ["distance_lin"], ["distance_f"],
+                              to=onnx.TensorProto.FLOAT),
+             helper.make_node("Mul", ["distance_f", "slope"], ["linear_bias"])]
+    for layer in range(LAYERS):
+        add = next(n for n in graph.node if n.output[0] == f"l{layer}_kept")
+        add.input[1] = f"l{layer}_linear"
+        nodes.append(helper.make_node("Add", ["mask_bias", "linear_bias"], [f"l{layer}_linear"]))
+    return in_order(model, nodes)
+
+
+def test_a_rewrite_that_does_not_compute_the_original_is_refused():
+    """passes/kv_check.py runs the original (past growing) and the rewritten decoder on the
+    same prompt and next token in onnxruntime: a form the rewrite recognises only in part
+    (here a distance bias it does not move) ends the conversion, naming the step."""
+    model = with_linear_bias(decoder_model())
+    with pytest.raises(UnsupportedFormError) as error:
+        fixed_capacity(model, CAPACITY)
+    assert str(error.value).startswith(
+        "--kv_cache_capacity: the rewritten decoder does not compute the original's logits: "
+        "run in onnxruntime on the same 3-token prompt, the "), str(error.value)

@@ -1,0 +1,208 @@
+"""The KV-cache rewrite checked by running it (passes/kv_cache.py): a decoder form the rewrite
+recognises only in part must not convert with exit 0 and wrong tokens.
+
+The decoder as exported (its past growing by concatenation) and as rewritten (a cache of
+fixed capacity, the new entries written into it at their positions, the empty slots masked)
+decode the same prompt of PROMPT tokens and then one more token in onnxruntime; their logits
+must agree at both steps, else UnsupportedFormError names the step and the difference. The
+inputs are made from their names and declared shapes: token ids at random below the logits'
+width, masks of ones, positions counted, encoder states and cross-attention caches drawn
+once, every symbolic dim but the batch and the sequences 5. A model whose inputs cannot be
+made so, or that onnxruntime cannot run, is not checked (said at -v debug); nor is one with
+more than CHECK_BYTES of weights (said at -v info): two onnxruntime sessions of it would add
+their memory to the conversion's.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+
+from onnx2tf_alt.errors import UnsupportedFormError
+
+log = logging.getLogger("onnx2tf_alt")
+
+PROMPT = 3  # the first step's tokens; the second step takes one more
+CHECK_BYTES = 1 << 30
+CHECK_CACHE_BYTES = 256 << 20  # the rewritten decoder's caches, at a batch of 1
+TOLERANCE = 1e-3  # of the logits' largest magnitude: the rewrite only reorders sums
+_OTHER_DIM = 5  # every other symbolic dim (an encoder's length)
+
+
+class _Unfeedable(Exception):
+    """An input the check cannot make."""
+
+
+def check_rewrite(original: onnx.ModelProto, rewritten: onnx.ModelProto, entries: list,
+                  capacity: int) -> None:
+    """UnsupportedFormError when `rewritten` (kv_cache.fixed_capacity of `original`) decodes
+    otherwise than `original` (see the module docstring)."""
+    if capacity < PROMPT + 1 or _cache_bytes(rewritten, entries) > CHECK_CACHE_BYTES:
+        return
+    size = weight_bytes(original)
+    if size > CHECK_BYTES:
+        log.info("--kv_cache_capacity: the rewritten decoder is not run against the original "
+                 "(%.1f GB of weights; the check runs up to %.1f GB)", size / 1e9,
+                 CHECK_BYTES / 1e9)
+        return
+    try:
+        want = _decode(original, entries, None)
+        got = _decode(rewritten, entries, capacity)
+    except Exception as exc:  # noqa: BLE001 - inputs it cannot make, onnxruntime's failures
+        log.debug("--kv_cache_capacity: the rewrite was not run against the original (%s)",
+                  str(exc).splitlines()[0][:200])
+        return
+    differences = []
+    for step, (a, b) in enumerate(zip(want, got)):
+        scale = max(1.0, float(np.abs(a).max()))
+        worst = float(np.abs(a - b).max()) / scale
+        differences.append(worst)
+        if not worst <= TOLERANCE:  # NaN too
+            raise UnsupportedFormError(
+                "--kv_cache_capacity: the rewritten decoder does not compute the original's "
+                f"logits: run in onnxruntime on the same {PROMPT}-token prompt, the "
+                f"{'first' if step == 0 else 'next'} step's logits differ by {worst:.3g} of "
+                "their largest value (the rewrite recognises this decoder's caches but not "
+                "every way it reads their positions or length; converted anyway, its tokens "
+                "would be wrong). Export the decoder with attention_mask and position_ids "
+                "inputs (transformers / Optimum do), or convert without --kv_cache_capacity "
+                f"(caches: {', '.join(e.past for e in entries[:2])}, ...).")
+    log.info("--kv_cache_capacity: the rewritten decoder computes the original's logits in "
+             "onnxruntime (two steps, %s of their largest value apart at most)",
+             f"{max(differences):.1g}")
+
+
+def weight_bytes(model: onnx.ModelProto) -> int:
+    """The bytes of `model`'s initializers, inline or kept on disk."""
+    total = 0
+    for tensor in model.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            total += int(next((e.value for e in tensor.external_data if e.key == "length"), 0))
+        else:
+            count = int(np.prod(tensor.dims)) if tensor.dims else 1
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+            total += len(tensor.raw_data) or count * itemsize
+    return total
+
+
+def _cache_bytes(model: onnx.ModelProto, entries: list) -> int:
+    """The bytes of the caches `model` takes, symbolic dims counted as 1."""
+    pasts = {e.past for e in entries}
+    total = 0
+    for value in model.graph.input:
+        if value.name in pasts:
+            tensor = value.type.tensor_type
+            count = int(np.prod([d.dim_value or 1 for d in tensor.shape.dim]))
+            total += count * onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).itemsize
+    return total
+
+
+def _decode(model: onnx.ModelProto, entries: list, capacity: int | None) -> list[np.ndarray]:
+    """The logits of two steps of `model`: the prompt, then one token. `capacity` None: the
+    past grows (the original); else the rewritten cache of that many slots."""
+    import onnxruntime as ort
+
+    from onnx2tf_alt.ir.weights import ort_options
+
+    options = ort_options()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    presents = {e.present: e for e in entries}
+    logits = "logits" if "logits" in names else next(n for n in names if n not in presents)
+    width = _width(model, logits)
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, width, PROMPT)
+    drawn: dict[str, np.ndarray] = {}  # encoder states, cross caches: the same at each step
+    caches = {e.past: None for e in entries}
+    found, length = [], 0
+    for tokens in (prompt, prompt[:1] * 0 + int(rng.integers(0, width))):
+        feeds = _feeds(model, entries, capacity, caches, tokens, length, drawn)
+        out = dict(zip(names, session.run(None, feeds)))
+        found.append(out[logits].reshape(-1, out[logits].shape[-1])[-1])
+        for entry in entries:
+            new = out[entry.present]
+            if capacity is None:
+                caches[entry.past] = new
+            else:
+                cache = feeds[entry.past].copy()
+                where = [slice(None)] * cache.ndim
+                where[entry.axis] = slice(length, length + new.shape[entry.axis])
+                cache[tuple(where)] = new
+                caches[entry.past] = cache
+        length += len(tokens)
+    return found
+
+
+def _width(model: onnx.ModelProto, logits: str) -> int:
+    """The logits' last dim (the vocabulary), where the model declares it."""
+    value = next((o for o in model.graph.output if o.name == logits), None)
+    dims = value.type.tensor_type.shape.dim if value is not None else []
+    if not dims or not dims[-1].dim_value:
+        raise _Unfeedable(f"the width of '{logits}' is not declared")
+    return dims[-1].dim_value
+
+
+def _feeds(model: onnx.ModelProto, entries: list, capacity: int | None, caches: dict,
+           tokens: np.ndarray, length: int, drawn: dict) -> dict[str, np.ndarray]:
+    """One step's inputs (see the module docstring)."""
+    from onnx2tf_alt.passes.kv_mask import own_mask
+
+    axes = {e.past: e.axis for e in entries}
+    mask = own_mask(model.graph, entries)
+    step = len(tokens)
+    bound = {e.symbol: length for e in entries if e.symbol}
+    ids = next((v for v in model.graph.input if v.name == "input_ids"), None)
+    for k, dim in enumerate(ids.type.tensor_type.shape.dim if ids is not None else []):
+        if dim.dim_param:
+            bound[dim.dim_param] = 1 if k == 0 else step
+    feeds = {}
+    for value in model.graph.input:
+        name, tensor = value.name, value.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
+        dims = list(tensor.shape.dim)
+        if name in axes:
+            shape = _shape(dims, name, bound)
+            shape[axes[name]] = length if capacity is None else capacity
+            cache = caches[name]
+            feeds[name] = cache if cache is not None else np.zeros(shape, dtype)
+        elif name == mask:
+            if capacity is None:
+                feeds[name] = np.ones((1, length + step), dtype)
+            else:
+                filled = np.zeros((1, capacity + step), dtype)
+                filled[0, :length] = filled[0, capacity:] = 1
+                feeds[name] = filled
+        elif name == "position_ids":
+            feeds[name] = np.arange(length, length + step, dtype=dtype)[None]
+        elif "ids" in name.lower() and np.issubdtype(dtype, np.integer):
+            feeds[name] = tokens.astype(dtype)[None]
+        else:
+            if name not in drawn:
+                shape = _shape(dims, name, bound)
+                rng = np.random.default_rng(len(drawn) + 1)
+                drawn[name] = (rng.normal(0, 0.5, shape).astype(dtype)
+                               if np.issubdtype(dtype, np.floating) else np.ones(shape, dtype))
+            feeds[name] = drawn[name]
+    return feeds
+
+
+def _shape(dims, name: str, bound: dict[str, int]) -> list[int]:
+    """Declared dims: the token ids' symbols (batch, sequence) and the past's as `bound`,
+    any other batch 1 and any other symbolic dim _OTHER_DIM."""
+    shape = []
+    for k, dim in enumerate(dims):
+        if dim.dim_value:
+            shape.append(dim.dim_value)
+        elif dim.dim_param in bound:
+            shape.append(bound[dim.dim_param])
+        elif k == 0:
+            shape.append(1)
+        elif dim.dim_param and "+" not in dim.dim_param:
+            shape.append(_OTHER_DIM)
+        else:
+            raise _Unfeedable(f"input '{name}' has dim {dim.dim_param or '?'}")
+    return shape
