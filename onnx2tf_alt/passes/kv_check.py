@@ -47,9 +47,10 @@ def check_rewrite(original: onnx.ModelProto, rewritten: onnx.ModelProto, entries
                  "(%.1f GB of weights; the check runs up to %.1f GB)", size / 1e9,
                  CHECK_BYTES / 1e9)
         return
+    known = _rewritten_dims(original, rewritten, entries)
     try:
-        want = _decode(original, entries, None)
-        got = _decode(rewritten, entries, capacity)
+        want = _decode(original, entries, None, known)
+        got = _decode(rewritten, entries, capacity, known)
     except Exception as exc:  # noqa: BLE001 - inputs it cannot make, onnxruntime's failures
         log.debug("--kv_cache_capacity: the rewrite was not run against the original (%s)",
                   str(exc).splitlines()[0][:200])
@@ -99,9 +100,25 @@ def _cache_bytes(model: onnx.ModelProto, entries: list) -> int:
     return total
 
 
-def _decode(model: onnx.ModelProto, entries: list, capacity: int | None) -> list[np.ndarray]:
+def _rewritten_dims(original: onnx.ModelProto, rewritten: onnx.ModelProto,
+                    entries: list) -> dict[str, int]:
+    """{symbol: size} for the original's symbolic dims the rewrite fixed, past lengths aside
+    (a GroupQueryAttention decoder's head size, `kv_cache_dim`)."""
+    pasts = {e.symbol for e in entries}
+    after = {v.name: v.type.tensor_type.shape.dim for v in rewritten.graph.input}
+    known = {}
+    for value in original.graph.input:
+        for dim, fixed in zip(value.type.tensor_type.shape.dim, after.get(value.name, [])):
+            if dim.dim_param and dim.dim_param not in pasts and fixed.dim_value:
+                known[dim.dim_param] = fixed.dim_value
+    return known
+
+
+def _decode(model: onnx.ModelProto, entries: list, capacity: int | None,
+            known: dict[str, int]) -> list[np.ndarray]:
     """The logits of two steps of `model`: the prompt, then one token. `capacity` None: the
-    past grows (the original); else the rewritten cache of that many slots."""
+    past grows (the original); else the rewritten cache of that many slots. `known`: sizes
+    of symbolic dims."""
     import onnxruntime as ort
 
     from onnx2tf_alt.ir.weights import ort_options
@@ -120,7 +137,7 @@ def _decode(model: onnx.ModelProto, entries: list, capacity: int | None) -> list
     caches = {e.past: None for e in entries}
     found, length = [], 0
     for tokens in (prompt, prompt[:1] * 0 + int(rng.integers(0, width))):
-        feeds = _feeds(model, entries, capacity, caches, tokens, length, drawn)
+        feeds = _feeds(model, entries, capacity, caches, tokens, length, drawn, known)
         out = dict(zip(names, session.run(None, feeds)))
         found.append(out[logits].reshape(-1, out[logits].shape[-1])[-1])
         for entry in entries:
@@ -147,14 +164,15 @@ def _width(model: onnx.ModelProto, logits: str) -> int:
 
 
 def _feeds(model: onnx.ModelProto, entries: list, capacity: int | None, caches: dict,
-           tokens: np.ndarray, length: int, drawn: dict) -> dict[str, np.ndarray]:
+           tokens: np.ndarray, length: int, drawn: dict, known: dict[str, int]
+           ) -> dict[str, np.ndarray]:
     """One step's inputs (see the module docstring)."""
     from onnx2tf_alt.passes.kv_mask import own_mask
 
     axes = {e.past: e.axis for e in entries}
     mask = own_mask(model.graph, entries)
     step = len(tokens)
-    bound = {e.symbol: length for e in entries if e.symbol}
+    bound = {**known, **{e.symbol: length for e in entries if e.symbol}}
     ids = next((v for v in model.graph.input if v.name == "input_ids"), None)
     for k, dim in enumerate(ids.type.tensor_type.shape.dim if ids is not None else []):
         if dim.dim_param:
