@@ -983,7 +983,7 @@ def unshared_moves(flat: FlatGraph, outputs: list[int]) -> None:
         users = readers.get(y, [])
         others = [op for op in readers.get(x, []) if op is not move]
         if (flat.constant(x) is not None or y in outputs or len(users) != 1
-                or users[0].name not in IN_PLACE or not (others or x in outputs)):
+                or not _may_write_over(flat, users[0], y) or not (others or x in outputs)):
             continue
         for other in others:
             if other.name in BROADCASTING and _same_result(flat, other, x, y):
@@ -1005,6 +1005,14 @@ def unshared_moves(flat: FlatGraph, outputs: list[int]) -> None:
         flat.operators.insert(at, Operator(builtin, [x, nothing], [copy],
                                            options(f"{builtin.title().replace('_', '')}Options")))
         move.inputs[0] = copy
+
+
+def _may_write_over(flat: FlatGraph, op: Operator, value: int) -> bool:
+    """Whether `op` may write its result over `value`'s buffer in place: an elementwise op
+    whose result has the value's type and shape."""
+    result = op.outputs[0]
+    return (op.name in IN_PLACE and flat.tensors[result].type == flat.tensors[value].type
+            and flat.shape(result) == flat.shape(value))
 
 
 def _same_result(flat: FlatGraph, op: Operator, x: int, y: int) -> bool:
