@@ -22,10 +22,15 @@ rewritten here, or the conversion is refused:
   the cache's slots keep theirs, the step's keys after the capacity take the filled
   slots'. A length that reaches the positions as a value only, no Range (M2M100's and
   NLLB's `(CumSum(ids != pad) + past) * (ids != pad) + pad`), is itself moved to the filled
-  slots on that path. Anything else that reads the Ranges or the length (a causal mask over
-  capacity + sequence keys) keeps them, and no shape changes, so the signatures stay
+  slots on that path. A comparison of key and query positions with an offset on one side
+  (a sliding window: key > query - window) reads the moved positions too. Anything else
+  that reads the Ranges or the length (a causal key <= query over capacity + sequence keys,
+  the same on every filled slot) keeps them, and no shape changes, so the signatures stay
   static. Positions made from the length some other way (through a shape or an index) are
   refused.
+
+What neither rule sees (an ALiBi bias counted from the keys' Range) is caught after the
+rewrite by running it (passes/kv_check.py).
 """
 
 from __future__ import annotations
