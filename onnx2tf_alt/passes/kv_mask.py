@@ -280,6 +280,16 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
         reads.append((node, index, found))
     if not reads:
         return
+    value = next(i for i in graph.input if i.name == mask).type.tensor_type
+    if len(value.shape.dim) != 2 or value.elem_type == TensorProto.FLOAT:
+        raise UnsupportedFormError(
+            f"--kv_cache_capacity: this decoder computes its positions from the length of its "
+            f"past ({reads[0][0].op_type} '{reads[0][0].name or reads[0][0].output[0]}'), and "
+            f"the filled slots that would replace it are counted in a [batch, past + "
+            f"sequence] mask of ones and zeros; its mask '{mask}' is "
+            f"{len(value.shape.dim)}-D {TensorProto.DataType.Name(value.elem_type).lower()}. "
+            "Export the decoder with a position_ids input, or with a 2-D integer "
+            "attention_mask, or convert without --kv_cache_capacity.")
     added = _Nodes(model, f"{mask}/onnx2tf_alt_positions")
     cache_part = added.add("Slice", [mask, added.constant("starts", np.array([0, 0], np.int64)),
                                      added.constant("ends", np.array([1, capacity], np.int64)),

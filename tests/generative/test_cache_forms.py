@@ -768,3 +768,14 @@ def test_a_rewrite_that_does_not_compute_the_original_is_refused():
     assert str(error.value).startswith(
         "--kv_cache_capacity: the rewritten decoder does not compute the original's logits: "
         "run in onnxruntime on the same 3-token prompt, the "), str(error.value)
+
+
+def test_positions_counted_in_a_mask_that_is_not_a_2d_count_are_refused():
+    """The filled slots replace the past's length only where a [batch, past + sequence]
+    mask of ones and zeros counts them; a float mask (an additive bias of 0 and -inf, 2-D or
+    4-D) would be counted wrong: refused, naming it."""
+    model = positions_from_the_past(decoder_model(), "past.0.key")
+    mask = next(i for i in model.graph.input if i.name == "attention_mask")
+    mask.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    with pytest.raises(UnsupportedFormError, match="its mask 'attention_mask' is 2-D float"):
+        fixed_capacity(model, CAPACITY)
