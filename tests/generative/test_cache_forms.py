@@ -779,3 +779,56 @@ def test_positions_counted_in_a_mask_that_is_not_a_2d_count_are_refused():
     mask.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
     with pytest.raises(UnsupportedFormError, match="its mask 'attention_mask' is 2-D float"):
         fixed_capacity(model, CAPACITY)
+
+
+FORMS = {
+    "T5's (an encoder's mask, a relative bias)": lambda: with_relative_bias(with_encoder_mask(
+        positions_from_the_past(without_mask(decoder_model()), "past.0.key"))),
+    "transformers 5's T5 bias": lambda: with_relative_bias(decoder_model(),
+                                                           form="transformers5"),
+    "a sliding window": lambda: with_window(decoder_model()),
+    "M2M100's positions": lambda: positions_from_the_past(decoder_model(), "past.0.key",
+                                                          "cumsum"),
+}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_the_moved_positions_convert_as_onnxruntime_runs_them(form, tmp_path):
+    """One static decode step (`--kv_cache_capacity` with -ois) of each form this stop's
+    rewrite moves, written by the direct writer, on a partly filled cache: the TFLite file
+    computes what onnxruntime computes on the rewritten model, step entries and logits."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt import convert
+
+    model = FORMS[form]()
+    source = tmp_path / "decoder.onnx"
+    onnx.save(model, source)
+    encoder = any(i.name == "encoder_attention_mask" for i in model.graph.input)
+    shapes = [f"input_ids:{BATCH},1"] + ([f"encoder_attention_mask:{BATCH},{FRAMES}"]
+                                         if encoder else [])
+    convert(str(source), output_folder_path=str(tmp_path / "out"), kv_cache_capacity=CAPACITY,
+            overwrite_input_shape=shapes, non_verbose=True)
+    rewritten, _ = fixed_capacity(model, CAPACITY)
+    rng = np.random.default_rng(4)
+    start = 5
+    mask = np.zeros((BATCH, CAPACITY + 1), np.int64)
+    mask[:, :start] = mask[:, CAPACITY:] = 1
+    feeds = {"input_ids": rng.integers(0, 512, (BATCH, 1)), "attention_mask": mask,
+             "position_ids": np.full((BATCH, 1), start, np.int64), **ENCODER_MASK,
+             **{name: rng.normal(size=(BATCH, KV_HEADS, CAPACITY, HEAD)).astype(np.float32)
+                for name in PAST}}
+    session = ort.InferenceSession(rewritten.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    taken = {i.name for i in session.get_inputs()}
+    want = dict(zip([o.name for o in session.get_outputs()],
+                    session.run(None, {k: v for k, v in feeds.items() if k in taken})))
+    layout = json.loads((tmp_path / "out" / "decoder_io_layout.json").read_text())
+    names = {e["onnx_name"]: e["tflite_name"] for e in layout["inputs"] + layout["outputs"]}
+    runner = Interpreter(model_path=str(tmp_path / "out" / "decoder_float32.tflite")
+                         ).get_signature_runner()
+    kinds = {k: d["dtype"] for k, d in runner.get_input_details().items()}
+    got = runner(**{names[k]: v.astype(kinds[names[k]]) for k, v in feeds.items()
+                    if k in names})
+    for name, value in want.items():
+        assert_close(got[names[name]], value, 1e-5, name)
