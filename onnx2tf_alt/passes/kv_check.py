@@ -136,7 +136,7 @@ def _decode(model: onnx.ModelProto, entries: list, capacity: int | None,
     drawn: dict[str, np.ndarray] = {}  # encoder states, cross caches: the same at each step
     caches = {e.past: None for e in entries}
     found, length = [], 0
-    for tokens in (prompt, prompt[:1] * 0 + int(rng.integers(0, width))):
+    for tokens in (prompt, rng.integers(0, width, 1)):  # the prompt, then one token
         feeds = _feeds(model, entries, capacity, caches, tokens, length, drawn, known)
         out = dict(zip(names, session.run(None, feeds)))
         found.append(out[logits].reshape(-1, out[logits].shape[-1])[-1])
