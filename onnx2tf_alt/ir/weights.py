@@ -161,6 +161,11 @@ def remove_spilled_file(path: str) -> None:
         os.remove(path)
 
 
+def initializer_bytes(model: onnx.ModelProto) -> int:
+    """The bytes of `model`'s initializers, inline or kept on disk."""
+    return sum(_nbytes(t) for t in model.graph.initializer)
+
+
 def _nbytes(tensor: onnx.TensorProto) -> int:
     size = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
     return int(np.prod(tensor.dims, dtype=np.int64)) * size

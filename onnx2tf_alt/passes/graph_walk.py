@@ -80,3 +80,17 @@ def nodes_upstream(producer: dict[str, onnx.NodeProto], name: str,
         found.append(producer[name])
         todo.extend(i for i in producer[name].input if i)
     return found
+
+
+def small_constant(graph: onnx.GraphProto, name: str) -> list[int] | None:
+    """The values of a small integer constant (a Constant node's or an inline initializer's),
+    else None."""
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output[0] == name and node.attribute:
+            value = onnx.helper.get_attribute_value(node.attribute[0])
+            return onnx.numpy_helper.to_array(value).reshape(-1).tolist() \
+                if isinstance(value, onnx.TensorProto) else None
+    for init in graph.initializer:
+        if init.name == name and init.data_location != onnx.TensorProto.EXTERNAL:
+            return onnx.numpy_helper.to_array(init).reshape(-1).tolist()
+    return None

@@ -46,6 +46,7 @@ from onnx2tf_alt.passes.graph_walk import (
     TABLE_CARRIERS,
     concat_of,
     constant_dims,
+    small_constant,
     source_of,
     traced,
 )
@@ -583,7 +584,7 @@ def _head_size(graph: onnx.GraphProto, node: onnx.NodeProto, heads: int, kv_head
             width = weight[0 if transposed else -1] if weight else None
             break
         elif made.op_type in ("Reshape", "Split"):  # [.., width] or one part of a split
-            sizes = _small_constant(graph, made.input[1]) if len(made.input) > 1 else None
+            sizes = small_constant(graph, made.input[1]) if len(made.input) > 1 else None
             if made.op_type == "Split" and sizes is None:
                 sizes = next((list(a.ints) for a in made.attribute if a.name == "split"), None)
             at = -1 if made.op_type == "Reshape" else list(made.output).index(name)
@@ -609,20 +610,6 @@ def _head_size(graph: onnx.GraphProto, node: onnx.NodeProto, heads: int, kv_head
             shape[3].Clear()
             shape[3].dim_value = head
     return head
-
-
-def _small_constant(graph: onnx.GraphProto, name: str) -> list[int] | None:
-    """The values of a small integer constant (a Constant node's or an inline initializer's),
-    else None."""
-    for node in graph.node:
-        if node.op_type == "Constant" and node.output[0] == name and node.attribute:
-            value = helper.get_attribute_value(node.attribute[0])
-            return onnx.numpy_helper.to_array(value).reshape(-1).tolist() \
-                if isinstance(value, onnx.TensorProto) else None
-    for init in graph.initializer:
-        if init.name == name and init.data_location != onnx.TensorProto.EXTERNAL:
-            return onnx.numpy_helper.to_array(init).reshape(-1).tolist()
-    return None
 
 
 def _dims(graph: onnx.GraphProto, name: str) -> list[int]:

@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 
 from onnx2tf_alt.errors import UnsupportedFormError
+from onnx2tf_alt.ir.weights import initializer_bytes
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -41,7 +42,7 @@ def check_rewrite(original: onnx.ModelProto, rewritten: onnx.ModelProto, entries
     otherwise than `original` (see the module docstring)."""
     if capacity < PROMPT + 1 or _cache_bytes(rewritten, entries) > CHECK_CACHE_BYTES:
         return
-    size = weight_bytes(original)
+    size = initializer_bytes(original)
     if size > CHECK_BYTES:
         log.info("--kv_cache_capacity: the rewritten decoder is not run against the original "
                  "(%.1f GB of weights; the check runs up to %.1f GB)", size / 1e9,
@@ -73,19 +74,6 @@ def check_rewrite(original: onnx.ModelProto, rewritten: onnx.ModelProto, entries
     log.info("--kv_cache_capacity: the rewritten decoder computes the original's logits in "
              "onnxruntime (two steps, %s of their largest value apart at most)",
              f"{max(differences):.1g}")
-
-
-def weight_bytes(model: onnx.ModelProto) -> int:
-    """The bytes of `model`'s initializers, inline or kept on disk."""
-    total = 0
-    for tensor in model.graph.initializer:
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            total += int(next((e.value for e in tensor.external_data if e.key == "length"), 0))
-        else:
-            count = int(np.prod(tensor.dims)) if tensor.dims else 1
-            itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-            total += len(tensor.raw_data) or count * itemsize
-    return total
 
 
 def _cache_bytes(model: onnx.ModelProto, entries: list) -> int:

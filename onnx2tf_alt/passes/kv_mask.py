@@ -47,6 +47,7 @@ from onnx2tf_alt.passes.graph_walk import (
     concat_of,
     constant_dims,
     nodes_upstream,
+    small_constant,
     source_of,
     traced,
 )
@@ -399,9 +400,9 @@ def _length_scalars(graph: onnx.GraphProto, producer: dict, read: str, lengths: 
                                                                  bounds.get("end", rank)))
                 at, one = start, min(end, rank) - start == 1
             else:
-                value = _constant(graph, node.input[1])
-                one = value is not None and value.size == 1
-                at = int(value.reshape(-1)[0]) % rank if one and rank else None
+                value = small_constant(graph, node.input[1])
+                one = value is not None and len(value) == 1
+                at = int(value[0]) % rank if one and rank else None
             if not (rank and one and at == axis):
                 return None
             found.append(name)
@@ -413,17 +414,6 @@ def _length_scalars(graph: onnx.GraphProto, producer: dict, read: str, lengths: 
                     return None
                 todo.append(name_in)
     return found
-
-
-def _constant(graph: onnx.GraphProto, name: str):
-    """The value of the initializer or Constant node `name`, or None."""
-    for tensor in graph.initializer:
-        if tensor.name == name:
-            return numpy_helper.to_array(tensor)
-    for node in graph.node:
-        if node.op_type == "Constant" and node.output[0] == name:
-            return numpy_helper.to_array(next(a.t for a in node.attribute if a.name == "value"))
-    return None
 
 
 def _copy_path(graph: onnx.GraphProto, producer: dict, name: str, shifted: dict) -> str:

@@ -974,9 +974,6 @@ def unshared_moves(flat: FlatGraph, outputs: list[int]) -> None:
     RESHAPE of an integer or boolean value reads a copy of it (an ADD of 0, a LOGICAL_OR
     with false: the same int64 count concatenated was written over, float32 values in the
     same places were not)."""
-    from onnx2tf_alt.tflite.flatgraph import TYPES
-
-    dtypes = {code: dtype for dtype, code in TYPES.items()}
     readers = _consumers(flat)
     for move in [op for op in flat.operators if op.name in MOVES]:
         x, y = move.inputs[0], move.outputs[0]
@@ -992,7 +989,7 @@ def unshared_moves(flat: FlatGraph, outputs: list[int]) -> None:
                 readers[x].remove(other)
         if not [op for op in readers.get(x, []) if op is not move] and x not in outputs:
             continue
-        dtype = dtypes.get(flat.tensors[x].type)
+        dtype = flat.dtype(x)
         if dtype not in _COPIES or flat.tensors[x].quantization is not None and (
                 flat.tensors[x].quantization.scale is not None):
             continue
