@@ -770,6 +770,38 @@ def test_a_rewrite_that_does_not_compute_the_original_is_refused():
         "run in onnxruntime on the same 3-token prompt, the "), str(error.value)
 
 
+def test_the_check_runs_on_weights_kept_on_disk_whatever_their_size(tmp_path, monkeypatch):
+    """A decoder whose weights stay on disk (external data, as every large decoder's do) is
+    checked, whatever their size where the memory holds them (here counted as 5 GB of 16):
+    onnxruntime reads them where they are. The check once stopped at 1 GB of weights, so a
+    real LLM's rewrite was never run."""
+    import onnx2tf_alt.passes.kv_check as kv_check
+    from onnx2tf_alt.ir.loader import load_model
+
+    monkeypatch.setattr(kv_check, "initializer_bytes", lambda model: 5 << 30)
+    monkeypatch.setattr(kv_check, "_available_bytes", lambda: 16 << 30)
+    source = tmp_path / "decoder.onnx"
+    onnx.save(with_linear_bias(decoder_model()), source, save_as_external_data=True,
+              location="decoder.data", size_threshold=0)
+    model = load_model(source)
+    assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    with pytest.raises(UnsupportedFormError, match="does not compute the original's logits"):
+        fixed_capacity(model, CAPACITY)
+
+
+def test_a_check_that_cannot_run_says_so(monkeypatch, caplog):
+    """Where the weights and caches do not fit in the memory available, the check is not
+    run, and the run says so at -v info (it would read the weights from disk at every step)."""
+    import onnx2tf_alt.passes.kv_check as kv_check
+
+    monkeypatch.setattr(kv_check, "_available_bytes", lambda: 1 << 10)
+    with caplog.at_level("INFO", logger="onnx2tf_alt"):
+        fixed_capacity(with_linear_bias(decoder_model()), CAPACITY)
+    assert ("--kv_cache_capacity: the rewritten decoder is not run against the original"
+            in caplog.text), caplog.text
+    assert "of memory available" in caplog.text
+
+
 def test_positions_counted_in_a_mask_that_is_not_a_2d_count_are_refused():
     """The filled slots replace the past's length only where a [batch, past + sequence]
     mask of ones and zeros counts them; a float mask (an additive bias of 0 and -inf, 2-D or
