@@ -775,8 +775,8 @@ def test_the_check_runs_on_weights_kept_on_disk_whatever_their_size(tmp_path, mo
     checked, whatever their size where the memory holds them (here counted as 5 GB of 16):
     onnxruntime reads them where they are. The check once stopped at 1 GB of weights, so a
     real LLM's rewrite was never run."""
-    import onnx2tf_alt.passes.kv_check as kv_check
     from onnx2tf_alt.ir.loader import load_model
+    from onnx2tf_alt.passes import kv_check
 
     monkeypatch.setattr(kv_check, "initializer_bytes", lambda model: 5 << 30)
     monkeypatch.setattr(kv_check, "_available_bytes", lambda: 16 << 30)
@@ -792,7 +792,7 @@ def test_the_check_runs_on_weights_kept_on_disk_whatever_their_size(tmp_path, mo
 def test_a_check_that_cannot_run_says_so(monkeypatch, caplog):
     """Where the weights and caches do not fit in the memory available, the check is not
     run, and the run says so at -v info (it would read the weights from disk at every step)."""
-    import onnx2tf_alt.passes.kv_check as kv_check
+    from onnx2tf_alt.passes import kv_check
 
     monkeypatch.setattr(kv_check, "_available_bytes", lambda: 1 << 10)
     with caplog.at_level("INFO", logger="onnx2tf_alt"):
