@@ -29,8 +29,13 @@ rewritten here, or the conversion is refused:
   static. Positions made from the length some other way (through a shape or an index) are
   refused.
 
-What neither rule sees (an ALiBi bias counted from the keys' Range) is caught after the
-rewrite by running it (passes/kv_check.py).
+A constant table whose last `keys` entries a Slice takes, one per key, its start made from
+the keys' length (MPT's ALiBi: bias[..., max_len - keys:]), is read by a Gather instead: a
+filled slot's entry where the past growing would read it, a step key's after the filled
+slots'.
+
+What no rule here sees (an ALiBi bias counted from a Range of a mask's shape) is caught
+after the rewrite by running it (passes/kv_check.py).
 """
 
 from __future__ import annotations
@@ -226,14 +231,20 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
         i.name for i in graph.input
         if any(d.dim_param and d.dim_param != s and s in d.dim_param
                for d in i.type.tensor_type.shape.dim for s in symbols)}
-    # a present key's Concat: the keys (past and new) that a key position indexes
-    keys = {c.output[0] for c in (_present_concat(graph, producer, e.present) for e in entries)
-            if c}
+    # a present key's Concat: the keys (past and new) that a key position indexes, with
+    # its past's (rank, axis)
+    ranks = {i.name: len(i.type.tensor_type.shape.dim) for i in graph.input}
+    keys = {}
+    for entry in entries:
+        concat = _present_concat(graph, producer, entry.present)
+        if concat is not None:
+            keys[concat.output[0]] = (ranks.get(entry.past, 0), entry.axis)
     lengths = {n.output[0] for n in graph.node if n.op_type == "Shape"
-               and source_of(producer, n.input[0]) in spans | keys}
+               and source_of(producer, n.input[0]) in spans | set(keys)}
     if not lengths:
         return
-    tables = {name for name, dims in constant_dims(graph).items() if len(dims) == 2}
+    constants = constant_dims(graph)
+    tables = {name for name, dims in constants.items() if len(dims) == 2}
 
     def moved(read: str) -> tuple[list, list[str]] | None:
         """(the Ranges, the length values) `read` is computed from; None where some length
@@ -243,7 +254,7 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
         # the length as a value besides the Ranges (transformers 5's T5: Range(0, sequence)
         # + the past's length) or instead of them (M2M100's CumSum)
         scalars = _length_scalars(graph, producer, read, lengths, entries,
-                                  {n.output[0] for n in ranges})
+                                  {n.output[0] for n in ranges}, keys)
         return None if scalars is None or not (ranges or scalars) else (ranges, scalars)
 
     reads = []  # (node, input index, its Ranges and length values)
@@ -256,6 +267,15 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
             # stays a constant the conversion folds)
             if all(found) and any(_offset(producer, i, lengths) for i in node.input[:2]):
                 reads += [(node, k, f) for k, f in enumerate(found)]
+            continue
+        if node.op_type == "Slice":  # a table's last entries, as many as the keys (ALiBi)
+            axis = _keys_table_axis(graph, producer, node, lengths, constants)
+            # its start a value made from the keys' length (no Range on the way: the Shape
+            # the length is read from ends the walk, not the keys' own computation)
+            scalars = None if axis is None else _length_scalars(
+                graph, producer, node.input[1], lengths, entries, set(), keys)
+            if scalars:
+                reads.append((node, axis, ([], scalars)))
             continue
         if node.op_type in ("Cos", "Sin"):
             index = 0
@@ -303,6 +323,10 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
     added.before(None)
     shifted: dict[str, str] = {}  # a tensor -> its copy made from the moved positions
     for node, index, (ranges, scalars) in reads:
+        if node.op_type == "Slice":
+            _gather_keys_entries(added, graph, producer, node, index, scalars, shifted, shift,
+                                 capacity, constants)
+            continue
         for at in ranges:
             if at.output[0] in shifted:
                 continue
@@ -327,6 +351,66 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
                 shifted[scalar] = added.add("Add", [scalar, step], f"{scalar}/filled")
                 added.after(producer[scalar])
         node.input[index] = _copy_path(graph, producer, node.input[index], shifted)
+
+
+def _keys_table_axis(graph: onnx.GraphProto, producer: dict, node: onnx.NodeProto,
+                     lengths: set[str], constants: dict) -> int | None:
+    """The axis along which Slice `node` takes a constant table's last entries from a start
+    made from the keys' length (MPT's ALiBi: bias[..., max_len - keys:], one entry per key),
+    or None for any other Slice."""
+    table = traced(producer, node.input[0], ("Identity",))
+    dims = constants.get(table)
+    if not dims or len(node.input) < 4 or not computed_from(producer, node.input[1], lengths):
+        return None
+    ends, axes = (small_constant(graph, n) for n in node.input[2:4])
+    steps = small_constant(graph, node.input[4]) if len(node.input) > 4 and node.input[4] \
+        else np.ones(1, np.int64)
+    if ends is None or axes is None or len(axes) != 1 or steps is None or list(steps) != [1]:
+        return None
+    axis = int(axes[0]) % len(dims)
+    return axis if axis == len(dims) - 1 and int(ends[0]) >= dims[axis] else None
+
+
+def _gather_keys_entries(added: _Nodes, graph: onnx.GraphProto, producer: dict,
+                         node: onnx.NodeProto, axis: int, scalars: list[str], shifted: dict,
+                         shift: str, capacity: int, constants: dict) -> None:
+    """Slice `node` (see _keys_table_axis) replaced by a Gather of its table at each key's
+    entry as the past growing would read it: the table's last filled + sequence entries
+    (its start made from the keys' length moved to the filled slots), a filled slot's at
+    its index, a step key's after the filled slots; an empty slot's (masked) at an index
+    kept in the table."""
+    for scalar in scalars:
+        if scalar not in shifted:
+            step = added.like(shift, scalar, f"{scalar}/shift", TensorProto.INT64)
+            shifted[scalar] = added.add("Add", [scalar, step], f"{scalar}/filled")
+            added.after(producer[scalar])
+    size = constants[traced(producer, node.input[0], ("Identity",))][axis]
+    true_start = _copy_path(graph, producer, node.input[1], shifted)
+    out, scalar_shape = node.output[0], added.constant(f"{node.output[0]}/scalar",
+                                                       np.zeros(0, np.int64))
+    start = added.add("Reshape", [node.input[1], scalar_shape], f"{out}/start")
+    first = added.add("Reshape", [true_start, scalar_shape], f"{out}/true_start")
+    count = added.add("Sub", [added.constant(f"{out}/size", np.array(size, np.int64)), start],
+                      f"{out}/count")
+    slot = added.add("Range", [added.constant(f"{out}/zero", np.array(0, np.int64)), count,
+                               added.constant(f"{out}/one", np.array(1, np.int64))],
+                     f"{out}/slot")
+    in_cache = added.add("Less", [slot, added.constant(f"{out}/capacity",
+                                                       np.array(capacity, np.int64))],
+                         f"{out}/in_cache")
+    moved = added.add("Where", [in_cache, slot, added.add("Add", [slot, shift],
+                                                            f"{out}/after_filled")],
+                      f"{out}/position")
+    entry = added.add("Add", [first, moved], f"{out}/entry")
+    entry = added.add("Max", [entry, added.constant(f"{out}/lowest", np.array(0, np.int64))],
+                      f"{out}/entry_low")
+    entry = added.add("Min", [entry, added.constant(f"{out}/highest",
+                                                    np.array(size - 1, np.int64))],
+                      f"{out}/entry_in_table")
+    added.nodes.append(helper.make_node("Gather", [node.input[0], entry], [out], axis=axis,
+                                        name=f"{node.name or out}/onnx2tf_alt_keys"))
+    added.before(node)
+    graph.node.remove(node)
 
 
 _COMPARISONS = ("Less", "LessOrEqual", "Greater", "GreaterOrEqual")
@@ -364,13 +448,14 @@ _SUBGRAPHS = {"If", "Loop", "Scan"}
 
 
 def _length_scalars(graph: onnx.GraphProto, producer: dict, read: str, lengths: set[str],
-                    entries: list, ranges: set[str]) -> list[str] | None:
+                    entries: list, ranges: set[str], keys: dict) -> list[str] | None:
     """The past's lengths that `read` is computed from as values, besides the outputs of
     `ranges` (M2M100's and NLLB's positions: (CumSum(ids != pad) + past length) * (ids !=
     pad) + pad): each a Gather of a length Shape at the cache's axis, reaching `read`
-    as values (no _SIZE_INPUTS on the way; a Shape of what it computes reads no value).
-    None when it is computed from a length some other way (a shape it gives, another
-    axis)."""
+    as values (no _SIZE_INPUTS on the way; a Shape of what it computes reads no value), or
+    a Gather of a present key's Concat's Shape (`keys`: {concat: (rank, axis)}) at its
+    past's axis. None when it is computed from a length some other way (a shape it gives,
+    another axis)."""
     axes = {e.past: e.axis for e in entries}
     # stop at the Ranges, and at a Shape of what the length computes (no value of it read)
     beside = {n: node for n, node in producer.items() if n not in ranges and (
@@ -393,7 +478,7 @@ def _length_scalars(graph: onnx.GraphProto, producer: dict, read: str, lengths: 
             source = source_of(producer, shape.input[0])
             rank = next((len(i.type.tensor_type.shape.dim) for i in graph.input
                          if i.name == source), 0)
-            axis = axes.get(source, rank - 1)
+            rank, axis = keys.get(source, (rank, axes.get(source, rank - 1)))
             if name in lengths:
                 bounds = {a.name: a.i for a in shape.attribute}
                 start, end = (b + rank if b < 0 else b for b in (bounds.get("start", 0),

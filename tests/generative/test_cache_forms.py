@@ -28,6 +28,7 @@ from kv_decoder import (
     LAYERS,
     NEW,
     PAST,
+    POSITIONS,
     PROMPT,
     WIDTH,
     cached_steps,
@@ -758,6 +759,57 @@ def with_linear_bias(model: onnx.ModelProto, slope: float = 0.5) -> onnx.ModelPr
     return in_order(model, nodes)
 
 
+def with_alibi(model: onnx.ModelProto, form: str = "table") -> onnx.ModelProto:
+    """`model` with an ALiBi bias on each layer's scores, as MPT's export computes it: a
+    constant [heads, 1, POSITIONS] table of slope * (j - (POSITIONS - 1)) whose last `keys`
+    entries are taken, keys read from the present key's Shape (Slice(table, POSITIONS -
+    keys, INT64_MAX, axis 2)). `form` "values": the table as an initializer, the Slice with
+    its steps."""
+    graph = model.graph
+    slopes = 2.0 ** -np.arange(1, HEADS + 1)
+    table = (slopes[:, None, None] * (np.arange(POSITIONS) - (POSITIONS - 1))
+             ).astype(np.float32)
+    if form == "values":
+        graph.initializer.append(numpy_helper.from_array(table, "alibi_table"))
+        nodes = []
+    else:
+        nodes = [helper.make_node("Constant", [], ["alibi_table"],
+                                  value=numpy_helper.from_array(table))]
+    graph.initializer.extend([
+        numpy_helper.from_array(np.array(POSITIONS, np.int64), "alibi_positions"),
+        numpy_helper.from_array(np.array([np.iinfo(np.int64).max], np.int64), "alibi_end"),
+        numpy_helper.from_array(np.array([0], np.int64), "alibi_at_0")])
+    for layer in range(LAYERS):
+        p = f"l{layer}_alibi"
+        nodes += [
+            helper.make_node("Shape", [f"present.{layer}.key"], [p + "_shape"]),
+            helper.make_node("Gather", [p + "_shape", "axis_2"], [p + "_keys"], axis=0),
+            helper.make_node("Squeeze", [p + "_keys", "alibi_at_0"], [p + "_count"]),
+            helper.make_node("Sub", ["alibi_positions", p + "_count"], [p + "_start_0"]),
+            helper.make_node("Unsqueeze", [p + "_start_0", "alibi_at_0"], [p + "_start"]),
+            helper.make_node("Slice", ["alibi_table", p + "_start", "alibi_end", "axis_2"]
+                             + (["one_step"] if form == "values" else []), [p]),
+            helper.make_node("Add", ["mask_bias", p], [p + "_biased"]),
+        ]
+        add = next(n for n in graph.node if n.output[0] == f"l{layer}_kept")
+        add.input[1] = p + "_biased"
+    if form == "values":
+        graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), "one_step"))
+    return in_order(model, nodes)
+
+
+@pytest.mark.parametrize("form", ["table", "values"])
+def test_an_alibi_table_sliced_by_the_keys_length_reads_each_keys_entry(form):
+    """MPT's ALiBi: the last `keys` entries of a constant table, one per key. With a
+    fixed-capacity cache the keys are capacity + sequence, so every filled slot read the
+    entry of a key further back (Optimum's MPT: exit 0 and 4 of 32 tokens, then refused by
+    the check); now a Gather reads each filled slot's entry and each step key's after them."""
+    model = with_alibi(decoder_model(), form)
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)
+    decode_as_onnxruntime(model, reference)
+
+
 def test_a_rewrite_that_does_not_compute_the_original_is_refused():
     """passes/kv_check.py runs the original (past growing) and the rewritten decoder on the
     same prompt and next token in onnxruntime: a form the rewrite recognises only in part
@@ -821,6 +873,7 @@ FORMS = {
     "a sliding window": lambda: with_window(decoder_model()),
     "M2M100's positions": lambda: positions_from_the_past(decoder_model(), "past.0.key",
                                                           "cumsum"),
+    "MPT's ALiBi": lambda: with_alibi(decoder_model()),
 }
 
 
