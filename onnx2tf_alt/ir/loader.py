@@ -10,7 +10,8 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
 from onnx2tf_alt.errors import InputError, printable
-from onnx2tf_alt.ir.weights import keep_on_disk, spill
+from onnx2tf_alt.ir.in_place import read_in_place
+from onnx2tf_alt.ir.weights import keep_on_disk, spill, weight_free_copy
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -31,7 +32,7 @@ def load_model(
     left on disk and read as needed (ir/weights.py). An opset newer than the installed onnx
     package knows is refused unless `allow_newer_opset` (then it converts as the newest).
     """
-    checked = False
+    checked, in_place = False, 0
     if proto is not None:
         model = onnx.ModelProto()
         model.CopyFrom(proto)
@@ -40,11 +41,12 @@ def load_model(
         if path is None:
             raise InputError("No model given: pass -i/--input_onnx_file_path (a .onnx file).")
         path = os.fspath(path)
-        model = _read(path, load_external_data=False)
+        model, in_place = _read(path)
         source = f"'{path}'"
         if external_data_paths(path, model):  # every file present and readable
-            _run_checker(path, source, allow_newer_opset)  # by path: the data stays on disk
-            checked = True
+            if not in_place:  # by path: the data stays on disk (in place: the proto's light)
+                _run_checker(path, source, allow_newer_opset)
+                checked = True
             try:
                 on_disk = keep_on_disk(model, os.path.dirname(os.path.abspath(path)))
             except (OSError, ValueError) as exc:
@@ -56,8 +58,8 @@ def load_model(
     if not model.graph.node and not model.graph.output:
         raise InputError(f"{source} holds no ONNX graph (no nodes and no outputs).")
     _check_opset(model, source, allow_newer_opset)
-    if not checked:
-        _run_checker(model, source, allow_newer_opset)
+    if not checked:  # the weights left in the file are the model's inputs to the checker
+        _run_checker(weight_free_copy(model) if in_place else model, source, allow_newer_opset)
     _check_has_inputs(model, source)  # after the checker, which names what is invalid
     try:
         model, moved = spill(model)
@@ -115,11 +117,13 @@ def _check_has_inputs(model: onnx.ModelProto, source: str) -> None:
         )
 
 
-def _read(path: str, load_external_data: bool) -> onnx.ModelProto:
+def _read(path: str) -> tuple[onnx.ModelProto, int]:
+    """(the model at `path` without its external data, its inline weights left in the file
+    as external data of the file itself (ir/in_place.py), the bytes so left)."""
     if not os.path.isfile(path):
         raise InputError(f"Input model '{path}' does not exist or is not a file.")
     try:
-        return onnx.load(path, load_external_data=load_external_data)
+        return read_in_place(path)
     except (DecodeError, RuntimeError, ValueError, OSError) as exc:
         raise InputError(
             f"'{path}' could not be read as an ONNX model ({type(exc).__name__}: "
@@ -133,7 +137,7 @@ def external_data_paths(path: str, model: onnx.ModelProto | None = None) -> list
     missing, unreadable or outside the model's folder. `model`: the file loaded without
     its external data (read again when omitted)."""
     if model is None:
-        model = _read(path, load_external_data=False)
+        model, _ = _read(path)
     base = os.path.dirname(os.path.abspath(path))
     found = []
     for tensor in external_data_helper._get_all_tensors(model):

@@ -39,7 +39,7 @@ SPILLED: list[str] = []  # the files `spill` wrote, removed by remove_spilled
 
 # Element types whose external bytes are the little-endian array itself (memory-mappable);
 # the others (strings, 4-bit and 8-bit floats, bfloat16) are read with onnx's own decoder.
-_RAW_TYPES = {
+RAW_TYPES = {
     onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
     onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
     onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
@@ -85,9 +85,9 @@ def spill(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     (`release`). The proto is parsed anew without them, which frees protobuf's memory of
     the old one. The file is removed at the end of a conversion (conversion.convert) or at exit."""
     large = [t for t in model.graph.initializer
-             if not is_external(t) and t.data_type in _RAW_TYPES
+             if not is_external(t) and t.data_type in RAW_TYPES
              and int(np.prod(t.dims, dtype=np.int64)) > INFERENCE_VALUE_LIMIT]
-    total = sum(_nbytes(t) for t in large)
+    total = sum(tensor_bytes(t) for t in large)
     if total < SPILL_BYTES:
         return model, 0
     _write_spilled((tensor, numpy_helper.to_array(tensor)) for tensor in large)
@@ -113,7 +113,7 @@ def add_spilled(container, name: str, array: np.ndarray,
     tensor.data_type = (helper.np_dtype_to_tensor_dtype(array.dtype) if data_type is None
                         else data_type)
     tensor.dims.extend(array.shape)
-    if array.nbytes >= SPILL_ONE and tensor.data_type in _RAW_TYPES:
+    if array.nbytes >= SPILL_ONE and tensor.data_type in RAW_TYPES:
         _write_spilled([(tensor, array)])
     else:
         tensor.raw_data = np.ascontiguousarray(array, array.dtype.newbyteorder("<")).tobytes()
@@ -163,10 +163,10 @@ def remove_spilled_file(path: str) -> None:
 
 def initializer_bytes(model: onnx.ModelProto) -> int:
     """The bytes of `model`'s initializers, inline or kept on disk."""
-    return sum(_nbytes(t) for t in model.graph.initializer)
+    return sum(tensor_bytes(t) for t in model.graph.initializer)
 
 
-def _nbytes(tensor: onnx.TensorProto) -> int:
+def tensor_bytes(tensor: onnx.TensorProto) -> int:
     size = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
     return int(np.prod(tensor.dims, dtype=np.int64)) * size
 
@@ -176,7 +176,7 @@ def to_array(tensor: onnx.TensorProto) -> np.ndarray:
     from the proto (numpy_helper.to_array)."""
     if not is_external(tensor):
         return numpy_helper.to_array(tensor)
-    if tensor.data_type not in _RAW_TYPES:
+    if tensor.data_type not in RAW_TYPES:
         return numpy_helper.to_array(tensor, FILESYSTEM_ROOT)
     info = external_data_helper.ExternalDataInfo(tensor)
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).newbyteorder("<")
