@@ -29,7 +29,8 @@ def load_model(
     """The ModelProto to convert (a copy: the caller's proto and file are never modified).
 
     External data is read from the model's folder: small tensors into the model, large ones
-    left on disk and read as needed (ir/weights.py). An opset newer than the installed onnx
+    left on disk and read as needed (ir/weights.py); large inline weights are left in the
+    model file itself and read the same way (ir/in_place.py). An opset newer than the installed onnx
     package knows is refused unless `allow_newer_opset` (then it converts as the newest).
     """
     checked, in_place = False, 0

@@ -79,8 +79,10 @@ def spill(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     into a temporary file and read from there like external data, when they come to
     SPILL_BYTES or more; else `model` itself. Returns the model and the bytes moved.
 
-    A model read from a file carries its weights in the proto; the graph's arrays and the
-    Keras model would each hold another copy (light_vgg19: 548 MB three times). Moved,
+    A model given as a proto (or a file's weights that ir/in_place.py does not leave in the
+    file: those under 64 KB each, typed fields) carries its weights in the proto; the
+    graph's arrays and the Keras model would each hold another copy (light_vgg19: 548 MB
+    three times). Moved,
     they are read through memory maps whose pages the Keras model's copy drops
     (`release`). The proto is parsed anew without them, which frees protobuf's memory of
     the old one. The file is removed at the end of a conversion (conversion.convert) or at exit."""
