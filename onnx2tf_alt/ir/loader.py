@@ -44,10 +44,11 @@ def load_model(
         path = os.fspath(path)
         model, in_place = _read(path)
         source = f"'{path}'"
-        if external_data_paths(path, model):  # every file present and readable
-            if not in_place:  # by path: the data stays on disk (in place: the proto's light)
-                _run_checker(path, source, allow_newer_opset)
-                checked = True
+        external = external_data_paths(path, model)  # every file present and readable
+        if external and not in_place:  # by path: the data stays on disk
+            _run_checker(path, source, allow_newer_opset)
+            checked = True
+        if external or in_place:
             try:
                 on_disk = keep_on_disk(model, os.path.dirname(os.path.abspath(path)))
             except (OSError, ValueError) as exc:
@@ -134,13 +135,14 @@ def _read(path: str) -> tuple[onnx.ModelProto, int]:
 
 
 def external_data_paths(path: str, model: onnx.ModelProto | None = None) -> list[str]:
-    """The external-data files `path` refers to (absolute paths); InputError when one is
-    missing, unreadable or outside the model's folder. `model`: the file loaded without
-    its external data (read again when omitted)."""
+    """The external-data files `path` refers to (absolute paths), the model file itself
+    never among them (its inline weights read in place point at it); InputError when one is
+    missing, unreadable or outside the model's folder. `model`: the file loaded without its
+    external data (read again when omitted)."""
     if model is None:
         model, _ = _read(path)
     base = os.path.dirname(os.path.abspath(path))
-    found = []
+    found = [os.path.normpath(os.path.abspath(path))]
     for tensor in external_data_helper._get_all_tensors(model):
         if not external_data_helper.uses_external_data(tensor):
             continue
@@ -159,7 +161,7 @@ def external_data_paths(path: str, model: onnx.ModelProto | None = None) -> list
             )
         if location not in found:
             found.append(location)
-    return found
+    return found[1:]
 
 
 def _check_opset(model: onnx.ModelProto, source: str, allow_newer_opset: bool) -> None:

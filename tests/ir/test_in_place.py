@@ -14,7 +14,7 @@ from onnx import helper, numpy_helper
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.ir import weights
 from onnx2tf_alt.ir.in_place import IN_PLACE_BYTES, read_in_place
-from onnx2tf_alt.ir.loader import load_model
+from onnx2tf_alt.ir.loader import external_data_paths, load_model
 
 from harness import Rng, assert_close
 
@@ -57,6 +57,7 @@ def test_large_inline_weights_are_read_where_they_lie_in_the_file(tmp_path, monk
     in_place = {n for n, t in tensors.items() if weights.is_external(t)}
     assert in_place == {"w", "codes"}, in_place
     assert not weights.SPILLED
+    assert external_data_paths(path) == []  # the model file is not its own data file
     assert model.ByteSize() < IN_PLACE_BYTES
     for name in ("w", "codes"):
         mapped = weights.to_array(tensors[name])
