@@ -29,10 +29,11 @@ rewritten here, or the conversion is refused:
   static. Positions made from the length some other way (through a shape or an index) are
   refused.
 
-A constant table whose last `keys` entries a Slice takes, one per key, its start made from
-the keys' length (MPT's ALiBi: bias[..., max_len - keys:]), is read by a Gather instead: a
-filled slot's entry where the past growing would read it, a step key's after the filled
-slots'.
+A constant table sliced by bounds made from the keys' length reads the entries the past
+growing reads: one entry per key (MPT's ALiBi: bias[..., max_len - keys:]; GPT-Neo's mask:
+bias[..., :keys]) by a Gather, a filled slot's entry where the past growing would read it,
+a step key's after the filled slots'; one per query (GPT-Neo's rows: bias[..., keys -
+queries:keys, :]) from bounds moved to the filled slots.
 
 What no rule here sees (an ALiBi bias counted from a Range of a mask's shape) is caught
 after the rewrite by running it (passes/kv_check.py).
@@ -239,8 +240,8 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
         concat = _present_concat(graph, producer, entry.present)
         if concat is not None:
             keys[concat.output[0]] = (ranks.get(entry.past, 0), entry.axis)
-    lengths = {n.output[0] for n in graph.node if n.op_type == "Shape"
-               and source_of(producer, n.input[0]) in spans | set(keys)}
+    lengths = {n.output[0] for n in graph.node if n.op_type == "Shape" and source_of(
+        producer, traced(producer, n.input[0], ("Identity", "Cast"))) in spans | set(keys)}
     if not lengths:
         return
     constants = constant_dims(graph)
@@ -268,14 +269,15 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
             if all(found) and any(_offset(producer, i, lengths) for i in node.input[:2]):
                 reads += [(node, k, f) for k, f in enumerate(found)]
             continue
-        if node.op_type == "Slice":  # a table's last entries, as many as the keys (ALiBi)
-            axis = _keys_table_axis(graph, producer, node, lengths, constants)
-            # its start a value made from the keys' length (no Range on the way: the Shape
+        if node.op_type == "Slice":  # a table's entries, one per key or query (ALiBi, masks)
+            table = _table_slice(graph, producer, node, lengths, constants)
+            # its bounds values made from the keys' length (no Range on the way: the Shape
             # the length is read from ends the walk, not the keys' own computation)
-            scalars = None if axis is None else _length_scalars(
-                graph, producer, node.input[1], lengths, entries, set(), keys)
-            if scalars:
-                reads.append((node, axis, ([], scalars)))
+            found = [] if table is None else [
+                _length_scalars(graph, producer, node.input[k], lengths, entries, set(), keys)
+                for k in (1, 2) if computed_from(producer, node.input[k], lengths)]
+            if found and all(found):
+                reads.append((node, table, ([], [s for f in found for s in f])))
             continue
         if node.op_type in ("Cos", "Sin"):
             index = 0
@@ -323,10 +325,6 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
     added.before(None)
     shifted: dict[str, str] = {}  # a tensor -> its copy made from the moved positions
     for node, index, (ranges, scalars) in reads:
-        if node.op_type == "Slice":
-            _gather_keys_entries(added, graph, producer, node, index, scalars, shifted, shift,
-                                 capacity, constants)
-            continue
         for at in ranges:
             if at.output[0] in shifted:
                 continue
@@ -350,63 +348,91 @@ def _shift_positions(model: onnx.ModelProto, entries: list, capacity: int, mask:
                 step = added.like(shift, scalar, f"{scalar}/shift", TensorProto.INT64)
                 shifted[scalar] = added.add("Add", [scalar, step], f"{scalar}/filled")
                 added.after(producer[scalar])
-        node.input[index] = _copy_path(graph, producer, node.input[index], shifted)
+        if node.op_type == "Slice":  # index: (axis, kind, size) of a table (_table_slice)
+            _moved_slice(added, graph, producer, node, index, shifted, shift, capacity)
+        else:
+            node.input[index] = _copy_path(graph, producer, node.input[index], shifted)
 
 
-def _keys_table_axis(graph: onnx.GraphProto, producer: dict, node: onnx.NodeProto,
-                     lengths: set[str], constants: dict) -> int | None:
-    """The axis along which Slice `node` takes a constant table's last entries from a start
-    made from the keys' length (MPT's ALiBi: bias[..., max_len - keys:], one entry per key),
-    or None for any other Slice."""
-    table = traced(producer, node.input[0], ("Identity",))
-    dims = constants.get(table)
-    if not dims or len(node.input) < 4 or not computed_from(producer, node.input[1], lengths):
+def _table_slice(graph: onnx.GraphProto, producer: dict, node: onnx.NodeProto,
+                 lengths: set[str], constants: dict) -> tuple[int, str, int] | None:
+    """(axis, kind, the table's size there) of Slice `node` when it takes a constant table's
+    entries along one axis between bounds made from the keys' length, else None. Kind "keys":
+    one entry per key, the table's last `keys` (MPT's ALiBi: bias[..., max_len - keys:]) or
+    its first (GPT-Neo's mask: bias[..., :keys]), along its last axis; "queries": one entry
+    per query, both bounds made from the keys' length (GPT-Neo's mask: bias[..., keys -
+    queries:keys, :]), along the axis before."""
+    if len(node.input) < 4:
         return None
-    ends, axes = (small_constant(graph, n) for n in node.input[2:4])
+    made = [computed_from(producer, node.input[k], lengths) is not None for k in (1, 2)]
+    axes = small_constant(graph, node.input[3])
     steps = small_constant(graph, node.input[4]) if len(node.input) > 4 and node.input[4] \
         else np.ones(1, np.int64)
-    if ends is None or axes is None or len(axes) != 1 or steps is None or list(steps) != [1]:
+    if not any(made) or axes is None or len(axes) != 1 or steps is None or list(steps) != [1]:
+        return None
+    table, rank = node.input[0], None
+    while table in producer and producer[table].op_type in ("Identity", "Slice"):
+        before = producer[table]
+        if before.op_type == "Slice":  # an earlier slice of the table, along another axis
+            other = small_constant(graph, before.input[3]) if len(before.input) > 3 else None
+            if other is None or len(other) != 1:
+                return None
+            rank = len(constants.get(traced(producer, table, ("Identity", "Slice")), [])) or 1
+            if int(other[0]) % rank == int(axes[0]) % rank:
+                return None
+        table = before.input[0]
+    dims = constants.get(table)
+    if not dims:
         return None
     axis = int(axes[0]) % len(dims)
-    return axis if axis == len(dims) - 1 and int(ends[0]) >= dims[axis] else None
+    if all(made):
+        kind = "queries" if axis == len(dims) - 2 else None
+    elif made[0]:  # from a start made from the keys' length to the table's end
+        ends = small_constant(graph, node.input[2])
+        kind = "keys" if ends is not None and int(ends[0]) >= dims[axis] else None
+    else:  # from a constant start to an end made from the keys' length
+        kind = "keys" if small_constant(graph, node.input[1]) is not None else None
+    if kind == "keys" and axis != len(dims) - 1:
+        kind = None
+    return None if kind is None else (axis, kind, dims[axis])
 
 
-def _gather_keys_entries(added: _Nodes, graph: onnx.GraphProto, producer: dict,
-                         node: onnx.NodeProto, axis: int, scalars: list[str], shifted: dict,
-                         shift: str, capacity: int, constants: dict) -> None:
-    """Slice `node` (see _keys_table_axis) replaced by a Gather of its table at each key's
-    entry as the past growing would read it: the table's last filled + sequence entries
-    (its start made from the keys' length moved to the filled slots), a filled slot's at
-    its index, a step key's after the filled slots; an empty slot's (masked) at an index
-    kept in the table."""
-    for scalar in scalars:
-        if scalar not in shifted:
-            step = added.like(shift, scalar, f"{scalar}/shift", TensorProto.INT64)
-            shifted[scalar] = added.add("Add", [scalar, step], f"{scalar}/filled")
-            added.after(producer[scalar])
-    size = constants[traced(producer, node.input[0], ("Identity",))][axis]
-    true_start = _copy_path(graph, producer, node.input[1], shifted)
+def _moved_slice(added: _Nodes, graph: onnx.GraphProto, producer: dict, node: onnx.NodeProto,
+                 table: tuple[int, str, int], shifted: dict, shift: str, capacity: int) -> None:
+    """Slice `node` of a table (see _table_slice) reading the entries the past growing reads.
+    Queries: its bounds made from the keys' length moved to the filled slots (the same
+    count of entries). Keys: a Gather of the table at each key's entry, counted from the
+    start the past growing would take: a filled slot's at its index, a step key's after
+    the filled slots, an empty slot's (masked) at an index kept in the table."""
+    axis, kind, size = table
+    if kind == "queries":
+        for k in (1, 2):
+            node.input[k] = _copy_path(graph, producer, node.input[k], shifted)
+        return
     out, scalar_shape = node.output[0], added.constant(f"{node.output[0]}/scalar",
                                                        np.zeros(0, np.int64))
-    start = added.add("Reshape", [node.input[1], scalar_shape], f"{out}/start")
-    first = added.add("Reshape", [true_start, scalar_shape], f"{out}/true_start")
-    count = added.add("Sub", [added.constant(f"{out}/size", np.array(size, np.int64)), start],
-                      f"{out}/count")
-    slot = added.add("Range", [added.constant(f"{out}/zero", np.array(0, np.int64)), count,
-                               added.constant(f"{out}/one", np.array(1, np.int64))],
-                     f"{out}/slot")
-    in_cache = added.add("Less", [slot, added.constant(f"{out}/capacity",
-                                                       np.array(capacity, np.int64))],
-                         f"{out}/in_cache")
+
+    def scalar(name: str, what: str) -> str:
+        return added.add("Reshape", [added.like(name, shift, f"{out}/{what}_i64",
+                                                TensorProto.INT64), scalar_shape],
+                         f"{out}/{what}")
+
+    def constant(what: str, value: int) -> str:
+        return added.constant(f"{out}/{what}", np.array(value, np.int64))
+
+    start = scalar(node.input[1], "start")
+    first = scalar(_copy_path(graph, producer, node.input[1], shifted), "true_start")
+    end = added.add("Min", [scalar(node.input[2], "end"), constant("size", size)],
+                    f"{out}/end_in_table")
+    count = added.add("Sub", [end, start], f"{out}/count")
+    slot = added.add("Range", [constant("zero", 0), count, constant("one", 1)], f"{out}/slot")
+    in_cache = added.add("Less", [slot, constant("capacity", capacity)], f"{out}/in_cache")
     moved = added.add("Where", [in_cache, slot, added.add("Add", [slot, shift],
                                                             f"{out}/after_filled")],
                       f"{out}/position")
     entry = added.add("Add", [first, moved], f"{out}/entry")
-    entry = added.add("Max", [entry, added.constant(f"{out}/lowest", np.array(0, np.int64))],
-                      f"{out}/entry_low")
-    entry = added.add("Min", [entry, added.constant(f"{out}/highest",
-                                                    np.array(size - 1, np.int64))],
-                      f"{out}/entry_in_table")
+    entry = added.add("Max", [entry, constant("lowest", 0)], f"{out}/entry_low")
+    entry = added.add("Min", [entry, constant("highest", size - 1)], f"{out}/entry_in_table")
     added.nodes.append(helper.make_node("Gather", [node.input[0], entry], [out], axis=axis,
                                         name=f"{node.name or out}/onnx2tf_alt_keys"))
     added.before(node)
@@ -471,16 +497,24 @@ def _length_scalars(graph: onnx.GraphProto, producer: dict, read: str, lengths: 
         if name in seen or node is None or not from_length(name):
             continue
         seen.add(name)
-        if name in lengths or node.op_type == "Gather" and node.input[0] in lengths:
-            # Shape(x, start=a, end=a + 1) (torch.export's) or Gather(Shape(x), a): a at the
-            # cache's axis (a mask: its last); any other read of a length is refused
+        if name in lengths or node.op_type in ("Gather", "Slice") and node.input[0] in lengths:
+            # Shape(x, start=a, end=a + 1) (torch.export's), Gather(Shape(x), a) or
+            # Slice(Shape(x), a, a + 1): a at the cache's axis (a mask: its last); any other
+            # read of a length is refused
             shape = producer[name if name in lengths else node.input[0]]
-            source = source_of(producer, shape.input[0])
+            source = source_of(producer, traced(producer, shape.input[0], ("Identity", "Cast")))
             rank = next((len(i.type.tensor_type.shape.dim) for i in graph.input
                          if i.name == source), 0)
             rank, axis = keys.get(source, (rank, axes.get(source, rank - 1)))
-            if name in lengths:
+            if name in lengths or node.op_type == "Slice":
                 bounds = {a.name: a.i for a in shape.attribute}
+                if node.op_type == "Slice":  # its own bounds, within the whole shape's
+                    read = [small_constant(graph, i) if i else None for i in node.input[1:5]]
+                    if bounds or any(r is None or len(r) != 1 for r in read[:2]) or (
+                            len(read) > 2 and read[2] is not None and int(read[2][0]) != 0) or (
+                            len(read) > 3 and read[3] is not None and int(read[3][0]) != 1):
+                        return None
+                    bounds = {"start": int(read[0][0]), "end": int(read[1][0])}
                 start, end = (b + rank if b < 0 else b for b in (bounds.get("start", 0),
                                                                  bounds.get("end", rank)))
                 at, one = start, min(end, rank) - start == 1
@@ -508,7 +542,7 @@ def _copy_path(graph: onnx.GraphProto, producer: dict, name: str, shifted: dict)
     if name in shifted:
         return shifted[name]
     node = producer.get(name)
-    if node is None:
+    if node is None or node.op_type in ("Shape", "Size"):  # no value read, none to move
         return name
     inputs = [_copy_path(graph, producer, i, shifted) if i else i for i in node.input]
     if inputs == list(node.input):

@@ -798,6 +798,47 @@ def with_alibi(model: onnx.ModelProto, form: str = "table") -> onnx.ModelProto:
     return in_order(model, nodes)
 
 
+def with_local_table(model: onnx.ModelProto, window: int = 3) -> onnx.ModelProto:
+    """`model` attending to the last `window` positions, as GPT-Neo's local layers read it:
+    a constant [1, 1, POSITIONS, POSITIONS] table of key <= query < key + window, its rows
+    [keys - queries, keys) and columns [0, keys) taken by two Slices, keys read as
+    Slice(Shape(Cast(present key)), -2, -1) and queries from the ids' Shape."""
+    graph = model.graph
+    rows, columns = np.indices((POSITIONS, POSITIONS))
+    table = ((columns <= rows) & (rows - columns < window))[None, None]
+    graph.initializer.extend([
+        numpy_helper.from_array(table, "local_table"),
+        numpy_helper.from_array(np.array([-2], np.int64), "at_minus_2"),
+        numpy_helper.from_array(np.array([-1], np.int64), "at_minus_1"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero_1d"),
+        numpy_helper.from_array(np.array([3], np.int64), "axis_3")])
+    causal = next(n for n in graph.node if n.output[0] == "causal")
+    causal.output[0] = "causal_alone"
+    return in_order(model, [
+        helper.make_node("Cast", ["present.0.key"], ["keys_cast"], to=onnx.TensorProto.FLOAT),
+        helper.make_node("Shape", ["keys_cast"], ["keys_shape_local"]),
+        helper.make_node("Slice", ["keys_shape_local", "at_minus_2", "at_minus_1"],
+                         ["keys_1d"]),
+        helper.make_node("Unsqueeze", ["sequence", "zero_1d"], ["queries_1d"]),
+        helper.make_node("Sub", ["keys_1d", "queries_1d"], ["first_row"]),
+        helper.make_node("Slice", ["local_table", "first_row", "keys_1d", "axis_2"],
+                         ["table_rows"]),
+        helper.make_node("Slice", ["table_rows", "zero_1d", "keys_1d", "axis_3"],
+                         ["in_window"]),
+        helper.make_node("And", ["causal_alone", "in_window"], ["causal"])])
+
+
+def test_a_local_table_sliced_by_the_keys_length_reads_each_querys_and_keys_entry():
+    """GPT-Neo's local attention: rows [keys - queries, keys) and columns [0, keys) of a
+    constant window table. With a fixed-capacity cache those are the capacity's rows and
+    slots (Optimum's GPT-Neo: refused by the check); now the rows start from the filled
+    slots and a Gather reads each slot's column."""
+    model = with_local_table(decoder_model())
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)
+    decode_as_onnxruntime(model, reference)
+
+
 @pytest.mark.parametrize("form", ["table", "values"])
 def test_an_alibi_table_sliced_by_the_keys_length_reads_each_keys_entry(form):
     """MPT's ALiBi: the last `keys` entries of a constant table, one per key. With a
@@ -874,6 +915,7 @@ FORMS = {
     "M2M100's positions": lambda: positions_from_the_past(decoder_model(), "past.0.key",
                                                           "cumsum"),
     "MPT's ALiBi": lambda: with_alibi(decoder_model()),
+    "GPT-Neo's local table": lambda: with_local_table(decoder_model()),
 }
 
 
