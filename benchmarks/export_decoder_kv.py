@@ -3,10 +3,13 @@ past key/values, for testing KV-cache conversion.
 
 Needs torch, transformers, onnx and onnxscript (e.g. in a separate venv). Usage:
 
-    python benchmarks/export_decoder_kv.py OUT.onnx --family llama|qwen2|phi3|gpt2
+    python benchmarks/export_decoder_kv.py OUT.onnx --family llama|qwen2|phi3|gpt2|auto
         [--exporter dynamo|torchscript] [--hidden 256] [--layers 2] [--heads 8]
         [--kv-heads 2] [--intermediate 512] [--vocab 1000] [--train-steps N]
         [--save-pretrained DIR | --from-pretrained DIR]
+
+--family auto with --from-pretrained DIR exports any causal LM saved with save_pretrained
+(AutoModelForCausalLM; its head size from the config's head_dim where it has one).
 
 --exporter torchscript traces the wrapper with `torch.onnx.export(dynamo=False)`, rebuilding
 the cache with one `DynamicCache.update` per layer and every sequence axis symbolic, as a
@@ -31,6 +34,7 @@ import os
 import onnx
 import torch
 from transformers import (
+    AutoModelForCausalLM,
     DynamicCache,
     GPT2Config,
     GPT2LMHeadModel,
@@ -43,7 +47,8 @@ from transformers import (
 )
 
 FAMILIES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-            "phi3": (Phi3Config, Phi3ForCausalLM), "gpt2": (GPT2Config, GPT2LMHeadModel)}
+            "phi3": (Phi3Config, Phi3ForCausalLM), "gpt2": (GPT2Config, GPT2LMHeadModel),
+            "auto": (None, AutoModelForCausalLM)}  # auto: --from-pretrained only
 
 
 def fill_cache(cache, past, rebuild: str):
@@ -96,7 +101,7 @@ def export(out: str, model, exporter: str = "dynamo") -> None:
     config = model.config
     layers = config.num_hidden_layers
     kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = config.hidden_size // config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     batch, seq, past_len = 2, 3, 4
     past = [torch.randn(batch, kv_heads, past_len, head_dim) for _ in range(2 * layers)]
     args = (torch.randint(0, config.vocab_size, (batch, seq)),
@@ -168,6 +173,9 @@ def main() -> None:
     parser.add_argument("--from-pretrained", metavar="DIR",
                         help="export the model saved in DIR (--save-pretrained) instead")
     a = parser.parse_args()
+    if a.family == "auto" and not a.from_pretrained:
+        parser.error("--family auto exports a model saved with save_pretrained: give "
+                     "--from-pretrained DIR")
     if a.from_pretrained:
         model = FAMILIES[a.family][1].from_pretrained(a.from_pretrained).eval()
         model.config._attn_implementation = "eager"
