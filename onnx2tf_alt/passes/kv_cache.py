@@ -117,6 +117,66 @@ def cache_entries(model: onnx.ModelProto) -> list[CacheEntry]:
     return found
 
 
+def windowed_caches(model: onnx.ModelProto, capacity: int) -> int:
+    """A sliding-window layer's cache as transformers 5's DynamicCache keeps it
+    (DynamicSlidingWindowLayer, in a TorchScript export of a wrapper that rebuilds the
+    cache): its present output is the last W - 1 positions of Concat(the past's last W - 1,
+    new), each cut by a Slice from -(W - 1) to the end. With `capacity` <= W - 1 both Slices
+    take everything (the past holds `capacity` positions, the present is made of the new
+    entries only), so they become Identity and the cache is the one cache_entries reads;
+    attention then sees the filled slots, which the window's mask of positions limits
+    (kv_mask). A larger capacity would need the cache to slide: UnsupportedFormError.
+    Modifies `model`; returns the number of caches so read."""
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    inputs = {i.name: i for i in graph.input}
+
+    def window_cut(name: str) -> tuple[onnx.NodeProto, int, int] | None:
+        """(the Slice, W - 1, axis) of a Slice of `name`'s producer from -(W - 1) to the end
+        along one axis, step 1; else None."""
+        node = producer.get(source_of(producer, name))
+        if node is None or node.op_type != "Slice" or len(node.input) < 4:
+            return None
+        starts, ends, axes = (small_constant(graph, i) for i in node.input[1:4])
+        steps = small_constant(graph, node.input[4]) if len(node.input) > 4 and \
+            node.input[4] else [1]
+        if (starts is None or ends is None or axes is None or steps != [1] or len(starts) != 1
+                or starts[0] >= 0 or ends[0] < 2**31 - 1 or len(axes) != 1):
+            return None
+        return node, -int(starts[0]), int(axes[0])
+
+    found = []
+    for output in graph.output:
+        outer = window_cut(output.name)
+        concat = producer.get(outer[0].input[0]) if outer else None
+        if concat is None or concat.op_type != "Concat" or len(concat.input) != 2:
+            continue
+        inner = window_cut(concat.input[0])
+        axis = next((a.i for a in concat.attribute if a.name == "axis"), None)
+        past = source_of(producer, inner[0].input[0]) if inner else None
+        if inner is None or inner[1] != outer[1] or past not in inputs or axis is None:
+            continue
+        rank = len(inputs[past].type.tensor_type.shape.dim)
+        if len({a % rank for a in (axis, inner[2], outer[2])}) != 1:
+            continue
+        found.append((output.name, outer, inner))
+    for name, (outer, keep, _), (inner, _, _) in found:
+        if capacity > keep:
+            raise UnsupportedFormError(
+                f"--kv_cache_capacity {capacity}: present output '{name}' keeps only the "
+                f"last {keep} positions of its cache (a sliding-window layer's cache, as "
+                f"transformers 5 keeps it: Slice '{outer.name or outer.output[0]}'), and a "
+                f"cache of {capacity} fixed slots would have to slide. Use "
+                f"--kv_cache_capacity {keep} or less, or export the decoder with a cache that "
+                "keeps every position (transformers' DynamicCache() without config=, or "
+                "Optimum's export).")
+    for _, (outer, _, _), (inner, _, _) in found:
+        for node in (outer, inner):
+            del node.input[1:]
+            node.op_type = "Identity"
+    return len(found)
+
+
 def take_cache_branch(model: onnx.ModelProto) -> str | None:
     """A merged decoder (Optimum's `decoder_model_merged.onnx`: an If on a boolean input,
     `use_cache_branch`, between the decoder with past and the one without) as its branch
@@ -281,6 +341,7 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
     if capacity < 1:
         raise InputError(f"--kv_cache_capacity must be at least 1 (got {capacity}).")
     take_cache_branch(model)
+    windowed_caches(model, capacity)
     entries = cache_entries(model)
     if not entries:
         raise InputError(

@@ -851,6 +851,52 @@ def test_an_alibi_table_sliced_by_the_keys_length_reads_each_keys_entry(form):
     decode_as_onnxruntime(model, reference)
 
 
+def with_window_cuts(model: onnx.ModelProto, keep: int) -> onnx.ModelProto:
+    """`model` with each cache kept as transformers 5's DynamicSlidingWindowLayer keeps it
+    (a TorchScript export): the past's last `keep` positions concatenated to the new
+    entries, and the present the last `keep` of those, each cut by Slice(-keep, INT64_MAX)
+    on the sequence axis."""
+    graph = model.graph
+    graph.initializer.extend([
+        numpy_helper.from_array(np.array([-keep], np.int64), "keep_from"),
+        numpy_helper.from_array(np.array([np.iinfo(np.int64).max], np.int64), "keep_to"),
+        numpy_helper.from_array(np.array([2], np.int64), "sequence_axis")])
+    nodes = []
+    for name in PAST:
+        concat = next(n for n in graph.node if n.input and n.input[0] == name
+                      and n.op_type == "Concat")
+        present = concat.output[0]
+        concat.input[0], concat.output[0] = f"{name}/kept", f"{present}/all"
+        readers = [n for n in graph.node if present in n.input]
+        for reader in readers:  # attention reads the whole concatenation, as transformers 5's
+            reader.input[:] = [f"{present}/all" if i == present else i for i in reader.input]
+        nodes += [helper.make_node("Slice", [name, "keep_from", "keep_to", "sequence_axis"],
+                                   [f"{name}/kept"]),
+                  helper.make_node("Slice", [f"{present}/all", "keep_from", "keep_to",
+                                             "sequence_axis"], [present])]
+    return in_order(model, nodes)
+
+
+def test_a_sliding_layers_cache_as_transformers_5_keeps_it_is_the_cache():
+    """transformers 5's DynamicCache(config=) keeps a sliding-window layer's last W - 1
+    positions (Mistral's configs have a window: a TorchScript export of Mistral was "no KV
+    cache to fix", exit 2). With a capacity of at most W - 1 both cuts take everything:
+    the cache converts and decodes as onnxruntime runs the original."""
+    model = with_window_cuts(decoder_model(), CAPACITY)
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)
+    decode_as_onnxruntime(model, reference)
+
+
+def test_a_capacity_past_a_sliding_layers_window_is_refused():
+    """A capacity of more than the W - 1 positions a sliding layer's cache keeps would need
+    the cache to slide: refused, naming the output, the window and the capacity to use."""
+    with pytest.raises(UnsupportedFormError,
+                       match=r"present output 'present\.0\.key' keeps only the last 8 "
+                             r"positions .* Use --kv_cache_capacity 8 or less"):
+        fixed_capacity(with_window_cuts(decoder_model(), 8), CAPACITY)
+
+
 def test_a_rewrite_that_does_not_compute_the_original_is_refused():
     """passes/kv_check.py runs the original (past growing) and the rewritten decoder on the
     same prompt and next token in onnxruntime: a form the rewrite recognises only in part
