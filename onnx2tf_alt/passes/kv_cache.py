@@ -341,6 +341,8 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
     if capacity < 1:
         raise InputError(f"--kv_cache_capacity must be at least 1 (got {capacity}).")
     take_cache_branch(model)
+    original = onnx.ModelProto()  # for check_rewrite (weights on disk stay there); its
+    original.CopyFrom(model)  # sliding layers' cuts kept (windowed_caches): as exported
     windowed_caches(model, capacity)
     entries = cache_entries(model)
     if not entries:
@@ -351,8 +353,6 @@ def fixed_capacity(model: onnx.ModelProto, capacity: int) -> tuple[onnx.ModelPro
             "(e.g. transformers / Optimum with use_cache), or drop the flag.")
     check_total(model, entries)
     check_capacity(model, entries, capacity)
-    original = onnx.ModelProto()  # for check_rewrite (weights on disk stay there)
-    original.CopyFrom(model)
     fit_mask_and_positions(model, entries, capacity)
     graph = model.graph
     totals = _total_symbols(graph, entries)
