@@ -477,12 +477,13 @@ def _signatures_written(built: dict, tflite_writer: str, show_progress: bool) ->
     """build_signatures' planned signatures ({name: (Planned, cache)}) as Converted holding
     the direct writer's one file of them all (tflite/direct.py), or where it does not cover
     a node built with TF ("auto"; "direct": a ConversionError naming the node)."""
-    from onnx2tf_alt.tflite.direct import write_direct_signatures
+    from onnx2tf_alt.tflite.direct import STREAMED_BYTES, write_direct_signatures
 
     built = {name: (float32_planned(p), cache) for name, (p, cache) in built.items()}
     with phase("tflite float32 (direct)"):
         found = write_direct_signatures(
-            {name: (p.graph, p.plan, p.options) for name, (p, _) in built.items()})
+            {name: (p.graph, p.plan, p.options) for name, (p, _) in built.items()},
+            STREAMED_BYTES)
     if isinstance(found, dict):
         return {name: (Converted(result=found[name], graph=p.graph, plan=p.plan, model=p.model,
                                  options=p.options, _tflite_result=found[name]), cache)

@@ -372,10 +372,11 @@ def write_delegate_report(converted, folder: str, stem: str, model=None) -> str:
 def write_signature_delegate_report(built: dict, folder: str, stem: str) -> str:
     """`write_delegate_report` for a file of several signatures ({name: Converted}): one
     report per signature under "signatures". The runtime lists the ops of the first subgraph
-    only, so each other signature is analyzed in a copy of the file that puts its subgraph
-    first, written beside it a weight at a time and mapped (not for a file past
-    XNNPACK_ANALYSIS_BYTES, nor with control flow, which names subgraphs by their index:
-    said in its report's error)."""
+    only, and XNNPACK packs the weights of every subgraph it is given (a prefill and a
+    decode signature: twice the weights in memory), so each signature is analyzed in a copy
+    of the file that holds its subgraph alone, written beside it a weight at a time and
+    mapped (not for a file past XNNPACK_ANALYSIS_BYTES, nor with control flow, which names
+    subgraphs by their index: said in its report's error)."""
     path = os.path.join(folder, f"{stem}_float32.tflite")
     content = mapped(path)
     model = unpack_model(content)  # buffers are views of the mapped file
@@ -384,10 +385,10 @@ def write_signature_delegate_report(built: dict, folder: str, stem: str) -> str:
         index = next(d.subgraphIndex for d in model.signatureDefs
                      if d.signatureKey.decode() == name)
         result, graph = converted.tflite_result(), converted.graph
-        if index == 0:
+        if len(model.subgraphs) == 1 or (index == 0 and _calls(model)):
             report = analyze(content, result, graph, path)
         else:
-            report = _analyzed_first(model, index, len(content), result, graph,
+            report = _analyzed_alone(model, index, content, result, graph,
                                      os.path.join(folder, f".{stem}_{name}.tflite"))
         reports[name] = report.to_json()
         log.debug("delegates (%s_float32.tflite, signature %s): %s", stem, name,
@@ -398,38 +399,56 @@ def write_signature_delegate_report(built: dict, folder: str, stem: str) -> str:
     return file_name
 
 
-def _analyzed_first(model, index: int, size: int, result, graph, scratch: str
+def _analyzed_alone(model, index: int, content, result, graph, scratch: str
                     ) -> DelegateReport:
-    """The report of subgraph `index` of `model`, analyzed in a copy that puts it first (the
-    one the runtime lists), written to `scratch` (removed after)."""
+    """The report of subgraph `index` of `model` (unpacked from `content`, the file's
+    memory map), analyzed in a copy that holds it alone (the runtime lists the first
+    subgraph; XNNPACK packs the weights of each), written to `scratch` (removed after)."""
     import copy
+    import mmap
 
     from onnx2tf_alt.tflite.late_weights import Bound, LazyBuffer
 
+    calls = _calls(model)
     moved = copy.copy(model)
-    order = [index, *(k for k in range(len(model.subgraphs)) if k != index)]
+    if calls:  # its bodies are subgraphs named by index: listed in place, not run
+        order = [index, *(k for k in range(len(model.subgraphs)) if k != index)]
+    else:
+        order = [index]
     moved.subgraphs = [model.subgraphs[k] for k in order]
     moved.signatureDefs = []
     for definition in model.signatureDefs:
-        definition = copy.copy(definition)
-        definition.subgraphIndex = order.index(definition.subgraphIndex)
-        moved.signatureDefs.append(definition)
-    calls = {"WHILE", "IF", "CALL_ONCE"} & {op_name(model, op) for g in model.subgraphs
-                                           for op in g.operators}
+        if definition.subgraphIndex in order:
+            definition = copy.copy(definition)
+            definition.subgraphIndex = order.index(definition.subgraphIndex)
+            moved.signatureDefs.append(definition)
+    size = len(content)
     if calls or size > XNNPACK_ANALYSIS_BYTES:
         moved.buffers = [schema.BufferT() for _ in model.buffers]  # listed, not run
         why = ("not analyzed: a signature other than the first, with control flow" if calls
                else f"not loaded: XNNPACK would pack a second copy of the {size / 2**30:.1f} "
                "GiB file's weights in memory")
-        return analyze(pack_model(moved), result, graph, unavailable=why)
+        report = analyze(pack_model(moved), result, graph, unavailable=why)
+        report.subgraphs = len(model.subgraphs)
+        return report
     moved.buffers = [LazyBuffer(make=lambda data=b.data: np.asarray(data), nbytes=len(b.data))
                      if b.data is not None and len(b.data) else b for b in model.buffers]
     try:
         Bound(moved, {}).write(scratch)
-        return analyze(mapped(scratch), result, graph, scratch)
+        if isinstance(content, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+            content.madvise(mmap.MADV_DONTNEED)  # the pages the copy read: not held twice
+        report = analyze(mapped(scratch), result, graph, scratch)
+        report.subgraphs = len(model.subgraphs)  # the file's, not the copy's
+        return report
     finally:
         if os.path.exists(scratch):
             os.remove(scratch)
+
+
+def _calls(model) -> set[str]:
+    """The control-flow ops of `model` (their bodies are subgraphs named by index)."""
+    return {"WHILE", "IF", "CALL_ONCE"} & {op_name(model, op) for g in model.subgraphs
+                                          for op in g.operators}
 
 
 def _plain(value):
