@@ -68,9 +68,10 @@ def latency_ratio(onnx_path: str, folder: str, stem: str, runs: int = RUNS) -> d
     """{"latency_ratio": TFLite ms / onnxruntime ms, "latency_ms": {...}} for the float32
     `folder/<stem>_float32.tflite` of `onnx_path`, both on 1 thread, the TFLite fed the
     same arrays laid out as `<stem>_io_layout.json` says."""
-    import onnx
     import onnxruntime as ort
     from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt.ir.in_place import read_in_place
 
     with open(os.path.join(folder, f"{stem}_io_layout.json")) as f:
         layout = json.load(f)
@@ -83,7 +84,7 @@ def latency_ratio(onnx_path: str, folder: str, stem: str, runs: int = RUNS) -> d
     # The .tflite's shapes hold any -ois overwrite: its axis i is ONNX axis perm[i].
     shapes = {name: [int(details[key]["shape"][list(perm).index(a)]) for a in range(len(perm))]
               for name, key, perm in inputs}
-    feeds = random_feeds(onnx.load(onnx_path, load_external_data=False), shapes=shapes)
+    feeds = random_feeds(read_in_place(onnx_path)[0], shapes=shapes)  # its weights unread
     physical = {key: np.ascontiguousarray(np.transpose(feeds[name], perm))
                 for name, key, perm in inputs}
     options = ort.SessionOptions()

@@ -104,7 +104,10 @@ def test_folder_batch_outcomes_and_results(zoo):
         r = records[name]
         assert (r["outcome"], r["exit_code"], r["resumed"]) == ("ok", 0, False), r
         assert os.path.isfile(out / name / f"{name}_float32.tflite")
-        assert r["wall_s"] > 0 and r["peak_rss_mb"] > 100  # TF alone takes more
+        # numpy, onnx and LiteRT's interpreter alone take tens of MB (no TensorFlow: the
+        # float32 file is the direct writer's); it was > 100, true only where the child's
+        # figure starts from a large parent's (a whole test run's)
+        assert r["wall_s"] > 0 and r["peak_rss_mb"] > 30
         assert r["sizes"][f"{name}_float32.tflite"] > 0
         assert "latency_ratio" not in r  # timed only with --check
     assert records["relu"]["tflite_ops"] == {"RELU": 1}
