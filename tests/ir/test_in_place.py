@@ -92,6 +92,29 @@ def test_the_model_read_in_place_is_the_one_onnx_reads(tmp_path):
                                       numpy_helper.to_array(tensor))
 
 
+def test_external_data_and_weights_in_place_in_one_model(tmp_path):
+    """A model with one weight in an external-data file and one inline: each read where it
+    lies (the data file, the model file), both values as onnx.load's."""
+    from onnx import external_data_helper
+
+    path, values = inline_model(tmp_path)
+    model = onnx.load(path)
+    external_data_helper.convert_model_to_external_data(
+        model, all_tensors_to_one_file=True, location="m.bin", size_threshold=0)
+    codes = next(t for t in model.graph.initializer if t.name == "codes")
+    codes.data_location = onnx.TensorProto.DEFAULT  # back in the proto, written inline
+    del codes.external_data[:]
+    codes.raw_data = values["codes"].tobytes()
+    onnx.save(model, path)
+    tensors = {t.name: t for t in load_model(path).graph.initializer}
+    locations = {n: os.path.basename(t.external_data[0].value) for n, t in tensors.items()
+                 if weights.is_external(t)}
+    assert locations == {"w": "m.bin", "codes": "m.onnx"}, locations
+    for name, value in values.items():
+        np.testing.assert_array_equal(weights.to_array(tensors[name]), value)
+    assert external_data_paths(path) == [str(tmp_path / "m.bin")]
+
+
 def test_onnxruntime_reads_the_weights_in_place(tmp_path):
     """The light proto, serialized as the checks serialize it (kv_check, -cotof), runs in
     onnxruntime with weights.ort_options as the file itself runs."""
