@@ -327,7 +327,11 @@ def channel_peaks(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]],
     known = {o.name for o in probe.graph.output}
     probe.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in names
                               if n not in known)
-    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    from onnx2tf_alt.ir.weights import ort_options
+
+    # the weights kept on disk are found where they lie (ir/weights.py)
+    session = ort.InferenceSession(probe.SerializeToString(), ort_options(),
+                                   providers=["CPUExecutionProvider"])
     peaks: dict[str, np.ndarray] = {}
     for sample in samples:
         for name, value in zip(names, session.run(names, sample)):

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from onnx2tf_alt.ir.weights import to_array
+from onnx2tf_alt.ir.weights import ort_options, to_array
 
 LEVELS = 127  # TFLite's symmetric int8 weight range
 DAMPING = 0.01  # of H's mean diagonal, added to it: keeps H invertible
@@ -47,7 +47,8 @@ def conv_input_statistics(model: onnx.ModelProto, samples: list[dict[str, np.nda
     for name in dict.fromkeys(c.input[0] for c in convs):
         if name not in known:
             probe.graph.output.append(helper.make_empty_tensor_value_info(name))
-    session = ort.InferenceSession(probe.SerializeToString(),
+    # the weights kept on disk are found where they lie (ir/weights.py)
+    session = ort.InferenceSession(probe.SerializeToString(), ort_options(),
                                    providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     weights = _weights(model)

@@ -189,6 +189,28 @@ def test_gptq_conv_weights_keep_the_model_close():
     assert cosine(ort_run(rounded, feeds)[0], ort_run(model, feeds)[0]) > 0.999
 
 
+def test_gptq_and_channel_peaks_read_the_weights_where_they_lie(tmp_path, monkeypatch):
+    """The weights kept on disk (external data, or a single file's read in place: most
+    models' now) reach onnxruntime through weights.ort_options: without it GPTQ's and the
+    equalization's runs failed, and the INT16 files fell back to nearest rounding."""
+    from onnx2tf_alt.ir import weights
+    from onnx2tf_alt.ir.loader import load_model
+    from onnx2tf_alt.passes.quant_rewrites import channel_peaks
+
+    monkeypatch.setattr(weights, "INFERENCE_VALUE_LIMIT", 16)  # every weight stays on disk
+    path = tmp_path / "block.onnx"
+    onnx.save(lcnet_block(17, batch=1, height=24, width=24), path, save_as_external_data=True,
+              location="block.bin", size_threshold=0)
+    model = load_model(str(path))
+    assert weights.is_external(next(t for t in model.graph.initializer if t.name == "w3"))
+    rng = np.random.default_rng(5)
+    samples = [{"x": rng.uniform(-2, 2, (1, 3, 24, 24)).astype(np.float32)} for _ in range(6)]
+    rounded, count = round_conv_weights(model, samples)
+    assert count == 6
+    peaks = channel_peaks(model, samples, ["c1"])
+    assert peaks["c1"].shape == (C,) and (peaks["c1"] > 0).all()
+
+
 @pytest.fixture(scope="module")
 def quantized_block(tmp_path_factory):
     folder = tmp_path_factory.mktemp("block")
