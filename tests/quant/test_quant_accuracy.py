@@ -205,7 +205,7 @@ def test_gptq_and_channel_peaks_read_the_weights_where_they_lie(tmp_path, monkey
     assert weights.is_external(next(t for t in model.graph.initializer if t.name == "w3"))
     rng = np.random.default_rng(5)
     samples = [{"x": rng.uniform(-2, 2, (1, 3, 24, 24)).astype(np.float32)} for _ in range(6)]
-    rounded, count = round_conv_weights(model, samples)
+    _, count = round_conv_weights(model, samples)
     assert count == 6
     peaks = channel_peaks(model, samples, ["c1"])
     assert peaks["c1"].shape == (C,) and (peaks["c1"] > 0).all()
