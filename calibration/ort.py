@@ -56,12 +56,17 @@ def onnx_ranges(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]],
     options = {"symmetric": False}
     if row.percentile is not None:
         options["percentile"] = row.percentile
+    from onnx2tf_alt.ir.weights import with_weights_inline
+
     with tempfile.TemporaryDirectory(prefix="onnx2tf_alt_calibrate_") as folder:
         path = os.path.join(folder, "model.onnx")
-        onnx.save(model, path, save_as_external_data=model.ByteSize() > 2**31 - 1)
+        inline = with_weights_inline(model)  # the weights kept on disk: in the saved copy
+        large = inline.ByteSize() > 2**31 - 1
+        onnx.save(inline, path, save_as_external_data=large)
+        del inline
         calibrator = create_calibrator(
             path, None, os.path.join(folder, "augmented.onnx"), CalibrationMethod[row.algorithm],
-            use_external_data_format=model.ByteSize() > 2**31 - 1,
+            use_external_data_format=large,
             providers=["CPUExecutionProvider"], extra_options=options,
         )
         with contextlib.redirect_stdout(io.StringIO()):  # the calibrators print progress

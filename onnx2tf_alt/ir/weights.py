@@ -210,6 +210,20 @@ def ort_options(options=None):
     return options
 
 
+def with_weights_inline(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` holding every tensor kept on disk in the proto, for a tool that
+    reads a model file of its own (onnxruntime's calibrators): saved elsewhere, the kept
+    locations would not be found. Costs the weights once in memory."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for tensor in external_data_helper._get_all_tensors(copy):
+        if is_external(tensor):
+            external_data_helper.load_external_data_for_tensor(tensor, FILESYSTEM_ROOT)
+            tensor.data_location = onnx.TensorProto.DEFAULT
+            del tensor.external_data[:]
+    return copy
+
+
 def weight_free_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` with its large initializers turned into graph inputs of the same type."""
     light = onnx.ModelProto()

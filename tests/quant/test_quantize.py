@@ -523,6 +523,25 @@ def test_fake_quantized_model_leaves_fused_activations_alone():
     onnx.checker.check_model(rewritten)
 
 
+def test_onnxruntimes_calibrators_read_the_weights_kept_on_disk(tmp_path, monkeypatch):
+    """onnxruntime's calibrators take a model file: the weights kept on disk (external data,
+    or a single file's read in place: most models' now) go into the copy they are given
+    (the copy's locations, relative to the model's folder, were not found)."""
+    from calibration.ort import onnx_ranges
+    from onnx2tf_alt.ir import weights
+    from onnx2tf_alt.ir.loader import load_model
+
+    monkeypatch.setattr(weights, "INFERENCE_VALUE_LIMIT", 16)  # every weight stays on disk
+    path = tmp_path / "m.onnx"
+    onnx.save(small_cnn(), path, save_as_external_data=True, location="m.bin",
+              size_threshold=0)
+    model = load_model(str(path))
+    assert any(weights.is_external(t) for t in model.graph.initializer)
+    samples = [{"x": h["x"]} for h in held_out_images()][:3]
+    ranges = onnx_ranges(model, samples, "ort_percentile")
+    assert ranges == onnx_ranges(small_cnn(), samples, "ort_percentile")
+
+
 def test_fake_quantized_model_leaves_foldable_scale_and_shift_alone():
     """Conv -> Mul(constant) -> Add(constant) -> Relu (a BatchNorm as exported by some
     tools): TFLite folds the three into one CONV_2D, so only the Relu output gets a range."""
