@@ -139,7 +139,8 @@ def _value(name: str, index: GraphIndex, values: dict) -> _Value | None:
     if name in values:
         return values[name]
     init = index.initializers.get(name)
-    if init is None or init.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+    if (init is None or init.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+            or init.data_location == onnx.TensorProto.EXTERNAL):  # kept on disk: no shape
         return None
     return _array_value(numpy_helper.to_array(init))
 

@@ -177,3 +177,30 @@ def test_a_model_read_in_place_converts_and_its_folder_stays_as_it_was(tmp_path)
         assert_close(got[names[name]], value, 1e-5, name)
     assert sorted(os.listdir(tmp_path / "model")) == ["m.onnx"]
     assert (os.path.getmtime(path), os.path.getsize(path)) == before
+
+
+def test_an_integer_table_read_in_place_converts(tmp_path):
+    """An int64 table of 20,000 entries (160 KB: read in place) gathered at run-time ids:
+    the direct writer's file gives onnxruntime's values (shape passes pass it by: it holds
+    no shape)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    import onnx2tf_alt
+
+    table = np.arange(20000, dtype=np.int64) * 3 - 7
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["rows"], axis=0),
+         helper.make_node("Cast", ["rows"], ["y"], to=onnx.TensorProto.FLOAT)], "g",
+        [helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, [5])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [5])],
+        [numpy_helper.from_array(table, "table")])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert read_in_place(path)[1] == table.nbytes
+    onnx2tf_alt.convert(input_onnx_file_path=path, output_folder_path=str(tmp_path / "out"),
+                        non_verbose=True)
+    runner = Interpreter(model_path=str(tmp_path / "out" / "m_float32.tflite")
+                         ).get_signature_runner()
+    ids = np.array([0, 5, 19999, 7, 12345], np.int64)
+    (got,) = runner(**{next(iter(runner.get_input_details())): ids}).values()
+    np.testing.assert_array_equal(got, table[ids].astype(np.float32))
