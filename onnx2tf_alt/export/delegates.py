@@ -380,15 +380,15 @@ def write_signature_delegate_report(built: dict, folder: str, stem: str) -> str:
     path = os.path.join(folder, f"{stem}_float32.tflite")
     content = mapped(path)
     model = unpack_model(content)  # buffers are views of the mapped file
-    reports = {}
+    reports, calls = {}, _calls(model)
     for name, converted in built.items():
         index = next(d.subgraphIndex for d in model.signatureDefs
                      if d.signatureKey.decode() == name)
         result, graph = converted.tflite_result(), converted.graph
-        if len(model.subgraphs) == 1 or (index == 0 and _calls(model)):
+        if len(model.subgraphs) == 1 or (index == 0 and calls):
             report = analyze(content, result, graph, path)
         else:
-            report = _analyzed_alone(model, index, content, result, graph,
+            report = _analyzed_alone(model, index, content, calls, result, graph,
                                      os.path.join(folder, f".{stem}_{name}.tflite"))
         reports[name] = report.to_json()
         log.debug("delegates (%s_float32.tflite, signature %s): %s", stem, name,
@@ -399,17 +399,17 @@ def write_signature_delegate_report(built: dict, folder: str, stem: str) -> str:
     return file_name
 
 
-def _analyzed_alone(model, index: int, content, result, graph, scratch: str
+def _analyzed_alone(model, index: int, content, calls: set[str], result, graph, scratch: str
                     ) -> DelegateReport:
     """The report of subgraph `index` of `model` (unpacked from `content`, the file's
-    memory map), analyzed in a copy that holds it alone (the runtime lists the first
-    subgraph; XNNPACK packs the weights of each), written to `scratch` (removed after)."""
+    memory map; `calls`: its control-flow ops), analyzed in a copy that holds it alone (the
+    runtime lists the first subgraph; XNNPACK packs the weights of each), written to
+    `scratch` (removed after)."""
     import copy
     import mmap
 
     from onnx2tf_alt.tflite.late_weights import Bound, LazyBuffer
 
-    calls = _calls(model)
     moved = copy.copy(model)
     if calls:  # its bodies are subgraphs named by index: listed in place, not run
         order = [index, *(k for k in range(len(model.subgraphs)) if k != index)]

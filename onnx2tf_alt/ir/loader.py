@@ -142,7 +142,8 @@ def external_data_paths(path: str, model: onnx.ModelProto | None = None) -> list
     if model is None:
         model, _ = _read(path)
     base = os.path.dirname(os.path.abspath(path))
-    found = [os.path.normpath(os.path.abspath(path))]
+    itself = os.path.normpath(os.path.abspath(path))
+    found = []
     for tensor in external_data_helper._get_all_tensors(model):
         if not external_data_helper.uses_external_data(tensor):
             continue
@@ -159,9 +160,9 @@ def external_data_paths(path: str, model: onnx.ModelProto | None = None) -> list
                 f"missing or unreadable. Keep the files that '{os.path.basename(path)}' was "
                 "saved with beside it."
             )
-        if location not in found:
+        if location != itself and location not in found:
             found.append(location)
-    return found[1:]
+    return found
 
 
 def _check_opset(model: onnx.ModelProto, source: str, allow_newer_opset: bool) -> None:

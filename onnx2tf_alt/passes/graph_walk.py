@@ -94,3 +94,15 @@ def small_constant(graph: onnx.GraphProto, name: str) -> list[int] | None:
         if init.name == name and init.data_location != onnx.TensorProto.EXTERNAL:
             return onnx.numpy_helper.to_array(init).reshape(-1).tolist()
     return None
+
+
+def slice_constants(graph: onnx.GraphProto, node: onnx.NodeProto) -> list[list[int] | None]:
+    """[starts, ends, axes, steps] of Slice `node`, each the small constant it reads or None
+    where it is computed; axes not given are the first len(starts), steps not given 1."""
+    inputs = [*node.input[1:5], "", "", "", ""][:4]
+    starts, ends = (small_constant(graph, i) for i in inputs[:2])
+    axes = small_constant(graph, inputs[2]) if inputs[2] else (
+        list(range(len(starts))) if starts is not None else None)
+    steps = small_constant(graph, inputs[3]) if inputs[3] else (
+        [1] * len(axes) if axes is not None else None)
+    return [starts, ends, axes, steps]

@@ -46,6 +46,7 @@ from onnx2tf_alt.passes.graph_walk import (
     TABLE_CARRIERS,
     concat_of,
     constant_dims,
+    slice_constants,
     small_constant,
     source_of,
     traced,
@@ -135,13 +136,11 @@ def windowed_caches(model: onnx.ModelProto, capacity: int) -> int:
         """(the Slice, W - 1, axis) of a Slice of `name`'s producer from -(W - 1) to the end
         along one axis, step 1; else None."""
         node = producer.get(source_of(producer, name))
-        if node is None or node.op_type != "Slice" or len(node.input) < 4:
+        if node is None or node.op_type != "Slice":
             return None
-        starts, ends, axes = (small_constant(graph, i) for i in node.input[1:4])
-        steps = small_constant(graph, node.input[4]) if len(node.input) > 4 and \
-            node.input[4] else [1]
-        if (starts is None or ends is None or axes is None or steps != [1] or len(starts) != 1
-                or starts[0] >= 0 or ends[0] < 2**31 - 1 or len(axes) != 1):
+        starts, ends, axes, steps = slice_constants(graph, node)
+        if (None in (starts, ends, axes) or steps != [1] or len(starts) != 1
+                or starts[0] >= 0 or ends[0] < 2**31 - 1):
             return None
         return node, -int(starts[0]), int(axes[0])
 

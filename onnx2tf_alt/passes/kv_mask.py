@@ -53,6 +53,7 @@ from onnx2tf_alt.passes.graph_walk import (
     concat_of,
     constant_dims,
     nodes_upstream,
+    slice_constants,
     small_constant,
     source_of,
     traced,
@@ -365,26 +366,20 @@ def _table_slice(graph: onnx.GraphProto, producer: dict, node: onnx.NodeProto,
     if len(node.input) < 4:
         return None
     made = [computed_from(producer, node.input[k], lengths) is not None for k in (1, 2)]
-    axes = small_constant(graph, node.input[3])
-    steps = small_constant(graph, node.input[4]) if len(node.input) > 4 and node.input[4] \
-        else np.ones(1, np.int64)
-    if not any(made) or axes is None or len(axes) != 1 or steps is None or list(steps) != [1]:
-        return None
-    table, rank = node.input[0], None
-    while table in producer and producer[table].op_type in ("Identity", "Slice"):
-        before = producer[table]
-        if before.op_type == "Slice":  # an earlier slice of the table, along another axis
-            other = small_constant(graph, before.input[3]) if len(before.input) > 3 else None
-            if other is None or len(other) != 1:
-                return None
-            rank = len(constants.get(traced(producer, table, ("Identity", "Slice")), [])) or 1
-            if int(other[0]) % rank == int(axes[0]) % rank:
-                return None
-        table = before.input[0]
+    _, _, axes, steps = slice_constants(graph, node)
+    table = traced(producer, node.input[0], ("Identity", "Slice"))
     dims = constants.get(table)
-    if not dims:
+    if not any(made) or not dims or axes is None or len(axes) != 1 or steps != [1]:
         return None
     axis = int(axes[0]) % len(dims)
+    earlier = node.input[0]  # earlier slices of the table: along other axes only
+    while earlier != table:
+        before = producer[earlier]
+        if before.op_type == "Slice":
+            other = slice_constants(graph, before)[2]
+            if other is None or axis in {int(a) % len(dims) for a in other}:
+                return None
+        earlier = before.input[0]
     if all(made):
         kind = "queries" if axis == len(dims) - 2 else None
     elif made[0]:  # from a start made from the keys' length to the table's end
@@ -509,12 +504,10 @@ def _length_scalars(graph: onnx.GraphProto, producer: dict, read: str, lengths: 
             if name in lengths or node.op_type == "Slice":
                 bounds = {a.name: a.i for a in shape.attribute}
                 if node.op_type == "Slice":  # its own bounds, within the whole shape's
-                    read = [small_constant(graph, i) if i else None for i in node.input[1:5]]
-                    if bounds or any(r is None or len(r) != 1 for r in read[:2]) or (
-                            len(read) > 2 and read[2] is not None and int(read[2][0]) != 0) or (
-                            len(read) > 3 and read[3] is not None and int(read[3][0]) != 1):
+                    starts, ends, axes, steps = slice_constants(graph, node)
+                    if bounds or None in (starts, ends) or axes != [0] or steps != [1]:
                         return None
-                    bounds = {"start": int(read[0][0]), "end": int(read[1][0])}
+                    bounds = {"start": int(starts[0]), "end": int(ends[0])}
                 start, end = (b + rank if b < 0 else b for b in (bounds.get("start", 0),
                                                                  bounds.get("end", rank)))
                 at, one = start, min(end, rank) - start == 1
