@@ -33,6 +33,7 @@ import numpy as np
 
 from calibration.methods import BY_NAME, MINMAX, MSE, PERCENTILE, TFLITE_GRAPH, RangeMethod
 from onnx2tf_alt import progress
+from onnx2tf_alt.heap import give_back
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, schema, unpack_model
 from onnx2tf_alt.tflite.run import exposed
 
@@ -84,6 +85,10 @@ def measured_ranges_split(content: bytes, feeds: Iterable[dict[str, np.ndarray]]
     # all and keeps them (keeping every tensor otherwise takes the reference kernels, ~8x
     # slower on a 640x640 detector's convolutions).
     model = unpack_model(content)
+    kept = _activation_bytes(model)
+    if kept > MAX_KEPT_BYTES:
+        raise ValueError(f"its tensors need {kept / 2**30:.1f} GiB at once, more than the "
+                         f"{MAX_KEPT_BYTES / 2**30:.0f} GiB allowed")
     graph = model.subgraphs[0]
     watched = sorted({int(t) for op in graph.operators for t in op.outputs
                       if graph.tensors[int(t)].type == schema.TensorType.FLOAT32}
@@ -118,6 +123,8 @@ def measured_ranges_split(content: bytes, feeds: Iterable[dict[str, np.ndarray]]
     clipping = [m for m in rows if m.algorithm != MINMAX]
     if not clipping:
         pool.shutdown()
+        runner = interpreter = None  # its tensors and packed weights
+        give_back()
         return first, measured
     counts = {index: np.zeros(BINS, np.int64) for index in ranges}
     head_counts = {}
@@ -133,6 +140,8 @@ def measured_ranges_split(content: bytes, feeds: Iterable[dict[str, np.ndarray]]
         runner(**feed)
         list(pool.map(count, spread))
     pool.shutdown()
+    runner = interpreter = None  # its tensors and packed weights
+    give_back()
     if split is not None and split >= len(feeds):
         head_counts = counts
     for method in clipping:
@@ -226,35 +235,25 @@ def remeasured(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
     ranges changed by more than 1%)}. Tensors the interpreter cannot show (an op's
     intermediates, other subgraphs) keep their range. ValueError when keeping every tensor
     at once would take more than MAX_KEPT_BYTES."""
-    return remeasured_split(content, feeds, None, methods)[1]
-
-
-def remeasured_split(content: bytes, feeds: Iterable[dict[str, np.ndarray]],
-                     split: int | None, methods: Sequence[str] = (MINMAX,)
-                     ) -> tuple[dict[str, tuple[bytes, int]] | None,
-                                dict[str, dict[int, tuple]]]:
-    """({method: remeasured's file} over the first `split` feeds (None without a split),
-    {method: the ranges over all feeds}) from one measurement (measured_ranges_split): a
-    trial on the first feeds, and the ranges of whichever method it picks."""
-    kept = _activation_bytes(unpack_model(content))
-    if kept > MAX_KEPT_BYTES:
-        raise ValueError(f"its tensors need {kept / 2**30:.1f} GiB at once, more than the "
-                         f"{MAX_KEPT_BYTES / 2**30:.0f} GiB allowed")
-    head, measured = measured_ranges_split(content, feeds, split, methods)
-    if split is None:
-        return None, {method: with_ranges(content, ranges)
-                      for method, ranges in measured.items()}
-    return {method: with_ranges(content, ranges) for method, ranges in head.items()}, measured
+    return {method: with_ranges(content, ranges)
+            for method, ranges in measured_ranges(content, feeds, methods).items()}
 
 
 def with_ranges(content: bytes, ranges: dict[int, tuple]) -> tuple[bytes, int]:
-    """(`content` with the range of each float tensor of `ranges` recorded, how many changed
-    by more than 1%). A calibrated file's recorded ranges are replaced and no others added
-    (TF's calibrator leaves some tensors unrecorded on purpose: the quantizer derives them
-    from their neighbours); a file without any (the direct writer's) gets every one. A
-    tensor with a grid of its own (a QDQ pair's or onnxruntime's calibrator's,
-    quant/qdq_grids.py) keeps it."""
+    """(`content` with `ranges` recorded (record_ranges), how many changed by more than
+    1%)."""
     model = unpack_model(content)
+    changed = record_ranges(model, ranges)
+    return pack_model(model, len(content) + 4096), changed
+
+
+def record_ranges(model, ranges: dict[int, tuple]) -> int:
+    """Record the range of each float tensor of `ranges` in `model` (schema.ModelT); how
+    many changed by more than 1%. A calibrated file's recorded ranges are replaced and no
+    others added (TF's calibrator leaves some tensors unrecorded on purpose: the quantizer
+    derives them from their neighbours); a file without any (the direct writer's) gets
+    every one. A tensor with a grid of its own (a QDQ pair's or onnxruntime's
+    calibrator's, quant/qdq_grids.py) keeps it."""
     tensors = model.subgraphs[0].tensors
     fresh = not any(_recorded(t) and not _gridded(t) for t in tensors)
     changed = 0
@@ -270,7 +269,7 @@ def with_ranges(content: bytes, ranges: dict[int, tuple]) -> tuple[bytes, int]:
         old = float(q.max[0]) - float(q.min[0])
         changed += abs((high - low) - old) > 0.01 * max(old, 1e-12)
         q.min, q.max = [low], [high]
-    return pack_model(model, len(content) + 4096), changed
+    return changed
 
 
 def _activation_bytes(model) -> int:

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
+from calibration.ranges import record_ranges
 from onnx2tf_alt.quant.grids import (
     IO_TYPES,
     LIMITS,
@@ -83,22 +84,27 @@ VERSIONS = {TT.INT8: {
 
 
 def quantize(calibrated: bytes, per_tensor: bool = False, io_dtypes: tuple | None = None,
-             float_tensors: Iterable[str] = (), activations: str = "int8") -> bytes:
+             float_tensors: Iterable[str] = (), activations: str = "int8",
+             ranges: dict[int, tuple] | None = None) -> bytes:
     """The quantized flatbuffer of a calibrated one (module docstring): `activations`
     "int8" or "int16"; `io_dtypes` (input, output) type names of an integer-only file (the
-    signature's inputs and outputs on the integer grid), None for float ones.
+    signature's inputs and outputs on the integer grid), None for float ones; `ranges`
+    ({tensor: (low, high)}) are recorded over `calibrated`'s own first (a trial of range
+    methods needs no calibrated copy of the float file per method).
 
     The file is prepared once in the interpreter: an op whose integer kernel TFLite refuses
     (a type its build lacks) is kept float and the model quantized again."""
     kept = set(float_tensors)
     for _ in range(MAX_REFUSED + 1):
         model = unpack_model(calibrated)
+        if ranges is not None:
+            record_ranges(model, ranges)
         quantized = _Quantizer(model, IO_TYPES[activations], per_tensor, kept)
         quantized.run()
         if io_dtypes:
             integer_io(model, *(IO_TYPES[t] for t in io_dtypes))
         drop_unused(model)
-        content = pack_model(model, len(calibrated) + (1 << 16))
+        content = pack_model(model)
         refused = _refused_op(content, quantized.names)
         if refused is None:
             return content

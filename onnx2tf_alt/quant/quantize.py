@@ -36,11 +36,12 @@ from calibration.methods import (
     PERCENTILE,
 )
 from calibration.ort import fake_quantized, onnx_ranges
-from calibration.ranges import remeasured, remeasured_split, with_ranges
+from calibration.ranges import measured_ranges, measured_ranges_split, remeasured, with_ranges
 from calibration.samples import CustomData, Samples, plan_samples
 from onnx2tf_alt import progress
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.export.names import DYNAMIC_RANGE_SUFFIXES, INTEGER_SUFFIXES
+from onnx2tf_alt.heap import give_back
 from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.ir.weights import to_array
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
@@ -230,10 +231,10 @@ def _choose_range_method(content: bytes, converted, options: QuantOptions,
         split = count - min(count // 4, AUTO_SAMPLES)
         check = calibration[split:]
         # the trial's ranges and those over every sample in one measurement
-        files, whole = remeasured_split(content, feeds, split, AUTO_CANDIDATES)
+        trial, whole = measured_ranges_split(content, feeds, split, AUTO_CANDIDATES)
         if measured is not None:
             measured.update(whole)
-        metrics = _range_metrics(files, converted, options, check)
+        metrics = _range_metrics(content, trial, converted, options, check)
         where = f"on {len(check)} calibration sample(s) not used to measure the ranges"
         scored = f"on {len(check)} calibration samples the ranges did not see"
     else:
@@ -271,44 +272,51 @@ def _folded_metrics(content: bytes, converted, options: QuantOptions,
     count = len(calibration)
     folds = min(AUTO_FOLDS, count)
     if folds < 2:
-        return _range_metrics(remeasured(content, feeds, AUTO_CANDIDATES), converted,
-                              options, calibration)
+        return _range_metrics(content, measured_ranges(content, feeds, AUTO_CANDIDATES),
+                              converted, options, calibration)
     reference, actual = [], {}
     for k in range(folds):
         held = [i for i in range(count) if i % folds == k]
         fit = [feeds[i] for i in range(count) if i % folds != k]
-        files = remeasured(content, fit, AUTO_CANDIDATES)
-        ref, outputs = _range_outputs(files, converted, options, [calibration[i] for i in held])
+        ranges = measured_ranges(content, fit, AUTO_CANDIDATES)
+        ref, outputs = _range_outputs(content, ranges, converted, options,
+                                      [calibration[i] for i in held])
         reference += ref
         for method, values in outputs.items():
             actual.setdefault(method, []).extend(values)
     return {method: compare_outputs(reference, values) for method, values in actual.items()}
 
 
-def _range_metrics(files: dict[str, tuple[bytes, int]], converted, options: QuantOptions,
-                   samples: list[dict[str, np.ndarray]]) -> dict[str, dict]:
-    """{range method: the figures (quant/measure.py) of its INT8 file (with the --keep_float
-    nodes) against the float model on `samples`}."""
-    reference, outputs = _range_outputs(files, converted, options, samples)
+def _range_metrics(content: bytes, ranges: dict[str, dict[int, tuple]], converted,
+                   options: QuantOptions, samples: list[dict[str, np.ndarray]]
+                   ) -> dict[str, dict]:
+    """{range method: the figures (quant/measure.py) of the INT8 file of `content` with
+    that method's `ranges` (and the --keep_float nodes) against the float model on
+    `samples`}."""
+    reference, outputs = _range_outputs(content, ranges, converted, options, samples)
     return {method: compare_outputs(reference, values) for method, values in outputs.items()}
 
 
-def _range_outputs(files: dict[str, tuple[bytes, int]], converted, options: QuantOptions,
-                   samples: list[dict[str, np.ndarray]]) -> tuple[list, dict[str, list]]:
-    """(the float model's outputs on `samples`, {range method: its INT8 file's outputs}),
-    the INT8 files with the float-I/O files' float ops (--keep_float's, kept_float's: an
-    int8 DIV by a computed divisor stops the trial where it reaches its zero point)."""
+def _range_outputs(content: bytes, ranges: dict[str, dict[int, tuple]], converted,
+                   options: QuantOptions, samples: list[dict[str, np.ndarray]]
+                   ) -> tuple[list, dict[str, list]]:
+    """(the float model's outputs on `samples`, {range method: the outputs of the INT8 file
+    of `content` with its `ranges`}), the INT8 files with the float-I/O files' float ops
+    (--keep_float's, kept_float's: an int8 DIV by a computed divisor stops the trial where
+    it reaches its zero point). Each file is made from `content` with its ranges recorded
+    on the way (no calibrated copy of the float file per method)."""
     from onnx2tf_alt.quant.sensitivity import denylist, kept_float, op_infos, quantize_calibrated
 
-    any_file = next(iter(files.values()))[0]
-    reference = run_tflite(any_file, converted, samples)  # the float model: ranges unused
-    float_ops = denylist(op_infos(any_file, converted), set(options.keep_float)) if (
+    reference = run_tflite(content, converted, samples)  # the float model: ranges unused
+    float_ops = denylist(op_infos(content, converted), set(options.keep_float)) if (
         options.keep_float) else []
-    float_ops += kept_float(any_file, options.integer_kernels_only, None)[0]
+    float_ops += kept_float(content, options.integer_kernels_only, None)[0]
     outputs = {}
-    for method, (content, _) in files.items():
-        int8 = quantize_calibrated(content, options.quant_type == "per-tensor", None, float_ops)
+    for method, measured in ranges.items():
+        int8 = quantize_calibrated(content, options.quant_type == "per-tensor", None, float_ops,
+                                   ranges=measured)
         outputs[method] = run_tflite(int8, converted, samples)
+        del int8
     return reference, outputs
 
 
@@ -528,6 +536,7 @@ def run_tflite(content: bytes | str, converted, samples: list[dict[str, np.ndarr
             with ThreadPoolExecutor(workers) as pool:
                 ordered = [r for part in pool.map(run, chunks, [counter] * workers)
                            for r in part]
+    give_back()  # the interpreters' packed weights and tensors
     return [value for _, value in sorted(ordered, key=lambda r: r[0])]
 
 
@@ -749,16 +758,17 @@ def write_quantized(
         report.notes.append(f"the float32 TFLite cannot run here ({why_not}): no metrics")
     written, calibrated = [], {}
     chosen = variants(options, qdq, plan.range_model is not None)
+    sources = [plan.source_for(variant, converted, rebuilt) for variant in chosen]
     with progress.counting("quantizing", len(chosen)) as files:
-        for variant in chosen:
+        for k, (variant, source) in enumerate(zip(chosen, sources)):
             checkpoint()
             files.begin(f"{stem}_{variant.suffix}.tflite")
-            source = plan.source_for(variant, converted, rebuilt)
             entry = _write_variant(variant, source, folder, stem, plan, report, float_tflite,
                                    calibrated, reference)
             report.files.append(entry)
             if "error" not in entry:
                 written.append(entry["file"])
+            _release(calibrated, chosen[k + 1:], sources[k + 1:])
     report.notes += _verdicts(report, options.warn_below)
     report_name = f"{stem}_quant_report.json"
     with open(os.path.join(folder, report_name), "w") as f:
@@ -800,6 +810,17 @@ def _write_variant(variant: Variant, source, folder: str, stem: str, plan: Quant
     if actual is None:
         entry["not_measured"] = why_not
     return entry
+
+
+def _release(calibrated: dict, later: list[Variant], sources: list) -> None:
+    """Drop the calibrated files (a float file's size each) and bias corrections that no
+    `later` variant (made from `sources`) reads again: the INT16-activation files are
+    calibrated while the INT8 one is no longer held."""
+    needed = {key for variant, source in zip(later, sources)
+              for key in ((id(source), int16_activations(variant)), ("biases", id(source)))}
+    for key in [key for key in calibrated if key not in needed]:
+        del calibrated[key]
+    give_back()
 
 
 def _sample_roles(calibration: int, held_out: int) -> dict[str, str]:

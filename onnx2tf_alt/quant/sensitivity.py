@@ -291,13 +291,15 @@ def calibrate_only(converter: tf.lite.TFLiteConverter) -> bytes:
 
 
 def quantize_calibrated(calibrated: bytes, per_tensor: bool, io_dtypes: tuple | None,
-                        float_tensors: list[str]) -> bytes:
+                        float_tensors: list[str], ranges: dict[int, tuple] | None = None
+                        ) -> bytes:
     """INT8 flatbuffer of a calibrated one, by the project's own quantizer
     (quant/integer.py); `float_tensors` (op output names) stay float; `io_dtypes`: (input,
-    output) type names of an integer-only file."""
+    output) type names of an integer-only file; `ranges` ({tensor: (low, high)}) recorded
+    over the file's own first (calibration/ranges.record_ranges)."""
     from onnx2tf_alt.quant.integer import quantize
 
-    return quantize(calibrated, per_tensor, io_dtypes, float_tensors)
+    return quantize(calibrated, per_tensor, io_dtypes, float_tensors, ranges=ranges)
 
 
 def tf_quantize_calibrated(calibrated: bytes, per_tensor: bool, io_dtypes: tuple | None,

@@ -30,10 +30,20 @@ def unpack_model(content: bytes) -> schema.ModelT:
     return schema.ModelT.InitFromObj(read_model(content))
 
 
-def pack_model(model: schema.ModelT, size_hint: int = 1 << 20) -> bytes:
-    """`model` serialized as a .tflite file (`size_hint`: the builder's first allocation)."""
+def pack_model(model: schema.ModelT, size_hint: int | None = None) -> bytes:
+    """`model` serialized as a .tflite file (`size_hint`: the builder's first allocation;
+    by default packed_size: a builder that starts small doubles its buffer as it fills,
+    holding the old one and a new one twice its size at each step)."""
     _vectors_as_arrays(model)
-    return pack_table(model, size_hint, FILE_IDENTIFIER)
+    return pack_table(model, packed_size(model) if size_hint is None else size_hint,
+                      FILE_IDENTIFIER)
+
+
+def packed_size(model: schema.ModelT) -> int:
+    """A size hint for pack_model: the bytes of `model`'s buffers and 1 MiB for the rest
+    (a hint of the file it was unpacked from would allocate, and fill, a float file's size
+    for its INT8 file)."""
+    return sum(len(b.data) for b in model.buffers or [] if b.data is not None) + (1 << 20)
 
 
 def _vectors_as_arrays(model: schema.ModelT) -> None:

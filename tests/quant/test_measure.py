@@ -101,7 +101,7 @@ def test_auto_keeps_percentile_unless_beaten_beyond_noise(monkeypatch, minmax, c
 
     scores = {"minmax": _metrics(minmax), "percentile": _metrics([0.984, 0.986, 0.985]),
               "mse": _metrics([0.970, 0.975, 0.972])}
-    monkeypatch.setattr(quantize, "remeasured_split",
+    monkeypatch.setattr(quantize, "measured_ranges_split",
                         lambda content, feeds, split, methods: ({}, {}))
     monkeypatch.setattr(quantize, "_range_metrics", lambda *args: scores)
     notes = []
@@ -119,18 +119,18 @@ def test_auto_with_few_samples_scores_each_fold_on_ranges_from_the_others(monkey
     samples = [{"x": np.full((1, 4), k, np.float32)} for k in range(5)]
     fitted, scored = [], []
 
-    def remeasured(content, fit, methods):
+    def measured(content, fit, methods):
         fitted.append(sorted(int(f["x"][0, 0]) for f in fit))
-        return {m: (b"", 0) for m in methods}
+        return {m: {} for m in methods}
 
-    def outputs(files, converted, options, held):
+    def outputs(content, ranges, converted, options, held):
         scored.append(sorted(int(h["x"][0, 0]) for h in held))
         ref = [{"y": h["x"] + np.arange(4, dtype=np.float32)} for h in held]
         wobble = np.array([[1, -1, 1, -1]], np.float32)
         return ref, {m: [{"y": r["y"] + (0.0 if m == "percentile" else 0.5) * wobble}
-                         for r in ref] for m in files}
+                         for r in ref] for m in ranges}
 
-    monkeypatch.setattr(quantize, "remeasured", remeasured)
+    monkeypatch.setattr(quantize, "measured_ranges", measured)
     monkeypatch.setattr(quantize, "_range_outputs", outputs)
     notes = []
     method = quantize._choose_range_method(b"", None, quantize.QuantOptions(), samples,
