@@ -261,7 +261,7 @@ def record_ranges(model, ranges: dict[int, tuple]) -> int:
         if index not in ranges or tensor.type != schema.TensorType.FLOAT32 or not (
                 fresh or _recorded(tensor)) or _gridded(tensor):
             continue
-        low, high = ranges[index]
+        low, high = (float(np.float32(v)) for v in ranges[index])  # as the file stores them
         if not _recorded(tensor):
             tensor.quantization = tensor.quantization or schema.QuantizationParametersT()
             tensor.quantization.min, tensor.quantization.max = [0.0], [0.0]

@@ -345,3 +345,17 @@ def test_the_arithmetic_before_a_log_stays_float():
                  if name not in ("QUANTIZE", "DEQUANTIZE")}
         assert types["CONV_2D"] == code, (activations, types)
         assert {types[k] for k in ("MUL", "SUM", "SQRT", "ADD", "LOG")} == {FLOAT32}, types
+
+
+@pytest.mark.parametrize("activations", ["int8", "int16"])
+def test_ranges_recorded_on_the_way_make_the_calibrated_copys_file(calibrated, activations):
+    """The range-method trial quantizes the float file with each method's ranges recorded as
+    it is unpacked (no calibrated copy of the float file per method): the same bytes as
+    quantizing a copy with those ranges written in, whatever ranges the file held before."""
+    measured = measured_ranges(calibrated.result.content, calibrated.calibration[:4],
+                               ("percentile",))["percentile"]
+    measured = {k: (0.7 * low, 0.7 * high) for k, (low, high) in measured.items()}
+    copy, changed = with_ranges(calibrated.content, measured)
+    assert changed  # other ranges than the file's own: the test can tell them apart
+    assert quantize(calibrated.content, activations=activations, ranges=measured) == quantize(
+        copy, activations=activations)
