@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 import textwrap
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -641,6 +642,12 @@ class QuantPlan:
         The INT8 files get no GPTQ weights: on the PP-OCRv4 DB detector they moved their
         held-out cosine by -0.04..+0.0 (8-bit activations limit it) while lifting the
         INT16-activation files from 0.919 to 0.993 (320x320) and 0.972 to 0.999 (640)."""
+        source = self.source_of(variant, converted, rebuilt)
+        _unspilled(source)
+        return source
+
+    def source_of(self, variant: Variant, converted, rebuilt):
+        """source_for's conversion, its float file possibly still spilled (_spill)."""
         if self.takes_ranges(variant):
             return rebuilt
         int16 = int16_activations(variant)
@@ -699,6 +706,8 @@ def plan_quantization(
         calibrated = fake_quantized(converted.model, ranges)
     source = None if prepared is converted.model else converted.rebuild(
         prepared, for_quantization=True)
+    if source is not None:  # read by the INT16-activation files, made after the INT8 ones
+        _spill(source)
     int8_source = None
     if per_channel and calibrated is None:  # equalized scales would share one weight grid
         for_int8, int8_notes = prepare_for_int8(converted.model, samples.calibration)
@@ -707,6 +716,31 @@ def plan_quantization(
             for_int8, for_quantization=True)
     return QuantPlan(options, samples, qdq_model, calibrated, quant_source=source,
                      int8_source=int8_source, notes=notes)
+
+
+def _spill(converted) -> None:
+    """Keep the float file of `converted` (a direct writer's rebuild) in an unlinked
+    temporary file until _unspilled reads it back: the INT16-activation files' source
+    (GPTQ weights) is built with the plan, so a model it cannot be built for fails before
+    anything is written, but is read only after the INT8 files, whose calibration peaks
+    would hold it too (ViT-B/16: 327 MB)."""
+    content = getattr(converted.result, "content", b"")
+    if not isinstance(content, bytes) or not content:
+        return
+    spilled = tempfile.TemporaryFile()  # noqa: SIM115 (kept open: gone when closed or at exit)
+    spilled.write(content)
+    converted.result.content, converted.result.spilled = b"", spilled
+
+
+def _unspilled(converted) -> None:
+    """The float file _spill kept aside, back in `converted`'s result."""
+    spilled = getattr(getattr(converted, "result", None), "spilled", None)
+    if spilled is None:
+        return
+    spilled.seek(0)
+    converted.result.content = spilled.read()
+    spilled.close()
+    converted.result.spilled = None
 
 
 REFERENCE_TFLITE_BYTES = 1 << 30  # larger float32 files: see _reference_outputs
@@ -758,11 +792,12 @@ def write_quantized(
         report.notes.append(f"the float32 TFLite cannot run here ({why_not}): no metrics")
     written, calibrated = [], {}
     chosen = variants(options, qdq, plan.range_model is not None)
-    sources = [plan.source_for(variant, converted, rebuilt) for variant in chosen]
+    sources = [plan.source_of(variant, converted, rebuilt) for variant in chosen]
     with progress.counting("quantizing", len(chosen)) as files:
-        for k, (variant, source) in enumerate(zip(chosen, sources)):
+        for k, variant in enumerate(chosen):
             checkpoint()
             files.begin(f"{stem}_{variant.suffix}.tflite")
+            source = plan.source_for(variant, converted, rebuilt)
             entry = _write_variant(variant, source, folder, stem, plan, report, float_tflite,
                                    calibrated, reference)
             report.files.append(entry)
