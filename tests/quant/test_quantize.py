@@ -973,3 +973,31 @@ def test_transposed_convolutions_stay_float_where_the_file_takes_float(tmp_path)
     assert kinds == {"integer_quant": 0, "full_integer_quant": 9}, kinds  # FLOAT32, INT8
     cosines = {e["variant"]: e["outputs"]["y"]["cosine_min"] for e in report["files"]}
     assert min(cosines["integer_quant"], cosines["full_integer_quant"]) > 0.99, cosines
+
+
+def test_a_spilled_source_comes_back_whole_and_calibrations_are_dropped_when_done():
+    """The INT16 files' source waits in an unlinked temporary file while the INT8 files are
+    made (its bytes come back unchanged when first read), and each calibrated file is
+    dropped once no later file reads it."""
+    from types import SimpleNamespace
+
+    from onnx2tf_alt.quant import quantize as q
+
+    content = bytes(np.random.default_rng(0).integers(0, 256, 1 << 16, dtype=np.uint8))
+    source = SimpleNamespace(result=SimpleNamespace(content=content))
+    q._spill(source)
+    assert source.result.content == b"" and source.result.spilled is not None
+    plan = q.QuantPlan(q.QuantOptions(), None, None, quant_source=source)
+    int8, int16 = (q.Variant(s, ops) for s, ops in (
+        ("integer_quant", (q.BUILTINS,)), ("integer_quant_with_int16_act", (q.INT16_OPS,))))
+    converted = SimpleNamespace(result=SimpleNamespace(content=b"float"))
+    assert plan.source_of(int16, converted, None) is source  # not read back yet
+    assert source.result.content == b""
+    assert plan.source_for(int16, converted, None) is source
+    assert source.result.content == content and source.result.spilled is None
+    calibrated = {(id(converted), False): b"int8", ("biases", id(converted)): {},
+                  (id(source), True): b"int16", ("biases", id(source)): {}}
+    q._release(calibrated, [int16], [source])
+    assert set(calibrated) == {(id(source), True), ("biases", id(source))}
+    q._release(calibrated, [], [])
+    assert not calibrated
