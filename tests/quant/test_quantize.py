@@ -991,6 +991,7 @@ def test_a_spilled_source_comes_back_whole_and_calibrations_are_dropped_when_don
     int8, int16 = (q.Variant(s, ops) for s, ops in (
         ("integer_quant", (q.BUILTINS,)), ("integer_quant_with_int16_act", (q.INT16_OPS,))))
     converted = SimpleNamespace(result=SimpleNamespace(content=b"float"))
+    assert plan.source_for(int8, converted, None) is converted  # the INT8 files' source
     assert plan.source_of(int16, converted, None) is source  # not read back yet
     assert source.result.content == b""
     assert plan.source_for(int16, converted, None) is source
