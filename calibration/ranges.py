@@ -35,7 +35,7 @@ from calibration.methods import BY_NAME, MINMAX, MSE, PERCENTILE, TFLITE_GRAPH, 
 from onnx2tf_alt import progress
 from onnx2tf_alt.heap import give_back
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, schema, unpack_model
-from onnx2tf_alt.tflite.run import exposed
+from onnx2tf_alt.tflite.run import XNNPACK_MAX_BYTES, exposed, op_resolver
 
 # Keeping every tensor costs their sum at once: about 420 MiB for a 640x640 PP-OCR detector
 # (1.3 GB resident). Above this, TF's records are kept (calibrated_tflite warns).
@@ -83,7 +83,10 @@ def measured_ranges_split(content: bytes, feeds: Iterable[dict[str, np.ndarray]]
 
     # Every float tensor an op writes is an output of the subgraph: XNNPACK computes them
     # all and keeps them (keeping every tensor otherwise takes the reference kernels, ~8x
-    # slower on a 640x640 detector's convolutions).
+    # slower on a 640x640 detector's convolutions). A file past XNNPACK_MAX_BYTES runs
+    # without XNNPACK anyway (it would pack a second copy of the weights): there the
+    # interpreter keeps every tensor of `content` itself, and no exposed copy of the file
+    # is made (a 2.3 GB file: 7.1 -> 2.5 GB at this step).
     model = unpack_model(content)
     kept = _activation_bytes(model)
     if kept > MAX_KEPT_BYTES:
@@ -93,7 +96,14 @@ def measured_ranges_split(content: bytes, feeds: Iterable[dict[str, np.ndarray]]
     watched = sorted({int(t) for op in graph.operators for t in op.outputs
                       if graph.tensors[int(t)].type == schema.TensorType.FLOAT32}
                      | {int(i) for i in graph.inputs})
-    interpreter = Interpreter(model_content=exposed(model, watched), num_threads=os.cpu_count())
+    if len(content) > XNNPACK_MAX_BYTES:
+        interpreter = Interpreter(model_content=bytes(content),  # no copy of bytes
+                                  experimental_preserve_all_tensors=True,
+                                  experimental_op_resolver_type=op_resolver(len(content)),
+                                  num_threads=os.cpu_count())
+    else:
+        interpreter = Interpreter(model_content=exposed(model, watched),
+                                  num_threads=os.cpu_count())
     del model, graph
     runner = interpreter.get_signature_runner(SIGNATURE)
     # numpy releases the GIL on whole tensors: one thread per core reads them

@@ -651,10 +651,10 @@ def _checked(converted: Converted, stage: str, stem: str, checked: CheckRequest,
 def _read_back(converted: Converted, float32: str, quant_plan) -> None:
     """The direct writer's float32 file, written as it was packed (past STREAMED_BYTES of
     weights), read back into its result's `content` where the INT8 files' quantizer reads
-    it in memory (-oiqt; up to 2 GB, where the weights lie inside the flatbuffer)."""
+    it in memory (-oiqt; past 2 GB its weights lie after the flatbuffer, which
+    flatbuffer.unpack_model and pack_model read and write)."""
     result = converted.result
-    if (result.model is None and not result.content and quant_plan.options.integer
-            and os.path.getsize(float32) < 1 << 31):
+    if result.model is None and not result.content and quant_plan.options.integer:
         with open(float32, "rb") as f:
             result.content = f.read()
 

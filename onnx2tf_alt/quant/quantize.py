@@ -52,7 +52,13 @@ from onnx2tf_alt.quant.notes import CONSOLE_WIDTH, Note, console_lines
 from onnx2tf_alt.quant.options import QuantOptions
 from onnx2tf_alt.quant.qdq_weights import requantize_per_tensor, weights_per_tensor
 from onnx2tf_alt.tflite.late_weights import mapped
-from onnx2tf_alt.tflite.run import as_input, dequantized, run_signature
+from onnx2tf_alt.tflite.run import (
+    XNNPACK_MAX_BYTES,
+    as_input,
+    dequantized,
+    op_resolver,
+    run_signature,
+)
 
 log = logging.getLogger("onnx2tf_alt")
 
@@ -499,14 +505,13 @@ def run_tflite(content: bytes | str, converted, samples: list[dict[str, np.ndarr
     (the interpreter lets go of Python while it runs: the INT16 files, on TFLite's
     single-threaded reference kernels, measure twice as fast on two cores), but for a file
     past PARALLEL_TFLITE_BYTES, which one interpreter holds."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    from ai_edge_litert.interpreter import Interpreter
 
     result = converted.result
     size = os.path.getsize(content) if isinstance(content, str) else len(content)
     # a file over REFERENCE_TFLITE_BYTES runs on TFLite's reference kernels: XNNPACK would
     # pack its weights once more in memory (same values, slower)
-    resolver = (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-                if size > REFERENCE_TFLITE_BYTES else OpResolverType.AUTO)
+    resolver = op_resolver(size)
     workers = max(1, min(os.cpu_count() or 1, len(samples)))
     if size > PARALLEL_TFLITE_BYTES:
         workers = 1
@@ -516,7 +521,8 @@ def run_tflite(content: bytes | str, converted, samples: list[dict[str, np.ndarr
             interpreter = Interpreter(model_path=content, experimental_op_resolver_type=resolver)
         else:
             interpreter = Interpreter(model_content=content if isinstance(content, bytes)
-                                      else bytes(content))  # a memory-mapped file
+                                      else bytes(content),  # a memory-mapped file
+                                      experimental_op_resolver_type=resolver)
         runner = interpreter.get_signature_runner("serving_default")
         inputs, outputs = runner.get_input_details(), runner.get_output_details()
         found = []
@@ -732,6 +738,21 @@ def _spill(converted) -> None:
     converted.result.content, converted.result.spilled = b"", spilled
 
 
+def _with_content(converted) -> None:
+    """The float file of a direct writer's rebuild whose weights passed BOUND_BYTES (it
+    holds the table and writes the file on demand: tflite/late_weights.Bound) in its
+    result's `content`, as the quantizer reads it (past 2 GB with the weights after the
+    flatbuffer)."""
+    result = converted.result
+    if result.content or getattr(result, "bound", None) is None:
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "float32.tflite")
+        result.bound.write(path)
+        with open(path, "rb") as f:
+            result.content = f.read()
+
+
 def _unspilled(converted) -> None:
     """The float file _spill kept aside, back in `converted`'s result."""
     spilled = getattr(getattr(converted, "result", None), "spilled", None)
@@ -743,7 +764,7 @@ def _unspilled(converted) -> None:
     converted.result.spilled = None
 
 
-REFERENCE_TFLITE_BYTES = 1 << 30  # larger float32 files: see _reference_outputs
+REFERENCE_TFLITE_BYTES = XNNPACK_MAX_BYTES  # larger float32 files: see _reference_outputs
 PARALLEL_TFLITE_BYTES = 256 << 20  # larger files are measured by one interpreter
 
 
@@ -946,10 +967,8 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
         if plan.qdq_per_tensor and plan.takes_ranges(variant):
             content, _ = requantize_per_tensor(content)
         return content
-    if direct and not getattr(source.result, "content", b""):
-        raise ValueError("the float32 file passes 2 GB and the own quantizer reads it in "
-                         "memory: calibrated INT8 / INT16 files are not made past 2 GB yet; "
-                         "-odrqt (int8 weights) and -oi4 (int4 weights) are")
+    if direct:
+        _with_content(source)
     int16 = int16_activations(variant)
     key = (id(source), int16)
     if key not in calibrated:

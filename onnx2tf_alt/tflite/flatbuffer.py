@@ -16,6 +16,10 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 FILE_IDENTIFIER = b"TFL3"
+# buffer bytes past which a packed model stores them after its flatbuffer (flatbuffers'
+# signed 32-bit offsets, with a margin for the tables)
+MAX_INLINE = 2**31 - 1 - (64 << 20)
+BUFFER_ALIGN = 16  # the alignment of buffers stored after the flatbuffer
 SIGNATURE = "serving_default"  # the one signature a converted model has
 OP_NAMES = {v: k for k, v in vars(schema.BuiltinOperator).items() if k.isupper()}
 
@@ -26,17 +30,52 @@ def read_model(content: bytes) -> schema.Model:
 
 
 def unpack_model(content: bytes) -> schema.ModelT:
-    """The whole model as editable Python objects."""
-    return schema.ModelT.InitFromObj(read_model(content))
+    """The whole model as editable Python objects; the buffers a file past 2 GB stores
+    after its flatbuffer are views of `content` like the others (inline_stored_buffers)."""
+    model = schema.ModelT.InitFromObj(read_model(content))
+    inline_stored_buffers(model, content)
+    return model
 
 
 def pack_model(model: schema.ModelT, size_hint: int | None = None) -> bytes:
     """`model` serialized as a .tflite file (`size_hint`: the builder's first allocation;
     by default packed_size: a builder that starts small doubles its buffer as it fills,
-    holding the old one and a new one twice its size at each step)."""
+    holding the old one and a new one twice its size at each step). Past MAX_INLINE bytes
+    of buffers (flatbuffers' signed 32-bit offsets) the buffers are stored after the
+    flatbuffer (_pack_stored), as the schema's Buffer.offset/size allow."""
     _vectors_as_arrays(model)
+    if packed_size(model) >= MAX_INLINE:
+        return _pack_stored(model)
     return pack_table(model, packed_size(model) if size_hint is None else size_hint,
                       FILE_IDENTIFIER)
+
+
+def _pack_stored(model: schema.ModelT) -> bytes:
+    """pack_model past 2 GB: the flatbuffer without buffer data, then each buffer's bytes
+    at the offset its table records (16-byte aligned). The model is left as it was."""
+    moved = [b for b in model.buffers if b.data is not None and len(b.data)]
+    data = [b.data for b in moved]
+    try:
+        for buffer, values in zip(moved, data):  # placeholders: the table's final size
+            buffer.data, buffer.offset, buffer.size = None, 2, len(values)
+        end = _aligned(len(pack_table(model, 1 << 20, FILE_IDENTIFIER)))
+        for buffer, values in zip(moved, data):
+            buffer.offset, end = end, _aligned(end + len(values))
+        head = pack_table(model, 1 << 20, FILE_IDENTIFIER)
+        pieces, at = [head], len(head)
+        for buffer, values in zip(moved, data):
+            pieces += [bytes(buffer.offset - at), memoryview(np.ascontiguousarray(values)
+                                                             ).cast("B")]
+            at = buffer.offset + len(values)
+        pieces.append(bytes(end - at))
+        return b"".join(pieces)  # one copy of the weights
+    finally:
+        for buffer, values in zip(moved, data):
+            buffer.data, buffer.offset, buffer.size = values, 0, 0
+
+
+def _aligned(offset: int) -> int:
+    return -(-offset // BUFFER_ALIGN) * BUFFER_ALIGN
 
 
 def packed_size(model: schema.ModelT) -> int:
@@ -79,7 +118,7 @@ def pack_table(table, size_hint: int = 1024, file_identifier: bytes | None = Non
 def inline_stored_buffers(model, content) -> None:
     """The buffers of `model` stored after the flatbuffer `content` (offset > 1: files past
     2 GB, or asked for) become views of `content`, kept inside when packed again."""
-    for buffer in model.buffers:
+    for buffer in model.buffers or []:
         if buffer.offset > 1:
             buffer.data = np.frombuffer(content, np.uint8, buffer.size, buffer.offset)
             buffer.offset = buffer.size = 0

@@ -39,8 +39,9 @@ from onnx2tf_alt.tflite.bound_rewrites import (
     reshapes_around_products,
     to_fully_connected,
 )
-from onnx2tf_alt.tflite.flatbuffer import (
+from onnx2tf_alt.tflite.flatbuffer import (  # MAX_INLINE: a flatbuffer's 32-bit offsets
     FILE_IDENTIFIER,
+    MAX_INLINE,
     inline_stored_buffers,
     op_name,
     schema,
@@ -52,7 +53,6 @@ __all__ = ["Bound", "LazyBuffer", "Recipe", "Signature", "Unbindable", "bind", "
 
 ALIGN = 16  # the alignment TF's converter gives buffer data
 PIECE_ELEMENTS = 1 << 22  # a transposed weight is written this many elements at a time
-MAX_INLINE = 2**31 - 1 - (64 << 20)  # a flatbuffer's signed 32-bit offsets, with a margin
 
 
 @dataclass(frozen=True)

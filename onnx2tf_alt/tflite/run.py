@@ -16,6 +16,18 @@ import numpy as np
 
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE
 
+# Files past this run without XNNPACK (the builtin kernels): XNNPACK packs a second copy of
+# a file's weights in memory (a 2.3 GB file: 2.3 GB more), with the same values
+XNNPACK_MAX_BYTES = 1 << 30
+
+
+def op_resolver(size: int):
+    """The interpreter's op resolver for a .tflite of `size` bytes (XNNPACK_MAX_BYTES)."""
+    from ai_edge_litert.interpreter import OpResolverType
+
+    return (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if size > XNNPACK_MAX_BYTES
+            else OpResolverType.AUTO)
+
 
 def signature_call(interpreter, feeds: dict[str, np.ndarray]
                    ) -> Callable[[], dict[str, np.ndarray]]:

@@ -1299,31 +1299,6 @@ def test_streamed_weights_are_read_back_for_the_int8_files(tmp_path, monkeypatch
     assert (streamed / name).read_bytes() == (packed / name).read_bytes()
 
 
-def test_int8_files_past_2_gb_are_refused_by_name_and_the_weight_files_written(
-        tmp_path, monkeypatch, capfd, caplog):
-    """A float32 file past 2 GB (its weights after the flatbuffer) is not read back into
-    memory for the own quantizer: -oiqt says which files it does not make and why, and
-    still writes the dynamic-range file (stood in for here by a streamed file that is not
-    read back; the INT16 files, made from a conversion of their own, are not)."""
-    from onnx2tf_alt import conversion
-    from onnx2tf_alt.api import convert
-    from onnx2tf_alt.tflite import direct
-
-    monkeypatch.setattr(direct, "STREAMED_BYTES", 0)
-    monkeypatch.setattr(conversion, "_read_back", lambda *args: None)
-    convert(input_onnx_file_path=MOBILENET, output_folder_path=str(tmp_path / "o"),
-            non_verbose=False, output_integer_quantized_tflite=True)
-    written = {p.name for p in (tmp_path / "o").glob("*.tflite")}
-    assert "mobilenet_block_dynamic_range_quant.tflite" in written
-    said = [*capfd.readouterr().err.splitlines(), *(r.getMessage() for r in caplog.records)]
-    refused = [line.removeprefix("WARNING: ") for line in said if "was not written" in line]
-    for name in ("mobilenet_block_integer_quant.tflite",
-                 "mobilenet_block_full_integer_quant.tflite"):
-        assert name not in written
-        assert any(m.startswith(name) and "passes 2 GB" in m and "-odrqt" in m
-                   for m in refused), refused
-
-
 # --- inputs of run-time height and width ------------------------------------------------------
 SIZES = [(2, 24, 40), (1, 16, 16), (1, 40, 8)]  # (batch, height, width), all multiples of 8
 
@@ -1696,3 +1671,63 @@ def test_a_reshaped_value_read_elsewhere_too_is_not_written_over(form, monkeypat
         same = all(np.array_equal(np.asarray(g).reshape(e.shape), e)
                    for g, e in zip(got, expected))
         assert same == guarded, (guarded, got, expected)
+
+
+def test_int8_and_int16_files_of_a_float_file_with_its_weights_after_the_flatbuffer(
+        tmp_path, monkeypatch):
+    """-oiqt where the float32 file keeps its weights after the flatbuffer, as past 2 GB
+    (made so here by lowering the bound): calibration, the range trial, bias correction
+    and the quantizer read it (unpack_model gives its stored buffers as views), and every
+    quantized file is the one of a run whose float file holds them inside, byte for byte."""
+    from onnx2tf_alt.api import convert
+    from onnx2tf_alt.tflite import direct, late_weights
+    from onnx2tf_alt.tflite.flatbuffer import read_model
+
+    model = os.path.join(os.path.dirname(__file__), "..", "data", "mobilenet_block.onnx")
+    stem = "mobilenet_block"
+    inline, stored = tmp_path / "inline", tmp_path / "stored"
+    convert(input_onnx_file_path=model, output_folder_path=str(inline), non_verbose=True,
+            disable_model_save=True, output_integer_quantized_tflite=True)
+    monkeypatch.setattr(direct, "STREAMED_BYTES", 0)
+    monkeypatch.setattr(late_weights, "MAX_INLINE", 0)  # every weight after the flatbuffer
+    convert(input_onnx_file_path=model, output_folder_path=str(stored), non_verbose=True,
+            disable_model_save=True, output_integer_quantized_tflite=True)
+    flat = read_model((stored / f"{stem}_float32.tflite").read_bytes())
+    assert sum(flat.Buffers(i).Offset() > 1 for i in range(flat.BuffersLength())) >= 10
+    report = json.loads((stored / f"{stem}_quant_report.json").read_text())
+    assert not [e for e in report["files"] if "error" in e], report["files"]
+    for variant in ("integer_quant", "full_integer_quant", "integer_quant_with_int16_act",
+                    "full_integer_quant_with_int16_act"):
+        name = f"{stem}_{variant}.tflite"
+        assert (stored / name).read_bytes() == (inline / name).read_bytes(), name
+
+
+def test_a_model_past_the_inline_bound_is_packed_with_its_buffers_after(monkeypatch):
+    """pack_model past MAX_INLINE bytes of buffers (2 GB; lowered here) stores them after
+    the flatbuffer, aligned; unpack_model reads them back as they were, and the
+    interpreter runs the file as the inline one."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt.pipeline import float32_planned
+    from onnx2tf_alt.tflite import flatbuffer
+
+    path = os.path.join(os.path.dirname(__file__), "..", "data", "mobilenet_block.onnx")
+    planned = float32_planned(plan_loaded(load_model(path)))
+    content = write_direct(planned.graph, planned.plan, planned.options).content
+    model = flatbuffer.unpack_model(content)
+    monkeypatch.setattr(flatbuffer, "MAX_INLINE", 0)
+    packed = flatbuffer.pack_model(model)
+    flat = flatbuffer.read_model(packed)
+    offsets = [flat.Buffers(i).Offset() for i in range(flat.BuffersLength())]
+    assert sum(o > 1 for o in offsets) >= 10 and all(o % 16 == 0 for o in offsets)
+    again = flatbuffer.unpack_model(packed)
+    assert [None if b.data is None else bytes(b.data) for b in again.buffers] == [
+        None if b.data is None else bytes(b.data) for b in model.buffers]
+    x = np.random.default_rng(0).standard_normal((1, 32, 32, 3)).astype(np.float32)
+    outputs = []
+    for file in (content, packed):
+        runner = Interpreter(model_content=file).get_signature_runner("serving_default")
+        outputs.append(runner(**{next(iter(runner.get_input_details())): x}))
+    assert outputs[0].keys() == outputs[1].keys()
+    for key in outputs[0]:
+        np.testing.assert_array_equal(outputs[0][key], outputs[1][key])
