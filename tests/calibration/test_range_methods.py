@@ -119,3 +119,24 @@ def test_each_measurer_takes_only_its_rows(converted):
         if BY_NAME[name].measurer != ONNXRUNTIME:
             with pytest.raises(ValueError, match="onnxruntime"):
                 onnx_ranges(converted.model, samples, name)
+
+
+def test_a_large_file_is_measured_in_place_with_the_same_ranges(converted, monkeypatch):
+    """Past XNNPACK_MAX_BYTES (1 GiB; lowered here) the ranges are measured on the file
+    itself, every tensor kept by the interpreter, without XNNPACK and without an exposed
+    copy: the same tensors get the same ranges (to the builtin kernels' rounding)."""
+    samples = [{"x": np.random.default_rng(i).uniform(-1, 1, SHAPE).astype(np.float32)}
+               for i in range(3)]
+    content, _ = calibrated_tflite(
+        converted, QuantOptions(integer=True, calibration_method="minmax"), samples)
+    feeds = [converted.result.to_physical(s) for s in samples]
+    methods = ("minmax", "percentile")
+    exposed = ranges.measured_ranges(content, feeds, methods)
+    monkeypatch.setattr(ranges, "exposed", None)  # in place: no exposed copy is made
+    monkeypatch.setattr(ranges, "XNNPACK_MAX_BYTES", 0)
+    in_place = ranges.measured_ranges(content, feeds, methods)
+    for method in methods:
+        assert in_place[method].keys() == exposed[method].keys() and exposed[method]
+        for index, (low, high) in exposed[method].items():
+            np.testing.assert_allclose(in_place[method][index], (low, high), rtol=1e-5,
+                                       atol=1e-6, err_msg=f"{method} {index}")
