@@ -32,6 +32,7 @@ from ai_edge_litert import schema_py_generated as schema
 
 from calibration.ranges import record_ranges
 from onnx2tf_alt.quant.grids import (
+    BLOCK_ELEMENTS,
     IO_TYPES,
     LIMITS,
     NUMPY,
@@ -40,6 +41,7 @@ from onnx2tf_alt.quant.grids import (
     activation_grid,
     fits,
     given_grid,
+    row_blocks,
 )
 from onnx2tf_alt.quant.integer_io import integer_io, renumber_signature
 from onnx2tf_alt.quant.op_rules import FIXED, READS, RULES, SAME, Rule
@@ -470,9 +472,7 @@ class _Quantizer:
         key = (index, "kernel", rule.axis, self.per_tensor)
         weights = self.value(index)
         axis = rule.axis % weights.ndim
-        others = tuple(d for d in range(weights.ndim) if d != axis)
-        peak = (np.abs(weights).max(keepdims=True).ravel() if self.per_tensor else
-                np.abs(weights).max(axis=others)).astype(np.float64)
+        peak = _peaks(weights, axis, self.per_tensor).astype(np.float64)
         scales = np.where(peak > 0, peak / KERNEL_LIMIT, 1.0)
         # a bias past 2^30 on scale input x weight widens that channel's scale: the int32
         # accumulator keeps room for the products added to it (TF's quantizer does the same)
@@ -486,10 +486,7 @@ class _Quantizer:
         scales = scales.astype(np.float32)
         key += (scales.tobytes(),)
         if key not in self.constants:
-            shape = [1] * weights.ndim
-            shape[axis] = -1
-            codes = np.clip(np.round(weights / scales.reshape(shape)), -KERNEL_LIMIT,
-                            KERNEL_LIMIT).astype(np.int8)
+            codes = _kernel_codes(weights, scales, axis)
             q = schema.QuantizationParametersT()
             q.scale = [float(s) for s in scales]
             q.zeroPoint = [0] * len(scales)
@@ -553,6 +550,32 @@ class _Quantizer:
             replaced[index] = view
             self.graph.outputs[position] = view
         renumber_signature(self.model, replaced, outputs=True)
+
+
+def _peaks(weights: np.ndarray, axis: int, per_tensor: bool) -> np.ndarray:
+    """max|weights| over the whole tensor (shape (1,)) or per index of `axis`, a block of
+    rows at a time past BLOCK_ELEMENTS (the same maxima)."""
+    if weights.ndim and len(weights) > 1 and weights.size > BLOCK_ELEMENTS:
+        parts = [_peaks(weights[rows], axis, per_tensor) for rows in row_blocks(weights)]
+        return np.concatenate(parts) if axis == 0 and not per_tensor else np.max(parts, 0)
+    if per_tensor:
+        return np.abs(weights).max(keepdims=True).ravel()
+    return np.abs(weights).max(axis=tuple(d for d in range(weights.ndim) if d != axis))
+
+
+def _kernel_codes(weights: np.ndarray, scales: np.ndarray, axis: int) -> np.ndarray:
+    """The int8 codes of `weights` on `scales` (one, or one per index of `axis`), a block
+    of rows at a time past BLOCK_ELEMENTS (the same codes)."""
+    if weights.ndim and len(weights) > 1 and weights.size > BLOCK_ELEMENTS:
+        out = np.empty(weights.shape, np.int8)
+        for rows in row_blocks(weights):
+            part = scales[rows] if axis == 0 and scales.size > 1 else scales
+            out[rows] = _kernel_codes(weights[rows], part, axis)
+        return out
+    shape = [1] * weights.ndim
+    shape[axis] = -1
+    return np.clip(np.round(weights / scales.reshape(shape)), -KERNEL_LIMIT,
+                   KERNEL_LIMIT).astype(np.int8)
 
 
 def drop_unused(model) -> None:

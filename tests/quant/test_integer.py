@@ -359,3 +359,27 @@ def test_ranges_recorded_on_the_way_make_the_calibrated_copys_file(calibrated, a
     assert changed  # other ranges than the file's own: the test can tell them apart
     assert quantize(calibrated.content, activations=activations, ranges=measured) == quantize(
         copy, activations=activations)
+
+
+@pytest.mark.parametrize("axis,per_tensor", [(0, False), (1, False), (0, True), (2, False)])
+def test_weights_quantized_a_block_of_rows_at_a_time_get_the_same_codes(
+        monkeypatch, axis, per_tensor):
+    """Past BLOCK_ELEMENTS a weight's peaks and codes are computed a block of leading rows
+    at a time (its float temporaries stay at a block's): the same scales and codes, for
+    channels on the blocked axis or another, per tensor, and for a single row too large."""
+    from onnx2tf_alt.quant import grids, integer
+
+    rng = np.random.default_rng(3)
+    weights = (rng.standard_normal((37, 5, 3)) * rng.uniform(0.1, 4, (37, 1, 1))).astype(
+        np.float32)
+    whole_peaks = integer._peaks(weights, axis, per_tensor)
+    scales = (whole_peaks / 127).astype(np.float32)
+    whole = integer._kernel_codes(weights, scales, axis)
+    grid = grids.Grid(0.013, 3, grids.TT.INT8)
+    whole_grid = grid.codes(weights)
+    for block in (40, 7):  # two rows a block; less than one row (one row at a time)
+        monkeypatch.setattr(integer, "BLOCK_ELEMENTS", block)
+        monkeypatch.setattr(grids, "BLOCK_ELEMENTS", block)
+        np.testing.assert_array_equal(integer._peaks(weights, axis, per_tensor), whole_peaks)
+        np.testing.assert_array_equal(integer._kernel_codes(weights, scales, axis), whole)
+        np.testing.assert_array_equal(grid.codes(weights), whole_grid)
