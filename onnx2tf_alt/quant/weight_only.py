@@ -120,7 +120,7 @@ def float_values(buffer, shape) -> np.ndarray:
     """The float32 array of a constant `buffer` (a LazyBuffer, made now, or inline data)."""
     if isinstance(buffer, LazyBuffer):
         return np.asarray(buffer.make(), np.float32).reshape(tuple(shape))
-    return np.frombuffer(np.asarray(buffer.data, np.uint8).tobytes(), "<f4").reshape(tuple(shape))
+    return np.asarray(buffer.data, np.uint8).view("<f4").reshape(tuple(shape))  # no copy
 
 
 def _quantized_buffer(model, buffer, shape, axis: int | None) -> tuple[int, np.ndarray]:
