@@ -33,9 +33,8 @@ import numpy as np
 
 from calibration.methods import BY_NAME, MINMAX, MSE, PERCENTILE, TFLITE_GRAPH, RangeMethod
 from onnx2tf_alt import progress
-from onnx2tf_alt.heap import give_back
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, schema, unpack_model
-from onnx2tf_alt.tflite.run import XNNPACK_MAX_BYTES, exposed, op_resolver
+from onnx2tf_alt.tflite.run import XNNPACK_MAX_BYTES, exposed, give_back_heap, op_resolver
 
 # Keeping every tensor costs their sum at once: about 420 MiB for a 640x640 PP-OCR detector
 # (1.3 GB resident). Above this, TF's records are kept (calibrated_tflite warns).
@@ -134,7 +133,7 @@ def measured_ranges_split(content: bytes, feeds: Iterable[dict[str, np.ndarray]]
     if not clipping:
         pool.shutdown()
         runner = interpreter = None  # its tensors and packed weights
-        give_back()
+        give_back_heap()
         return first, measured
     counts = {index: np.zeros(BINS, np.int64) for index in ranges}
     head_counts = {}
@@ -151,7 +150,7 @@ def measured_ranges_split(content: bytes, feeds: Iterable[dict[str, np.ndarray]]
         list(pool.map(count, spread))
     pool.shutdown()
     runner = interpreter = None  # its tensors and packed weights
-    give_back()
+    give_back_heap()
     if split is not None and split >= len(feeds):
         head_counts = counts
     for method in clipping:

@@ -42,7 +42,6 @@ from calibration.samples import CustomData, Samples, plan_samples
 from onnx2tf_alt import progress
 from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.export.names import DYNAMIC_RANGE_SUFFIXES, INTEGER_SUFFIXES
-from onnx2tf_alt.heap import give_back
 from onnx2tf_alt.interrupts import checkpoint
 from onnx2tf_alt.ir.weights import to_array
 from onnx2tf_alt.ops.quant import FAKE_QUANT_DOMAIN, integer_range
@@ -56,6 +55,7 @@ from onnx2tf_alt.tflite.run import (
     XNNPACK_MAX_BYTES,
     as_input,
     dequantized,
+    give_back_heap,
     op_resolver,
     run_signature,
 )
@@ -543,7 +543,7 @@ def run_tflite(content: bytes | str, converted, samples: list[dict[str, np.ndarr
             with ThreadPoolExecutor(workers) as pool:
                 ordered = [r for part in pool.map(run, chunks, [counter] * workers)
                            for r in part]
-    give_back()  # the interpreters' packed weights and tensors
+    give_back_heap()  # the interpreters' packed weights and tensors
     return [value for _, value in sorted(ordered, key=lambda r: r[0])]
 
 
@@ -876,7 +876,7 @@ def _release(calibrated: dict, later: list[Variant], sources: list) -> None:
               for key in ((id(source), int16_activations(variant)), ("biases", id(source)))}
     for key in [key for key in calibrated if key not in needed]:
         del calibrated[key]
-    give_back()
+    give_back_heap()
 
 
 def _sample_roles(calibration: int, held_out: int) -> dict[str, str]:

@@ -10,6 +10,9 @@ arrays of the shape and type the interpreter computed for them.
 from __future__ import annotations
 
 import copy
+import ctypes
+import ctypes.util
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -170,3 +173,26 @@ def _renumbered(entry, index: dict[int, int]):
     entry = copy.copy(entry)
     entry.tensorIndex = index[int(entry.tensorIndex)]
     return entry
+
+
+# --- the heap between runs ---------------------------------------------------------------------
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def give_back_heap() -> None:
+    """Return the heap's free pages to the system (glibc's malloc_trim; elsewhere nothing).
+
+    glibc's malloc serves a freed block of up to 32 MB again from its heap instead of
+    returning it (its mmap threshold rises to the largest block freed): a float file's
+    unpacked weights, an interpreter's packed ones and its tensors stay resident after the
+    step that used them, and the next step's peak lands on top. On ViT-B/16's `-oiqt` (346
+    MB of weights) the INT16-activation calibration started at 1.36 GB resident without a
+    trim and 0.85 GB with one."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
