@@ -1280,23 +1280,54 @@ def _model_contents(content: bytes) -> list:
     return found
 
 
+def _int8_runs(tmp_path, monkeypatch, lowered: list[tuple], **flags) -> tuple:
+    """mobilenet_block's -oiqt files, packed in memory (-dms), then again with each
+    (module, name) bound of `lowered` set to 0 and `flags`: the two output folders."""
+    from onnx2tf_alt.api import convert
+
+    packed, other = tmp_path / "packed", tmp_path / "lowered"
+    convert(input_onnx_file_path=MOBILENET, output_folder_path=str(packed), non_verbose=True,
+            disable_model_save=True, output_integer_quantized_tflite=True)
+    for module, name in lowered:
+        monkeypatch.setattr(module, name, 0)
+    convert(input_onnx_file_path=MOBILENET, output_folder_path=str(other), non_verbose=True,
+            output_integer_quantized_tflite=True, **flags)
+    return packed, other
+
+
 def test_streamed_weights_are_read_back_for_the_int8_files(tmp_path, monkeypatch):
     """-oiqt beside a saved_model with the float32 file written as it was packed: the
     quantizer reads it back, and the INT8 file is the one of a -dms run that packed the
     file in memory."""
-    from onnx2tf_alt.api import convert
     from onnx2tf_alt.tflite import direct
 
-    model = os.path.join(os.path.dirname(__file__), "..", "data", "mobilenet_block.onnx")
     name = "mobilenet_block_integer_quant.tflite"
-    packed, streamed = tmp_path / "packed", tmp_path / "streamed"
-    convert(input_onnx_file_path=model, output_folder_path=str(packed), non_verbose=True,
-            disable_model_save=True, output_integer_quantized_tflite=True)
-    monkeypatch.setattr(direct, "STREAMED_BYTES", 0)
-    convert(input_onnx_file_path=model, output_folder_path=str(streamed), non_verbose=True,
-            output_integer_quantized_tflite=True, output_saved_model=True)
+    packed, streamed = _int8_runs(tmp_path, monkeypatch, [(direct, "STREAMED_BYTES")],
+                                  output_saved_model=True)
     assert (streamed / "saved_model.pb").exists()
     assert (streamed / name).read_bytes() == (packed / name).read_bytes()
+
+
+def test_int8_and_int16_files_of_a_float_file_with_its_weights_after_the_flatbuffer(
+        tmp_path, monkeypatch):
+    """-oiqt where the float32 file keeps its weights after the flatbuffer, as past 2 GB
+    (made so here by lowering the bounds): calibration, the range trial, bias correction
+    and the quantizer read it (unpack_model gives its stored buffers as views), and every
+    quantized file is the one of a run whose float file holds them inside, byte for byte."""
+    from onnx2tf_alt.tflite import direct, late_weights
+    from onnx2tf_alt.tflite.flatbuffer import read_model
+
+    stem = "mobilenet_block"
+    inline, stored = _int8_runs(tmp_path, monkeypatch, [
+        (direct, "STREAMED_BYTES"), (late_weights, "MAX_INLINE")], disable_model_save=True)
+    flat = read_model((stored / f"{stem}_float32.tflite").read_bytes())
+    assert sum(flat.Buffers(i).Offset() > 1 for i in range(flat.BuffersLength())) >= 10
+    report = json.loads((stored / f"{stem}_quant_report.json").read_text())
+    assert not [e for e in report["files"] if "error" in e], report["files"]
+    for variant in ("integer_quant", "full_integer_quant", "integer_quant_with_int16_act",
+                    "full_integer_quant_with_int16_act"):
+        name = f"{stem}_{variant}.tflite"
+        assert (stored / name).read_bytes() == (inline / name).read_bytes(), name
 
 
 # --- inputs of run-time height and width ------------------------------------------------------
@@ -1671,35 +1702,6 @@ def test_a_reshaped_value_read_elsewhere_too_is_not_written_over(form, monkeypat
         same = all(np.array_equal(np.asarray(g).reshape(e.shape), e)
                    for g, e in zip(got, expected))
         assert same == guarded, (guarded, got, expected)
-
-
-def test_int8_and_int16_files_of_a_float_file_with_its_weights_after_the_flatbuffer(
-        tmp_path, monkeypatch):
-    """-oiqt where the float32 file keeps its weights after the flatbuffer, as past 2 GB
-    (made so here by lowering the bound): calibration, the range trial, bias correction
-    and the quantizer read it (unpack_model gives its stored buffers as views), and every
-    quantized file is the one of a run whose float file holds them inside, byte for byte."""
-    from onnx2tf_alt.api import convert
-    from onnx2tf_alt.tflite import direct, late_weights
-    from onnx2tf_alt.tflite.flatbuffer import read_model
-
-    model = os.path.join(os.path.dirname(__file__), "..", "data", "mobilenet_block.onnx")
-    stem = "mobilenet_block"
-    inline, stored = tmp_path / "inline", tmp_path / "stored"
-    convert(input_onnx_file_path=model, output_folder_path=str(inline), non_verbose=True,
-            disable_model_save=True, output_integer_quantized_tflite=True)
-    monkeypatch.setattr(direct, "STREAMED_BYTES", 0)
-    monkeypatch.setattr(late_weights, "MAX_INLINE", 0)  # every weight after the flatbuffer
-    convert(input_onnx_file_path=model, output_folder_path=str(stored), non_verbose=True,
-            disable_model_save=True, output_integer_quantized_tflite=True)
-    flat = read_model((stored / f"{stem}_float32.tflite").read_bytes())
-    assert sum(flat.Buffers(i).Offset() > 1 for i in range(flat.BuffersLength())) >= 10
-    report = json.loads((stored / f"{stem}_quant_report.json").read_text())
-    assert not [e for e in report["files"] if "error" in e], report["files"]
-    for variant in ("integer_quant", "full_integer_quant", "integer_quant_with_int16_act",
-                    "full_integer_quant_with_int16_act"):
-        name = f"{stem}_{variant}.tflite"
-        assert (stored / name).read_bytes() == (inline / name).read_bytes(), name
 
 
 def test_a_model_past_the_inline_bound_is_packed_with_its_buffers_after(monkeypatch):
