@@ -725,13 +725,15 @@ def plan_quantization(
 
 
 def _spill(converted) -> None:
-    """Keep the float file of `converted` (a direct writer's rebuild) in an unlinked
+    """Keep the float file of `converted` (a direct writer's conversion) in an unlinked
     temporary file until _unspilled reads it back: the INT16-activation files' source
     (GPTQ weights) is built with the plan, so a model it cannot be built for fails before
     anything is written, but is read only after the INT8 files, whose calibration peaks
-    would hold it too (ViT-B/16: 327 MB)."""
+    would hold it too (ViT-B/16: 327 MB); the INT8 files' source waits likewise while the
+    INT16 files are made, and is back when write_quantized returns."""
     content = getattr(converted.result, "content", b"")
-    if not isinstance(content, bytes) or not content:
+    if not isinstance(content, bytes) or not content or getattr(
+            converted.result, "spilled", None) is not None:
         return
     spilled = tempfile.TemporaryFile()  # noqa: SIM115 (kept open: gone when closed or at exit)
     spilled.write(content)
@@ -814,17 +816,24 @@ def write_quantized(
     written, calibrated = [], {}
     chosen = variants(options, qdq, plan.range_model is not None)
     sources = [plan.source_of(variant, converted, rebuilt) for variant in chosen]
-    with progress.counting("quantizing", len(chosen)) as files:
-        for k, variant in enumerate(chosen):
-            checkpoint()
-            files.begin(f"{stem}_{variant.suffix}.tflite")
-            source = plan.source_for(variant, converted, rebuilt)
-            entry = _write_variant(variant, source, folder, stem, plan, report, float_tflite,
-                                   calibrated, reference)
-            report.files.append(entry)
-            if "error" not in entry:
-                written.append(entry["file"])
-            _release(calibrated, chosen[k + 1:], sources[k + 1:])
+    try:
+        with progress.counting("quantizing", len(chosen)) as files:
+            for k, variant in enumerate(chosen):
+                checkpoint()
+                files.begin(f"{stem}_{variant.suffix}.tflite")
+                source = plan.source_for(variant, converted, rebuilt)
+                entry = _write_variant(variant, source, folder, stem, plan, report,
+                                       float_tflite, calibrated, reference)
+                report.files.append(entry)
+                if "error" not in entry:
+                    written.append(entry["file"])
+                _release(calibrated, chosen[k + 1:], sources[k + 1:])
+                for done in {id(s): s for s in sources[:k + 1]}.values():
+                    if all(s is not done for s in sources[k + 1:]):
+                        _spill(done)  # no later file reads it: on disk till the end
+    finally:
+        for source in sources:
+            _unspilled(source)
     report.notes += _verdicts(report, options.warn_below)
     report_name = f"{stem}_quant_report.json"
     with open(os.path.join(folder, report_name), "w") as f:
