@@ -47,7 +47,7 @@ def corrected_biases(int8: bytes, calibrated: bytes, feeds: list[dict[str, np.nd
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
     model = unpack_model(int8)
     float_model = unpack_model(calibrated)  # its buffers are views of `calibrated`
-    targets = _targets(model, _tensor_details(float_model))
+    targets = _targets(model, _float_tensors(float_model))
     if not targets:
         return int8, 0
     graph = model.subgraphs[0]
@@ -167,7 +167,7 @@ def _shift_bias(model, op, delta: np.ndarray) -> None:
                                 np.uint8)
 
 
-def _targets(model, reference_tensors: dict[str, dict]) -> dict[int, int]:
+def _targets(model, reference_tensors: dict[str, tuple[int, list[int]]]) -> dict[int, int]:
     """{op index: index of the same-named float tensor in the reference} of the convolutions
     to correct: no fused activation, an int8 output with one scale, an int32 bias of their
     own with one scale per output channel, a float twin of the output's shape."""
@@ -197,17 +197,15 @@ def _targets(model, reference_tensors: dict[str, dict]) -> dict[int, int]:
             continue
         twin = reference_tensors.get(_text(output.name)) or reference_tensors.get(
             _text(renamed.get(op.outputs[0], b"")))
-        if twin is None or list(twin["shape"]) != list(output.shape) or (
-                twin["dtype"] != np.float32):
+        if twin is None or twin[1] != list(output.shape):
             continue
-        targets[index] = twin["index"]
+        targets[index] = twin[0]
     return targets
 
 
-def _tensor_details(model) -> dict[str, dict]:
-    """{name: {"index", "shape", "dtype"}} of the float tensors of `model`'s main subgraph
-    (what _targets reads of the interpreter's tensor details)."""
-    return {_text(t.name): {"index": k, "shape": list(t.shape), "dtype": np.float32}
+def _float_tensors(model) -> dict[str, tuple[int, list[int]]]:
+    """{name: (index, shape)} of the float tensors of `model`'s main subgraph."""
+    return {_text(t.name): (k, list(t.shape))
             for k, t in enumerate(model.subgraphs[0].tensors) if t.type == FLOAT32}
 
 

@@ -25,6 +25,11 @@ LIMITS = {TT.INT8: (-128, 127), TT.UINT8: (0, 255), TT.INT16: (-32767, 32767)}
 BLOCK_ELEMENTS = 1 << 24
 
 
+def in_blocks(value: np.ndarray) -> bool:
+    """Whether `value` is quantized a block of rows at a time (row_blocks)."""
+    return value.ndim > 0 and len(value) > 1 and value.size > BLOCK_ELEMENTS
+
+
 def row_blocks(value: np.ndarray):
     """Slices of `value`'s leading axis covering about BLOCK_ELEMENTS elements each."""
     step = max(1, BLOCK_ELEMENTS // max(1, value[0].size))
@@ -46,7 +51,7 @@ class Grid:
         return q
 
     def codes(self, value: np.ndarray) -> np.ndarray:
-        if value.ndim and len(value) > 1 and value.size > BLOCK_ELEMENTS:  # rows at a time
+        if in_blocks(value):
             out = np.empty(value.shape, NUMPY[self.type])
             for rows in row_blocks(value):
                 out[rows] = self.codes(value[rows])

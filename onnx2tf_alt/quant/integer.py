@@ -32,7 +32,6 @@ from ai_edge_litert import schema_py_generated as schema
 
 from calibration.ranges import record_ranges
 from onnx2tf_alt.quant.grids import (
-    BLOCK_ELEMENTS,
     IO_TYPES,
     LIMITS,
     NUMPY,
@@ -41,6 +40,7 @@ from onnx2tf_alt.quant.grids import (
     activation_grid,
     fits,
     given_grid,
+    in_blocks,
     row_blocks,
 )
 from onnx2tf_alt.quant.integer_io import integer_io, renumber_signature
@@ -554,8 +554,8 @@ class _Quantizer:
 
 def _peaks(weights: np.ndarray, axis: int, per_tensor: bool) -> np.ndarray:
     """max|weights| over the whole tensor (shape (1,)) or per index of `axis`, a block of
-    rows at a time past BLOCK_ELEMENTS (the same maxima)."""
-    if weights.ndim and len(weights) > 1 and weights.size > BLOCK_ELEMENTS:
+    rows at a time past grids.BLOCK_ELEMENTS (the same maxima)."""
+    if in_blocks(weights):
         parts = [_peaks(weights[rows], axis, per_tensor) for rows in row_blocks(weights)]
         return np.concatenate(parts) if axis == 0 and not per_tensor else np.max(parts, 0)
     if per_tensor:
@@ -565,8 +565,8 @@ def _peaks(weights: np.ndarray, axis: int, per_tensor: bool) -> np.ndarray:
 
 def _kernel_codes(weights: np.ndarray, scales: np.ndarray, axis: int) -> np.ndarray:
     """The int8 codes of `weights` on `scales` (one, or one per index of `axis`), a block
-    of rows at a time past BLOCK_ELEMENTS (the same codes)."""
-    if weights.ndim and len(weights) > 1 and weights.size > BLOCK_ELEMENTS:
+    of rows at a time past grids.BLOCK_ELEMENTS (the same codes)."""
+    if in_blocks(weights):
         out = np.empty(weights.shape, np.int8)
         for rows in row_blocks(weights):
             part = scales[rows] if axis == 0 and scales.size > 1 else scales

@@ -509,9 +509,7 @@ def run_tflite(content: bytes | str, converted, samples: list[dict[str, np.ndarr
 
     result = converted.result
     size = os.path.getsize(content) if isinstance(content, str) else len(content)
-    # a file over REFERENCE_TFLITE_BYTES runs on TFLite's reference kernels: XNNPACK would
-    # pack its weights once more in memory (same values, slower)
-    resolver = op_resolver(size)
+    resolver = op_resolver(size)  # past XNNPACK_MAX_BYTES without XNNPACK
     workers = max(1, min(os.cpu_count() or 1, len(samples)))
     if size > PARALLEL_TFLITE_BYTES:
         workers = 1
@@ -766,7 +764,6 @@ def _unspilled(converted) -> None:
     converted.result.spilled = None
 
 
-REFERENCE_TFLITE_BYTES = XNNPACK_MAX_BYTES  # larger float32 files: see _reference_outputs
 PARALLEL_TFLITE_BYTES = 256 << 20  # larger files are measured by one interpreter
 
 
@@ -868,7 +865,7 @@ def _write_variant(variant: Variant, source, folder: str, stem: str, plan: Quant
     del content  # measured from its file, which the interpreter maps
     actual, why_not = _measure(path, source, plan.samples.held_out) if reference else (
         None, "no float32 reference")
-    if entry["size_bytes"] > REFERENCE_TFLITE_BYTES:
+    if entry["size_bytes"] > XNNPACK_MAX_BYTES:
         entry["measured_on"] = "TFLite's reference kernels (file over 1 GiB: XNNPACK " \
                                "would pack its weights once more)"
     entry["outputs"] = None if actual is None else compare_outputs(reference, actual)
@@ -1130,15 +1127,15 @@ def _choose_float_nodes(source, calibrated: bytes, plan: QuantPlan, report: Quan
 def _reference_outputs(float_tflite, converted, samples, notes: list[str]
                        ) -> tuple[list[dict] | None, str]:
     """The float32 .tflite's outputs on `samples` (`float_tflite`: its bytes, or its path,
-    run on TFLite's reference kernels past REFERENCE_TFLITE_BYTES); for TF's converter's
-    file over REFERENCE_TFLITE_BYTES the TF model's (same weights, already in memory:
+    run on TFLite's reference kernels past XNNPACK_MAX_BYTES); for TF's converter's
+    file over XNNPACK_MAX_BYTES the TF model's (same weights, already in memory:
     loading the file would hold its weights once more, twice under XNNPACK)."""
     result = converted.tflite_result()
     if isinstance(float_tflite, str):
-        if result.model is None or os.path.getsize(float_tflite) <= REFERENCE_TFLITE_BYTES:
+        if result.model is None or os.path.getsize(float_tflite) <= XNNPACK_MAX_BYTES:
             return _measure(float_tflite, converted, samples)
         float_tflite = mapped(float_tflite)
-    if len(float_tflite) <= REFERENCE_TFLITE_BYTES:
+    if len(float_tflite) <= XNNPACK_MAX_BYTES:
         return _measure(bytes(float_tflite), converted, samples)
     notes.append(f"reference outputs: the TF model's (the float32 .tflite is "
                  f"{len(float_tflite) / 2**30:.1f} GiB)")

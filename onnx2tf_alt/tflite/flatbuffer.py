@@ -44,10 +44,10 @@ def pack_model(model: schema.ModelT, size_hint: int | None = None) -> bytes:
     of buffers (flatbuffers' signed 32-bit offsets) the buffers are stored after the
     flatbuffer (_pack_stored), as the schema's Buffer.offset/size allow."""
     _vectors_as_arrays(model)
-    if packed_size(model) >= MAX_INLINE:
+    size = packed_size(model)
+    if size >= MAX_INLINE:
         return _pack_stored(model)
-    return pack_table(model, packed_size(model) if size_hint is None else size_hint,
-                      FILE_IDENTIFIER)
+    return pack_table(model, size if size_hint is None else size_hint, FILE_IDENTIFIER)
 
 
 def _pack_stored(model: schema.ModelT) -> bytes:

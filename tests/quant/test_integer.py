@@ -378,7 +378,6 @@ def test_weights_quantized_a_block_of_rows_at_a_time_get_the_same_codes(
     grid = grids.Grid(0.013, 3, grids.TT.INT8)
     whole_grid = grid.codes(weights)
     for block in (40, 7):  # two rows a block; less than one row (one row at a time)
-        monkeypatch.setattr(integer, "BLOCK_ELEMENTS", block)
         monkeypatch.setattr(grids, "BLOCK_ELEMENTS", block)
         np.testing.assert_array_equal(integer._peaks(weights, axis, per_tensor), whole_peaks)
         np.testing.assert_array_equal(integer._kernel_codes(weights, scales, axis), whole)
