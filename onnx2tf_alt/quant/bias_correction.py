@@ -19,11 +19,12 @@ held-out cosine of the INT8 file from 0.976 to 0.985 without changing an op.
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import numpy as np
 
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, unpack_model
-from onnx2tf_alt.tflite.run import as_input, exposed
+from onnx2tf_alt.tflite.run import as_input, exposed, on_cores, segment
 
 BIAS_SAMPLES = 8  # calibration samples the mean errors are measured on
 BIAS_FOLD_BELOW = 8  # fewer unused calibration samples: the correction is judged in folds
@@ -69,43 +70,46 @@ def corrected_biases(int8: bytes, calibrated: bytes, feeds: list[dict[str, np.nd
     # recognizer), which moved 1,466 of its bias codes and its INT8 file's figure on
     # unseen text lines by -0.001: noise, but another file for the same input.
     twins = list(dict.fromkeys(targets.values()))  # the cut's outputs, in this order
-    reference = Interpreter(
-        model_content=exposed(float_model, twins, True),
-        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    cut = exposed(float_model, twins, True)
     del float_model
-    cut = [d["index"] for d in reference.get_output_details()]
-    reference_outputs = {op: cut[twins.index(twin)] for op, twin in targets.items()}
-    runner = reference.get_signature_runner(SIGNATURE)
-    expected = []
-    for feed in feeds:
-        runner(**feed)
-        expected.append({op: _channel_means(reference.get_tensor(index))
-                         for op, index in reference_outputs.items()})
-    del runner, reference
-    for wave in _waves(graph, sorted(targets)):
-        # the file cut after these convolutions, their outputs exposed: XNNPACK runs it
+
+    def reference_means(chunk: list[int]) -> list[dict]:
+        reference = Interpreter(
+            model_content=cut,
+            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        outputs = [d["index"] for d in reference.get_output_details()]
+        runner = reference.get_signature_runner(SIGNATURE)
+        means = []
+        for k in chunk:
+            runner(**feeds[k])
+            means.append({op: _channel_means(reference.get_tensor(outputs[twins.index(twin)]))
+                          for op, twin in targets.items()})
+        return means
+
+    expected = on_cores(len(feeds), len(cut), reference_means)
+    # each wave's convolutions measured on the piece of the file since the last wave, fed
+    # the tensors the pieces before wrote (with their corrections), on XNNPACK
+    states = [{_input_tensor(model, name): value for name, value in feed.items()}
+              for feed in feeds]
+    waves = _waves(graph, sorted(targets))
+    for wave, piece in zip(waves, _pieces(graph, waves)):
         ops = [graph.operators[k] for k in wave]
-        interpreter = Interpreter(
-            model_content=exposed(model, [int(op.outputs[0]) for op in ops], True),
-            num_threads=os.cpu_count() or 1)
-        cut_outputs = [d["index"] for d in interpreter.get_output_details()]  # in that order
-        run = interpreter.get_signature_runner(SIGNATURE)
-        inputs = run.get_input_details()
-        errors = {k: [] for k in wave}
-        for feed, means in zip(feeds, expected):
-            run(**{k: as_input(v, inputs[k]) for k, v in feed.items()})
-            for op_index, op, cut_output in zip(wave, ops, cut_outputs):
-                output = graph.tensors[op.outputs[0]]
-                value = (interpreter.get_tensor(cut_output).astype(np.float64)
-                         - output.quantization.zeroPoint[0]) * output.quantization.scale[0]
-                errors[op_index].append(_channel_means(value) - means[op_index])
+        _run_piece(model, piece.measured, piece.measured_outputs, states)
         for op_index, op in zip(wave, ops):
+            output = graph.tensors[op.outputs[0]]
+            scale, zero_point = output.quantization.scale[0], output.quantization.zeroPoint[0]
+            found = np.array([
+                _channel_means((state[int(op.outputs[0])].astype(np.float64) - zero_point) * scale)
+                - means[op_index] for state, means in zip(states, expected)])
             steps = np.asarray(graph.tensors[op.inputs[2]].quantization.scale, np.float64)
-            found = np.array(errors[op_index])
             known[key(op_index)] = -np.round(_significant(found) / steps).astype(np.int64)
             _shift_bias(model, op, known[key(op_index)])
             if record is not None:
                 record[op_index] = (found, steps)
+        _run_piece(model, piece.corrected, piece.corrected_outputs, states)
+        for state in states:
+            for tensor in piece.done:
+                state.pop(tensor, None)
     return _packed(model), len(targets)
 
 
@@ -132,6 +136,90 @@ def _waves(graph, targets: list[int]) -> list[list[int]]:
         else:
             waves.append([target])
     return waves
+
+
+class _Piece(NamedTuple):
+    """The ops of the file between two waves' last convolutions, run in two parts: the
+    measured part (the wave's convolutions and what they and later waves read, before
+    the wave is corrected) and the corrected part (the wave's convolutions again and the
+    piece's ops downstream of them, after); each part's outputs are what is read outside
+    it. `done`: the tensors nothing after the piece reads."""
+    measured: list[int]
+    measured_outputs: list[int]
+    corrected: list[int]
+    corrected_outputs: list[int]
+    done: list[int]
+
+
+def _pieces(graph, waves: list[list[int]]) -> list[_Piece]:
+    """The pieces of the ops the waves' convolutions depend on, one per wave (_Piece)."""
+    operators = graph.operators
+    writer = {int(o): k for k, op in enumerate(operators) for o in op.outputs}
+    needed, stack = set(), [k for wave in waves for k in wave]
+    while stack:
+        k = stack.pop()
+        if k not in needed:
+            needed.add(k)
+            stack += [writer[int(i)] for i in operators[k].inputs if int(i) in writer]
+    order = sorted(needed)
+    readers: dict[int, list[int]] = {}
+    for k in order:
+        for i in dict.fromkeys(int(i) for i in operators[k].inputs if int(i) >= 0):
+            readers.setdefault(i, []).append(k)
+
+    def read_outside(ops: list[int]) -> list[int]:
+        inside = set(ops)
+        return [int(o) for k in ops for o in operators[k].outputs
+                if any(r not in inside for r in readers.get(int(o), ()))]
+
+    pieces, start = [], -1
+    for wave in waves:
+        end = max(wave)
+        piece = [k for k in order if start < k <= end]
+        downstream = set(wave)
+        for k in piece:
+            if any(writer.get(int(i)) in downstream for i in operators[k].inputs):
+                downstream.add(k)
+        measured = [k for k in piece if k not in downstream or k in wave]
+        corrected = [k for k in piece if k in downstream]
+        wave_outputs = [int(operators[k].outputs[0]) for k in wave]
+        later = [t for t in read_outside(corrected) if max(readers[t]) > end]
+        touched = {int(t) for k in piece for t in [*operators[k].inputs, *operators[k].outputs]}
+        done = [t for t in touched if max(readers.get(t, [-1])) <= end]
+        # the corrected part runs the wave's convolutions again: it reads their inputs
+        written = {int(o) for k in measured for o in operators[k].outputs}
+        again = [int(i) for k in wave for i in operators[k].inputs
+                 if int(i) in written] if later else []
+        outputs = [*dict.fromkeys([*wave_outputs, *read_outside(measured), *again])]
+        pieces.append(_Piece(measured, outputs, corrected if later else [], later, done))
+        start = end
+    return pieces
+
+
+def _run_piece(model, ops: list[int], outputs: list[int], states: list[dict]) -> None:
+    """Run the ops `ops` of `model` on each of `states` ({tensor index: value}, one per
+    sample: the values of their inputs) and add the values of `outputs` to it."""
+    if not ops:
+        return
+    from ai_edge_litert.interpreter import Interpreter
+
+    content, inputs = segment(model, ops, outputs)
+    interpreter = Interpreter(model_content=content, num_threads=os.cpu_count() or 1)
+    interpreter.allocate_tensors()
+    input_details = interpreter.get_input_details()
+    output_details = interpreter.get_output_details()  # in the order of `outputs`
+    for state in states:
+        for tensor, details in zip(inputs, input_details):
+            interpreter.set_tensor(details["index"], as_input(state[tensor], details))
+        interpreter.invoke()
+        for tensor, details in zip(dict.fromkeys(outputs), output_details):
+            state[tensor] = interpreter.get_tensor(details["index"])
+
+
+def _input_tensor(model, name: str) -> int:
+    """The tensor of `model`'s signature input `name`."""
+    signature = next(s for s in model.signatureDefs if _text(s.signatureKey) == SIGNATURE)
+    return next(int(e.tensorIndex) for e in signature.inputs if _text(e.name) == name)
 
 
 def refitted(int8: bytes, errors: dict, rows: list[int]) -> bytes:

@@ -17,7 +17,6 @@ import os
 import tempfile
 import textwrap
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +55,7 @@ from onnx2tf_alt.tflite.run import (
     as_input,
     dequantized,
     give_back_heap,
+    on_cores,
     op_resolver,
     run_signature,
 )
@@ -502,19 +502,15 @@ def run_tflite(content: bytes | str, converted, samples: list[dict[str, np.ndarr
     """Outputs {ONNX name: value in ONNX order, dequantized} of a .tflite (its bytes, or
     its path) per sample; float inputs are quantized with the file's input parameters
     where its inputs are integers. The samples are shared among one interpreter per core
-    (the interpreter lets go of Python while it runs: the INT16 files, on TFLite's
-    single-threaded reference kernels, measure twice as fast on two cores), but for a file
-    past PARALLEL_TFLITE_BYTES, which one interpreter holds."""
+    (tflite/run.on_cores: the INT16 files, on TFLite's single-threaded builtin kernels,
+    measure twice as fast on two cores)."""
     from ai_edge_litert.interpreter import Interpreter
 
     result = converted.result
     size = os.path.getsize(content) if isinstance(content, str) else len(content)
     resolver = op_resolver(size)  # past XNNPACK_MAX_BYTES without XNNPACK
-    workers = max(1, min(os.cpu_count() or 1, len(samples)))
-    if size > PARALLEL_TFLITE_BYTES:
-        workers = 1
 
-    def run(chunk: list[int], counter) -> list[tuple[int, dict]]:
+    def run(chunk: list[int], counter) -> list[dict]:
         if isinstance(content, str):
             interpreter = Interpreter(model_path=content, experimental_op_resolver_type=resolver)
         else:
@@ -529,20 +525,14 @@ def run_tflite(content: bytes | str, converted, samples: list[dict[str, np.ndarr
             feeds = {key: as_input(v, inputs[key])
                      for key, v in result.to_physical(samples[k]).items()}
             raw = run_signature(interpreter, feeds)
-            found.append((k, result.to_onnx({key: dequantized(raw[key], outputs[key])
-                                             for key in raw})))
+            found.append(result.to_onnx({key: dequantized(raw[key], outputs[key])
+                                         for key in raw}))
         return found
 
-    chunks = [list(range(len(samples)))[w::workers] for w in range(workers)]
     with progress.counting("measuring", len(samples)) as counter:
-        if workers == 1:
-            ordered = run(chunks[0], counter)
-        else:
-            with ThreadPoolExecutor(workers) as pool:
-                ordered = [r for part in pool.map(run, chunks, [counter] * workers)
-                           for r in part]
+        values = on_cores(len(samples), size, lambda chunk: run(chunk, counter))
     give_back_heap()  # the interpreters' packed weights and tensors
-    return [value for _, value in sorted(ordered, key=lambda r: r[0])]
+    return values
 
 
 @dataclass
@@ -764,7 +754,6 @@ def _unspilled(converted) -> None:
     converted.result.spilled = None
 
 
-PARALLEL_TFLITE_BYTES = 256 << 20  # larger files are measured by one interpreter
 
 
 def write_quantized(

@@ -13,7 +13,9 @@ import copy
 import ctypes
 import ctypes.util
 import functools
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -22,6 +24,7 @@ from onnx2tf_alt.tflite.flatbuffer import SIGNATURE
 # Files past this run without XNNPACK (the builtin kernels): XNNPACK packs a second copy of
 # a file's weights in memory (a 2.3 GB file: 2.3 GB more), with the same values
 XNNPACK_MAX_BYTES = 1 << 30
+PARALLEL_TFLITE_BYTES = 256 << 20  # larger files run on one interpreter (on_cores)
 
 
 def op_resolver(size: int):
@@ -30,6 +33,25 @@ def op_resolver(size: int):
 
     return (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if size > XNNPACK_MAX_BYTES
             else OpResolverType.AUTO)
+
+
+def on_cores(count: int, size: int, work: Callable[[list[int]], list]) -> list:
+    """work(chunk) over chunks of range(count), one thread per core (each makes its own
+    interpreter: the interpreter lets go of Python while it runs, so TFLite's
+    single-threaded builtin kernels run on every core), or one chunk for a file of more
+    than PARALLEL_TFLITE_BYTES (`size`), whose interpreters would each hold its
+    tensors; the results concatenated in the order of the items (work returns one per
+    item of its chunk, in order)."""
+    workers = max(1, min(os.cpu_count() or 1, count))
+    if size > PARALLEL_TFLITE_BYTES:
+        workers = 1
+    chunks = [list(range(count))[w::workers] for w in range(workers)]
+    if workers == 1:
+        return work(chunks[0])
+    with ThreadPoolExecutor(workers) as pool:
+        found = {k: r for chunk, part in zip(chunks, pool.map(work, chunks))
+                 for k, r in zip(chunk, part)}
+    return [found[k] for k in range(count)]
 
 
 def signature_call(interpreter, feeds: dict[str, np.ndarray]
@@ -131,10 +153,54 @@ def _pruned(model, tensors: list[int]):
         if k not in needed:
             needed.add(k)
             stack += [writer[int(i)] for i in operators[k].inputs if int(i) in writer]
-    kept_ops = [op for k, op in enumerate(operators) if k in needed]
+    pruned, index = _cut(model, sorted(needed), [int(i) for i in graph.inputs], tensors)
+    computed = {int(o) for k in needed for o in operators[k].outputs}
+    computed |= {int(i) for i in graph.inputs}
+    for signature in model.signatureDefs or []:
+        signature = copy.copy(signature)
+        signature.inputs = [_renumbered(e, index) for e in signature.inputs]
+        signature.outputs = [_renumbered(e, index) for e in signature.outputs
+                             if int(e.tensorIndex) in computed]
+        pruned.signatureDefs.append(signature)
+    return pruned
+
+
+def segment(model, ops: list[int], outputs: list[int]) -> tuple[bytes, list[int]]:
+    """(the ops `ops` of `model`'s one subgraph (indices, in graph order) as a file of their
+    own, the tensors it takes as inputs): every tensor they read that none of them writes
+    and no buffer holds, in the order first read; its outputs are `outputs`. A file run
+    piece by piece through segments (each fed the tensors the ones before wrote) computes
+    what the whole file computes, op for op, where a cut from the inputs would run every
+    op before the piece again (bias correction: 43 cuts of a DB detector ran it ~20
+    times)."""
+    from onnx2tf_alt.tflite.flatbuffer import pack_model
+
+    if len(model.subgraphs) != 1:
+        raise ValueError("a segment of a model of several subgraphs")
+    graph = model.subgraphs[0]
+    written = {int(o) for k in ops for o in graph.operators[k].outputs}
+    inputs = [*dict.fromkeys(
+        int(i) for k in ops for i in graph.operators[k].inputs
+        if int(i) >= 0 and int(i) not in written and not _constant(model, graph.tensors[int(i)]))]
+    cut, _ = _cut(model, ops, inputs, outputs)
+    return pack_model(cut), inputs
+
+
+def _constant(model, tensor) -> bool:
+    buffer = model.buffers[int(tensor.buffer)] if tensor.buffer else None
+    return tensor.isVariable or (buffer is not None and (
+        (buffer.data is not None and len(buffer.data) > 0) or bool(buffer.size)))
+
+
+def _cut(model, ops: list[int], inputs: list[int], outputs: list[int]):
+    """(a shallow copy of `model` whose one subgraph is the ops `ops` of its first, with
+    the tensors and buffers they read (renumbered), inputs `inputs` and outputs `outputs`,
+    no signature and no metadata; {old tensor index: new})."""
+    graph = model.subgraphs[0]
+    kept_ops = [graph.operators[k] for k in ops]
     used = sorted({int(i) for op in kept_ops
                    for i in [*op.inputs, *op.outputs, *(op.intermediates or [])] if int(i) >= 0}
-                  | {int(i) for i in graph.inputs} | set(tensors))
+                  | set(inputs) | {int(t) for t in outputs})
     index = {old: new for new, old in enumerate(used)}
     buffers = sorted({0} | {int(graph.tensors[t].buffer) for t in used})
     buffer_index = {old: new for new, old in enumerate(buffers)}
@@ -152,21 +218,14 @@ def _pruned(model, tensors: list[int]):
         if op.intermediates is not None:
             op.intermediates = [index[int(i)] for i in op.intermediates]
         cut.operators.append(op)
-    cut.inputs = [index[int(i)] for i in graph.inputs]
-    cut.outputs = [index[t] for t in dict.fromkeys(tensors)]
-    pruned = copy.copy(model)
-    pruned.subgraphs = [cut]
-    pruned.buffers = [model.buffers[b] for b in buffers]
-    pruned.signatureDefs = []
-    computed = {int(o) for op in kept_ops for o in op.outputs} | {int(i) for i in graph.inputs}
-    for signature in model.signatureDefs or []:
-        signature = copy.copy(signature)
-        signature.inputs = [_renumbered(e, index) for e in signature.inputs]
-        signature.outputs = [_renumbered(e, index) for e in signature.outputs
-                             if int(e.tensorIndex) in computed]
-        pruned.signatureDefs.append(signature)
-    pruned.metadata = None  # its entries name buffers the cut does not keep
-    return pruned
+    cut.inputs = [index[int(i)] for i in inputs]
+    cut.outputs = [index[int(t)] for t in dict.fromkeys(outputs)]
+    result = copy.copy(model)
+    result.subgraphs = [cut]
+    result.buffers = [model.buffers[b] for b in buffers]
+    result.signatureDefs = []
+    result.metadata = None  # its entries name buffers the cut does not keep
+    return result, index
 
 
 def _renumbered(entry, index: dict[int, int]):
