@@ -504,23 +504,37 @@ def run_tflite(content: bytes | str, converted, samples: list[dict[str, np.ndarr
     where its inputs are integers. The samples are shared among one interpreter per core
     (tflite/run.on_cores: the INT16 files, on TFLite's single-threaded builtin kernels,
     measure twice as fast on two cores)."""
+    return run_tflites([content], converted, samples)[0]
+
+
+def run_tflites(contents: list[bytes | str], converted, samples: list[dict[str, np.ndarray]]
+                ) -> list[list[dict]]:
+    """run_tflite of each of `contents` (files of one conversion) on the same samples, every
+    (file, sample) run shared among the cores at once: three held-out samples of two
+    INT16-activation files take three runs' time on two cores, not four."""
     from ai_edge_litert.interpreter import Interpreter
 
     result = converted.result
-    size = os.path.getsize(content) if isinstance(content, str) else len(content)
-    resolver = op_resolver(size)  # past XNNPACK_MAX_BYTES without XNNPACK
+    sizes = [os.path.getsize(c) if isinstance(c, str) else len(c) for c in contents]
+
+    def interpreter_of(content, size: int):
+        resolver = op_resolver(size)  # past XNNPACK_MAX_BYTES without XNNPACK
+        if isinstance(content, str):
+            return Interpreter(model_path=content, experimental_op_resolver_type=resolver)
+        return Interpreter(model_content=content if isinstance(content, bytes)
+                           else bytes(content),  # a memory-mapped file
+                           experimental_op_resolver_type=resolver)
 
     def run(chunk: list[int], counter) -> list[dict]:
-        if isinstance(content, str):
-            interpreter = Interpreter(model_path=content, experimental_op_resolver_type=resolver)
-        else:
-            interpreter = Interpreter(model_content=content if isinstance(content, bytes)
-                                      else bytes(content),  # a memory-mapped file
-                                      experimental_op_resolver_type=resolver)
-        runner = interpreter.get_signature_runner("serving_default")
-        inputs, outputs = runner.get_input_details(), runner.get_output_details()
-        found = []
-        for k in chunk:
+        found, current = [], None
+        for item in chunk:  # file by file: one interpreter at a time
+            file, k = divmod(item, len(samples))
+            if current is None or current[0] != file:
+                interpreter = interpreter_of(contents[file], sizes[file])
+                runner = interpreter.get_signature_runner("serving_default")
+                current = file, interpreter, runner.get_input_details(), \
+                    runner.get_output_details()
+            _, interpreter, inputs, outputs = current
             counter.begin()  # (a counter shared by the threads: its count may lag by one)
             feeds = {key: as_input(v, inputs[key])
                      for key, v in result.to_physical(samples[k]).items()}
@@ -529,10 +543,11 @@ def run_tflite(content: bytes | str, converted, samples: list[dict[str, np.ndarr
                                          for key in raw}))
         return found
 
-    with progress.counting("measuring", len(samples)) as counter:
-        values = on_cores(len(samples), size, lambda chunk: run(chunk, counter))
+    count = len(contents) * len(samples)
+    with progress.counting("measuring", count) as counter:
+        values = on_cores(count, max(sizes, default=0), lambda chunk: run(chunk, counter))
     give_back_heap()  # the interpreters' packed weights and tensors
-    return values
+    return [values[f * len(samples):(f + 1) * len(samples)] for f in range(len(contents))]
 
 
 @dataclass
@@ -809,7 +824,7 @@ def write_quantized(
                 files.begin(f"{stem}_{variant.suffix}.tflite")
                 source = plan.source_for(variant, converted, rebuilt)
                 entry = _write_variant(variant, source, folder, stem, plan, report,
-                                       float_tflite, calibrated, reference)
+                                       float_tflite, calibrated)
                 report.files.append(entry)
                 if "error" not in entry:
                     written.append(entry["file"])
@@ -817,6 +832,7 @@ def write_quantized(
                 for done in {id(s): s for s in sources[:k + 1]}.values():
                     if all(s is not done for s in sources[k + 1:]):
                         _spill(done)  # no later file reads it: on disk till the end
+        _measure_written(report.files, plan.made_from, folder, plan.samples.held_out, reference)
     finally:
         for source in sources:
             _unspilled(source)
@@ -832,11 +848,9 @@ def write_quantized(
 
 
 def _write_variant(variant: Variant, source, folder: str, stem: str, plan: QuantPlan,
-                   report: QuantReport, float_tflite: bytes, calibrated: dict,
-                   reference: list[dict] | None) -> dict:
-    """One quantized file of write_quantized, written into `folder` and measured against
-    the float32 file's `reference` outputs on the held-out samples: its report entry (with
-    "error" when it could not be made)."""
+                   report: QuantReport, float_tflite: bytes, calibrated: dict) -> dict:
+    """One quantized file of write_quantized, written into `folder`: its report entry (with
+    "error" when it could not be made; _measure_written adds its figures)."""
     name = f"{stem}_{variant.suffix}.tflite"
     entry = {"file": name, "variant": variant.suffix}
     try:
@@ -846,21 +860,41 @@ def _write_variant(variant: Variant, source, folder: str, stem: str, plan: Quant
         log.warning("%s was not written: %s", name, entry["error"])
         log.debug("%s", name, exc_info=True)
         return entry
-    path = os.path.join(folder, name)
-    with open(path, "wb") as f:
+    with open(os.path.join(folder, name), "wb") as f:
         f.write(content)
     plan.made_from[variant.suffix] = source
     entry["size_bytes"] = len(content)
-    del content  # measured from its file, which the interpreter maps
-    actual, why_not = _measure(path, source, plan.samples.held_out) if reference else (
-        None, "no float32 reference")
     if entry["size_bytes"] > XNNPACK_MAX_BYTES:
         entry["measured_on"] = "TFLite's reference kernels (file over 1 GiB: XNNPACK " \
                                "would pack its weights once more)"
-    entry["outputs"] = None if actual is None else compare_outputs(reference, actual)
-    if actual is None:
-        entry["not_measured"] = why_not
     return entry
+
+
+def _measure_written(entries: list[dict], made_from: dict, folder: str, samples: list,
+                     reference: list[dict] | None) -> None:
+    """Each written file's figures against the float32 file's `reference` outputs on the
+    held-out `samples`, in its report entry (`made_from`: each variant's source, by
+    suffix): the files of one source measured together,
+    from their files (which the interpreter maps), every run on the cores at once
+    (run_tflites); a file the interpreter cannot run (Flex ops) says why."""
+    written = [e for e in entries if "error" not in e]
+    groups: dict[int, list[dict]] = {}
+    for entry in written:
+        groups.setdefault(id(made_from[entry["variant"]]), []).append(entry)
+    for group in groups.values():
+        source = made_from[group[0]["variant"]]
+        paths = [os.path.join(folder, e["file"]) for e in group]
+        if reference is None:
+            found = [(None, "no float32 reference")] * len(group)
+        else:
+            try:
+                found = [(outputs, "") for outputs in run_tflites(paths, source, samples)]
+            except Exception:  # noqa: BLE001 - each file alone says which cannot run
+                found = [_measure(path, source, samples) for path in paths]
+        for entry, (actual, why_not) in zip(group, found):
+            entry["outputs"] = None if actual is None else compare_outputs(reference, actual)
+            if actual is None:
+                entry["not_measured"] = why_not
 
 
 def _release(calibrated: dict, later: list[Variant], sources: list) -> None:

@@ -33,6 +33,7 @@ from onnx2tf_alt.quant.quantize import (
     figure,
     quantized_tflite,
     run_tflite,
+    run_tflites,
 )
 
 from harness import count_tflite_ops
@@ -168,6 +169,25 @@ def test_every_variant_is_written_and_runs(cnn):
         assert all(o["logits"].shape == (1, 10) and np.isfinite(o["logits"]).all()
                    for o in outputs), variant
     assert [f["variant"] for f in cnn["report"]["files"]] == list(ALL_VARIANTS)
+
+
+def test_files_measured_together_give_each_files_own_outputs(cnn):
+    """run_tflites (the report's measurement: every (file, sample) run shared among the
+    cores at once) gives each file what run_tflite gives it alone, and the report's
+    figures of every written file are those outputs against the float32 file's."""
+    samples = held_out_images()[:3]  # fewer samples than files x cores: runs interleave
+    names = ["float32", *ALL_VARIANTS]
+    contents = [read(cnn["out"], f"cnn_{name}.tflite") for name in names]
+    together = run_tflites(contents, cnn["converted"], samples)
+    for name, content, outputs in zip(names, contents, together):
+        alone = run_tflite(content, cnn["converted"], samples)
+        assert all(np.array_equal(a["logits"], b["logits"]) for a, b in zip(alone, outputs)), name
+    everything = held_out_images()
+    reference = run_tflite(contents[0], cnn["converted"], everything)
+    for name, content in zip(names[1:], contents[1:]):
+        figures = compare_outputs(reference, run_tflite(content, cnn["converted"], everything))
+        reported = next(f for f in cnn["report"]["files"] if f["variant"] == name)
+        assert reported["outputs"] == figures, name
 
 
 def test_int8_per_channel_is_close_to_float_on_held_out_images(cnn):
