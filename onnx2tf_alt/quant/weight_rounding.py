@@ -100,10 +100,12 @@ def _group_hessians(conv: onnx.NodeProto, x: np.ndarray, shape: tuple) -> list[n
                      positions % out_w * strides[1])
     # C, taps, positions: rows in (c, ky, kx) order, as the weights are; float32 products
     # (8192-term sums, relative error ~1e-5), summed over samples in float64
-    patches = np.empty((x.shape[1], kh * kw, len(positions)), np.float32)
-    for i in range(kh):
-        for j in range(kw):
-            patches[:, i * kw + j] = x[n, :, rows + i * dilations[0], cols + j * dilations[1]].T
+    # every tap of every position at once, as offsets into each channel's flat samples
+    height, width = x.shape[2], x.shape[3]
+    taps = (np.arange(kh)[:, None] * dilations[0] * width + np.arange(kw) * dilations[1])
+    offsets = taps.reshape(-1, 1) + (n * height * width + rows * width + cols)
+    flat = x.transpose(1, 0, 2, 3).reshape(x.shape[1], -1)  # a view for one sample
+    patches = np.take(flat, offsets, axis=1).astype(np.float32, copy=False)
     per_group = shape[1]
     if per_group == 1:  # depthwise: one batched product for every channel
         return list((patches @ patches.transpose(0, 2, 1)).astype(np.float64))
@@ -117,29 +119,47 @@ def _group_hessians(conv: onnx.NodeProto, x: np.ndarray, shape: tuple) -> list[n
 def round_rows(w: np.ndarray, h: np.ndarray) -> np.ndarray:
     """GPTQ of `w` (rows: output channels, columns: one group's patch positions) given the
     patch statistics `h`; the result lies on each row's grid max|w_row| / 127 (rounded to
-    nearest where `h` is too ill-conditioned to factor)."""
-    w = w.astype(np.float64)
-    scale = np.abs(w).max(axis=1, keepdims=True) / LEVELS
-    scale[scale == 0] = 1.0
-    h = h + np.eye(len(h)) * DAMPING * max(float(np.mean(np.diag(h))), 1e-12)
-    order = np.argsort(-np.diag(h))  # GPTQ's act-order: the most active inputs first
-    w, h = w[:, order].copy(), h[np.ix_(order, order)]
+    nearest where `h` is too ill-conditioned to factor). With a leading axis (groups:
+    `w` (G, rows, columns), `h` (G, columns, columns)) every group is rounded at once, each
+    as alone: a depthwise conv's 192 groups of 25 columns take 25 steps, not 4,800."""
+    if w.ndim == 2:
+        return round_rows(w[None], h[None])[0]
     try:
-        upper = np.linalg.cholesky(np.linalg.inv(h)).T  # the inverse's upper factor
-    except np.linalg.LinAlgError:
-        upper = None
+        return _round_groups(w, h, factored=True)
+    except np.linalg.LinAlgError:  # a group's h too ill-conditioned: each on its own
+        if len(w) == 1:
+            return _round_groups(w, h, factored=False)
+        return np.concatenate([round_rows(w[g:g + 1], h[g:g + 1]) for g in range(len(w))])
+
+
+def _round_groups(w: np.ndarray, h: np.ndarray, factored: bool) -> np.ndarray:
+    groups, columns = w.shape[0], w.shape[2]
+    w = w.astype(np.float64)
+    scale = np.abs(w).max(axis=2, keepdims=True) / LEVELS
+    scale[scale == 0] = 1.0
+    damping = [max(float(np.mean(np.diag(h[g]))), 1e-12) for g in range(groups)]
+    h = h.copy()  # + DAMPING x its mean diagonal on the diagonal (no identity of h's size)
+    h[:, np.arange(columns), np.arange(columns)] += DAMPING * np.array(damping)[:, None]
+    diagonal = np.diagonal(h, axis1=1, axis2=2)
+    order = np.stack([np.argsort(-diagonal[g]) for g in range(groups)])  # act-order
+    w = np.take_along_axis(w, order[:, None, :], axis=2)
+    h = h[np.arange(groups)[:, None, None], order[:, :, None], order[:, None, :]]
+    # the inverse's upper factor
+    upper = np.linalg.cholesky(np.linalg.inv(h)).transpose(0, 2, 1) if factored else None
     q = np.zeros_like(w)
-    for i in range(w.shape[1]):
-        q[:, i] = np.clip(np.round(w[:, i] / scale[:, 0]), -LEVELS, LEVELS) * scale[:, 0]
+    for i in range(columns):
+        q[:, :, i] = np.clip(np.round(w[:, :, i] / scale[:, :, 0]), -LEVELS, LEVELS) \
+            * scale[:, :, 0]
         if upper is not None:
-            error = (w[:, i] - q[:, i]) / upper[i, i]
-            w[:, i + 1:] -= np.outer(error, upper[i, i + 1:])
-    steps = np.round(q[:, np.argsort(order)] / scale)
+            error = (w[:, :, i] - q[:, :, i]) / upper[:, i, i][:, None]
+            w[:, :, i + 1:] -= error[:, :, None] * upper[:, None, i, i + 1:]
+    steps = np.round(np.take_along_axis(q, np.argsort(order, axis=1)[:, None, :], axis=2)
+                     / scale)
     # TFLite re-derives the scale from max|w|: keep each row's largest weight at 127 steps
-    short = (np.abs(steps).max(axis=1) < LEVELS) & (np.abs(steps).max(axis=1) > 0)
-    for r in np.nonzero(short)[0]:
-        k = int(np.argmax(np.abs(steps[r])))
-        steps[r, k] = np.sign(steps[r, k]) * LEVELS
+    largest = np.abs(steps).max(axis=2)
+    for g, r in zip(*np.nonzero((largest < LEVELS) & (largest > 0))):
+        k = int(np.argmax(np.abs(steps[g, r])))
+        steps[g, r, k] = np.sign(steps[g, r, k]) * LEVELS
     return steps * scale
 
 
@@ -166,8 +186,9 @@ def round_conv_weights(model: onnx.ModelProto, samples: list[dict[str, np.ndarra
         groups = _attrs(conv, 2)[0]
         rows = w.shape[0] // groups
         flat = w.reshape(groups, rows, -1)
-        hessian = hessians[conv.output[0]]
-        new = np.stack([round_rows(flat[g], hessian[g]) for g in range(groups)])
+        hessian = hessians.pop(conv.output[0])  # (a 3x3 conv over 384 channels: 95 MB)
+        new = round_rows(flat, hessian[0][None] if groups == 1 else np.stack(hessian))
+        del hessian
         rounded[conv.input[1]] = new.reshape(w.shape).astype(w.dtype)
     _replace_constants(copy.graph, rounded)
     return copy, len(convs)

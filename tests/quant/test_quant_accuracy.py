@@ -179,6 +179,55 @@ def test_gptq_rounding_lies_on_the_tflite_grid_and_beats_nearest():
     assert error < 0.7 * np.linalg.norm((nearest - w) @ held_out)
 
 
+def test_gptq_groups_rounded_at_once_are_each_rounded_alone():
+    """round_rows with a leading group axis (a depthwise conv's channels) gives each group
+    exactly what it gives that group alone, a singular group's h included (nearest)."""
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((6, 2, 9))
+    data = [_correlated(rng, 9, 200) for _ in range(6)]
+    h = np.stack([x @ x.T for x in data])
+    together = round_rows(w, h)
+    for g in range(6):
+        assert np.array_equal(together[g], round_rows(w[g], h[g])), g
+    h[3] = -np.eye(9)  # not positive, no factor: that group rounds to nearest, the others alike
+    mixed = round_rows(w, h)
+    assert np.array_equal(np.delete(mixed, 3, 0), np.delete(together, 3, 0))
+    scale = np.abs(w[3]).max(axis=1, keepdims=True) / LEVELS
+    assert np.array_equal(mixed[3], np.round(w[3] / scale) * scale)
+
+
+@pytest.mark.parametrize("strides, dilations, pads, groups",
+                         [([1, 1], [1, 1], [1, 1, 1, 1], 1), ([2, 1], [1, 2], [0, 2, 1, 0], 1),
+                          ([1, 2], [2, 1], [2, 2, 2, 2], 4)])
+def test_patch_statistics_are_the_patches_outer_products(strides, dilations, pads, groups):
+    """_group_hessians against an im2col written out position by position (batch 2, odd
+    sizes): the patches of its sampled output positions, rows in (c, ky, kx) order."""
+    from onnx2tf_alt.quant import weight_rounding
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 4, 9, 8)).astype(np.float32)
+    shape = (8, 4 // groups, 3, 3)
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], strides=strides, dilations=dilations,
+                            pads=pads, group=groups)
+    got = weight_rounding._group_hessians(conv, x, shape)
+    padded = np.pad(x, [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])])
+    out_h = (padded.shape[2] - dilations[0] * 2 - 1) // strides[0] + 1
+    out_w = (padded.shape[3] - dilations[1] * 2 - 1) // strides[1] + 1
+    columns = []
+    for n in range(2):  # fewer positions than MIN_POSITIONS: every one is taken
+        for r in range(out_h):
+            for c in range(out_w):
+                rows = np.arange(3) * dilations[0] + r * strides[0]
+                cols = np.arange(3) * dilations[1] + c * strides[1]
+                columns.append(padded[n][:, rows][:, :, cols].reshape(4, 9))
+    patches = np.stack(columns, -1).astype(np.float64)  # (C, taps, positions)
+    per_group = 4 // groups
+    assert len(got) == groups
+    for g in range(groups):
+        p = patches[g * per_group:(g + 1) * per_group].reshape(per_group * 9, -1)
+        np.testing.assert_allclose(got[g], p @ p.T, rtol=1e-5, atol=1e-4)
+
+
 def test_gptq_conv_weights_keep_the_model_close():
     model = lcnet_block(17, batch=1, height=24, width=24)
     rng = np.random.default_rng(5)
