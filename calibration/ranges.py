@@ -108,8 +108,17 @@ def measured_ranges_split(content: bytes, feeds: Iterable[dict[str, np.ndarray]]
     # numpy releases the GIL on whole tensors: one thread per core reads them
     pool = ThreadPoolExecutor(os.cpu_count() or 1)
 
+    unfinite: set[int] = set()  # tensors that held an infinity or a NaN (a -inf mask)
+
     def span(index: int) -> tuple[float, float] | None:
-        value = _finite(interpreter.tensor(index)())  # a view, read before the next run
+        value = interpreter.tensor(index)()  # a view, read before the next run
+        if not value.size:
+            return None
+        low, high = value.min(), value.max()
+        if np.isfinite(low) and np.isfinite(high):
+            return float(low), float(high)
+        unfinite.add(index)
+        value = value[np.isfinite(value)]
         return (float(value.min()), float(value.max())) if value.size else None
 
     ranges: dict[int, tuple] = {}
@@ -140,7 +149,9 @@ def measured_ranges_split(content: bytes, feeds: Iterable[dict[str, np.ndarray]]
 
     def count(index: int) -> None:
         low, high = ranges[index]
-        counts[index] += _histogram(_finite(interpreter.tensor(index)()), low, high)
+        value = interpreter.tensor(index)()  # the first pass's values again
+        counts[index] += _histogram(value[np.isfinite(value)] if index in unfinite else value,
+                                    low, high)
 
     spread = [index for index, (low, high) in ranges.items() if high > low]
     for k, feed in enumerate(feeds):  # a second pass: histograms over each whole range
@@ -170,19 +181,13 @@ def _within(clipped: tuple[float, float], span: tuple[float, float]) -> tuple[fl
     return max(clipped[0], span[0]), min(clipped[1], span[1])
 
 
-def _finite(value: np.ndarray) -> np.ndarray:
-    """`value` without infinities and NaNs (a -inf attention mask has no range); itself when
-    it has none (its min and max are finite), as is the rule."""
-    if value.size and np.isfinite(value.min()) and np.isfinite(value.max()):
-        return value
-    return value[np.isfinite(value)]
-
-
 def _histogram(value: np.ndarray, low: float, high: float) -> np.ndarray:
     """The counts of `value` (within [low, high]) in BINS equal bins: np.histogram's, in a
     third of its time (one scaled truncation and a bincount, no edge checks)."""
-    bins = np.multiply(np.subtract(value, np.float32(low), dtype=np.float32),
-                       np.float32(BINS / (high - low))).astype(np.int32).ravel()
+    scaled = np.subtract(value, np.float32(low), dtype=np.float32)
+    np.multiply(scaled, np.float32(BINS / (high - low)), out=scaled)
+    bins = scaled.astype(np.intp).ravel()  # bincount's own index type: no second copy
+    del scaled
     np.clip(bins, 0, BINS - 1, out=bins)
     return np.bincount(bins, minlength=BINS)
 

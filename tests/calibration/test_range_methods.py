@@ -140,3 +140,43 @@ def test_a_large_file_is_measured_in_place_with_the_same_ranges(converted, monke
         for index, (low, high) in exposed[method].items():
             np.testing.assert_allclose(in_place[method][index], (low, high), rtol=1e-5,
                                        atol=1e-6, err_msg=f"{method} {index}")
+
+
+def test_infinities_have_no_range_and_no_bins(monkeypatch):
+    """A tensor with infinities where a mask says so (an attention mask's sum) on one
+    sample and none on another gets the range of its finite values, and only they are
+    counted in its histogram (clipped ranges)."""
+    from onnx2tf_alt.ir.loader import load_model
+    from onnx2tf_alt.pipeline import plan_loaded
+    from onnx2tf_alt.tflite.direct import write_direct
+    from onnx2tf_alt.tflite.flatbuffer import unpack_model
+
+    mask = np.zeros(SHAPE, np.float32)
+    mask[0, 1] = np.inf  # a third of the first sample's values
+    nodes = [helper.make_node("Mul", ["x", "gate"], ["masked"]),
+             helper.make_node("Add", ["masked", "bias"], ["y"])]
+    model = make_model(nodes, {"x": np.zeros(SHAPE, np.float32),
+                               "gate": np.zeros(SHAPE, np.float32)}, ["y"],
+                       {"bias": np.float32(0.5).reshape(1)})
+    planned = plan_loaded(load_model(None, model))
+    content = write_direct(planned.graph, planned.plan, planned.options).content
+    plain = build(input_onnx_file_path=None, onnx_graph=model)  # its layout
+    rng = np.random.default_rng(4)
+    samples = [{"x": rng.uniform(-1, 3, SHAPE).astype(np.float32),
+                "gate": np.where(k == 0, mask + 1, 1).astype(np.float32)} for k in range(2)]
+    expected = [s["x"] * s["gate"] + np.float32(0.5) for s in samples]
+    assert np.isinf(expected[0]).any() and np.isfinite(expected[1]).all()
+    finite = np.concatenate([e[np.isfinite(e)] for e in expected])
+    feeds = [plain.result.to_physical(s) for s in samples]
+    counted = []
+    histogram = ranges._histogram
+
+    def recorded(value, low, high):
+        counted.append(np.asarray(value).copy())
+        return histogram(value, low, high)
+
+    monkeypatch.setattr(ranges, "_histogram", recorded)
+    measured = ranges.measured_ranges(content, feeds, ("minmax", "percentile"))
+    [y] = [int(o) for o in unpack_model(content).subgraphs[0].outputs]
+    assert measured["minmax"][y] == (float(finite.min()), float(finite.max()))
+    assert counted and all(np.isfinite(value).all() for value in counted)
