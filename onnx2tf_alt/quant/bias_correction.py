@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, unpack_model
+from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, read_model, unpack_model, with_buffer_data
 from onnx2tf_alt.tflite.run import as_input, exposed, on_cores, segment
 
 BIAS_SAMPLES = 8  # calibration samples the mean errors are measured on
@@ -62,7 +62,7 @@ def corrected_biases(int8: bytes, calibrated: bytes, feeds: list[dict[str, np.nd
     if all(key(op) in known for op in targets):
         for op in targets:
             _shift_bias(model, graph.operators[op], known[key(op)])
-        return _packed(model), len(targets)
+        return _with_biases(int8, model, targets), len(targets)
     # the float model's channel means of every target output, per sample: the float file cut
     # after the last of them, their outputs exposed (the whole file, every tensor kept, took
     # ViT-B/16's 8 samples 11.8 s for its one patch convolution), on TFLite's reference
@@ -110,7 +110,7 @@ def corrected_biases(int8: bytes, calibrated: bytes, feeds: list[dict[str, np.nd
         for state in states:
             for tensor in piece.done:
                 state.pop(tensor, None)
-    return _packed(model), len(targets)
+    return _with_biases(int8, model, targets), len(targets)
 
 
 def _waves(graph, targets: list[int]) -> list[list[int]]:
@@ -227,12 +227,15 @@ def refitted(int8: bytes, errors: dict, rows: list[int]) -> bytes:
     `errors` it recorded, without running anything: each convolution's errors were measured
     after the earlier ones were corrected on all the feeds, so the file is that of the
     subset to first order (what a fold of the correction's judgement needs)."""
-    model = unpack_model(int8)
-    graph = model.subgraphs[0]
+    model = read_model(int8)
+    graph = model.Subgraphs(0)
+    biases = {}
     for op_index, (per_sample, steps) in errors.items():
+        tensor = graph.Tensors(graph.Operators(op_index).Inputs(2))
+        values = model.Buffers(tensor.Buffer()).DataAsNumpy().view(np.int32)
         shift = -np.round(_significant(per_sample[rows]) / steps).astype(np.int64)
-        _shift_bias(model, graph.operators[op_index], shift)
-    return _packed(model)
+        biases[tensor.Buffer()] = _saturated(values.astype(np.int64) + shift)
+    return with_buffer_data(int8, biases)
 
 
 def _significant(errors: np.ndarray) -> np.ndarray:
@@ -250,9 +253,21 @@ def _shift_bias(model, op, delta: np.ndarray) -> None:
     """Add `delta` to the int32 bias of `op`, saturating."""
     buffer = model.buffers[model.subgraphs[0].tensors[op.inputs[2]].buffer]
     values = np.frombuffer(bytes(buffer.data), np.int32).astype(np.int64) + delta
+    buffer.data = _saturated(values).view(np.uint8)
+
+
+def _saturated(values: np.ndarray) -> np.ndarray:
     info = np.iinfo(np.int32)
-    buffer.data = np.frombuffer(np.clip(values, info.min, info.max).astype(np.int32).tobytes(),
-                                np.uint8)
+    return np.clip(values, info.min, info.max).astype(np.int32)
+
+
+def _with_biases(int8: bytes, model, ops: list[int]) -> bytes:
+    """`int8` with the biases of `ops` as `model` (its unpacked form) now holds them, written
+    where they lie (flatbuffer.with_buffer_data: the file, not a repacked one)."""
+    graph = model.subgraphs[0]
+    buffers = {int(graph.tensors[graph.operators[op].inputs[2]].buffer) for op in ops}
+    return with_buffer_data(int8, {b: np.asarray(model.buffers[b].data, np.uint8)
+                                   for b in buffers})
 
 
 def _targets(model, reference_tensors: dict[str, tuple[int, list[int]]]) -> dict[int, int]:
@@ -304,7 +319,3 @@ def _text(name) -> str:
 def _channel_means(value: np.ndarray) -> np.ndarray:
     value = np.asarray(value, np.float64)
     return value.reshape(-1, value.shape[-1]).mean(0)
-
-
-def _packed(model) -> bytes:
-    return pack_model(model)

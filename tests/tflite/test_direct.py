@@ -1733,3 +1733,30 @@ def test_a_model_past_the_inline_bound_is_packed_with_its_buffers_after(monkeypa
     assert outputs[0].keys() == outputs[1].keys()
     for key in outputs[0]:
         np.testing.assert_array_equal(outputs[0][key], outputs[1][key])
+
+
+@pytest.mark.parametrize("stored", [False, True])
+def test_buffer_data_written_in_place_is_the_repacked_file(stored, monkeypatch):
+    """flatbuffer.with_buffer_data (bias correction's edit): a file with some buffers'
+    values replaced where they lie is byte for byte the file the unpack-edit-pack round
+    trip writes, buffers inline or stored after the flatbuffer; a value of another length
+    is refused."""
+    from onnx2tf_alt.tflite import flatbuffer
+
+    path = os.path.join(os.path.dirname(__file__), "..", "data", "mobilenet_block.onnx")
+    planned = plan_loaded(load_model(path))
+    content = write_direct(planned.graph, planned.plan, planned.options).content
+    if stored:
+        monkeypatch.setattr(flatbuffer, "MAX_INLINE", 0)
+    content = flatbuffer.pack_model(flatbuffer.unpack_model(content))
+    model = flatbuffer.unpack_model(content)
+    filled = [k for k, b in enumerate(model.buffers) if b.data is not None and len(b.data)]
+    rng = np.random.default_rng(1)
+    edits = {k: rng.integers(0, 256, len(model.buffers[k].data)).astype(np.uint8)
+             for k in filled[::3]}
+    assert len(edits) >= 3
+    for k, values in edits.items():
+        model.buffers[k].data = values
+    assert flatbuffer.with_buffer_data(content, edits) == flatbuffer.pack_model(model)
+    with pytest.raises(ValueError, match="bytes"):
+        flatbuffer.with_buffer_data(content, {filled[0]: np.zeros(3, np.uint8)})
