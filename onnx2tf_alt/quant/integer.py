@@ -91,8 +91,9 @@ def quantize(calibrated: bytes, per_tensor: bool = False, io_dtypes: tuple | Non
     """The quantized flatbuffer of a calibrated one (module docstring): `activations`
     "int8" or "int16"; `io_dtypes` (input, output) type names of an integer-only file (the
     signature's inputs and outputs on the integer grid), None for float ones; `ranges`
-    ({tensor: (low, high)}) are recorded over `calibrated`'s own first (a trial of range
-    methods needs no calibrated copy of the float file per method).
+    ({tensor: (low, high)}) are recorded over `calibrated`'s own first (a float file and
+    the ranges measured on it, calibration/ranges.Calibrated: no copy of the float file
+    with them written in).
 
     The file is prepared once in the interpreter: an op whose integer kernel TFLite refuses
     (a type its build lacks) is kept float and the model quantized again."""

@@ -36,7 +36,7 @@ from calibration.methods import (
     PERCENTILE,
 )
 from calibration.ort import fake_quantized, onnx_ranges
-from calibration.ranges import measured_ranges, measured_ranges_split, remeasured, with_ranges
+from calibration.ranges import Calibrated, measured_ranges, measured_ranges_split
 from calibration.samples import CustomData, Samples, plan_samples
 from onnx2tf_alt import progress
 from onnx2tf_alt.errors import InputError
@@ -177,13 +177,13 @@ def int16_activations(variant: Variant) -> bool:
 def calibrated_tflite(converted, options: QuantOptions,
                       calibration: list[dict[str, np.ndarray]],
                       notes: list[str] | None = None, method: str | None = None
-                      ) -> tuple[bytes, bool]:
-    """(calibrated float flatbuffer, whether it needed Select TF ops) for the INT8 files; its
-    ranges measured again on the TFLite graph (calibration/ranges.py) by `method` (default
-    --calibration_method), or min-max for onnxruntime's methods (their FakeQuantize nodes
-    set the others: on the direct writer's file as the grids of the tensors they read,
-    quant/qdq_grids.py); `auto` picks the method on calibration samples left out of a trial
-    measurement (a note in `notes` says which and why)."""
+                      ) -> tuple[Calibrated, bool]:
+    """(the calibrated float file for the INT8 files, whether it needed Select TF ops): the
+    float file with its ranges measured again on the TFLite graph (calibration/ranges.py)
+    by `method` (default --calibration_method), or min-max for onnxruntime's methods (their
+    FakeQuantize nodes set the others: on the direct writer's file as the grids of the
+    tensors they read, quant/qdq_grids.py); `auto` picks the method on calibration samples
+    left out of a trial measurement (a note in `notes` says which and why)."""
     content = getattr(converted.result, "content", b"")
     if content:  # onnxruntime's ranges: the FakeQuantize grids go onto their tensors
         from onnx2tf_alt.quant.qdq_grids import take_grids
@@ -194,7 +194,7 @@ def calibrated_tflite(converted, options: QuantOptions,
         made = quantized_tflite(converted, calibrate, options, calibration, calibrate_only=True)
         content = made.content
         if made.select_tf_ops:  # the interpreter cannot run Select TF ops: TF's records stay
-            return content, True
+            return Calibrated(content), True
     method = method or options.calibration_method
     feeds = [converted.result.to_physical(s) for s in calibration]
     try:  # TF's calibrator records some ranges wrong (calibration/ranges.py)
@@ -204,20 +204,18 @@ def calibrated_tflite(converted, options: QuantOptions,
                                           notes, measured)
         if BY_NAME[method].measurer == ONNXRUNTIME:
             method = MINMAX
-        if method in measured:
-            content, changed = with_ranges(content, measured[method])
-        else:
-            content, changed = remeasured(content, feeds, (method,))[method]
+        ranges = measured[method] if method in measured else measured_ranges(
+            content, feeds, (method,))[method]
     except (RuntimeError, ValueError) as exc:  # a kernel the interpreter lacks
         if getattr(converted.result, "content", b""):  # nothing recorded: no INT8 file
             raise ValueError(f"the float model's activation ranges cannot be measured in the "
                              f"interpreter ({_short(exc)})") from exc
         log.warning("INT8 calibration: TF's recorded ranges kept; the float model "
                     "cannot run in the interpreter to measure them again (%s)", _short(exc))
-        return content, False
-    log.debug("INT8 calibration: %d activation ranges measured again (%s)", changed,
-             BY_NAME[method].algorithm)
-    return content, False
+        return Calibrated(content), False
+    log.debug("INT8 calibration: %d activation ranges measured (%s)", len(ranges),
+              BY_NAME[method].algorithm)
+    return Calibrated(content, ranges), False
 
 
 def _choose_range_method(content: bytes, converted, options: QuantOptions,
@@ -337,7 +335,7 @@ class QuantizedTflite:
 
 
 def quantized_tflite(converted, variant: Variant, options: QuantOptions,
-                     calibration: list[dict[str, np.ndarray]], calibrated: bytes | None = None,
+                     calibration: list[dict[str, np.ndarray]], calibrated: Calibrated | None = None,
                      keep_nodes: list[str] | None = None, calibrate_only: bool = False,
                      bias_cache: dict | None = None) -> QuantizedTflite:
     """One quantized flatbuffer; `calibration` feeds (ONNX layout) for calibrated variants
@@ -406,17 +404,18 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
             return QuantizedTflite(make(select_tf_ops=True).convert(), select_tf_ops=True)
 
 
-def quantize_16x8(calibrated: bytes, io_dtypes: tuple | None) -> bytes:
+def quantize_16x8(calibrated: Calibrated, io_dtypes: tuple | None) -> bytes:
     """An INT16-activation file of a calibrated flatbuffer (min-max ranges: 16 bits need no
     clipping), weights per channel (TFLite has no per-tensor 16x8 depthwise kernels), no op
     kept float but those without a 16-bit kernel, no bias correction (its error is a
     rounding of 1/256 of the 8-bit one's)."""
     from onnx2tf_alt.quant.integer import quantize
 
-    return quantize(calibrated, False, io_dtypes, (), activations="int16")
+    return quantize(calibrated.content, False, io_dtypes, (), activations="int16",
+                    ranges=calibrated.ranges)
 
 
-def _bias_corrected(content: bytes, calibrated: bytes, converted,
+def _bias_corrected(content: bytes, calibrated: Calibrated, converted,
                     calibration: list[dict[str, np.ndarray]], cache: dict,
                     notes: list[str]) -> bytes:
     """`content` with its conv biases corrected (quant/bias_correction.py) on the first
@@ -433,7 +432,7 @@ def _bias_corrected(content: bytes, calibrated: bytes, converted,
 
     fit = calibration[:BIAS_SAMPLES]
     errors: dict = {}
-    fixed, count = corrected_biases(content, calibrated,
+    fixed, count = corrected_biases(content, calibrated.content,
                                     [converted.result.to_physical(s) for s in fit],
                                     cache.setdefault("corrections", {}), errors)
     if not count:
@@ -444,7 +443,8 @@ def _bias_corrected(content: bytes, calibrated: bytes, converted,
                 "calibration samples")
         cache["keep"] = True
         short = ""
-        judged = _bias_judgement(content, fixed, calibrated, converted, calibration, errors)
+        judged = _bias_judgement(content, fixed, calibrated.content, converted, calibration,
+                                 errors)
         if judged is not None:
             before, after, where = judged
             _, delta, noise = gain(after, before)
@@ -462,7 +462,7 @@ def _bias_corrected(content: bytes, calibrated: bytes, converted,
     return fixed if cache["keep"] else content
 
 
-def _bias_judgement(content: bytes, fixed: bytes, calibrated: bytes, converted,
+def _bias_judgement(content: bytes, fixed: bytes, float_file: bytes, converted,
                     calibration: list[dict[str, np.ndarray]], errors: dict
                     ) -> tuple[dict, dict, str] | None:
     """(INT8 output figures without, with bias correction, on which samples) on samples the
@@ -489,7 +489,7 @@ def _bias_judgement(content: bytes, fixed: bytes, calibrated: bytes, converted,
         where = (f"on {len(fit) + len(check)} calibration samples, each corrected by biases "
                  f"measured on others ({folds} folds of the first {len(fit)}),")
     judged = [sample for _, samples in parts for sample in samples]
-    reference = run_tflite(calibrated, converted, judged)  # one interpreter per file
+    reference = run_tflite(float_file, converted, judged)  # one interpreter per file
     without = run_tflite(content, converted, judged)
     with_ = [out for corrected, samples in parts
              for out in run_tflite(corrected, converted, samples)]
@@ -898,9 +898,10 @@ def _measure_written(entries: list[dict], made_from: dict, folder: str, samples:
 
 
 def _release(calibrated: dict, later: list[Variant], sources: list) -> None:
-    """Drop the calibrated files (a float file's size each) and bias corrections that no
-    `later` variant (made from `sources`) reads again: the INT16-activation files are
-    calibrated while the INT8 one is no longer held."""
+    """Drop the calibrations (calibration/ranges.Calibrated: a source's float file, held
+    until its spill, and its ranges) and bias corrections that no `later` variant (made
+    from `sources`) reads again: a source no later file reads can then leave memory
+    (_spill)."""
     needed = {key for variant, source in zip(later, sources)
               for key in ((id(source), int16_activations(variant)), ("biases", id(source)))}
     for key in [key for key in calibrated if key not in needed]:
@@ -1003,21 +1004,21 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
     if key not in calibrated:
         calibrated[key] = calibrated_tflite(source, options, calibration, report.notes,
                                             method=MINMAX if int16 else None)
-    content, flex = calibrated[key]
+    ranged, flex = calibrated[key]  # the float file and its ranges
     if flex and variant.io_dtypes:
         raise ValueError("integer-only files cannot fall back to Select TF ops")
     if int16:
-        return quantize_16x8(content, variant.io_dtypes)
+        return quantize_16x8(ranged, variant.io_dtypes)
     biases = calibrated.setdefault(("biases", id(source)), {})
 
     def made(nodes: list[str]) -> QuantizedTflite:
-        result = quantized_tflite(source, variant, options, calibration, calibrated=content,
+        result = quantized_tflite(source, variant, options, calibration, calibrated=ranged,
                                   keep_nodes=nodes, bias_cache=biases)
         report.notes += [n for n in result.notes if n not in report.notes]
         return result
 
     if plan.kept_nodes is None:
-        found = _choose_float_nodes(source, content, plan, report, float_tflite)
+        found = _choose_float_nodes(source, ranged, plan, report, float_tflite)
         plan.kept_nodes = _judged(found, made, source, plan, report, float_tflite)
     return made(plan.kept_nodes).content
 
@@ -1031,13 +1032,13 @@ def _on_own_grids(source, variant: Variant, plan: QuantPlan, report: QuantReport
 
     content, taken = take_grids(source.result.content)
     log.debug("QDQ model: %d QuantizeLinear grids taken", taken)
-    content, notes = _own_int8(content, source, plan.qdq_per_tensor, variant.io_dtypes,
+    content, notes = _own_int8(Calibrated(content), source, plan.qdq_per_tensor, variant.io_dtypes,
                                plan.options.keep_float, plan.options.integer_kernels_only)
     report.notes += [n for n in notes if n not in report.notes]
     return content
 
 
-def _own_int8(calibrated: bytes, converted, per_tensor: bool, io_dtypes: tuple | None,
+def _own_int8(calibrated: Calibrated, converted, per_tensor: bool, io_dtypes: tuple | None,
               keep_nodes, integer_kernels_only: bool) -> tuple[bytes, list]:
     """(the own quantizer's INT8 file of `calibrated`, the report's notes): the ONNX nodes
     `keep_nodes` and what every INT8 file keeps (sensitivity.kept_float) in float."""
@@ -1049,9 +1050,10 @@ def _own_int8(calibrated: bytes, converted, per_tensor: bool, io_dtypes: tuple |
     )
 
     nodes = set(keep_nodes)
-    float_ops = denylist(op_infos(calibrated, converted), nodes) if nodes else []
-    kept, notes = kept_float(calibrated, integer_kernels_only, io_dtypes)
-    return quantize_calibrated(calibrated, per_tensor, io_dtypes, [*float_ops, *kept]), notes
+    float_ops = denylist(op_infos(calibrated.content, converted), nodes) if nodes else []
+    kept, notes = kept_float(calibrated.content, integer_kernels_only, io_dtypes)
+    return quantize_calibrated(calibrated.content, per_tensor, io_dtypes, [*float_ops, *kept],
+                               ranges=calibrated.ranges), notes
 
 
 def _judged(found: list[str], made, source, plan: QuantPlan, report: QuantReport,
@@ -1100,7 +1102,7 @@ def _judged(found: list[str], made, source, plan: QuantPlan, report: QuantReport
     return keep
 
 
-def _choose_float_nodes(source, calibrated: bytes, plan: QuantPlan, report: QuantReport,
+def _choose_float_nodes(source, calibrated: Calibrated, plan: QuantPlan, report: QuantReport,
                         float_tflite: bytes) -> list[str]:
     """--keep_float nodes, extended by --keep_float_auto; ranks the ops with -cotof.
 

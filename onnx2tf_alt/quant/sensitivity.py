@@ -49,6 +49,8 @@ from onnx2tf_alt.quant.notes import Note
 if TYPE_CHECKING:  # TensorFlow is imported where its converter runs
     import tensorflow as tf
 
+    from calibration.ranges import Calibrated
+
 SEARCH_SAMPLES = 8  # calibration samples the ranking and each re-quantization use
 MAX_TRIED_SEGMENTS = 32  # --keep_float_auto measures at most this many re-quantized files
 TOP_OFFENDERS = 12  # segments listed in the quant report
@@ -441,7 +443,7 @@ class MixedPrecision:
         return entry
 
 
-def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
+def choose_float_ops(calibrated: Calibrated, converted, score, per_tensor: bool,
                      keep: list[str], target: float | None, rank: bool,
                      samples: list[dict[str, np.ndarray]] = ()) -> MixedPrecision:
     """Float ops of `calibrated`: the segments of the ONNX nodes `keep`; with `rank` or a
@@ -453,16 +455,17 @@ def choose_float_ops(calibrated: bytes, converted, score, per_tensor: bool,
     until the score reaches the target or MAX_TRIED_SEGMENTS were measured."""
     if not keep and not rank and target is None:  # nothing to find (nor Keras layers needed)
         return MixedPrecision([], [], [])
-    infos = op_infos(calibrated, converted)
+    infos = op_infos(calibrated.content, converted)
     nodes, float_ops = set(keep), denylist(infos, set(keep))
     chosen = MixedPrecision([], sorted(nodes), float_ops,
                             measured=converted.result.model is None)
     if not rank and target is None:
         return chosen
-    divisions, _ = kept_float(calibrated, False, None)  # float in the written files too
+    divisions, _ = kept_float(calibrated.content, False, None)  # float in the written files too
 
     def quantized(tensors) -> bytes:
-        return quantize_calibrated(calibrated, per_tensor, None, sorted({*tensors, *divisions}))
+        return quantize_calibrated(calibrated.content, per_tensor, None,
+                                   sorted({*tensors, *divisions}), ranges=calibrated.ranges)
 
     scores: dict[int, float] = {}
     first: list[dict] = []

@@ -75,9 +75,9 @@ def calibrated():
     converted = build(input_onnx_file_path=None, onnx_graph=model)
     samples = _samples(8, seed=1)
     options = QuantOptions(integer=True, calibration_method="minmax")
-    content, flex = calibrated_tflite(converted, options, samples)
+    calibrated, flex = calibrated_tflite(converted, options, samples)
     assert not flex
-    return model, converted, samples, content
+    return model, converted, samples, calibrated.written()
 
 
 def _close(a: tuple, b: tuple) -> bool:
@@ -129,7 +129,7 @@ def test_a_model_too_large_to_keep_every_tensor_keeps_tfs_ranges(calibrated, mon
     caplog.set_level(logging.WARNING, logger="onnx2tf_alt")  # an earlier test may quiet it
     logger.addHandler(caplog.handler)
     try:
-        content, _ = calibrated_tflite(converted, QuantOptions(integer=True), samples)
+        content = calibrated_tflite(converted, QuantOptions(integer=True), samples)[0].written()
     finally:
         logger.removeHandler(caplog.handler)
     assert "TF's recorded ranges kept" in caplog.text and "GiB at once" in caplog.text
@@ -216,7 +216,7 @@ def test_clipped_ranges_ignore_a_glint_that_minmax_keeps():
     errors, input_highs = {}, {}
     for method in ("minmax", "percentile"):
         options = QuantOptions(integer=True, calibration_method=method)
-        content, _ = calibrated_tflite(converted, options, calibration)
+        content = calibrated_tflite(converted, options, calibration)[0].written()
         input_highs[method] = _input_range(content)[1]
         int8 = quantize_calibrated(content, False, None, [])
         outputs = run_tflite(int8, converted, held_out)
@@ -235,7 +235,8 @@ def test_auto_keeps_the_method_whose_int8_file_scores_best():
 
     _, converted, calibration, _ = _spiky_calibration()
     notes = []
-    content, _ = calibrated_tflite(converted, QuantOptions(integer=True), calibration, notes)
+    content = calibrated_tflite(converted, QuantOptions(integer=True), calibration,
+                                notes)[0].written()
     assert QuantOptions().calibration_method == "auto"
     [note] = notes
     assert "on 2 calibration sample(s) not used to measure the ranges" in note, note
@@ -243,8 +244,9 @@ def test_auto_keeps_the_method_whose_int8_file_scores_best():
     assert set(scores) == {"minmax", "percentile", "mse"}, note
     chosen = re.match(r"INT8 files: activation ranges by (\w+) ", note).group(1)
     assert scores[chosen] == max(scores.values()), note
-    alone, _ = calibrated_tflite(
-        converted, QuantOptions(integer=True, calibration_method=chosen), calibration)
+    alone = calibrated_tflite(
+        converted, QuantOptions(integer=True, calibration_method=chosen), calibration)[0].written()
     assert _recorded_ranges(content) == _recorded_ranges(alone)
     assert _recorded_ranges(content) != _recorded_ranges(calibrated_tflite(
-        converted, QuantOptions(integer=True, calibration_method="minmax"), calibration)[0])
+        converted, QuantOptions(integer=True, calibration_method="minmax"),
+        calibration)[0].written())

@@ -103,9 +103,10 @@ def test_each_measurer_takes_only_its_rows(converted):
                     if m.measurer == TFLITE_GRAPH and m.algorithm != AUTO_METHOD]
     samples = [{"x": np.random.default_rng(i).uniform(-1, 1, SHAPE).astype(np.float32)}
                for i in range(3)]
-    content, flex = calibrated_tflite(
+    calibrated, flex = calibrated_tflite(
         converted, QuantOptions(integer=True, calibration_method="minmax"), samples)
     assert not flex
+    content = calibrated.written()
     feeds = [converted.result.to_physical(s) for s in samples]
     measured = ranges.measured_ranges(content, feeds, tflite_graph)
     assert sorted(measured) == sorted(tflite_graph)
@@ -127,8 +128,8 @@ def test_a_large_file_is_measured_in_place_with_the_same_ranges(converted, monke
     copy: the same tensors get the same ranges (to the builtin kernels' rounding)."""
     samples = [{"x": np.random.default_rng(i).uniform(-1, 1, SHAPE).astype(np.float32)}
                for i in range(3)]
-    content, _ = calibrated_tflite(
-        converted, QuantOptions(integer=True, calibration_method="minmax"), samples)
+    content = calibrated_tflite(
+        converted, QuantOptions(integer=True, calibration_method="minmax"), samples)[0].written()
     feeds = [converted.result.to_physical(s) for s in samples]
     methods = ("minmax", "percentile")
     exposed = ranges.measured_ranges(content, feeds, methods)

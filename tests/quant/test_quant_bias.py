@@ -51,7 +51,7 @@ def _quantized(model: onnx.ModelProto, seed: int) -> tuple:
     converted = build(input_onnx_file_path=None, onnx_graph=model)
     calibration = _samples(8, seed=seed)
     options = QuantOptions(integer=True, calibration_method="minmax")
-    calibrated, _ = calibrated_tflite(converted, options, calibration)
+    calibrated = calibrated_tflite(converted, options, calibration)[0].written()
     plain = quantize_calibrated(calibrated, False, None, [])
     return converted, calibrated, plain, [converted.result.to_physical(s) for s in calibration]
 
@@ -162,7 +162,7 @@ def test_refitted_on_every_sample_is_the_corrected_file(files):
     _, converted, plain, _, _ = files
     calibration = _samples(8, seed=1)
     options = QuantOptions(integer=True, calibration_method="minmax")
-    calibrated, _ = calibrated_tflite(converted, options, calibration)
+    calibrated = calibrated_tflite(converted, options, calibration)[0].written()
     errors: dict = {}
     feeds = [converted.result.to_physical(s) for s in calibration]
     corrected, count = corrected_biases(plain, calibrated, feeds, errors=errors)

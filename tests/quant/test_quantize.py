@@ -838,7 +838,7 @@ def test_one_pass_ranking_finds_the_coarse_tensor_and_agrees_with_measurement():
     calibrated, _ = calibrated_tflite(converted, QuantOptions(integer=True,
                                                               calibration_method="minmax"),
                                       samples)
-    reference = run_tflite(calibrated, converted, samples)
+    reference = run_tflite(calibrated.content, converted, samples)
 
     def score(content: bytes) -> float:
         return figure(compare_outputs(reference, run_tflite(content, converted, samples)))
