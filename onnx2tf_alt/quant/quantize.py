@@ -964,13 +964,16 @@ def _verdicts(report: QuantReport, threshold: float) -> list[str]:
 
 def weight_only_tflite(converted, float_tflite=None) -> bytes | bytearray | None:
     """The dynamic-range file made from the float32 one (quant/weight_only.py): the direct
-    writer's (at the path `float_tflite`) itself, TF's converter's with its weights bound
-    again; None where they cannot be bound (TF's converter then makes it)."""
+    writer's itself (its bytes in memory, which the file at `float_tflite` holds too: read
+    from the file, a 2.3 GB model's weights were in memory twice), TF's converter's with
+    its weights bound again; None where they cannot be bound (TF's converter then makes
+    it)."""
     from onnx2tf_alt.quant.weight_only import dynamic_range_file, dynamic_range_model
 
     result = converted.tflite_result()
     if result.model is None:  # the direct writer's: no TF model to convert again
-        return dynamic_range_file(float_tflite, "the dynamic-range file")
+        return dynamic_range_file(getattr(result, "content", b"") or float_tflite,
+                                  "the dynamic-range file")
     from onnx2tf_alt.tflite.lowering import late_bound
 
     bound = late_bound(result)

@@ -28,7 +28,7 @@ import logging
 import numpy as np
 
 from onnx2tf_alt.export.float16 import record_optimization
-from onnx2tf_alt.tflite.flatbuffer import op_name, opcode_index, pack_model, schema
+from onnx2tf_alt.tflite.flatbuffer import op_name, opcode_index, pack_model, schema, unpack_model
 from onnx2tf_alt.tflite.late_weights import LazyBuffer, drop_unused, unpacked_file
 
 log = logging.getLogger("onnx2tf_alt")
@@ -99,10 +99,11 @@ def dynamic_range_weights(model, name: str) -> None:
                     "float32 weights", MIN_ELEMENTS, name)
 
 
-def dynamic_range_file(float32_path: str, name: str) -> bytes:
-    """The bytes of the dynamic-range file `name` made from the float32 .tflite at
-    `float32_path` (past 2 GB too: its stored weights are read from the mapped file)."""
-    model = unpacked_file(float32_path)
+def dynamic_range_file(float32: str | bytes, name: str) -> bytes:
+    """The bytes of the dynamic-range file `name` made from the float32 .tflite `float32`
+    (its bytes, read where they lie, or its path: past 2 GB too, its stored weights are
+    read from the mapped file)."""
+    model = unpacked_file(float32) if isinstance(float32, str) else unpack_model(float32)
     dynamic_range_weights(model, name)
     return pack_model(model)
 
