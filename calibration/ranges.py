@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -35,11 +35,22 @@ import numpy as np
 from calibration.methods import BY_NAME, MINMAX, MSE, PERCENTILE, TFLITE_GRAPH, RangeMethod
 from onnx2tf_alt import progress
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, pack_model, schema, unpack_model
-from onnx2tf_alt.tflite.run import XNNPACK_MAX_BYTES, exposed, give_back_heap, op_resolver
+from onnx2tf_alt.tflite.run import (
+    XNNPACK_MAX_BYTES,
+    exposed,
+    give_back_heap,
+    op_resolver,
+    segment,
+)
 
-# Keeping every tensor costs their sum at once: about 420 MiB for a 640x640 PP-OCR detector
-# (1.3 GB resident). Above this, TF's records are kept (calibrated_tflite warns).
+# Keeping every tensor of a piece (of the whole file where it has control flow) costs their
+# sum at once. Above this, TF's records are kept (calibrated_tflite warns).
 MAX_KEPT_BYTES = 2 << 30
+PIECE_BYTES = 64 << 20  # constants and kept tensors of one piece measured at once
+# ... in pieces where that estimate is below this share of the whole file's: the estimates
+# leave out the reading's temporaries and the heap's slack (the DB detector, estimated at
+# 0.58 of its whole run, measured 0.89 of it: 470 against 526 MB)
+PIECES_BELOW = 0.5
 ALGORITHMS = (MINMAX, PERCENTILE, MSE)
 PERCENTILE_TAIL = BY_NAME[PERCENTILE].tail  # percentile_range's default
 BINS = 2048  # histogram bins over a tensor's min-max range
@@ -72,30 +83,263 @@ def measured_ranges_split(content: bytes, feeds: Iterable[dict[str, np.ndarray]]
                                      dict[str, dict[int, tuple]]]:
     """(measured_ranges over the first `split` feeds (None without a split), over all of
     them), from one pair of passes: the first feeds' histograms share the bins of the whole
-    range, and their clipped ranges are clamped to their own min-max (never wider)."""
+    range, and their clipped ranges are clamped to their own min-max (never wider).
+
+    Every float tensor an op writes is an output of the file that computes it: XNNPACK
+    computes them all and keeps them (keeping every tensor otherwise takes the reference
+    kernels, ~8x slower on a 640x640 detector's convolutions). A file of one subgraph is
+    measured piece by piece (_pieces: tflite/run.segment, each piece's weights and kept
+    tensors about PIECE_BYTES, fed what the pieces before wrote): only one piece's weights,
+    XNNPACK's packed copy of them and its tensors are held at once, where an exposed copy
+    of the whole file held them all (ViT-B/16: the float file, its copy, the packed weights
+    and 400 MB of tensors). A file of several subgraphs (control flow) runs whole: exposed,
+    or past XNNPACK_MAX_BYTES on the builtin kernels keeping every tensor of the file
+    itself."""
     unknown = {m for m in methods if m not in BY_NAME or BY_NAME[m].measurer != TFLITE_GRAPH
                or BY_NAME[m].algorithm not in ALGORITHMS}
     if unknown:
         raise ValueError(f"unknown range method(s) {sorted(unknown)}")
     rows = [BY_NAME[m] for m in methods]
+    clipping = [m for m in rows if m.algorithm != MINMAX]
     feeds = list(feeds)
-    from ai_edge_litert.interpreter import Interpreter
-
-    # Every float tensor an op writes is an output of the subgraph: XNNPACK computes them
-    # all and keeps them (keeping every tensor otherwise takes the reference kernels, ~8x
-    # slower on a 640x640 detector's convolutions). A file past XNNPACK_MAX_BYTES runs
-    # without XNNPACK anyway (it would pack a second copy of the weights): there the
-    # interpreter keeps every tensor of `content` itself, and no exposed copy of the file
-    # is made (a 2.3 GB file: 7.1 -> 2.5 GB at this step).
     model = unpack_model(content)
-    kept = _activation_bytes(model)
-    if kept > MAX_KEPT_BYTES:
-        raise ValueError(f"its tensors need {kept / 2**30:.1f} GiB at once, more than the "
-                         f"{MAX_KEPT_BYTES / 2**30:.0f} GiB allowed")
     graph = model.subgraphs[0]
     watched = sorted({int(t) for op in graph.operators for t in op.outputs
                       if graph.tensors[int(t)].type == schema.TensorType.FLOAT32}
                      | {int(i) for i in graph.inputs})
+    tally = _Tally(split, len(feeds))
+    try:
+        if len(model.subgraphs) == 1 and _in_pieces(model, watched, len(feeds)):
+            _measure_in_pieces(model, watched, feeds, tally, bool(clipping))
+        else:
+            _measure_whole(content, model, watched, feeds, tally, bool(clipping))
+    finally:
+        tally.pool.shutdown()
+        give_back_heap()  # the interpreters' tensors and packed weights
+    ranges, head = tally.ranges, tally.head
+    measured = {m.name: ranges for m in rows if m.algorithm == MINMAX}
+    first = {m.name: head for m in rows if m.algorithm == MINMAX} if split is not None else None
+    for method in clipping:
+        measured[method.name] = {
+            index: _clipped(method, tally.counts[index], low, high) if high > low
+            else (low, high) for index, (low, high) in ranges.items()}
+        if first is not None:
+            first[method.name] = {
+                index: _within(_clipped(method, tally.head_counts[index], *ranges[index]), span)
+                if ranges[index][1] > ranges[index][0] else span
+                for index, span in head.items()}
+    return first, measured
+
+
+class _Tally:
+    """The ranges and histograms of the tensors measured so far: `ranges` over every feed,
+    `head` over the first `split`; `counts` (BINS over each whole range) over every feed,
+    `head_counts` over the first `split`. Tensors are read (as views, before the next run)
+    one thread per core: numpy lets go of Python on whole tensors."""
+
+    def __init__(self, split: int | None, feeds: int):
+        self.split, self.feeds = split, feeds
+        self.ranges: dict[int, tuple] = {}
+        self.head: dict[int, tuple] = {}
+        self.counts: dict[int, np.ndarray] = {}
+        self.head_counts: dict[int, np.ndarray] = {}
+        self.unfinite: set[int] = set()  # tensors that held an infinity or a NaN (a -inf mask)
+        self.pool = ThreadPoolExecutor(os.cpu_count() or 1)
+
+    def spans(self, k: int, tensors: list[int], read: Callable[[int], np.ndarray]) -> None:
+        """The first pass: the min and max of `tensors` on feed `k` (read(tensor))."""
+        if k == self.split:
+            self.head.update((t, self.ranges[t]) for t in tensors if t in self.ranges)
+        for index, found in zip(tensors, self.pool.map(lambda t: self._span(t, read(t)),
+                                                       tensors)):
+            if found is None:
+                continue
+            low, high = found
+            if index in self.ranges:
+                low, high = min(low, self.ranges[index][0]), max(high, self.ranges[index][1])
+            self.ranges[index] = low, high
+        if k == self.feeds - 1 and self.split is not None and self.split >= self.feeds:
+            self.head.update((t, self.ranges[t]) for t in tensors if t in self.ranges)
+
+    def _span(self, index: int, value: np.ndarray) -> tuple[float, float] | None:
+        if not value.size:
+            return None
+        low, high = value.min(), value.max()
+        if np.isfinite(low) and np.isfinite(high):
+            return float(low), float(high)
+        self.unfinite.add(index)
+        value = value[np.isfinite(value)]
+        return (float(value.min()), float(value.max())) if value.size else None
+
+    def histograms(self, k: int, tensors: list[int], read: Callable[[int], np.ndarray]
+                   ) -> None:
+        """The second pass (the first one's values again): `tensors`' histograms on feed `k`
+        over their whole ranges."""
+        if k == 0:
+            self.counts.update((t, np.zeros(BINS, np.int64)) for t in tensors
+                               if t in self.ranges)
+        if k == self.split:
+            self.head_counts.update((t, self.counts[t].copy()) for t in tensors
+                                    if t in self.counts)
+        spread = [t for t in tensors if t in self.ranges and self.ranges[t][1] > self.ranges[t][0]]
+
+        def count(index: int) -> None:
+            value = read(index)
+            self.counts[index] += _histogram(
+                value[np.isfinite(value)] if index in self.unfinite else value,
+                *self.ranges[index])
+
+        list(self.pool.map(count, spread))
+        if k == self.feeds - 1 and self.split is not None and self.split >= self.feeds:
+            self.head_counts.update((t, self.counts[t]) for t in tensors if t in self.counts)
+
+
+def _measure_in_pieces(model, watched: list[int], feeds: list[dict], tally: _Tally,
+                       clipping: bool) -> None:
+    """Both passes over a file of one subgraph, piece by piece (_pieces): each piece's
+    interpreter runs every feed (fed the tensors the pieces before wrote, kept per feed
+    while a later piece reads them), its tensors tallied, then is dropped."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    graph = model.subgraphs[0]
+    inputs = {_text(e.name): int(e.tensorIndex) for s in model.signatureDefs or []
+              if _text(s.signatureKey) == SIGNATURE for e in s.inputs}
+    states = [{inputs[name]: value for name, value in feed.items()} for feed in feeds]
+    watching, seen = set(watched), set()
+    pieces = _pieces(model, watched)
+    kept_bytes = max(sum(_tensor_bytes(graph.tensors[int(o)]) for k in piece
+                         for o in graph.operators[k].outputs if int(o) in watching)
+                     for piece in pieces) if pieces else 0
+    if kept_bytes > MAX_KEPT_BYTES:
+        raise ValueError(f"its tensors need {kept_bytes / 2**30:.1f} GiB at once, more than "
+                         f"the {MAX_KEPT_BYTES / 2**30:.0f} GiB allowed")
+    last_read = {int(i): p for p, piece in enumerate(pieces) for k in piece
+                 for i in graph.operators[k].inputs}
+    with progress.counting("measuring ranges", len(pieces)) as counter:
+        for p, piece in enumerate(pieces):
+            counter.begin()
+            written = [int(o) for k in piece for o in graph.operators[k].outputs]
+            kept = [t for t in written if last_read.get(t, -1) > p]
+            outputs = [*dict.fromkeys([*(t for t in written if t in watching), *kept])]
+            content, piece_inputs = segment(model, piece, outputs)
+            interpreter = Interpreter(model_content=content, num_threads=os.cpu_count(),
+                                      experimental_op_resolver_type=op_resolver(len(content)))
+            del content
+            interpreter.allocate_tensors()
+            fed = interpreter.get_input_details()
+            index = {t: d["index"] for t, d in zip(piece_inputs, fed)}
+            index.update((t, d["index"]) for t, d in zip(outputs,
+                                                          interpreter.get_output_details()))
+            tallied = [t for t in piece_inputs if t in watching and t not in seen
+                       and t in states[0]]  # the file's inputs, where first read
+            tallied += [t for t in written if t in watching]
+            seen.update(tallied)
+
+            def read(tensor: int, interpreter=interpreter, index=index) -> np.ndarray:
+                return interpreter.tensor(index[tensor])()
+
+            for run in ((tally.spans, tally.histograms) if clipping else (tally.spans,)):
+                for k, state in enumerate(states):
+                    _feed(interpreter, fed, piece_inputs, state)
+                    interpreter.invoke()
+                    run(k, tallied, read)
+                    if run == tally.spans:
+                        state.update((t, interpreter.get_tensor(index[t])) for t in kept)
+            for state in states:
+                for tensor in [t for t in state if last_read.get(t, -1) <= p]:
+                    del state[tensor]
+            del interpreter, read
+            give_back_heap()
+
+
+def _feed(interpreter, details: list[dict], tensors: list[int], state: dict) -> None:
+    """Set the inputs `tensors` (their `details`) of `interpreter` from `state`, resized
+    where a run-time dim differs."""
+    values = [np.asarray(state[t], d["dtype"]) for t, d in zip(tensors, details)]
+    resized = False
+    for value, d in zip(values, details):
+        if tuple(d["shape"]) != value.shape:
+            interpreter.resize_tensor_input(d["index"], value.shape, strict=False)
+            resized = True
+    if resized:
+        interpreter.allocate_tensors()
+    for value, d in zip(values, details):
+        interpreter.set_tensor(d["index"], value)
+
+
+def _pieces(model, watched: list[int]) -> list[list[int]]:
+    """The ops of `model`'s subgraph in runs of graph order, each holding about
+    PIECE_BYTES of constants and kept tensors (an op alone may hold more)."""
+    graph = model.subgraphs[0]
+    watching = set(watched)
+    pieces, current, size, counted = [], [], 0, set()
+    for k, op in enumerate(graph.operators):
+        cost = 0
+        for i in op.inputs:
+            if int(i) >= 0 and int(i) not in counted:
+                cost += _constant_bytes(model, graph.tensors[int(i)])
+                counted.add(int(i))
+        cost += sum(_tensor_bytes(graph.tensors[int(o)]) for o in op.outputs
+                    if int(o) in watching)
+        if current and size + cost > PIECE_BYTES:
+            pieces.append(current)
+            current, size = [], 0
+        current.append(k)
+        size += cost
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+def _in_pieces(model, watched: list[int], feeds: int) -> bool:
+    """Whether measuring `model` piece by piece holds clearly less at once than running it
+    whole (PIECES_BELOW).
+    Whole: its constants twice (the exposed copy, XNNPACK's packed weights) and every kept
+    tensor. In pieces: the largest piece's constants twice and kept tensors, and the
+    tensors crossing a piece boundary, kept for every feed. A transformer (ViT-B/16, 343 MB
+    of weights, 18 feeds: 0.6 MB cross) gains; a detector at 640x640 (4.7 MB of weights,
+    16 feeds: a feature pyramid's maps cross) does not."""
+    graph = model.subgraphs[0]
+    pieces = _pieces(model, watched)
+    if len(pieces) < 2:
+        return False
+    watching = set(watched)
+    constants = [sum(_constant_bytes(model, graph.tensors[i])
+                     for i in dict.fromkeys(int(i) for k in piece
+                                            for i in graph.operators[k].inputs if int(i) >= 0))
+                 for piece in pieces]
+    kept = [sum(_tensor_bytes(graph.tensors[int(o)]) for k in piece
+                for o in graph.operators[k].outputs if int(o) in watching) for piece in pieces]
+    last_read = {int(i): p for p, piece in enumerate(pieces) for k in piece
+                 for i in graph.operators[k].inputs}
+    crossing = [sum(_tensor_bytes(graph.tensors[int(o)]) for q in range(p + 1)
+                    for k in pieces[q] for o in graph.operators[k].outputs
+                    if last_read.get(int(o), -1) > p) for p in range(len(pieces))]
+    whole = 2 * sum(constants) + sum(kept)
+    in_pieces = max(2 * c + k for c, k in zip(constants, kept)) + feeds * max(crossing)
+    return in_pieces < whole * PIECES_BELOW
+
+
+def _constant_bytes(model, tensor) -> int:
+    data = model.buffers[int(tensor.buffer)].data
+    return 0 if data is None else len(data)
+
+
+def _tensor_bytes(tensor) -> int:
+    return 4 * math.prod(int(d) for d in tensor.shape) if tensor.shape is not None else 0
+
+
+def _measure_whole(content: bytes, model, watched: list[int], feeds: list[dict],
+                   tally: _Tally, clipping: bool) -> None:
+    """Both passes over a file of several subgraphs in one interpreter: every tensor an
+    output (tflite/run.exposed) on XNNPACK, or past XNNPACK_MAX_BYTES the file itself on
+    the builtin kernels keeping every tensor (no exposed copy of its weights)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    kept = _activation_bytes(model)
+    if kept > MAX_KEPT_BYTES:
+        raise ValueError(f"its tensors need {kept / 2**30:.1f} GiB at once, more than the "
+                         f"{MAX_KEPT_BYTES / 2**30:.0f} GiB allowed")
     if len(content) > XNNPACK_MAX_BYTES:
         interpreter = Interpreter(model_content=bytes(content),  # no copy of bytes
                                   experimental_preserve_all_tensors=True,
@@ -104,77 +348,16 @@ def measured_ranges_split(content: bytes, feeds: Iterable[dict[str, np.ndarray]]
     else:
         interpreter = Interpreter(model_content=exposed(model, watched),
                                   num_threads=os.cpu_count())
-    del model, graph
     runner = interpreter.get_signature_runner(SIGNATURE)
-    # numpy releases the GIL on whole tensors: one thread per core reads them
-    pool = ThreadPoolExecutor(os.cpu_count() or 1)
 
-    unfinite: set[int] = set()  # tensors that held an infinity or a NaN (a -inf mask)
+    def read(tensor: int) -> np.ndarray:
+        return interpreter.tensor(tensor)()
 
-    def span(index: int) -> tuple[float, float] | None:
-        value = interpreter.tensor(index)()  # a view, read before the next run
-        if not value.size:
-            return None
-        low, high = value.min(), value.max()
-        if np.isfinite(low) and np.isfinite(high):
-            return float(low), float(high)
-        unfinite.add(index)
-        value = value[np.isfinite(value)]
-        return (float(value.min()), float(value.max())) if value.size else None
-
-    ranges: dict[int, tuple] = {}
-    head: dict[int, tuple] = {}  # over the first `split` feeds
-    for k, feed in enumerate(progress.each(feeds, "measuring ranges")):
-        if k == split:
-            head = dict(ranges)
-        runner(**feed)
-        for index, found in zip(watched, pool.map(span, watched)):
-            if found is None:
-                continue
-            low, high = found
-            if index in ranges:
-                low, high = min(low, ranges[index][0]), max(high, ranges[index][1])
-            ranges[index] = low, high
-    if split is not None and split >= len(feeds):
-        head = dict(ranges)
-    measured = {m.name: ranges for m in rows if m.algorithm == MINMAX}
-    first = {m.name: head for m in rows if m.algorithm == MINMAX} if split is not None else None
-    clipping = [m for m in rows if m.algorithm != MINMAX]
-    if not clipping:
-        pool.shutdown()
-        runner = interpreter = None  # its tensors and packed weights
-        give_back_heap()
-        return first, measured
-    counts = {index: np.zeros(BINS, np.int64) for index in ranges}
-    head_counts = {}
-
-    def count(index: int) -> None:
-        low, high = ranges[index]
-        value = interpreter.tensor(index)()  # the first pass's values again
-        counts[index] += _histogram(value[np.isfinite(value)] if index in unfinite else value,
-                                    low, high)
-
-    spread = [index for index, (low, high) in ranges.items() if high > low]
-    for k, feed in enumerate(feeds):  # a second pass: histograms over each whole range
-        if k == split:
-            head_counts = {index: c.copy() for index, c in counts.items()}
-        runner(**feed)
-        list(pool.map(count, spread))
-    pool.shutdown()
-    runner = interpreter = None  # its tensors and packed weights
-    give_back_heap()
-    if split is not None and split >= len(feeds):
-        head_counts = counts
-    for method in clipping:
-        measured[method.name] = {
-            index: _clipped(method, counts[index], low, high) if high > low else (low, high)
-            for index, (low, high) in ranges.items()}
-        if first is not None:
-            first[method.name] = {
-                index: _within(_clipped(method, head_counts[index], *ranges[index]), span)
-                if ranges[index][1] > ranges[index][0] else span
-                for index, span in head.items()}
-    return first, measured
+    for run in ((tally.spans, tally.histograms) if clipping else (tally.spans,)):
+        for k, feed in enumerate(progress.each(feeds, "measuring ranges")
+                                 if run == tally.spans else feeds):
+            runner(**feed)
+            run(k, watched, read)
 
 
 def _within(clipped: tuple[float, float], span: tuple[float, float]) -> tuple[float, float]:
@@ -310,3 +493,7 @@ def _activation_bytes(model) -> int:
     return sum(4 * math.prod(int(d) for d in t.shape)
                for t in model.subgraphs[0].tensors
                if t.buffer not in constant and t.shape is not None)
+
+
+def _text(name) -> str:
+    return name.decode() if isinstance(name, bytes) else name

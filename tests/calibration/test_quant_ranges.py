@@ -121,8 +121,8 @@ def test_int8_file_stays_within_half_an_output_step(calibrated):
 
 def test_a_model_too_large_to_keep_every_tensor_keeps_tfs_ranges(calibrated, monkeypatch,
                                                                   caplog):
-    """Above MAX_KEPT_BYTES of tensors the ranges are not measured again: TF's records
-    stay and a warning says why."""
+    """Above MAX_KEPT_BYTES of tensors kept at once (in a piece of the file) the ranges are
+    not measured again: TF's records stay and a warning says why."""
     _, converted, samples, _ = calibrated
     monkeypatch.setattr(ranges, "MAX_KEPT_BYTES", 1024)
     logger = logging.getLogger("onnx2tf_alt")  # it does not propagate to the root logger

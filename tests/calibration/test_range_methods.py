@@ -122,23 +122,51 @@ def test_each_measurer_takes_only_its_rows(converted):
                 onnx_ranges(converted.model, samples, name)
 
 
-def test_a_large_file_is_measured_in_place_with_the_same_ranges(converted, monkeypatch):
-    """Past XNNPACK_MAX_BYTES (1 GiB; lowered here) the ranges are measured on the file
-    itself, every tensor kept by the interpreter, without XNNPACK and without an exposed
-    copy: the same tensors get the same ranges (to the builtin kernels' rounding)."""
+def test_the_ranges_do_not_depend_on_how_the_file_is_run(monkeypatch):
+    """A file of one subgraph is measured piece by piece (PIECE_BYTES; here one piece, then
+    one op a piece): the same ranges to the bit as the whole file with every tensor an
+    output (the path of files with control flow), and, past XNNPACK_MAX_BYTES (1 GiB;
+    lowered here), as the whole file on the builtin kernels keeping every tensor, without
+    an exposed copy (to the kernels' rounding)."""
+    from onnx2tf_alt.tflite.flatbuffer import pack_model, unpack_model
+
+    rng = np.random.default_rng(1)
+    weights = {f"w{k}": rng.standard_normal((3, 3, 3, 3)).astype(np.float32) for k in range(2)}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c1", "x"], ["y"])]  # the input, read two ops later
+    model = make_model(nodes, {"x": np.zeros(SHAPE, np.float32)}, ["y"], weights)
+    converted = build(input_onnx_file_path=None, onnx_graph=model)
     samples = [{"x": np.random.default_rng(i).uniform(-1, 1, SHAPE).astype(np.float32)}
                for i in range(3)]
     content = calibrated_tflite(
         converted, QuantOptions(integer=True, calibration_method="minmax"), samples)[0].written()
     feeds = [converted.result.to_physical(s) for s in samples]
     methods = ("minmax", "percentile")
-    exposed = ranges.measured_ranges(content, feeds, methods)
+    pieces = []
+    unpacked = unpack_model(content)
+    ops = len(unpacked.subgraphs[0].operators)
+    written = [int(o) for op in unpacked.subgraphs[0].operators for o in op.outputs]
+    monkeypatch.setattr(ranges, "_in_pieces", lambda *args: True)  # however small
+    for size, count in ((ranges.PIECE_BYTES, 1), (1, ops)):
+        monkeypatch.setattr(ranges, "PIECE_BYTES", size)
+        assert len(ranges._pieces(unpacked, written)) == count
+        pieces.append(ranges.measured_ranges_split(content, feeds, 2, methods))
+    assert ops >= 3
+    assert pieces[0] == pieces[1] and pieces[0][1]["minmax"]
+
+    def whole(model, watched, feeds, tally, clipping):
+        ranges._measure_whole(pack_model(model), model, watched, feeds, tally, clipping)
+
+    monkeypatch.setattr(ranges, "_measure_in_pieces", whole)
+    assert ranges.measured_ranges_split(content, feeds, 2, methods) == pieces[0]
     monkeypatch.setattr(ranges, "exposed", None)  # in place: no exposed copy is made
     monkeypatch.setattr(ranges, "XNNPACK_MAX_BYTES", 0)
     in_place = ranges.measured_ranges(content, feeds, methods)
     for method in methods:
-        assert in_place[method].keys() == exposed[method].keys() and exposed[method]
-        for index, (low, high) in exposed[method].items():
+        assert in_place[method].keys() == pieces[0][1][method].keys()
+        for index, (low, high) in pieces[0][1][method].items():
             np.testing.assert_allclose(in_place[method][index], (low, high), rtol=1e-5,
                                        atol=1e-6, err_msg=f"{method} {index}")
 
@@ -181,3 +209,35 @@ def test_infinities_have_no_range_and_no_bins(monkeypatch):
     [y] = [int(o) for o in unpack_model(content).subgraphs[0].outputs]
     assert measured["minmax"][y] == (float(finite.min()), float(finite.max()))
     assert counted and all(np.isfinite(value).all() for value in counted)
+
+
+def test_a_file_is_measured_in_pieces_where_its_weights_dominate(monkeypatch):
+    """_in_pieces: four linear layers whose weights outweigh their tensors run in pieces
+    (one piece's weights and packed copy at once, not all of them twice); convolutions
+    whose tensors outweigh their weights, whose maps would cross the pieces for every
+    feed, run whole."""
+    from onnx2tf_alt.ir.loader import load_model
+    from onnx2tf_alt.pipeline import plan_loaded
+    from onnx2tf_alt.tflite.direct import write_direct
+    from onnx2tf_alt.tflite.flatbuffer import unpack_model
+
+    def decided(nodes, inputs, weights) -> bool:
+        model = make_model(nodes, inputs, [nodes[-1].output[0]], weights)
+        planned = plan_loaded(load_model(None, model))
+        unpacked = unpack_model(write_direct(planned.graph, planned.plan,
+                                             planned.options).content)
+        graph = unpacked.subgraphs[0]
+        written = [int(o) for op in graph.operators for o in op.outputs]
+        assert len(ranges._pieces(unpacked, written)) > 1
+        return ranges._in_pieces(unpacked, written, 16)
+
+    monkeypatch.setattr(ranges, "PIECE_BYTES", 1 << 20)
+    rng = np.random.default_rng(2)
+    linear = {f"w{k}": rng.standard_normal((512, 512)).astype(np.float32) for k in range(4)}
+    chain = [helper.make_node("MatMul", ["x" if k == 0 else f"h{k - 1}", f"w{k}"], [f"h{k}"])
+             for k in range(4)]
+    assert decided(chain, {"x": np.zeros((1, 512), np.float32)}, linear)
+    convs = {f"c{k}": rng.standard_normal((16, 16, 3, 3)).astype(np.float32) for k in range(4)}
+    maps = [helper.make_node("Conv", ["x" if k == 0 else f"m{k - 1}", f"c{k}"], [f"m{k}"],
+                             pads=[1, 1, 1, 1]) for k in range(4)]
+    assert not decided(maps, {"x": np.zeros((1, 16, 64, 64), np.float32)}, convs)
