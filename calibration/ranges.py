@@ -92,9 +92,10 @@ def measured_ranges_split(content: bytes, feeds: Iterable[dict[str, np.ndarray]]
     tensors about PIECE_BYTES, fed what the pieces before wrote): only one piece's weights,
     XNNPACK's packed copy of them and its tensors are held at once, where an exposed copy
     of the whole file held them all (ViT-B/16: the float file, its copy, the packed weights
-    and 400 MB of tensors). A file of several subgraphs (control flow) runs whole: exposed,
-    or past XNNPACK_MAX_BYTES on the builtin kernels keeping every tensor of the file
-    itself."""
+    and 400 MB of tensors), where that holds clearly less (_in_pieces). Otherwise, and for a
+    file of several subgraphs (control flow), the file runs whole: exposed, or past
+    XNNPACK_MAX_BYTES on the builtin kernels keeping every tensor of the file itself (no
+    copy of its weights)."""
     unknown = {m for m in methods if m not in BY_NAME or BY_NAME[m].measurer != TFLITE_GRAPH
                or BY_NAME[m].algorithm not in ALGORITHMS}
     if unknown:
@@ -109,7 +110,9 @@ def measured_ranges_split(content: bytes, feeds: Iterable[dict[str, np.ndarray]]
                      | {int(i) for i in graph.inputs})
     tally = _Tally(split, len(feeds))
     try:
-        if len(model.subgraphs) == 1 and _in_pieces(model, watched, len(feeds)):
+        # past XNNPACK_MAX_BYTES the whole file runs in place: no copy of its weights at all
+        if (len(model.subgraphs) == 1 and len(content) <= XNNPACK_MAX_BYTES
+                and _in_pieces(model, watched, len(feeds))):
             _measure_in_pieces(model, watched, feeds, tally, bool(clipping))
         else:
             _measure_whole(content, model, watched, feeds, tally, bool(clipping))
