@@ -41,6 +41,7 @@ from onnx2tf_alt.tflite.run import (
     give_back_heap,
     op_resolver,
     segment,
+    set_inputs,
 )
 
 # Keeping every tensor of a piece (of the whole file where it has control flow) costs their
@@ -243,7 +244,7 @@ def _measure_in_pieces(model, watched: list[int], feeds: list[dict], tally: _Tal
 
             for run in ((tally.spans, tally.histograms) if clipping else (tally.spans,)):
                 for k, state in enumerate(states):
-                    _feed(interpreter, fed, piece_inputs, state)
+                    set_inputs(interpreter, fed, [state[t] for t in piece_inputs])
                     interpreter.invoke()
                     run(k, tallied, read)
                     if run == tally.spans:
@@ -253,21 +254,6 @@ def _measure_in_pieces(model, watched: list[int], feeds: list[dict], tally: _Tal
                     del state[tensor]
             del interpreter, read
             give_back_heap()
-
-
-def _feed(interpreter, details: list[dict], tensors: list[int], state: dict) -> None:
-    """Set the inputs `tensors` (their `details`) of `interpreter` from `state`, resized
-    where a run-time dim differs."""
-    values = [np.asarray(state[t], d["dtype"]) for t, d in zip(tensors, details)]
-    resized = False
-    for value, d in zip(values, details):
-        if tuple(d["shape"]) != value.shape:
-            interpreter.resize_tensor_input(d["index"], value.shape, strict=False)
-            resized = True
-    if resized:
-        interpreter.allocate_tensors()
-    for value, d in zip(values, details):
-        interpreter.set_tensor(d["index"], value)
 
 
 def _pieces(model, watched: list[int]) -> list[list[int]]:

@@ -31,7 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, read_model, unpack_model, with_buffer_data
-from onnx2tf_alt.tflite.run import as_input, exposed, on_cores, segment
+from onnx2tf_alt.tflite.run import as_input, exposed, on_cores, segment, set_inputs
 
 BIAS_SAMPLES = 8  # calibration samples the mean errors are measured on
 BIAS_FOLD_BELOW = 8  # fewer unused calibration samples: the correction is judged in folds
@@ -216,8 +216,8 @@ def _run_piece(model, ops: list[int], outputs: list[int], states: list[dict]) ->
     input_details = interpreter.get_input_details()
     output_details = interpreter.get_output_details()  # in the order of `outputs`
     for state in states:
-        for tensor, details in zip(inputs, input_details):
-            interpreter.set_tensor(details["index"], as_input(state[tensor], details))
+        set_inputs(interpreter, input_details,
+                   [as_input(state[t], d) for t, d in zip(inputs, input_details)])
         interpreter.invoke()
         for tensor, details in zip(dict.fromkeys(outputs), output_details):
             state[tensor] = interpreter.get_tensor(details["index"])

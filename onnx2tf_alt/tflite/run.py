@@ -96,6 +96,22 @@ def _by_hand(interpreter, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     return outputs
 
 
+def set_inputs(interpreter, details: list[dict], values: list[np.ndarray]) -> None:
+    """Set the inputs `details` (the interpreter's input details) of `interpreter` to
+    `values`, the inputs resized first where a run-time dim differs (a file of run-time
+    height and width, calibrated at one size, run in pieces: tflite/run.segment)."""
+    values = [np.asarray(v, d["dtype"]) for v, d in zip(values, details)]
+    resized = False
+    for value, d in zip(values, details):
+        if tuple(d["shape"]) != value.shape:
+            interpreter.resize_tensor_input(d["index"], value.shape, strict=False)
+            resized = True
+    if resized:
+        interpreter.allocate_tensors()
+    for value, d in zip(values, details):
+        interpreter.set_tensor(d["index"], value)
+
+
 def as_input(value: np.ndarray, details: dict) -> np.ndarray:
     """`value` as the input `details` (the interpreter's) take it: a float value on the
     grid of an integer input (full-integer files), else cast to the input's type."""
