@@ -107,7 +107,8 @@ def quantize(calibrated: bytes, per_tensor: bool = False, io_dtypes: tuple | Non
         if io_dtypes:
             integer_io(model, *(IO_TYPES[t] for t in io_dtypes))
         drop_unused(model)
-        content = pack_model(model)
+        content = pack_model(model, release=True)  # (unpacked again for another try)
+        del model
         refused = _refused_op(content, quantized.names)
         if refused is None:
             return content
