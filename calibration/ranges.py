@@ -205,6 +205,8 @@ def _measure_in_pieces(model, watched: list[int], feeds: list[dict], tally: _Tal
     while a later piece reads them), its tensors tallied, then is dropped."""
     from ai_edge_litert.interpreter import Interpreter
 
+    if not feeds:
+        return
     graph = model.subgraphs[0]
     inputs = {_text(e.name): int(e.tensorIndex) for s in model.signatureDefs or []
               if _text(s.signatureKey) == SIGNATURE for e in s.inputs}
