@@ -42,6 +42,7 @@ from onnx2tf_alt.tflite.run import (
     op_resolver,
     segment,
     set_inputs,
+    signature_inputs,
 )
 
 # Keeping every tensor of a piece (of the whole file where it has control flow) costs their
@@ -208,8 +209,7 @@ def _measure_in_pieces(model, watched: list[int], feeds: list[dict], tally: _Tal
     if not feeds:
         return
     graph = model.subgraphs[0]
-    inputs = {_text(e.name): int(e.tensorIndex) for s in model.signatureDefs or []
-              if _text(s.signatureKey) == SIGNATURE for e in s.inputs}
+    inputs = signature_inputs(model)
     states = [{inputs[name]: value for name, value in feed.items()} for feed in feeds]
     watching, seen = set(watched), set()
     pieces = _pieces(model, watched)
@@ -484,7 +484,3 @@ def _activation_bytes(model) -> int:
     return sum(4 * math.prod(int(d) for d in t.shape)
                for t in model.subgraphs[0].tensors
                if t.buffer not in constant and t.shape is not None)
-
-
-def _text(name) -> str:
-    return name.decode() if isinstance(name, bytes) else name

@@ -31,7 +31,14 @@ from typing import NamedTuple
 import numpy as np
 
 from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, read_model, unpack_model, with_buffer_data
-from onnx2tf_alt.tflite.run import as_input, exposed, on_cores, segment, set_inputs
+from onnx2tf_alt.tflite.run import (
+    as_input,
+    exposed,
+    on_cores,
+    segment,
+    set_inputs,
+    signature_inputs,
+)
 
 BIAS_SAMPLES = 8  # calibration samples the mean errors are measured on
 BIAS_FOLD_BELOW = 8  # fewer unused calibration samples: the correction is judged in folds
@@ -96,8 +103,8 @@ def corrected_biases(int8: bytes, calibrated: bytes, feeds: list[dict[str, np.nd
     expected = on_cores(len(feeds), len(cut), reference_means)
     # each wave's convolutions measured on the piece of the file since the last wave, fed
     # the tensors the pieces before wrote (with their corrections), on XNNPACK
-    states = [{_input_tensor(model, name): value for name, value in feed.items()}
-              for feed in feeds]
+    inputs = signature_inputs(model)
+    states = [{inputs[name]: value for name, value in feed.items()} for feed in feeds]
     waves = _waves(graph, sorted(targets))
     for wave, piece in zip(waves, _pieces(graph, waves)):
         ops = [graph.operators[k] for k in wave]
@@ -221,12 +228,6 @@ def _run_piece(model, ops: list[int], outputs: list[int], states: list[dict]) ->
         interpreter.invoke()
         for tensor, details in zip(dict.fromkeys(outputs), output_details):
             state[tensor] = interpreter.get_tensor(details["index"])
-
-
-def _input_tensor(model, name: str) -> int:
-    """The tensor of `model`'s signature input `name`."""
-    signature = next(s for s in model.signatureDefs if _text(s.signatureKey) == SIGNATURE)
-    return next(int(e.tensorIndex) for e in signature.inputs if _text(e.name) == name)
 
 
 def refitted(int8: bytes, errors: dict, rows: list[int]) -> bytes:

@@ -96,6 +96,16 @@ def _by_hand(interpreter, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     return outputs
 
 
+def signature_inputs(model) -> dict[str, int]:
+    """{input name: tensor index} of an unpacked model's SIGNATURE (what a feed is keyed by,
+    and the tensor a piece of the file reads it as)."""
+    def text(name) -> str:
+        return name.decode() if isinstance(name, bytes) else name
+
+    return {text(e.name): int(e.tensorIndex) for s in model.signatureDefs or []
+            if text(s.signatureKey) == SIGNATURE for e in s.inputs}
+
+
 def set_inputs(interpreter, details: list[dict], values: list[np.ndarray]) -> None:
     """Set the inputs `details` (the interpreter's input details) of `interpreter` to
     `values`, the inputs resized first where a run-time dim differs (a file of run-time
