@@ -1,7 +1,7 @@
 """Google's ai-edge-quantizer on the project's own float32 file, next to the project's
 quantized files of the same conversion, judged on the same held-out samples in one run.
 
-    python benchmarks/bench_aeq.py FOLDER --cal cal.npy --held held.npy --aeq-python PY
+    python benchmarks/bench_aeq.py FOLDER --cal cal.npy --held held.npy [more.npy] --aeq-python PY
         [--recipes static_wi8_ai8 static_wi8_ai16] [--json out.json]
 
 FOLDER holds one conversion (`-oiqt -cind INPUT cal.npy`, e.g. a variant folder of
@@ -10,7 +10,7 @@ each recipe, calibrated on the same samples (cal.npy, ONNX layout, laid out as t
 signature wants), in the Python `--aeq-python` names (a venv with `pip install
 ai-edge-quantizer`; it needs neither this package nor TF); the time is that process's.
 Every file — the project's INT8 and INT16 ones from FOLDER and ai-edge-quantizer's — is
-then run on held.npy and compared with the float32 file: mean and lowest per-sample
+then run on each held-out set and compared with the float32 file: mean and lowest per-sample
 cosine, pooled cosine and SQNR (bench_int8_heldout.row).
 """
 
@@ -66,7 +66,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder")
     parser.add_argument("--cal", required=True)
-    parser.add_argument("--held", required=True)
+    parser.add_argument("--held", required=True, nargs="+",
+                        help="held-out sets (.npy), each judged on its own")
     parser.add_argument("--aeq-python", required=True)
     parser.add_argument("--recipes", nargs="*", default=["static_wi8_ai8", "static_wi8_ai16"])
     parser.add_argument("--json")
@@ -75,12 +76,10 @@ def main() -> None:
     stem = os.path.basename(float_path).removesuffix("_float32.tflite")
     name, shape = signature_input(float_path)
     cal = laid_out(np.load(args.cal), shape)
-    held = np.load(args.held)
     work = os.path.join(args.folder, "aeq")
     os.makedirs(work, exist_ok=True)
     cal_path = os.path.join(work, "cal_signature_layout.npy")
     np.save(cal_path, cal)
-    refs = run_tflite(float_path, held, name)
     files = {f"ours: {suffix}": os.path.join(args.folder, f"{stem}_{suffix}.tflite")
              for suffix in ("integer_quant", "integer_quant_with_int16_act")}
     seconds = {}
@@ -95,18 +94,23 @@ def main() -> None:
             continue
         files[f"ai-edge-quantizer: {chosen}"] = target
     rows = []
-    for label, path in files.items():
-        if not os.path.exists(path):
-            continue
-        actual = run_tflite(path, held, name)  # laid out as the float file's outputs
-        rows.append(row(label, refs, actual, seconds=seconds.get(label)))
-        print(json.dumps(rows[-1]), flush=True)
-    print(f"\n{len(held)} held-out samples; cosine against the float32 TFLite of {args.folder}")
-    print("| file | mean | lowest | pooled | SQNR dB | quantizer s |")
-    print("|---|---|---|---|---|---|")
+    for held_path in args.held:
+        held = np.load(held_path)
+        refs = run_tflite(float_path, held, name)
+        label_set = os.path.splitext(os.path.basename(held_path))[0]
+        for label, path in files.items():
+            if not os.path.exists(path):
+                continue
+            actual = run_tflite(path, held, name)  # laid out as the float file's outputs
+            rows.append({**row(label, refs, actual, seconds=seconds.get(label)),
+                         "set": label_set})
+            print(json.dumps(rows[-1]), flush=True)
+    print(f"\ncosine against the float32 TFLite of {args.folder}, per held-out set")
+    print("| file | set | mean | lowest | pooled | SQNR dB | quantizer s |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['file']} | {r['mean']} | {r['lowest']} | {r['pooled']} | {r['sqnr_db']} | "
-              f"{r.get('seconds') or ''} |")
+        print(f"| {r['file']} | {r['set']} | {r['mean']} | {r['lowest']} | {r['pooled']} | "
+              f"{r['sqnr_db']} | {r.get('seconds') or ''} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -1,7 +1,7 @@
 """INT8 files judged on samples no step of the conversion saw, next to onnxruntime's own static
 quantization on the same calibration samples, in one run.
 
-    python benchmarks/bench_int8_heldout.py model.onnx --cal cal.npy --held held.npy \
+    python benchmarks/bench_int8_heldout.py model.onnx --cal cal.npy --held held.npy [more.npy] \
         [--input x] [--shape 1,3,640,640]
         [--variants default direct tf_quantizer percentile no_bias keep_auto direct_keep_auto
          direct_minmax direct_percentile]
@@ -10,7 +10,7 @@ quantization on the same calibration samples, in one run.
 Each variant is one CLI run (`-oiqt -cind INPUT cal.npy` plus its flags, timed: `direct`
 adds -dms, which calibrates and quantizes without TF; `tf_quantizer` makes the 8-bit files
 with TF's MLIR quantizer, the oracle the own quantizer replaced); every
-quantized .tflite it writes is run on the held-out samples and compared with the float32
+quantized .tflite it writes is run on each held-out set and compared with the float32
 TFLite of the same run: mean and lowest per-sample cosine (samples whose float output is
 empty left out and counted), pooled cosine and SQNR (onnx2tf_alt/quant/measure.py), plus
 the figure the quant report gives for that file on its own held-out samples. `--ort` adds
@@ -134,7 +134,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
     parser.add_argument("--cal", required=True)
-    parser.add_argument("--held", required=True)
+    parser.add_argument("--held", required=True, nargs="+",
+                        help="held-out sets (.npy), each judged on its own")
     parser.add_argument("--input", default="x")
     parser.add_argument("--shape", help="static input shape for -ois, e.g. 1,3,640,640")
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS))
@@ -145,11 +146,17 @@ def main() -> None:
                         help="measure the files already in OUT/<variant> instead of converting")
     args = parser.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="int8_heldout_")
-    held = np.load(args.held)
+    sets = {os.path.splitext(os.path.basename(p))[0]: np.load(p) for p in args.held}
     stem = os.path.splitext(os.path.basename(args.model))[0]
     session = ort.InferenceSession(args.model)
-    onnx_refs = [session.run(None, {args.input: x[None]})[0] for x in held]
+    onnx_refs = {label: [session.run(None, {args.input: x[None]})[0] for x in held]
+                 for label, held in sets.items()}
     rows = []
+
+    def add(label: str, **fields) -> None:
+        rows.append({"file": label, **fields})
+        print(json.dumps(rows[-1]), flush=True)
+
     for variant in args.variants:
         folder = os.path.join(out, variant)
         launch = [sys.executable, "-c", ORACLE] if variant == "tf_quantizer" else [
@@ -164,47 +171,50 @@ def main() -> None:
             done = subprocess.run(command, capture_output=True, text=True, check=False)
             seconds = round(time.perf_counter() - start, 1)
             if done.returncode:
-                rows.append({"file": variant, "error": done.stderr.strip().splitlines()[-1]})
+                add(variant, error=done.stderr.strip().splitlines()[-1])
                 continue
-        float_path = os.path.join(folder, f"{stem}_float32.tflite")
-        refs = onnx_layout(run_tflite(float_path, held, args.input), onnx_refs[0].shape)
         with open(os.path.join(folder, f"{stem}_quant_report.json")) as f:
-            report = json.load(f)
-        reported = {e["file"]: e for e in report["files"]}
-        for suffix in ("full_integer_quant", "integer_quant", "dynamic_range_quant",
-                       "full_integer_quant_with_int16_act", "integer_quant_with_int16_act"):
-            name = f"{stem}_{suffix}.tflite"
-            path = os.path.join(folder, name)
-            if not os.path.exists(path):
-                continue
-            actual = onnx_layout(run_tflite(path, held, args.input), refs[0].shape)
-            outputs = (reported.get(name) or {}).get("outputs") or {}
-            in_report = min((o.get("cosine_pooled", o["cosine"]) for o in outputs.values()),
-                            default=None)
-            rows.append(row(f"{variant}: {suffix}", refs, actual, seconds=seconds,
-                            report_figure=in_report))
-            print(json.dumps(rows[-1]), flush=True)
+            reported = {e["file"]: e for e in json.load(f)["files"]}
+        float_path = os.path.join(folder, f"{stem}_float32.tflite")
+        for label, held in sets.items():
+            refs = onnx_layout(run_tflite(float_path, held, args.input), onnx_refs[label][0].shape)
+            for suffix in ("full_integer_quant", "integer_quant", "dynamic_range_quant",
+                           "full_integer_quant_with_int16_act", "integer_quant_with_int16_act"):
+                name = f"{stem}_{suffix}.tflite"
+                path = os.path.join(folder, name)
+                if not os.path.exists(path):
+                    continue
+                actual = onnx_layout(run_tflite(path, held, args.input), refs[0].shape)
+                outputs = (reported.get(name) or {}).get("outputs") or {}
+                in_report = min((o.get("cosine_pooled", o["cosine"]) for o in outputs.values()),
+                                default=None)
+                rows.append({**row(f"{variant}: {suffix}", refs, actual, seconds=seconds,
+                                   report_figure=in_report), "set": label})
+                print(json.dumps(rows[-1]), flush=True)
     for method in args.ort:
         label = f"onnxruntime QDQ per-channel {method}"
         try:
-            path = ort_static(args.model, np.load(args.cal), args.input, method, out)
-            qdq = ort.InferenceSession(path)
-            actual = [qdq.run(None, {args.input: x[None]})[0] for x in held]
+            qdq = ort.InferenceSession(ort_static(args.model, np.load(args.cal), args.input,
+                                                  method, out))
         except Exception as exc:  # noqa: BLE001 - reported in its row
-            rows.append({"file": label, "error": f"{type(exc).__name__}: {exc}"[:200]})
+            add(label, error=f"{type(exc).__name__}: {exc}"[:200])
             continue
-        rows.append(row(label, onnx_refs, actual))
-        print(json.dumps(rows[-1]), flush=True)
-    print(f"\n{len(held)} held-out samples; cosine against the float32 TFLite (onnxruntime's "
-          "rows: against the float ONNX model)")
-    print("| file | mean | lowest | pooled | SQNR dB | empty | report's figure | conversion s |")
-    print("|---|---|---|---|---|---|---|---|")
+        for name, held in sets.items():
+            actual = [qdq.run(None, {args.input: x[None]})[0] for x in held]
+            rows.append({**row(label, onnx_refs[name], actual), "set": name})
+            print(json.dumps(rows[-1]), flush=True)
+    print(f"\nheld-out sets: {', '.join(f'{k} ({len(v)} samples)' for k, v in sets.items())}; "
+          "cosine against the float32 TFLite (onnxruntime's rows: against the float ONNX model)")
+    print("| file | set | mean | lowest | pooled | SQNR dB | empty | report's figure | "
+          "conversion s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
-            print(f"| {r['file']} | error: {r['error']} |||||||")
+            print(f"| {r['file']} | | error: {r['error']} |||||||")
             continue
-        print(f"| {r['file']} | {r['mean']} | {r['lowest']} | {r['pooled']} | {r['sqnr_db']} | "
-              f"{r['empty']} | {r.get('report_figure', '-')} | {r.get('seconds', '-')} |")
+        print(f"| {r['file']} | {r['set']} | {r['mean']} | {r['lowest']} | {r['pooled']} | "
+              f"{r['sqnr_db']} | {r['empty']} | {r.get('report_figure', '-')} | "
+              f"{r.get('seconds', '-')} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

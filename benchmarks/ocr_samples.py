@@ -5,8 +5,9 @@ photographs, for benchmarks/bench_int8_heldout.py.
         [--skimage-data DIR]
 
 Needs Pillow (not a dependency of the package). Writes OUT_DIR/cal.npy (16 samples made from
-the six photographs in calibration/) and OUT_DIR/held.npy (8 samples from other
-photographs, other words and fonts), in ONNX layout (N, 3, H, W), float32:
+the six photographs in calibration/), OUT_DIR/held.npy (8 samples from other photographs,
+other words and fonts) and OUT_DIR/held_light.npy (the same 8 under other light and another
+camera: `relit`), in ONNX layout (N, 3, H, W), float32:
 - det (PP-OCR's DB text detector): size x size crops, 13 of the calibration ones with 1-4
   lines of text pasted on and 3 without text, as a user's folder has; every held-out one
   with text; normalized (x / 255 - mean) / std with ImageNet's mean and std;
@@ -62,6 +63,23 @@ def _write_text(image: Image.Image, rng: np.random.Generator, words: list[str],
         draw.text((x, y), text, font=font, fill=(10, 10, 10) if dark else (250, 250, 240))
 
 
+def relit(image: Image.Image, rng: np.random.Generator) -> Image.Image:
+    """The photograph under other light, taken by another camera: a gamma and exposure
+    change, a colour cast, sensor noise, a slight blur and JPEG compression."""
+    from io import BytesIO
+
+    from PIL import ImageFilter
+
+    x = np.asarray(image, np.float32) / 255.0
+    x = x ** rng.uniform(0.55, 1.8) * rng.uniform(0.6, 1.3)
+    x = x * rng.uniform(0.8, 1.2, size=3) + rng.normal(0.0, rng.uniform(0.01, 0.04), x.shape)
+    shot = Image.fromarray((np.clip(x, 0.0, 1.0) * 255.0).astype(np.uint8))
+    shot = shot.filter(ImageFilter.GaussianBlur(float(rng.uniform(0.0, 1.2))))
+    stream = BytesIO()
+    shot.save(stream, "JPEG", quality=int(rng.integers(35, 80)))
+    return Image.open(BytesIO(stream.getvalue())).convert("RGB")
+
+
 def _normalized(image: Image.Image, kind: str = "det") -> np.ndarray:
     x = np.asarray(image, np.float32) / 255.0
     if kind == "det":
@@ -72,9 +90,11 @@ def _normalized(image: Image.Image, kind: str = "det") -> np.ndarray:
 
 
 def text_lines(photos: list[str], words: list[str], fonts: list[str], count: int,
-               width: int, seed: int, flip_half: bool) -> np.ndarray:
-    """`count` 48-pixel-high strips of a photograph with one line of text each."""
+               width: int, seed: int, flip_half: bool, light: bool = False) -> np.ndarray:
+    """`count` 48-pixel-high strips of a photograph with one line of text each; `light`:
+    each taken under other light (`relit`), the text the same as without."""
     rng = np.random.default_rng(seed)
+    shots = np.random.default_rng(seed + 100)
     out = []
     for k in range(count):
         photo = Image.open(photos[k % len(photos)]).convert("RGB")
@@ -91,19 +111,24 @@ def text_lines(photos: list[str], words: list[str], fonts: list[str], count: int
         draw.text((4, 4), text, font=font, fill=(10, 10, 10) if dark else (250, 250, 240))
         if flip_half and k % 2:
             strip = strip.rotate(180)
+        if light:
+            strip = relit(strip, shots)
         out.append(_normalized(strip, "rec"))
     return np.stack(out).astype(np.float32)
 
 
 def samples(photos: list[str], words: list[str], fonts: list[str], count: int, blank: int,
-            size: int, seed: int, kind: str = "det") -> np.ndarray:
-    """`count` samples, the last `blank` of them without text."""
+            size: int, seed: int, kind: str = "det", light: bool = False) -> np.ndarray:
+    """`count` samples, the last `blank` of them without text; `light`: as `text_lines`."""
     rng = np.random.default_rng(seed)
+    shots = np.random.default_rng(seed + 100)
     out = []
     for k in range(count):
         image = _crop(Image.open(photos[k % len(photos)]), rng, size)
         if k < count - blank:
             _write_text(image, rng, words, fonts, int(rng.integers(1, 5)))
+        if light:
+            image = relit(image, shots)
         out.append(_normalized(image, kind))
     return np.stack(out).astype(np.float32)
 
@@ -124,15 +149,17 @@ def main() -> None:
         width, flip = (320, False) if args.kind == "rec" else (192, True)
         cal = text_lines(CALIBRATION_PHOTOS, CAL_WORDS, cal_fonts, 16, width, 1, flip)
         held = text_lines(held_photos, HELD_WORDS, held_fonts, 8, width, 2, flip)
+        light = text_lines(held_photos, HELD_WORDS, held_fonts, 8, width, 2, flip, light=True)
     else:
         text = args.kind == "det"
         cal = samples(CALIBRATION_PHOTOS, CAL_WORDS, cal_fonts, 16, 3 if text else 16,
                       args.size, seed=1, kind=args.kind)
-        held = samples(held_photos, HELD_WORDS, held_fonts, 8, 0 if text else 8, args.size,
-                       seed=2, kind=args.kind)
-    np.save(os.path.join(args.out_dir, "cal.npy"), cal)
-    np.save(os.path.join(args.out_dir, "held.npy"), held)
-    print(f"cal.npy {cal.shape}, held.npy {held.shape} in {args.out_dir}")
+        held, light = (samples(held_photos, HELD_WORDS, held_fonts, 8, 0 if text else 8,
+                               args.size, seed=2, kind=args.kind, light=lit)
+                       for lit in (False, True))
+    for name, data in (("cal", cal), ("held", held), ("held_light", light)):
+        np.save(os.path.join(args.out_dir, f"{name}.npy"), data)
+    print(f"cal.npy {cal.shape}, held.npy and held_light.npy {held.shape} in {args.out_dir}")
 
 
 if __name__ == "__main__":

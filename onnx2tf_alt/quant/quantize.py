@@ -353,7 +353,9 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
             if flex and variant.io_dtypes:
                 raise ValueError("integer-only files cannot fall back to Select TF ops")
         if int16:
-            return QuantizedTflite(quantize_16x8(calibrated, variant.io_dtypes), flex)
+            notes: list[str] = []
+            content = quantize_16x8(calibrated, variant.io_dtypes, notes)
+            return QuantizedTflite(content, flex, notes=notes)
         content, notes = _own_int8(
             calibrated, converted, options.quant_type == "per-tensor", variant.io_dtypes,
             options.keep_float if keep_nodes is None else keep_nodes,
@@ -404,15 +406,17 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
             return QuantizedTflite(make(select_tf_ops=True).convert(), select_tf_ops=True)
 
 
-def quantize_16x8(calibrated: Calibrated, io_dtypes: tuple | None) -> bytes:
+def quantize_16x8(calibrated: Calibrated, io_dtypes: tuple | None,
+                  notes: list[str] | None = None) -> bytes:
     """An INT16-activation file of a calibrated flatbuffer (min-max ranges: 16 bits need no
     clipping), weights per channel (TFLite has no per-tensor 16x8 depthwise kernels), no op
-    kept float but those without a 16-bit kernel, no bias correction (its error is a
-    rounding of 1/256 of the 8-bit one's)."""
+    kept float but those without a 16-bit kernel and the softmaxes its kernel gets wrong
+    (their note goes to `notes`), no bias correction (its error is a rounding of 1/256 of
+    the 8-bit one's)."""
     from onnx2tf_alt.quant.integer import quantize
 
     return quantize(calibrated.content, False, io_dtypes, (), activations="int16",
-                    ranges=calibrated.ranges)
+                    ranges=calibrated.ranges, notes=notes)
 
 
 def _bias_corrected(content: bytes, calibrated: Calibrated, converted,
@@ -1011,7 +1015,10 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
     if flex and variant.io_dtypes:
         raise ValueError("integer-only files cannot fall back to Select TF ops")
     if int16:
-        return quantize_16x8(ranged, variant.io_dtypes)
+        notes: list[str] = []
+        content = quantize_16x8(ranged, variant.io_dtypes, notes)
+        report.notes += [n for n in notes if n not in report.notes]
+        return content
     biases = calibrated.setdefault(("biases", id(source)), {})
 
     def made(nodes: list[str]) -> QuantizedTflite:

@@ -347,6 +347,42 @@ def test_the_arithmetic_before_a_log_stays_float():
         assert {types[k] for k in ("MUL", "SUM", "SQRT", "ADD", "LOG")} == {FLOAT32}, types
 
 
+def classifier_model(classes: int, spread: float):
+    """A linear classifier over `classes` with a softmax, its logits about `spread` wide."""
+    nodes = [node("MatMul", ["x", "w"], "z"), node("Softmax", ["z"], "y", axis=-1)]
+    w = weights(16, classes, scale=spread / 8)
+
+    def make():
+        x = np.zeros((2, 3, 16), np.float32)
+        return make_model(nodes, {"x": x}, ["y"], {"w": w}, opset=13), "x", (2, 3, 16)
+
+    make.__name__ = f"classifier_{classes}_{spread}"
+    return make
+
+
+@pytest.mark.parametrize("classes, spread, wide", [(1000, 40.0, True), (1000, 12.0, True),
+                                                   (7, 40.0, False), (1000, 1.0, False)])
+def test_a_wide_softmax_stays_float_in_int16_files_and_sums_to_one(classes, spread, wide):
+    """TFLite's int16 SOFTMAX counts every class more than 10 below the largest logit as
+    e^-10: over 1,000 classes that is up to 0.045 more in the sum, every probability scaled
+    down by it. Such a softmax stays float in the INT16 files (a note says so) and its
+    probabilities sum to 1 as the float file's do; a narrow one (few classes, or logits
+    within 10 of each other) keeps its int16 kernel, as the INT8 files keep theirs."""
+    calibrated = Calibrated(classifier_model(classes, spread))
+    reference = calibrated.run(calibrated.result.content)
+    notes: list[str] = []
+    content = quantize(calibrated.content, activations="int16", notes=notes)
+    (softmax,) = [outputs[0][0] for name, _, outputs in _ops(content) if name == "SOFTMAX"]
+    assert softmax == (FLOAT32 if wide else INT16)
+    assert len(notes) == int(wide) and (not wide or f"over {classes} classes" in notes[0])
+    actual = calibrated.run(content)
+    np.testing.assert_allclose(actual.sum(-1), 1.0, atol=1e-3)  # int16 kernel, wide: 0.014
+    sqnr = 10 * np.log10(np.sum(reference**2) / np.sum((actual - reference) ** 2))
+    assert sqnr > 35.0, sqnr  # int16 kernel, wide: 25.0 dB at spread 40
+    int8 = quantize(calibrated.content)
+    assert [o[0][0] for n, _, o in _ops(int8) if n == "SOFTMAX"] == [INT8]
+
+
 @pytest.mark.parametrize("activations", ["int8", "int16"])
 def test_ranges_recorded_on_the_way_make_the_calibrated_copys_file(calibrated, activations):
     """The range-method trial quantizes the float file with each method's ranges recorded as
