@@ -457,11 +457,35 @@ class _Quantizer:
                 inputs[pos] = self.view(i, self.type, self.grid(self.written[k][0]))
             else:
                 inputs[pos] = self.view(i, self.type)
+        if op_name(self.model, op) == "DIV" and op.inputs[1] in values and not self.constant(
+                op.inputs[1]):
+            inputs[1] = self.off_zero(op.inputs[1], inputs[1])
         if rule.bias is not None and rule.bias < len(op.inputs) and op.inputs[rule.bias] >= 0:
             value = op.inputs[(rule.values or (0,))[0]]
             inputs[rule.bias] = self.bias(op.inputs[rule.bias], self.grid(value).scale,
                                           kernel_scales[1])
         op.inputs = inputs
+
+    def off_zero(self, divisor: int, codes: int) -> int:
+        """A computed divisor's codes kept off its zero point: TFLite's integer DIV stops the
+        whole invocation on a divisor at its zero point, and 8-bit error upstream can take a
+        divisor there that is never 0 in float (basic-pitch's peak of a log spectrum, at
+        least 57.6 on every calibration clip, was 0 on a quiet one). A divisor calibrated
+        positive is read through a MAXIMUM with one step above 0 (a negative one through a
+        MINIMUM with one below), on its own grid; one whose grid spans 0 is left alone."""
+        grid = self.grid(divisor)
+        low, high = LIMITS[self.type]
+        if grid.zero_point not in (low, high):
+            return codes  # values on both sides of 0
+        builtin, step = ((schema.BuiltinOperator.MAXIMUM, 1) if grid.zero_point == low
+                         else (schema.BuiltinOperator.MINIMUM, -1))
+        name = self.tensor(divisor).name.decode()
+        bound = self.new_tensor(codes, f"{name}/one_step", self.type, grid,
+                                np.array([grid.zero_point + step], NUMPY[self.type]))
+        self.tensor(bound).shape, self.tensor(bound).shapeSignature = [1], None
+        kept = self.new_tensor(codes, f"{name}/off_zero", self.type, grid)
+        self.emit(builtin, [codes, bound], [kept])
+        return kept
 
     def raise_version(self, op) -> None:
         wanted = VERSIONS[self.type].get(op_name(self.model, op))
@@ -655,7 +679,8 @@ def drop_unused(model) -> None:
 
 
 OP_KEYS = {schema.BuiltinOperator.QUANTIZE: "QUANTIZE",
-           schema.BuiltinOperator.DEQUANTIZE: "DEQUANTIZE"}
+           schema.BuiltinOperator.DEQUANTIZE: "DEQUANTIZE",
+           schema.BuiltinOperator.MAXIMUM: "MAXIMUM", schema.BuiltinOperator.MINIMUM: "MINIMUM"}
 
 
 def _same_grid(tensor, grid: Grid) -> bool:

@@ -424,3 +424,41 @@ def test_dms_micro_files_need_no_tensorflow(tmp_path):
         for found in compared.values():  # bounds as in test_micro_outputs_equal_litert
             assert found["unit"] == "LSB" and found["max_abs_diff"] <= bound, compared
     assert all(o["resolver_call"] and o["onnx_nodes"] for o in report["ops"]), report["ops"]
+
+
+def test_a_computed_divisor_is_kept_off_zero_and_runs_on_a_quiet_input(tmp_path):
+    """Features divided by their peak plus an epsilon: on a quiet input the peak is 0, the
+    8-bit divisor lands on its zero point, and TFLite's int8 DIV stops the invocation. The
+    micro file reads the divisor through a MAXIMUM one step above 0: it runs on such an
+    input, in TFLite Micro as in ai-edge-litert, with the same codes."""
+    init = {"axes": np.array([-1], np.int64), "eps": np.array(1e-4, np.float32),
+            "fc": weights(16, 4, fan_in=16), "fb": bias(4)}
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("ReduceMax", ["r", "axes"], ["peak"]),
+        helper.make_node("Add", ["peak", "eps"], ["d"]),
+        helper.make_node("Div", ["x", "d"], ["n"], name="norm"),
+        helper.make_node("Gemm", ["n", "fc", "fb"], ["y"], name="head"),
+    ]
+    path = save_model(tmp_path, "norm", nodes, {"x": [1, 16]}, ("y", [1, 4]), init, opset=18)
+    np.save(tmp_path / "cal.npy", np.random.default_rng(5).standard_normal((12, 1, 16)).astype(
+        np.float32))
+    out = tmp_path / "out"
+    convert(input_onnx_file_path=path, output_folder_path=str(out), non_verbose=True,
+            target="micro", custom_input_op_name_np_data_path=[["x", str(tmp_path / "cal.npy")]])
+    report = micro_report(str(out), "norm")
+    assert {"DIV", "MAXIMUM"} <= {o["op"] for o in report["ops"]}, report["ops"]
+    content = (out / "norm_full_integer_quant.tflite").read_bytes()
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interpreter = Interpreter(model_content=content,
+                              experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    runner = interpreter.get_signature_runner()
+    (name, detail), = runner.get_input_details().items()
+    scale, zero = detail["quantization"]
+    quiet = np.full(detail["shape"], np.clip(np.round(-0.3 / scale) + zero, -128, 127), np.int8)
+    (litert,) = runner(**{name: quiet}).values()  # relu(x) = 0 everywhere: peak 0
+    with MicroInterpreter() as micro:
+        found, printed = micro.run(content, report["arena_bytes"], [[quiet]], 1)
+    assert found is not None, printed
+    np.testing.assert_array_equal(found[0][0], litert)
