@@ -305,15 +305,21 @@ def quantize_calibrated(calibrated: bytes, per_tensor: bool, io_dtypes: tuple | 
 
 
 def tf_quantize_calibrated(calibrated: bytes, per_tensor: bool, io_dtypes: tuple | None,
-                           float_tensors: list[str], activations: str = "int8") -> bytes:
-    """quantize_calibrated by TF's MLIR quantizer (`activations` "int16": its 16x8 mode):
-    the oracle the own quantizer is tested and benchmarked against
-    (tests/quant/test_integer.py, benchmarks/bench_int8_heldout.py), never a file's maker."""
+                           float_tensors: list[str], activations: str = "int8",
+                           ranges: dict[int, tuple] | None = None) -> bytes:
+    """quantize_calibrated by TF's MLIR quantizer (`activations` "int16": its 16x8 mode;
+    `ranges` written into the file first): the oracle the own quantizer is tested and
+    benchmarked against (tests/quant/test_integer.py, benchmarks/bench_int8_heldout.py),
+    never a file's maker."""
     import tensorflow as tf
     from tensorflow.compiler.mlir.lite import types_pb2
     from tensorflow.lite.python.convert import mlir_quantize
 
     inputs, outputs = map(tf.as_dtype, io_dtypes or ("float32", "float32"))
+    from calibration.ranges import with_ranges
+
+    if ranges is not None:
+        calibrated = with_ranges(calibrated, ranges)[0]
     kind = types_pb2.QUANTIZED_INT16 if activations == "int16" else types_pb2.QUANTIZED_INT8
     return mlir_quantize(calibrated, per_tensor, inference_type=kind, input_data_type=inputs,
                          output_data_type=outputs, denylisted_nodes=sorted(float_tensors) or None)

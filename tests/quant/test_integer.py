@@ -449,6 +449,11 @@ def test_ranges_recorded_on_the_way_make_the_calibrated_copys_file(calibrated, a
     assert changed  # other ranges than the file's own: the test can tell them apart
     assert quantize(calibrated.content, activations=activations, ranges=measured) == quantize(
         copy, activations=activations)
+    if activations == "int8":  # the oracle takes a calibration the same way
+        from onnx2tf_alt.quant.sensitivity import tf_quantize_calibrated
+
+        assert tf_quantize_calibrated(calibrated.content, False, None, [], ranges=measured) == \
+            tf_quantize_calibrated(copy, False, None, [])
 
 
 @pytest.mark.parametrize("axis,per_tensor", [(0, False), (1, False), (0, True), (2, False)])
