@@ -2,12 +2,12 @@
 photographs, for benchmarks/bench_int8_heldout.py.
 
     python benchmarks/ocr_samples.py OUT_DIR [--kind det|rec|cls|photo] [--size 640]
-        [--skimage-data DIR]
+        [--skimage-data DIR] [--held-count 8]
 
 Needs Pillow (not a dependency of the package). Writes OUT_DIR/cal.npy (16 samples made from
-the six photographs in calibration/), OUT_DIR/held.npy (8 samples from other photographs,
-other words and fonts) and OUT_DIR/held_light.npy (the same 8 under other light and another
-camera: `relit`), in ONNX layout (N, 3, H, W), float32:
+the six photographs in calibration/), OUT_DIR/held.npy (8 samples, or --held-count, from
+other photographs, other words and fonts) and OUT_DIR/held_light.npy (the same under other
+light and another camera: `relit`), in ONNX layout (N, 3, H, W), float32:
 - det (PP-OCR's DB text detector): size x size crops, 13 of the calibration ones with 1-4
   lines of text pasted on and 3 without text, as a user's folder has; every held-out one
   with text; normalized (x / 255 - mean) / std with ImageNet's mean and std;
@@ -139,6 +139,8 @@ def main() -> None:
     parser.add_argument("--kind", choices=["det", "rec", "cls", "photo"], default="det")
     parser.add_argument("--size", type=int, default=640)
     parser.add_argument("--skimage-data", default="/tmp/skimg/skimage/data")
+    parser.add_argument("--held-count", type=int, default=8,
+                        help="held-out samples (the first 8 are the same whatever the count)")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
     cal_fonts = [f"{FONTS}/DejaVuSans.ttf", f"{FONTS}/DejaVuSans-Bold.ttf"]
@@ -148,14 +150,15 @@ def main() -> None:
     if args.kind in ("rec", "cls"):
         width, flip = (320, False) if args.kind == "rec" else (192, True)
         cal = text_lines(CALIBRATION_PHOTOS, CAL_WORDS, cal_fonts, 16, width, 1, flip)
-        held = text_lines(held_photos, HELD_WORDS, held_fonts, 8, width, 2, flip)
-        light = text_lines(held_photos, HELD_WORDS, held_fonts, 8, width, 2, flip, light=True)
+        held, light = (text_lines(held_photos, HELD_WORDS, held_fonts, args.held_count, width, 2,
+                                  flip, light=lit) for lit in (False, True))
     else:
         text = args.kind == "det"
         cal = samples(CALIBRATION_PHOTOS, CAL_WORDS, cal_fonts, 16, 3 if text else 16,
                       args.size, seed=1, kind=args.kind)
-        held, light = (samples(held_photos, HELD_WORDS, held_fonts, 8, 0 if text else 8,
-                               args.size, seed=2, kind=args.kind, light=lit)
+        held, light = (samples(held_photos, HELD_WORDS, held_fonts, args.held_count,
+                               0 if text else args.held_count, args.size, seed=2,
+                               kind=args.kind, light=lit)
                        for lit in (False, True))
     for name, data in (("cal", cal), ("held", held), ("held_light", light)):
         np.save(os.path.join(args.out_dir, f"{name}.npy"), data)

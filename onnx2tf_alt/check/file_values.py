@@ -81,13 +81,15 @@ def exposed_file(content: bytes, converted, found: list[Target]):
 
 def _holders(graph) -> dict[str, list[int]]:
     """{ONNX value name: the tensors an op writes (or the subgraph takes) whose value it
-    is}: a tensor's name, or the first of a fused result's names."""
+    is}: a tensor's name, or the first of a fused result's names (';'-joined, a name may
+    hold ';' itself: every leading join counts)."""
     written = sorted({int(o) for op in graph.operators for o in op.outputs}
                      | {int(i) for i in graph.inputs})
     holders: dict[str, list[int]] = {}
     for index in written:
-        name = (graph.tensors[index].name or b"").decode(errors="replace").split(";")[0]
-        holders.setdefault(name, []).append(index)
+        parts = (graph.tensors[index].name or b"").decode(errors="replace").split(";")
+        for end in range(1, len(parts) + 1):
+            holders.setdefault(";".join(parts[:end]), []).append(index)
     return holders
 
 

@@ -286,7 +286,8 @@ def onnx_origins(model, result, graph) -> list[list[dict]]:
         names = set()
         for t in _indices(op.outputs):
             tensor_name = subgraph.tensors[t].name.decode()
-            for part in tensor_name.split(";"):
+            for part in name_parts(tensor_name, lambda n: n.split(":")[0] in producer
+                                   or _direct_owner(n, order) is not None):
                 names.update(owners[p] for p in part.split("/") if p in owners)
                 if part.split(":")[0] in producer:  # tensors named like ONNX values (-coion)
                     names.add(producer[part.split(":")[0]])
@@ -297,6 +298,20 @@ def onnx_origins(model, result, graph) -> list[list[dict]]:
         origins.append([{"name": n, "op_type": op_types[n]}
                         for n in sorted(names, key=order.get)])
     return origins
+
+
+def name_parts(tensor_name: str, known) -> list[str]:
+    """The names a fused op's tensor name joins with ';', where a name may hold ';' itself
+    (tf2onnx names nodes and values 'model/a/conv;model/a/conv'): parts joined back where
+    the join is `known` (a predicate), the longest join first."""
+    parts = tensor_name.split(";")
+    found, start = [], 0
+    while start < len(parts):
+        end = next((end for end in range(len(parts), start + 1, -1)
+                    if known(";".join(parts[start:end]))), start + 1)
+        found.append(";".join(parts[start:end]))
+        start = end
+    return found
 
 
 def _direct_owner(tensor_name: str, nodes) -> str | None:

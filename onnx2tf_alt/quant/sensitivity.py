@@ -497,13 +497,22 @@ def choose_float_ops(calibrated: Calibrated, converted, score, per_tensor: bool,
             segments.append(segment - kept)
             entries.append({"op": info.op_type, "tensor": info.tensor, "nodes": info.nodes,
                             "float_ops": len(segment)})
+        units = []
         if chosen.measured:
-            gains = measured_gains(segments, frozenset(kept), content)
+            gains, units = measured_gains(segments, frozenset(kept), content)
         else:
             shares = noise_scores(content, infos, converted, list(samples))
             gains = [sum(shares.get(t, 0.0) for t in segment) / 2 for segment in segments]
         for entry, estimate in zip(entries, gains):
             entry["estimated_gain"] = float(f"{estimate:.3g}")
+        for unit in units:  # segments whose gain is joint: one candidate
+            members = entries[unit.first:unit.stop]
+            entries.append({
+                "op": f"{unit.size} segments, {members[0]['op']} ... {members[-1]['op']}",
+                "tensor": members[0]["tensor"],
+                "nodes": list(dict.fromkeys(n for e in members for n in e["nodes"])),
+                "float_ops": len(frozenset().union(*segments[unit.first:unit.stop])),
+                "estimated_gain": float(f"{unit.gain:.3g}"), "joint": True})
         first[:] = sorted(entries, key=lambda r: -r["estimated_gain"])
         return list(first)
 

@@ -1127,6 +1127,42 @@ def test_cli_keep_float_needs_no_tensorflow(tmp_path):
     assert types["FULLY_CONNECTED"] == [9] and types["ADD"] == [9], types
 
 
+def test_cli_keep_float_finds_nodes_whose_names_hold_semicolons(tmp_path):
+    """tf2onnx names nodes and values 'model_1/a/conv1d;model_1/a/conv1d'; the direct
+    writer joins fused names with ';' too. --keep_float finds such a node (it kept nothing
+    on basic-pitch before: its 26 front-end convs named so, the INT8 file unchanged): the
+    node and its reader float, the last conv int8."""
+    import onnx
+
+    from onnx2tf_alt.export.delegates import name_parts
+    from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
+
+    a, b, c = (f"model_1/{k}/conv1d;model_1/{k}/conv1d" for k in "abc")
+    ra, rb = "model_1/a/relu;model_1/a/relu", "model_1/b/relu;model_1/b/relu"
+    model = make_model(
+        [node("Conv", ["x", "w1", "b1"], a, name=a), node("Relu", [a], ra, name=ra),
+         node("Conv", [ra, "w2", "b2"], b, name=b), node("Relu", [b], rb, name=rb),
+         node("Conv", [rb, "w3", "b3"], c, name=c)],
+        {"x": rand(2, 3, 12, 10)}, [c],
+        {"w1": rand(6, 3, 3, 3), "b1": rand(6), "w2": rand(5, 6, 1, 1), "b2": rand(5),
+         "w3": rand(4, 5, 1, 1), "b3": rand(4)})
+    path = tmp_path / "semicolons.onnx"
+    onnx.save(model, path)
+    out = tmp_path / "out"
+    code, printed = run_cli("-i", path, "-o", out, "-oiqt", "--keep_float", a, "-n")
+    assert code == 0, printed
+    notes = json.loads((out / "semicolons_quant_report.json").read_text())["notes"]
+    assert any("1 ONNX node(s) to keep in float" in n for n in notes), notes
+    model = unpack_model((out / "semicolons_integer_quant.tflite").read_bytes())
+    graph = model.subgraphs[0]
+    convs = [graph.tensors[op.outputs[0]] for op in graph.operators
+             if op_name(model, op) == "CONV_2D"]
+    assert [t.type for t in convs] == [0, 0, 9], [t.name for t in convs]
+    known = {a, b}.__contains__
+    assert name_parts(f"{a};{b}", known) == [a, b]
+    assert name_parts(f"{a};x;y", known) == [a, "x", "y"]
+
+
 @pytest.mark.parametrize("flags", [["-dms"], []], ids=["dms", "default"])
 def test_cli_a_model_without_weights(tmp_path, flags):
     """No float32 weights to halve: the float16 file is the float32 one."""
