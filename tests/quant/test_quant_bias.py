@@ -204,3 +204,26 @@ def test_parallel_branches_share_a_cut_and_give_the_same_file(monkeypatch):
     monkeypatch.setattr(bias_correction, "_waves", lambda graph, targets: [[t] for t in targets])
     one_at_a_time, _ = corrected_biases(plain, calibrated, feeds)
     assert together == one_at_a_time and together != plain
+
+
+def test_a_file_with_other_float_ops_measures_its_own_corrections():
+    """Corrections are shared only by files with the same float ops (the full-integer
+    twin): a file with the first conv kept float (a --keep_float_auto trial) has other
+    errors for the convs after it to take out, and gets the corrections measured on it, not
+    the all-INT8 file's."""
+    from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
+
+    model = _model()
+    converted, calibrated, plain, feeds = _quantized(model, seed=1)
+    known: dict = {}
+    first, _ = corrected_biases(plain, calibrated, feeds, known)
+    again, _ = corrected_biases(plain, calibrated, feeds, known)  # the twin: from `known`
+    assert again == first
+    unpacked = unpack_model(plain)
+    graph = unpacked.subgraphs[0]
+    conv = next(graph.tensors[op.outputs[0]].name.decode() for op in graph.operators
+                if op_name(unpacked, op) == "CONV_2D")
+    mixed = quantize_calibrated(calibrated, False, None, [conv])
+    shared, count = corrected_biases(mixed, calibrated, feeds, known)
+    own, _ = corrected_biases(mixed, calibrated, feeds)
+    assert count and shared == own
