@@ -214,7 +214,7 @@ def test_a_file_with_other_float_ops_measures_its_own_corrections():
     from onnx2tf_alt.tflite.flatbuffer import op_name, unpack_model
 
     model = _model()
-    converted, calibrated, plain, feeds = _quantized(model, seed=1)
+    _, calibrated, plain, feeds = _quantized(model, seed=1)
     known: dict = {}
     first, _ = corrected_biases(plain, calibrated, feeds, known)
     again, _ = corrected_biases(plain, calibrated, feeds, known)  # the twin: from `known`
