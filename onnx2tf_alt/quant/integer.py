@@ -69,6 +69,7 @@ SOFTMAX_MASS = 2.0**-10
 
 SHAPE_ONLY = {"SHAPE", "RANK"}  # ops whose results depend on their inputs' shapes alone
 KERNEL_LIMIT = 127  # symmetric int8 weights: -128 is never used
+NEAR_ZERO_PEAK = 5e-7  # a kernel channel's smallest peak (TF's quantizer's near-zero range)
 BIAS_TYPES = {TT.INT8: TT.INT32, TT.INT16: TT.INT64}
 BIAS_ROOM = 2.0**30  # largest int32 bias code
 # builtin versions that name the integer kernels (TFLite's op_version.cc), raised to at least
@@ -545,7 +546,11 @@ class _Quantizer:
         weights = self.value(index)
         axis = rule.axis % weights.ndim
         peak = _peaks(weights, axis, self.per_tensor).astype(np.float64)
-        scales = np.where(peak > 0, peak / KERNEL_LIMIT, 1.0)
+        # a channel of next to nothing (denormal weights, a batch norm's zero scale folded
+        # in) takes the scale of NEAR_ZERO_PEAK, as TF's quantizer gives it: peak / 127 was
+        # a subnormal scale (2.6e-42), which XNNPACK refuses, and the whole conv ran on the
+        # reference kernel (two in PP-OCRv4's recognizer: one more partition, 1.02x its time)
+        scales = np.where(peak > 0, np.maximum(peak, NEAR_ZERO_PEAK) / KERNEL_LIMIT, 1.0)
         # a bias past 2^30 on scale input x weight widens that channel's scale: the int32
         # accumulator keeps room for the products added to it (TF's quantizer does the same)
         bias = op.inputs[rule.bias] if rule.bias is not None and rule.bias < len(

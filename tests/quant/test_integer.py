@@ -477,3 +477,29 @@ def test_weights_quantized_a_block_of_rows_at_a_time_get_the_same_codes(
         np.testing.assert_array_equal(integer._peaks(weights, axis, per_tensor), whole_peaks)
         np.testing.assert_array_equal(integer._kernel_codes(weights, scales, axis), whole)
         np.testing.assert_array_equal(grid.codes(weights), whole_grid)
+
+
+def test_a_channel_of_next_to_nothing_gets_a_normal_scale_xnnpack_takes():
+    """A conv whose output channel holds weights of next to nothing (a batch norm's zero scale folded
+    in): its scale is TF's near-zero one, not peak / 127 (a subnormal float that XNNPACK
+    refuses, the whole conv then on the reference kernel); the bias scale is normal too,
+    and every op of the file is delegated."""
+    from onnx2tf_alt.export.delegates import analyze
+
+    w, b = weights(5, 3, 3, 3), weights(5)
+    w[2], b[2] = np.float32(1e-37), 0.0  # / 127: a subnormal scale (no bias to widen it)
+    nodes = [node("Conv", ["x", "w", "b"], "c", pads=[1, 1, 1, 1]), node("Relu", ["c"], "y")]
+
+    def make():
+        x = np.zeros((2, 3, 9, 7), np.float32)
+        return make_model(nodes, {"x": x}, ["y"], {"w": w, "b": b}), "x", (2, 3, 9, 7)
+
+    make.__name__ = "near_zero_channel"
+    calibrated = Calibrated(make)
+    content = quantize(calibrated.content)
+    (conv,) = [inputs for name, inputs, _ in _ops(content) if name == "CONV_2D"]
+    for _, scales, _ in conv[1:]:
+        assert np.all(scales >= np.finfo(np.float32).tiny), scales
+    report = analyze(content).to_json()
+    assert report["ops_delegated"] == report["ops_total"], report["summary"]
+    assert cosine(calibrated.run(calibrated.result.content), calibrated.run(content)) > 0.99
