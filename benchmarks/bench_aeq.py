@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_int8_heldout import row, run_tflite
+from bench_int8_heldout import row, run_tflite, set_label
 
 # run in the ai-edge-quantizer venv: argv = float file, calibration .npy (signature layout),
 # input name, recipe, output file
@@ -97,7 +97,7 @@ def main() -> None:
     for held_path in args.held:
         held = np.load(held_path)
         refs = run_tflite(float_path, held, name)
-        label_set = os.path.splitext(os.path.basename(held_path))[0]
+        label_set = set_label(held_path, args.held)
         for label, path in files.items():
             if not os.path.exists(path):
                 continue

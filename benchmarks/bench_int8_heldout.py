@@ -98,6 +98,14 @@ def row(label: str, references: list[np.ndarray], actuals: list[np.ndarray], **e
             "empty": m["empty_samples"], **({"iou": m["iou"]} if "iou" in m else {}), **extra}
 
 
+def set_label(path: str, paths: list[str]) -> str:
+    """A held-out set's name: its file's stem, with its folder where two files share it."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    shared = sum(os.path.splitext(os.path.basename(p))[0] == stem for p in paths) > 1
+    return f"{os.path.basename(os.path.dirname(os.path.abspath(path)))}/{stem}" if shared \
+        else stem
+
+
 def ort_static(model: str, cal: np.ndarray, name: str, method: str, out: str) -> str:
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -146,7 +154,7 @@ def main() -> None:
                         help="measure the files already in OUT/<variant> instead of converting")
     args = parser.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="int8_heldout_")
-    sets = {os.path.splitext(os.path.basename(p))[0]: np.load(p) for p in args.held}
+    sets = {set_label(p, args.held): np.load(p) for p in args.held}
     stem = os.path.splitext(os.path.basename(args.model))[0]
     session = ort.InferenceSession(args.model)
     onnx_refs = {label: [session.run(None, {args.input: x[None]})[0] for x in held]
