@@ -39,6 +39,7 @@ from onnx2tf_alt.quant.grids import (
     TT,
     Grid,
     activation_grid,
+    centred_grid,
     fits,
     given_grid,
     in_blocks,
@@ -286,6 +287,10 @@ class _Quantizer:
             for t in self.parent:
                 if (grid := given_grid(self.tensor(t))) is not None:
                     fixed.setdefault(t, grid)
+        # XNNPACK takes an int8 BATCH_MATMUL only with its second operand's zero point at 0
+        centred = {int(ops[k].inputs[1]) for k, rule in chosen.items()
+                   if op_name(self.model, ops[k]) == "BATCH_MATMUL" and self.type == TT.INT8
+                   and not self.constant(ops[k].inputs[1])}
         self.grids: dict[int, Grid] = {}
         for root, group in members.items():
             spans = [s for t in group if (s := self.span(t)) is not None]
@@ -294,7 +299,8 @@ class _Quantizer:
             if len(kept) == 1 and fits(next(iter(kept)), span):
                 self.grids[root] = next(iter(kept))
                 continue
-            self.grids[root] = activation_grid(*span, self.type)
+            self.grids[root] = (centred_grid(*span) if centred.intersection(group) and not kept
+                                else activation_grid(*span, self.type))
             for t in group:
                 if t in fixed:  # its own grid, moved onto the group's where read
                     self.parent[t] = t

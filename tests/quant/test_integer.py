@@ -503,3 +503,21 @@ def test_a_channel_of_next_to_nothing_gets_a_normal_scale_xnnpack_takes():
     report = analyze(content).to_json()
     assert report["ops_delegated"] == report["ops_total"], report["summary"]
     assert cosine(calibrated.run(calibrated.result.content), calibrated.run(content)) > 0.99
+
+
+def test_a_batch_matmuls_second_operand_is_centred_so_xnnpack_takes_it():
+    """XNNPACK takes an int8 BATCH_MATMUL only with its second operand's zero point at 0:
+    that operand's grid (with the group it shares, the transpose before it) is symmetric;
+    the first keeps its own asymmetric one. Every BATCH_MATMUL of the file is delegated."""
+    from onnx2tf_alt.export.delegates import analyze
+
+    calibrated = Calibrated(attention_model)
+    content = quantize(calibrated.content)
+    matmuls = [inputs for name, inputs, _ in _ops(content) if name == "BATCH_MATMUL"]
+    assert matmuls
+    for first, second in matmuls:
+        assert (second[0], int(second[2][0])) == (INT8, 0), second
+    assert any(int(first[2][0]) != 0 for first, _ in matmuls)  # not every grid centred
+    report = analyze(content).to_json()
+    assert all(o["delegated"] for o in report["ops"] if o["op"] == "BATCH_MATMUL"), \
+        report["summary"]
