@@ -521,3 +521,27 @@ def test_a_batch_matmuls_second_operand_is_centred_so_xnnpack_takes_it():
     report = analyze(content).to_json()
     assert all(o["delegated"] for o in report["ops"] if o["op"] == "BATCH_MATMUL"), \
         report["summary"]
+
+
+def test_ops_xnnpack_runs_only_in_float_stay_float_in_the_float_io_int8_file():
+    """SOFTMAX, GELU and RSQRT have no int8 XNNPACK kernel: in the INT8 file with float
+    inputs and outputs they stay float (delegated, between a DEQUANTIZE and a QUANTIZE);
+    the full-integer file and integer-kernels-only (micro) files keep them int8."""
+    from onnx2tf_alt.export.delegates import analyze
+    from onnx2tf_alt.quant.sensitivity import kept_float
+
+    calibrated = Calibrated(attention_model)
+    kept, notes = kept_float(calibrated.content, False, None)
+    model = unpack_model(calibrated.content)
+    graph = model.subgraphs[0]
+    (name,) = [graph.tensors[op.outputs[0]].name.decode() for op in graph.operators
+               if op_name(model, op) == "SOFTMAX"]
+    assert name in kept and any("SOFTMAX / GELU / RSQRT" in n for n in notes), notes
+    content = quantize(calibrated.content, float_tensors=kept)
+    (softmax,) = [(outputs[0][0], k) for k, (name, _, outputs) in enumerate(_ops(content))
+                  if name == "SOFTMAX"]
+    assert softmax[0] == FLOAT32
+    report = analyze(content).to_json()
+    assert report["ops"][softmax[1]]["delegated"], report["summary"]
+    for integer_only, io in ((False, ("int8", "int8")), (True, None)):
+        assert name not in kept_float(calibrated.content, integer_only, io)[0]
