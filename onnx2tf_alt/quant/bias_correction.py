@@ -30,7 +30,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from onnx2tf_alt.tflite.flatbuffer import SIGNATURE, read_model, unpack_model, with_buffer_data
+from onnx2tf_alt.tflite.flatbuffer import (
+    SIGNATURE,
+    op_name,
+    read_model,
+    unpack_model,
+    with_buffer_data,
+)
 from onnx2tf_alt.tflite.run import (
     as_input,
     exposed,
@@ -285,11 +291,10 @@ def _with_biases(int8: bytes, model, ops: list[int]) -> bytes:
 
 def _float_ops(model) -> frozenset[str]:
     """The outputs of the ops that compute in float (not DEQUANTIZE): a file's float ops."""
-    graph, codes = model.subgraphs[0], model.operatorCodes
+    graph = model.subgraphs[0]
     return frozenset(_text(graph.tensors[op.outputs[0]].name) for op in graph.operators
-                     if len(op.outputs) and graph.tensors[op.outputs[0]].type == 0 and max(
-                         codes[op.opcodeIndex].builtinCode,
-                         codes[op.opcodeIndex].deprecatedBuiltinCode) != DEQUANTIZE)
+                     if len(op.outputs) and graph.tensors[op.outputs[0]].type == 0
+                     and op_name(model, op) != "DEQUANTIZE")
 
 
 def _targets(model, reference_tensors: dict[str, tuple[int, list[int]]]) -> dict[int, int]:

@@ -16,11 +16,11 @@ size (a member of a group that gains nothing gains nothing).
 Where the additive model fails the descent says so: when the left half of a group that
 holds at least JOINT of the whole's gain gains less than JOINT of the group, the right
 half is measured too (a measurement more on the dominant groups' path), and when the
-halves gain less than JOINT of the group together the gain is joint (basic-pitch's CQT front end: its
-26 convolutions re-quantize one waveform octave after octave, and keeping all of them in
-float takes the INT8 file from 0.90 to 0.99 while no one of them gains 0.001). Such a
-group is not split: it is returned as a unit, a candidate of its own, and its members
-gain nothing alone.
+halves gain less than JOINT of the group together the gain is joint (basic-pitch's CQT
+front end: its 26 convolutions re-quantize one waveform octave after octave, and keeping
+all of them in float takes the INT8 file from 0.90 to 0.99 while no one of them gains
+0.001). Such a group is not split: it is returned as a unit, a candidate of its own, and
+its members gain nothing alone.
 
 The search (quant/sensitivity.py) then measures each candidate it keeps, on top of those
 kept before, so an error of the additive model costs a trial, never a wrong file.

@@ -288,9 +288,9 @@ class _Quantizer:
                 if (grid := given_grid(self.tensor(t))) is not None:
                     fixed.setdefault(t, grid)
         # XNNPACK takes an int8 BATCH_MATMUL only with its second operand's zero point at 0
-        centred = {int(ops[k].inputs[1]) for k, rule in chosen.items()
-                   if op_name(self.model, ops[k]) == "BATCH_MATMUL" and self.type == TT.INT8
-                   and not self.constant(ops[k].inputs[1])}
+        centred = {int(ops[k].inputs[1]) for k in chosen
+                   if op_name(self.model, ops[k]) == "BATCH_MATMUL"
+                   and not self.constant(ops[k].inputs[1])} if self.type == TT.INT8 else set()
         self.grids: dict[int, Grid] = {}
         for root, group in members.items():
             spans = [s for t in group if (s := self.span(t)) is not None]
@@ -353,14 +353,14 @@ class _Quantizer:
         for t in integer:
             tensor = self.tensor(t)
             tensor.type, tensor.quantization = self.type, self.grid(t).params()
-        elided = self.clamps_on_their_grid()
+        alias = self.clamps_on_their_grid()
         for k, op in enumerate(ops):
-            if k in elided:
-                continue
-            if elided:
-                op.inputs = [self.alias.get(int(i), i) for i in op.inputs]
+            if alias:
+                if len(op.outputs) and int(op.outputs[0]) in alias:
+                    continue  # a clamp left out
+                op.inputs = [alias.get(int(i), i) for i in op.inputs]
                 if k in self.values:
-                    self.values[k] = [self.alias.get(int(i), i) for i in self.values[k]]
+                    self.values[k] = [alias.get(int(i), i) for i in self.values[k]]
             rule = chosen.get(k)
             if rule is None:
                 op.inputs = [self.float_input(i) for i in op.inputs]
@@ -376,19 +376,18 @@ class _Quantizer:
             if t.type == TT.FLOAT32 and t.quantization is not None:
                 t.quantization = None
 
-    def clamps_on_their_grid(self) -> set[int]:
-        """The 8-bit MINIMUM / MAXIMUM ops by a constant that their grid already clamps to
-        (a hard sigmoid's MINIMUM(x, 1), a ReLU6's MINIMUM(x, 6): the group's grid ends at
-        the constant, and the op writing x saturates its codes there): left out, their
-        readers reading x (`self.alias`). XNNPACK has no int8 MINIMUM / MAXIMUM, so each ran
-        on TFLite's reference kernel between two delegated partitions (the PP-OCR direction
-        classifier's 9 made 10 partitions). Not a graph output's op."""
-        self.alias: dict[int, int] = {}
+    def clamps_on_their_grid(self) -> dict[int, int]:
+        """{output: input} of the 8-bit MINIMUM / MAXIMUM ops by a constant that their grid
+        already clamps to (a hard sigmoid's MINIMUM(x, 1), a ReLU6's MINIMUM(x, 6): the
+        group's grid ends at the constant, and the op writing x saturates its codes there),
+        which are left out, their readers reading x. XNNPACK has no int8 MINIMUM / MAXIMUM,
+        so each ran on TFLite's reference kernel between two delegated partitions (the
+        PP-OCR direction classifier's 9 made 10 partitions). Not a graph output's op."""
+        alias: dict[int, int] = {}
         if self.type != TT.INT8:
-            return set()
+            return alias
         low_code, high_code = LIMITS[self.type]
         outputs = {int(o) for o in self.graph.outputs}
-        elided = set()
         for k in self.chosen:
             op = self.graph.operators[k]
             name = op_name(self.model, op)
@@ -402,15 +401,14 @@ class _Quantizer:
             bound = self.value(constants[0])
             if not bound.size or np.any(bound != bound.flat[0]):
                 continue
-            out, value = int(op.outputs[0]), self.alias.get(values[0], values[0])
+            out, value = int(op.outputs[0]), alias.get(values[0], values[0])
             grid = self.grid(out)
             if self.grid(value) != grid:
                 continue
             end = grid.scale * ((high_code if name == "MINIMUM" else low_code) - grid.zero_point)
             if abs(end - float(bound.flat[0])) <= grid.scale / 2:
-                self.alias[out] = value
-                elided.add(k)
-        return elided
+                alias[out] = value
+        return alias
 
     def float_input(self, index: int) -> int:
         """What a float op reads for tensor `index`: a DEQUANTIZE of an integer one; a QDQ

@@ -353,8 +353,7 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
             if flex and variant.io_dtypes:
                 raise ValueError("integer-only files cannot fall back to Select TF ops")
         if int16:
-            notes: list[str] = []
-            content = quantize_16x8(calibrated, variant.io_dtypes, notes)
+            content, notes = quantize_16x8(calibrated, variant.io_dtypes)
             return QuantizedTflite(content, flex, notes=notes)
         content, notes = _own_int8(
             calibrated, converted, options.quant_type == "per-tensor", variant.io_dtypes,
@@ -406,17 +405,18 @@ def quantized_tflite(converted, variant: Variant, options: QuantOptions,
             return QuantizedTflite(make(select_tf_ops=True).convert(), select_tf_ops=True)
 
 
-def quantize_16x8(calibrated: Calibrated, io_dtypes: tuple | None,
-                  notes: list[str] | None = None) -> bytes:
-    """An INT16-activation file of a calibrated flatbuffer (min-max ranges: 16 bits need no
-    clipping), weights per channel (TFLite has no per-tensor 16x8 depthwise kernels), no op
-    kept float but those without a 16-bit kernel and the softmaxes its kernel gets wrong
-    (their note goes to `notes`), no bias correction (its error is a rounding of 1/256 of
-    the 8-bit one's)."""
+def quantize_16x8(calibrated: Calibrated, io_dtypes: tuple | None) -> tuple[bytes, list[str]]:
+    """(an INT16-activation file of a calibrated flatbuffer, the report's notes on it):
+    min-max ranges (16 bits need no clipping), weights per channel (TFLite has no per-tensor
+    16x8 depthwise kernels), no op kept float but those without a 16-bit kernel and the
+    softmaxes its kernel gets wrong (the notes say which), no bias correction (its error is
+    a rounding of 1/256 of the 8-bit one's)."""
     from onnx2tf_alt.quant.integer import quantize
 
-    return quantize(calibrated.content, False, io_dtypes, (), activations="int16",
-                    ranges=calibrated.ranges, notes=notes)
+    notes: list[str] = []
+    content = quantize(calibrated.content, False, io_dtypes, (), activations="int16",
+                       ranges=calibrated.ranges, notes=notes)
+    return content, notes
 
 
 def _bias_corrected(content: bytes, calibrated: Calibrated, converted,
@@ -1015,8 +1015,7 @@ def _quantized_file(source, variant: Variant, plan: QuantPlan, report: QuantRepo
     if flex and variant.io_dtypes:
         raise ValueError("integer-only files cannot fall back to Select TF ops")
     if int16:
-        notes: list[str] = []
-        content = quantize_16x8(ranged, variant.io_dtypes, notes)
+        content, notes = quantize_16x8(ranged, variant.io_dtypes)
         report.notes += [n for n in notes if n not in report.notes]
         return content
     biases = calibrated.setdefault(("biases", id(source)), {})

@@ -269,13 +269,14 @@ def float_only_on_xnnpack(calibrated: bytes) -> list[str]:
     partitions. ViT-B/16's INT8 file had 49 of them in 50 partitions; kept float (behind a
     DEQUANTIZE, before a QUANTIZE, all delegated: one partition) it ran at 0.907 of the
     time at 1 thread and 0.802 at 2, its held-out cosine 0.9911 -> 0.9982."""
-    return [t for code in (SOFTMAX, GELU, RSQRT) for t in _outputs_of(calibrated, code)]
+    return _outputs_of(calibrated, SOFTMAX, GELU, RSQRT)
 
 
-def _outputs_of(calibrated: bytes, builtin: int, computed_input: int | None = None
+def _outputs_of(calibrated: bytes, *builtins: int, computed_input: int | None = None
                 ) -> list[str]:
-    """Output tensors of the `builtin` ops of a flatbuffer's main subgraph (with
-    `computed_input`, only those whose input at that position is not a constant)."""
+    """Output tensors of the ops of one of `builtins` in a flatbuffer's main subgraph, in
+    graph order (with `computed_input`, only those whose input at that position is not a
+    constant)."""
     from onnx2tf_alt.tflite.flatbuffer import builtin_codes, read_model
 
     model = read_model(calibrated)
@@ -284,7 +285,7 @@ def _outputs_of(calibrated: bytes, builtin: int, computed_input: int | None = No
     found = []
     for k in range(graph.OperatorsLength()):
         op = graph.Operators(k)
-        if codes[op.OpcodeIndex()] != builtin:
+        if codes[op.OpcodeIndex()] not in builtins:
             continue
         if computed_input is not None:
             if op.InputsLength() <= computed_input:
@@ -338,9 +339,9 @@ def tf_quantize_calibrated(calibrated: bytes, per_tensor: bool, io_dtypes: tuple
     from tensorflow.compiler.mlir.lite import types_pb2
     from tensorflow.lite.python.convert import mlir_quantize
 
-    inputs, outputs = map(tf.as_dtype, io_dtypes or ("float32", "float32"))
     from calibration.ranges import with_ranges
 
+    inputs, outputs = map(tf.as_dtype, io_dtypes or ("float32", "float32"))
     if ranges is not None:
         calibrated = with_ranges(calibrated, ranges)[0]
     kind = types_pb2.QUANTIZED_INT16 if activations == "int16" else types_pb2.QUANTIZED_INT8
