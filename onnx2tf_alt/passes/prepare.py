@@ -14,6 +14,7 @@ from onnx2tf_alt.errors import InputError
 from onnx2tf_alt.ir.index import GraphIndex, default_opset, dims_of
 from onnx2tf_alt.ir.weights import add_spilled, to_array, weight_free_copy
 from onnx2tf_alt.passes.control_flow import inline_control_flow
+from onnx2tf_alt.passes.conv_regions import split_padded_regions
 from onnx2tf_alt.passes.conv_taps import cut_dead_taps
 from onnx2tf_alt.passes.deconv_phases import split_transposed_convs
 from onnx2tf_alt.passes.dense_flatten import flatten_channel_last
@@ -654,4 +655,6 @@ def prepare_model(
     flatten_channel_last(model)
     absorb_channel_shuffles(model)
     cut_dead_taps(model)
+    if split_padded_regions(model):
+        model = infer_shapes(model, infer_foreign)
     return infer_shapes(fuse_patterns(model), infer_foreign)
