@@ -102,7 +102,7 @@ def test_aspp_branch_keeps_only_products_with_the_map():
 @pytest.mark.parametrize("x_shape, w_shape, attrs", [
     ([1, 64, 14, 14], [64, 64, 3, 3], {"pads": [1, 1, 1, 1]}),  # padding on the border only
     ([1, 4, 14, 14], [4, 4, 3, 3], {"dilations": [12, 12], "pads": [12, 12, 12, 12]}),  # tiny
-    ([1, 64, 33, 33], [64, 64, 3, 3], {"dilations": [6, 6], "pads": [6, 6, 6, 6]}),  # 79 % kept
+    ([1, 64, 33, 33], [64, 64, 3, 3], {"dilations": [6, 6], "pads": [6, 6, 6, 6]}),  # 77 % kept
 ])
 def test_convolutions_mostly_on_the_map_or_small_are_left_alone(x_shape, w_shape, attrs):
     model, _ = conv_model(x_shape, w_shape, 1, kernel_shape=w_shape[2:], **attrs)
