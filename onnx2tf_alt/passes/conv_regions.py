@@ -169,6 +169,8 @@ def _regions(node: onnx.NodeProto, relu: onnx.NodeProto | None, index: GraphInde
     nodes.extend(placed)
     producer = next(n for n in nodes if top in n.output)
     producer.output[:] = [(relu or node).output[0]]  # the regions joined
+    if relu is not None and relu.name and producer.op_type == "Concat":
+        producer.name = relu.name  # still found by its name (--keep_float)
     return nodes
 
 

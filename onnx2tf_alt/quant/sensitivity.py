@@ -186,11 +186,18 @@ def _segment(infos: list[OpInfo], info: OpInfo) -> set[str]:
 
 def check_keep_float(names: list[str] | None, converted) -> list[str]:
     """--keep_float names (ONNX node names, or output names of unnamed nodes) as node keys;
-    InputError for a name the model does not have."""
-    keys = {}
+    InputError for a name the model does not have. A node the conversion computes as
+    several (passes/conv_regions.py names them "<node>/region_...") stands for all of them."""
+    keys: dict[str, list[str]] = {}
     for node in converted.graph.nodes:
-        keys[node_key(node)] = node_key(node)
-        keys.update({o: node_key(node) for o in node.outputs if o and o not in keys})
+        keys[node_key(node)] = [node_key(node)]
+        keys.update({o: [node_key(node)] for o in node.outputs if o and o not in keys})
+    for name in names or []:
+        if name not in keys:
+            parts = [key for key in dict.fromkeys(k for ks in keys.values() for k in ks)
+                     if key.startswith(f"{name}/")]
+            if parts:
+                keys[name] = parts
     unknown = [n for n in names or [] if n not in keys]
     if unknown:
         raise InputError(
@@ -198,7 +205,7 @@ def check_keep_float(names: list[str] | None, converted) -> list[str]:
             "node names, or an output name for an unnamed node (the quant report's "
             "'sensitivity' lists them)."
         )
-    return list(dict.fromkeys(keys[n] for n in names or []))
+    return list(dict.fromkeys(k for n in names or [] for k in keys[n]))
 
 
 # --- ops whose 8-bit kernel cannot run ---------------------------------------------------------

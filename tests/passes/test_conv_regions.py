@@ -136,3 +136,24 @@ def test_direct_file_matches_onnxruntime(x_shape, w_shape, attrs, any_size):
     assert sum(n.op_type == "Relu" for n in rewritten.graph.node) == len(convs(rewritten)) > 1
     census = count_tflite_ops(both_routes(model, feeds).content)
     assert "RELU" not in census and census["CONCATENATION"] >= 1, census
+
+
+def test_keep_float_names_the_convolution_as_exported(tmp_path, any_size):
+    """--keep_float with the Conv's own name keeps all its regions float in the INT8 file."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from onnx2tf_alt import convert
+
+    model, _ = conv_model([1, 3, 24, 24], [8, 3, 3, 3], 9, kernel_shape=[3, 3],
+                          dilations=[20, 20], pads=[20, 20, 20, 20])
+    model.graph.node[0].name = "aspp/Conv"
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    out = tmp_path / "out"
+    convert(input_onnx_file_path=path, output_folder_path=str(out), non_verbose=True,
+            output_integer_quantized_tflite=True, keep_float=["aspp/Conv"])
+    interpreter = Interpreter(str(out / "m_integer_quant.tflite"))
+    dtypes = {t["index"]: np.dtype(t["dtype"]).name for t in interpreter.get_tensor_details()}
+    convs = [[dtypes[i] for i in op["inputs"] if i >= 0]
+             for op in interpreter._get_ops_details() if op["op_name"] == "CONV_2D"]
+    assert len(convs) == 9 and all(c == ["float32"] * 3 for c in convs), convs
