@@ -30,7 +30,7 @@ from onnx2tf_alt.ir.index import GraphIndex
 from onnx2tf_alt.ir.weights import to_array
 from onnx2tf_alt.passes.conv_taps import _explicit_pads
 
-KEEP = 0.5
+KEEP = 0.75
 MIN_SAVED = 2_000_000
 MAX_REGIONS = 9
 
