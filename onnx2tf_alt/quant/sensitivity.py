@@ -247,12 +247,12 @@ def kept_float(calibrated: bytes, integer_kernels_only: bool, io_dtypes: tuple |
     if undelegated:
         notes.append(Note(
             f"INT8 files with float inputs and outputs: {len(undelegated)} SOFTMAX / GELU / "
-            "RSQRT op(s) kept in float: XNNPACK has no int8 kernel for them, and each one on "
-            "TFLite's reference kernel splits the delegated graph (ViT-B/16: 50 partitions, "
-            "1 in float, 0.91x the time at 1 thread, 0.80x at 2); the full-integer files keep "
-            "them int8",
-            f"INT8 files (float I/O): {len(undelegated)} SOFTMAX/GELU/RSQRT op(s) float "
-            "(no int8 XNNPACK kernel)"))
+            "RSQRT / HARD_SWISH op(s) kept in float: XNNPACK has no int8 kernel for them, and "
+            "each one on TFLite's builtin kernel splits the delegated graph (ViT-B/16: 50 "
+            "partitions, 1 in float, 0.91x the time at 1 thread; MobileNetV3-Large: 22, 1 in "
+            "float, 0.39x); the full-integer files keep them int8",
+            f"INT8 files (float I/O): {len(undelegated)} SOFTMAX/GELU/RSQRT/HARD_SWISH op(s) "
+            "float (no int8 XNNPACK kernel)"))
     return [*divisions, *slow, *undelegated], notes
 
 
@@ -267,16 +267,18 @@ def slow_int8_kernels(calibrated: bytes) -> list[str]:
     return _outputs_of(calibrated, TRANSPOSE_CONV)
 
 
-SOFTMAX, GELU, RSQRT = 25, 150, 76  # builtin operator codes
+SOFTMAX, GELU, RSQRT, HARD_SWISH = 25, 150, 76, 117  # builtin operator codes
 
 
 def float_only_on_xnnpack(calibrated: bytes) -> list[str]:
     """Output tensors of the ops XNNPACK runs in float but has no int8 kernel for (SOFTMAX,
-    GELU, RSQRT): in int8 each runs on TFLite's reference kernel between two delegated
-    partitions. ViT-B/16's INT8 file had 49 of them in 50 partitions; kept float (behind a
-    DEQUANTIZE, before a QUANTIZE, all delegated: one partition) it ran at 0.907 of the
-    time at 1 thread and 0.802 at 2, its held-out cosine 0.9911 -> 0.9982."""
-    return _outputs_of(calibrated, SOFTMAX, GELU, RSQRT)
+    GELU, RSQRT, HARD_SWISH): in int8 each runs on TFLite's builtin kernel between two
+    delegated partitions. ViT-B/16's INT8 file had 49 of them in 50 partitions; kept float
+    (behind a DEQUANTIZE, before a QUANTIZE, all delegated: one partition) it ran at 0.907
+    of the time at 1 thread and 0.802 at 2, its held-out cosine 0.9911 -> 0.9982.
+    MobileNetV3-Large's 20 HARD_SWISH: 22 partitions -> 1, 8.74 -> 3.37 ms at 1 thread and
+    10.53 -> 1.95 ms at 2 (its int8 file had been slower than its float32 one)."""
+    return _outputs_of(calibrated, SOFTMAX, GELU, RSQRT, HARD_SWISH)
 
 
 def _outputs_of(calibrated: bytes, *builtins: int, computed_input: int | None = None

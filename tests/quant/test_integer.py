@@ -93,6 +93,16 @@ def wide_concat_model():
     return make_model(nodes, {"x": x}, ["y"], {"k": np.float32(40)}), "x", (2, 4, 6, 6)
 
 
+def hard_swish_model():
+    """MobileNetV3's activation between two convolutions."""
+    nodes = [node("Conv", ["x", "w1", "b1"], "c1", pads=[1, 1, 1, 1]),
+             node("HardSwish", ["c1"], "h"), node("Conv", ["h", "w2", "b2"], "y")]
+    init = {"w1": weights(8, 3, 3, 3), "b1": weights(8), "w2": weights(4, 8, 1, 1),
+            "b2": weights(4)}
+    x = np.zeros((2, 3, 9, 7), np.float32)
+    return make_model(nodes, {"x": x}, ["y"], init, opset=14), "x", (2, 3, 9, 7)
+
+
 MODELS = {"cnn": cnn_model, "attention": attention_model, "wide_concat": wide_concat_model}
 
 
@@ -526,25 +536,27 @@ def test_a_batch_matmuls_second_operand_is_centred_so_xnnpack_takes_it():
         report["summary"]
 
 
-def test_ops_xnnpack_runs_only_in_float_stay_float_in_the_float_io_int8_file():
-    """SOFTMAX, GELU and RSQRT have no int8 XNNPACK kernel: in the INT8 file with float
-    inputs and outputs they stay float (delegated, between a DEQUANTIZE and a QUANTIZE);
-    the full-integer file and integer-kernels-only (micro) files keep them int8."""
+@pytest.mark.parametrize("make, builtin", [(attention_model, "SOFTMAX"),
+                                            (hard_swish_model, "HARD_SWISH")])
+def test_ops_xnnpack_runs_only_in_float_stay_float_in_the_float_io_int8_file(make, builtin):
+    """SOFTMAX, GELU, RSQRT and HARD_SWISH have no int8 XNNPACK kernel: in the INT8 file
+    with float inputs and outputs they stay float (delegated, between a DEQUANTIZE and a
+    QUANTIZE); the full-integer file and integer-kernels-only (micro) files keep them int8."""
     from onnx2tf_alt.export.delegates import analyze
     from onnx2tf_alt.quant.sensitivity import kept_float
 
-    calibrated = Calibrated(attention_model)
+    calibrated = Calibrated(make)
     kept, notes = kept_float(calibrated.content, False, None)
     model = unpack_model(calibrated.content)
     graph = model.subgraphs[0]
     (name,) = [graph.tensors[op.outputs[0]].name.decode() for op in graph.operators
-               if op_name(model, op) == "SOFTMAX"]
-    assert name in kept and any("SOFTMAX / GELU / RSQRT" in n for n in notes), notes
+               if op_name(model, op) == builtin]
+    assert name in kept and any("SOFTMAX / GELU / RSQRT / HARD_SWISH" in n for n in notes), notes
     content = quantize(calibrated.content, float_tensors=kept)
-    (softmax,) = [(outputs[0][0], k) for k, (name, _, outputs) in enumerate(_ops(content))
-                  if name == "SOFTMAX"]
-    assert softmax[0] == FLOAT32
+    (found,) = [(outputs[0][0], k) for k, (op, _, outputs) in enumerate(_ops(content))
+                if op == builtin]
+    assert found[0] == FLOAT32
     report = analyze(content).to_json()
-    assert report["ops"][softmax[1]]["delegated"], report["summary"]
+    assert report["ops"][found[1]]["delegated"], report["summary"]
     for integer_only, io in ((False, ("int8", "int8")), (True, None)):
         assert name not in kept_float(calibrated.content, integer_only, io)[0]
