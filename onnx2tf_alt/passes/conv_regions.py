@@ -28,7 +28,7 @@ from onnx import helper
 
 from onnx2tf_alt.ir.index import GraphIndex
 from onnx2tf_alt.ir.weights import to_array
-from onnx2tf_alt.passes.conv_taps import _explicit_pads
+from onnx2tf_alt.passes.conv_taps import conv_geometry
 
 KEEP = 0.75
 MIN_SAVED = 2_000_000
@@ -78,16 +78,11 @@ def _plan(node: onnx.NodeProto, index: GraphIndex):
     weights = to_array(index.initializers[node.input[1]])
     if weights.ndim != len(spatial) + 2:
         return None
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     rank, kernel = len(spatial), weights.shape[2:]
-    strides = list(attrs.get("strides", [1] * rank))
-    dilations = list(attrs.get("dilations", [1] * rank))
-    auto_pad = attrs.get("auto_pad", b"NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
-    pads = _explicit_pads(auto_pad, list(attrs.get("pads", [0] * 2 * rank)), spatial, kernel,
-                          strides, dilations)
-    if pads is None:
+    geometry = conv_geometry(node, spatial, kernel)
+    if geometry is None:
         return None
+    strides, dilations, pads = geometry
     runs = [_runs(spatial[a], kernel[a], strides[a], dilations[a], pads[a], pads[a + rank])
             for a in range(rank)]
     if any(r is None for r in runs) or math.prod(len(r) for r in runs) > MAX_REGIONS:

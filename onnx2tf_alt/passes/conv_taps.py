@@ -67,16 +67,11 @@ def cut_dead_taps(model: onnx.ModelProto) -> int:
 def _kept_taps(node, sizes: list[int], kernel: tuple[int, ...]):
     """((begins, ends), pads, dilations) of the live taps, or None if every tap is live or the
     cut cannot be expressed with non-negative pads."""
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    rank = len(sizes)
-    strides = list(attrs.get("strides", [1] * rank))
-    dilations = list(attrs.get("dilations", [1] * rank))
-    auto_pad = attrs.get("auto_pad", b"NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
-    pads = _explicit_pads(auto_pad, list(attrs.get("pads", [0] * 2 * rank)), sizes, kernel,
-                          strides, dilations)
-    if pads is None:
+    geometry = conv_geometry(node, sizes, kernel)
+    if geometry is None:
         return None
+    strides, dilations, pads = geometry
+    rank = len(sizes)
     begins, ends, new_begin, new_end = [], [], [], []
     for axis in range(rank):
         size, k, s, d = sizes[axis], kernel[axis], strides[axis], dilations[axis]
@@ -103,6 +98,20 @@ def _kept_taps(node, sizes: list[int], kernel: tuple[int, ...]):
         return None
     dilations = [1 if e - b == 1 else d for b, e, d in zip(begins, ends, dilations)]
     return (begins, ends), new_begin + new_end, dilations
+
+
+def conv_geometry(node, sizes: list[int], kernel: tuple[int, ...]):
+    """(strides, dilations, explicit pads [begins..., ends...]) of a Conv node over spatial
+    `sizes`, or None where its auto_pad cannot be made explicit."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    rank = len(sizes)
+    strides = list(attrs.get("strides", [1] * rank))
+    dilations = list(attrs.get("dilations", [1] * rank))
+    auto_pad = attrs.get("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    pads = _explicit_pads(auto_pad, list(attrs.get("pads", [0] * 2 * rank)), sizes, kernel,
+                          strides, dilations)
+    return None if pads is None else (strides, dilations, pads)
 
 
 def _explicit_pads(auto_pad, pads, sizes, kernel, strides, dilations) -> list[int] | None:

@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 from passes.test_conv_taps import conv_model
+from passes.test_conv_taps import random_case as conv_taps_case
 
 from onnx2tf_alt.passes import conv_regions
 from onnx2tf_alt.passes.conv_regions import split_padded_regions
@@ -43,27 +44,8 @@ def convs(model) -> list[tuple[tuple[int, ...], list[int]]]:
 
 
 def random_case(case: int):
-    """A random 1-D/2-D/3-D convolution with dilations up to twice the input, strides,
-    groups, batch 1 or 2, explicit or SAME pads."""
-    rng = np.random.default_rng(2000 + case)
-    rank = int(rng.integers(1, 4))
-    sizes = [int(rng.integers(2, 12)) for _ in range(rank)]
-    kernel = [int(rng.integers(1, 5)) for _ in range(rank)]
-    dilations = [int(rng.integers(1, 2 * max(sizes) + 2)) for _ in range(rank)]
-    strides = [int(rng.integers(1, 3)) for _ in range(rank)]
-    group = int(rng.choice([1, 2]))
-    attrs = {"kernel_shape": kernel, "dilations": dilations, "strides": strides, "group": group}
-    if rng.random() < 0.2:
-        attrs["auto_pad"] = str(rng.choice(["SAME_UPPER", "SAME_LOWER"]))
-        attrs["dilations"] = [1] * rank
-    else:
-        extent = [d * (k - 1) + 1 for k, d in zip(kernel, dilations)]
-        begin = [int(rng.integers(0, e)) for e in extent]
-        end = [max(int(rng.integers(0, e)), e - s - b) for e, s, b in zip(extent, sizes, begin)]
-        attrs["pads"] = begin + end
-    batch = int(rng.integers(1, 3))
-    return conv_model([batch, 2 * group, *sizes], [3 * group, 2, *kernel], case,
-                      bias=bool(case % 2), **attrs)
+    """Random convolutions as conv_taps' tests draw them, on maps of 2 to 11."""
+    return conv_taps_case(case, seed=2000, size_range=(2, 12), same=0.2)
 
 
 @pytest.mark.parametrize("case", range(CASES))

@@ -46,18 +46,19 @@ def cut(model):
 CASES = 150
 
 
-def random_case(case: int):
+def random_case(case: int, seed: int = 1000, size_range: tuple[int, int] = (1, 9),
+                same: float = 0.25):
     """A random 1-D/2-D/3-D convolution with dilations up to twice the input, strides,
-    groups, explicit or SAME pads."""
-    rng = np.random.default_rng(1000 + case)
+    groups, batch 1 or 2, explicit or (with probability `same`) SAME pads."""
+    rng = np.random.default_rng(seed + case)
     rank = int(rng.integers(1, 4))
-    sizes = [int(rng.integers(1, 9)) for _ in range(rank)]
+    sizes = [int(rng.integers(*size_range)) for _ in range(rank)]
     kernel = [int(rng.integers(1, 5)) for _ in range(rank)]
     dilations = [int(rng.integers(1, 2 * max(sizes) + 2)) for _ in range(rank)]
     strides = [int(rng.integers(1, 3)) for _ in range(rank)]
     group = int(rng.choice([1, 2]))
     attrs = {"kernel_shape": kernel, "dilations": dilations, "strides": strides, "group": group}
-    if rng.random() < 0.25:  # onnxruntime refuses SAME with dilations, so the pass does too
+    if rng.random() < same:  # onnxruntime refuses SAME with dilations, so the pass does too
         attrs["auto_pad"] = str(rng.choice(["SAME_UPPER", "SAME_LOWER"]))
         attrs["dilations"] = dilations = [1] * rank
     else:  # pads with at least one output per axis
