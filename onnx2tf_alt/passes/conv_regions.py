@@ -28,7 +28,7 @@ from onnx import helper
 
 from onnx2tf_alt.ir.index import GraphIndex
 from onnx2tf_alt.ir.weights import to_array
-from onnx2tf_alt.passes.conv_taps import conv_geometry
+from onnx2tf_alt.passes.conv_taps import conv_geometry, drop_unread_weights
 
 KEEP = 0.75
 MIN_SAVED = 2_000_000
@@ -56,10 +56,7 @@ def split_padded_regions(model: onnx.ModelProto) -> int:
     if replaced:
         weights = {index.nodes[p].input[1] for p in replaced}
         index.replace_nodes(replaced, dropped)
-        stale = weights - set(index.consumers) - {i.name for i in model.graph.input}
-        kept = [i for i in model.graph.initializer if i.name not in stale]
-        del model.graph.initializer[:]
-        model.graph.initializer.extend(kept)
+        drop_unread_weights(model.graph, index, weights)
     return len(replaced)
 
 
@@ -105,7 +102,7 @@ def _runs(size: int, k: int, s: int, d: int, pad_begin: int, pad_end: int):
     runs: list[list[int]] = []
     for o in range(count):
         first = o * s - pad_begin  # what tap 0 reads
-        a0 = max(0, -(first // d) if first < 0 else 0)
+        a0 = max(0, -(first // d))  # the first tap at or past index 0
         a1 = min(k - 1, (size - 1 - first) // d)
         if a0 > a1:
             return None

@@ -57,11 +57,16 @@ def cut_dead_taps(model: onnx.ModelProto) -> int:
         changed += 1
     if changed:
         index.reindex()
-        stale = replaced - set(index.consumers) - {i.name for i in graph.input}
-        kept = [i for i in graph.initializer if i.name not in stale]
-        del graph.initializer[:]
-        graph.initializer.extend(kept)
+        drop_unread_weights(graph, index, replaced)
     return changed
+
+
+def drop_unread_weights(graph: onnx.GraphProto, index: GraphIndex, names: set[str]) -> None:
+    """Remove the initializers among `names` that no node reads any more (`index` current)."""
+    stale = names - set(index.consumers) - {i.name for i in graph.input}
+    kept = [i for i in graph.initializer if i.name not in stale]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
 
 
 def _kept_taps(node, sizes: list[int], kernel: tuple[int, ...]):
